@@ -1,0 +1,27 @@
+# Two entry points: `make demo` and `make test`. Both create the virtual
+# environment on first use, so a fresh clone needs only Python >= 3.11.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing modelplane and its dependencies into $(VENV) (first run takes about a minute)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/modelplane validate -f examples/
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/cel_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,85 @@
+"""The `modelplane` command line.
+
+click gives us subcommands, repeatable options and clean usage errors; every failure of
+ours becomes one line and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import click
+
+from fleet.validate import Loaded, load_fleet
+
+EXIT_INVALID = 1
+EXIT_INTERNAL = 3
+
+
+def _paths_option(function):
+    return click.option(
+        "-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
+        help="A manifest file, a folder (searched recursively for *.yaml and *.yml) or - for stdin. Repeatable.",
+    )(function)
+
+
+def _load(paths: tuple[str, ...]) -> Loaded:
+    loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
+    for note in loaded.notes:
+        click.echo(f"note: {note}", err=True)
+    for problem in loaded.problems:
+        click.echo(str(problem), err=True)
+    if not loaded.errors and not loaded.fleet.objects:
+        click.echo(f"error: no modelplane.ai objects found in {', '.join(paths)}", err=True)
+        raise SystemExit(EXIT_INVALID)
+    if loaded.errors:
+        click.echo(f"{len(loaded.errors)} error(s); nothing was planned or applied", err=True)
+        raise SystemExit(EXIT_INVALID)
+    return loaded
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="modelplane-pulumi", prog_name="modelplane")
+def cli() -> None:
+    """A fleet control plane for LLM inference on Pulumi (modelplane.ai/v1alpha1 manifests)."""
+
+
+@cli.command()
+@_paths_option
+def validate(paths: tuple[str, ...]) -> None:
+    """Check manifests: exit 0 with a summary per kind, or 1 with one located line per problem."""
+    loaded = _load(paths)
+    counts = Counter(o.kind for o in loaded.fleet.objects)
+    for kind, count in counts.items():
+        names = [o.name if not o.namespaced else f"{o.namespace}/{o.name}" for o in loaded.fleet.of(kind)]
+        shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
+        click.echo(f"{kind + ':':<18} {count:>4} valid  {shown}")
+    warnings = f", {len(loaded.warnings)} warning(s)" if loaded.warnings else ""
+    click.echo(f"{len(loaded.fleet.objects)} objects valid{warnings}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="modelplane", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_INVALID)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug of ours: one line, never a traceback
+        click.echo(f"modelplane: internal error: {type(exc).__name__}: {exc} (please report this)", err=True)
+        return EXIT_INTERNAL
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

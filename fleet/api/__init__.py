@@ -1,0 +1,27 @@
+"""The modelplane.ai/v1alpha1 API: one module per kind, and the table of kinds."""
+
+from fleet.api.cache import ModelCache, model_cache_rules
+from fleet.api.cluster import InferenceCluster, inference_cluster_rules
+from fleet.api.common import API_VERSION, GROUP, Resource
+from fleet.api.deployment import ModelDeployment, ModelReplica, model_deployment_rules, model_replica_rules
+from fleet.api.gateway import InferenceGateway, inference_gateway_rules
+from fleet.api.inference_class import InferenceClass, inference_class_rules
+from fleet.api.service import ModelEndpoint, ModelService, model_endpoint_rules, model_service_rules
+
+# kind -> (model, cross-field rules). Order is the order summaries are printed in.
+KINDS = {
+    "InferenceClass": (InferenceClass, inference_class_rules),
+    "InferenceCluster": (InferenceCluster, inference_cluster_rules),
+    "InferenceGateway": (InferenceGateway, inference_gateway_rules),
+    "ModelCache": (ModelCache, model_cache_rules),
+    "ModelDeployment": (ModelDeployment, model_deployment_rules),
+    "ModelReplica": (ModelReplica, model_replica_rules),
+    "ModelEndpoint": (ModelEndpoint, model_endpoint_rules),
+    "ModelService": (ModelService, model_service_rules),
+}
+
+__all__ = [
+    "API_VERSION", "GROUP", "KINDS", "Resource",
+    "InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache",
+    "ModelDeployment", "ModelReplica", "ModelEndpoint", "ModelService",
+]

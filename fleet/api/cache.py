@@ -1,0 +1,36 @@
+"""ModelCache: model weights staged once per cluster on a shared volume."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fleet.api.common import Int, MatchLabels, Resource, Rule, Str, Strict
+
+
+class AuthSecret(Strict):
+    name: Str(1)
+    key: str = "HF_TOKEN"
+
+
+class HuggingFaceSource(Strict):
+    repo: Str(1)
+    revision: str | None = None
+    authSecret: AuthSecret | None = None
+    sizeGiB: Int(1, 100_000)
+
+
+class ModelCacheSpec(Strict):
+    source: Literal["HuggingFace"]
+    huggingFace: HuggingFaceSource | None = None
+    clusterSelector: MatchLabels | None = None
+
+
+class ModelCache(Resource):
+    kind: Literal["ModelCache"]
+    spec: ModelCacheSpec
+    status: dict[str, Any] | None = None
+
+
+def model_cache_rules(mc: ModelCache) -> Rule:
+    if mc.spec.source == "HuggingFace" and mc.spec.huggingFace is None:
+        yield ("spec", "huggingFace"), "source HuggingFace needs the huggingFace block"

@@ -1,0 +1,169 @@
+"""InferenceCluster: one GPU cluster of the fleet, provisioned (GKE, EKS, ...) or brought as is."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from fleet.api.common import Condition, Int, Resource, Rule, Str, Strict, unique
+from fleet.api.inference_class import Device
+
+Source = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
+
+
+class Credentials(Strict):
+    type: Literal["ProviderConfig", "ClusterProviderConfig"] = "ClusterProviderConfig"
+    name: str = "default"
+
+
+class SecretKeyRef(Strict):
+    name: Str(1, 253)
+    key: str = "kubeconfig"
+
+
+class IdentitySecretRef(Strict):
+    name: Str(1, 253)
+    key: str = "private_key"
+    type: Literal[
+        "GoogleApplicationCredentials", "AWSWebIdentityCredentials", "NebiusServiceAccountCredentials"
+    ] = "GoogleApplicationCredentials"
+
+
+class CacheSettings(Strict):
+    storageClassName: Str(1, 253) | None = None
+
+
+class ExistingCluster(Strict):
+    secretRef: SecretKeyRef
+    identitySecretRef: IdentitySecretRef | None = None
+    cache: CacheSettings | None = None
+
+
+class RegionalCluster(Strict):
+    region: Str(1, 32)
+    kubernetesVersion: str | None = None
+    credentials: Credentials | None = None
+
+
+class GKECluster(RegionalCluster):
+    kubernetesVersion: str = "1.35"
+
+
+class EKSCluster(RegionalCluster):
+    region: Str(1)
+    kubernetesVersion: str = "1.36"
+
+
+class VultrCluster(RegionalCluster):
+    region: Str(1)
+    kubernetesVersion: str = "v1.36.1+3"
+
+
+class AKSCluster(Strict):
+    location: Str(1)
+    kubernetesVersion: str = "1.34"
+    credentials: Credentials | None = None
+
+
+class NebiusCluster(Strict):
+    kubernetesVersion: str = "1.34"
+    credentials: Credentials | None = None
+
+
+class ClusterSource(Strict):
+    source: Source
+    existing: ExistingCluster | None = None
+    gke: GKECluster | None = None
+    eks: EKSCluster | None = None
+    aks: AKSCluster | None = None
+    nebius: NebiusCluster | None = None
+    vultr: VultrCluster | None = None
+
+
+class Taint(Strict):
+    key: Str(1)
+    value: str | None = None
+    effect: Literal["NoSchedule", "NoExecute"]
+
+
+class CapacityBlock(Strict):
+    capacityReservationId: Str(4, 64, r"^cr-[0-9a-f]+$")
+
+
+class InfiniBand(Strict):
+    fabric: Str(1, 63)
+
+
+class Fabric(Strict):
+    type: Literal["None", "EFA", "InfiniBand"] = "None"
+    infiniband: InfiniBand | None = None
+
+
+class NodePool(Strict):
+    name: Str(1, 40)
+    className: Str(1, 253)
+    nodeCount: Int(0) = 1
+    minNodeCount: Int(0) | None = None
+    maxNodeCount: Int(1) | None = None
+    zones: list[str] | None = None
+    capacityBlock: CapacityBlock | None = None
+    fabric: Fabric | None = None
+
+    @property
+    def capacity_nodes(self) -> int:
+        """Nodes the scheduler may fill: the autoscaling ceiling if set, else the fixed count."""
+        return self.maxNodeCount if self.maxNodeCount is not None else self.nodeCount
+
+
+class InferenceClusterSpec(Strict):
+    cluster: ClusterSource
+    taints: list[Taint] | None = None
+    nodePools: list[NodePool] = Field(min_length=1, max_length=8)
+
+
+class GatewayStatus(Strict):
+    address: str | None = None
+
+
+class GpuPool(Strict):
+    name: Str(1)
+    nodes: int | None = None
+    devices: list[Device] | None = Field(default=None, max_length=16)
+
+
+class ClusterStatus(Strict):
+    """Observed state; a manifest that carries it describes the cluster as it is."""
+
+    conditions: list[Condition] | None = None
+    providerConfigRef: dict[str, Any] | None = None
+    gateway: GatewayStatus | None = None
+    cache: CacheSettings | None = None
+    gpuPools: list[GpuPool] | None = Field(default=None, max_length=8)
+    namespace: str | None = None
+
+
+class InferenceCluster(Resource):
+    kind: Literal["InferenceCluster"]
+    spec: InferenceClusterSpec
+    status: ClusterStatus | None = None
+
+    namespaced: ClassVar[bool] = False
+
+
+def inference_cluster_rules(ic: InferenceCluster) -> Rule:
+    cluster = ic.spec.cluster
+    block = cluster.source.lower()
+    if getattr(cluster, block) is None:
+        yield ("spec", "cluster", block), f"source {cluster.source} needs the {block} block"
+    yield from unique(ic.spec.taints or [], lambda t: (t.key, t.effect), ("spec", "taints"), "taint (key, effect)")
+    yield from unique(ic.spec.nodePools, lambda p: p.name, ("spec", "nodePools"), "node pool name")
+    for i, pool in enumerate(ic.spec.nodePools):
+        path = ("spec", "nodePools", i)
+        fabric = pool.fabric or Fabric()
+        if fabric.infiniband is not None and fabric.type != "InfiniBand":
+            yield path + ("fabric", "infiniband"), "infiniband is only allowed with fabric type InfiniBand"
+        if cluster.source == "Nebius" and fabric.type == "InfiniBand" and fabric.infiniband is None:
+            yield path + ("fabric", "infiniband"), "an InfiniBand fabric on Nebius needs fabric.infiniband"
+        if pool.minNodeCount is not None and pool.maxNodeCount is not None and pool.minNodeCount > pool.maxNodeCount:
+            yield path + ("minNodeCount",), "minNodeCount is larger than maxNodeCount"

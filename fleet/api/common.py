@@ -1,0 +1,165 @@
+"""Pieces shared by every modelplane.ai/v1alpha1 kind.
+
+Field names are the manifest's own camelCase names, on purpose: a pydantic error
+location is then exactly the YAML path a user reads, and nothing maps between two
+spellings. Models are strict (no "1" for 1, no "yes" for true) and forbid unknown
+fields, like `kubectl apply --validate=strict` against the reference's CRDs.
+Cross-field rules (the reference's CEL `x-kubernetes-validations`) live next to each
+kind as plain functions yielding (path, message), so each is one table row in tests.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GROUP = "modelplane.ai"
+API_VERSION = "modelplane.ai/v1alpha1"
+RESERVED_PREFIX = "modelplane.ai/"
+
+Rule = Iterator[tuple[tuple, str]]  # what a rule function yields: (field path, message)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=False)
+
+
+def Str(min_length: int = 1, max_length: int | None = None, pattern: str | None = None):
+    return Annotated[str, Field(min_length=min_length, max_length=max_length, pattern=pattern)]
+
+
+def Int(ge: int | None = None, le: int | None = None):
+    return Annotated[int, Field(ge=ge, le=le)]
+
+
+Labels = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)]
+Annotations = Annotated[dict[str, Annotated[str, Field(max_length=8192)]], Field(max_length=32)]
+
+
+class ObjectMeta(Strict):
+    """Kubernetes ObjectMeta. Server-written fields are accepted so that `kubectl get -o yaml` output loads."""
+
+    name: Str(1, 253)
+    namespace: Str(1, 63) | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    generateName: str | None = None
+    uid: str | None = None
+    resourceVersion: str | None = None
+    generation: int | None = None
+    creationTimestamp: Any = None
+    deletionTimestamp: Any = None
+    deletionGracePeriodSeconds: int | None = None
+    finalizers: list[str] | None = None
+    ownerReferences: list[dict[str, Any]] | None = None
+    managedFields: list[dict[str, Any]] | None = None
+    selfLink: str | None = None
+
+
+class Condition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    lastTransitionTime: Any = None
+    observedGeneration: int | None = None
+
+
+class MatchLabels(Strict):
+    matchLabels: dict[str, str] | None = None
+
+
+class RequiredMatchLabels(Strict):
+    matchLabels: dict[str, str]
+
+
+class LocalRef(Strict):
+    name: Str(1)
+
+
+class Resource(Strict):
+    """Base of every kind: apiVersion, kind, metadata, spec; status is observed state."""
+
+    apiVersion: Literal["modelplane.ai/v1alpha1"]
+    kind: str
+    metadata: ObjectMeta
+
+    namespaced: ClassVar[bool] = True
+    status: Any = None  # observed state; kinds that read it narrow the type
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return (self.metadata.namespace or "default") if self.namespaced else ""
+
+    @property
+    def ref(self) -> str:
+        """Kind/name, or Kind/namespace/name for namespaced kinds: unique in a fleet."""
+        if self.namespaced:
+            return f"{self.kind}/{self.namespace}/{self.name}"
+        return f"{self.kind}/{self.name}"
+
+
+# ---- rules shared by several kinds ----------------------------------------------------
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
+def metadata_rules(meta: ObjectMeta, namespaced: bool) -> Rule:
+    if len(meta.name) > 253 or not _DNS1123_SUBDOMAIN.match(meta.name):
+        yield ("metadata", "name"), (
+            f"{meta.name!r} is not a valid name: lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    if namespaced and meta.namespace is not None and not is_dns_label(meta.namespace):
+        yield ("metadata", "namespace"), f"{meta.namespace!r} is not a valid namespace name (a DNS-1123 label)"
+    yield from label_rules(meta.labels or {}, ("metadata", "labels"), reserved=False)
+
+
+def key_problem(key: str) -> str | None:
+    """Kubernetes qualified-name rules for a label or annotation key."""
+    prefix, sep, name = key.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return f"key {key!r} has an invalid prefix (a DNS subdomain of at most 253 characters)"
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        return (
+            f"key {key!r} is not a qualified name (at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit)"
+        )
+    return None
+
+
+def label_rules(labels: dict[str, str], path: tuple, reserved: bool = True, values: bool = True) -> Rule:
+    for key in sorted(labels):
+        if reserved and key.startswith(RESERVED_PREFIX):
+            yield path + (key,), f"label keys under the reserved prefix {RESERVED_PREFIX!r} are set by modelplane"
+            continue
+        if problem := key_problem(key):
+            yield path + (key,), problem
+        elif values and not _LABEL_VALUE.match(labels[key]):
+            yield path + (key,), (
+                f"value {labels[key]!r} is not a valid label value (at most 63 letters, digits, "
+                "'-', '_' or '.', starting and ending with a letter or digit)"
+            )
+
+
+def unique(items: list, key, path: tuple, what: str) -> Rule:
+    seen: set = set()
+    for index, item in enumerate(items):
+        k = key(item)
+        if k in seen:
+            yield path + (index,), f"duplicate {what} {k if isinstance(k, str) else '/'.join(map(str, k))!r}"
+        seen.add(k)

@@ -1,0 +1,134 @@
+"""InferenceClass: a hardware recipe, the devices a node offers and how to provision it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field
+
+from fleet.api.common import Int, Resource, Rule, Str, Strict, unique
+from fleet.quantity import QuantityError, parse_quantity
+from fleet.semver import SemverError, parse_semver
+
+Provider = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr"]
+
+
+class Accelerator(Strict):
+    type: Str(1, 63)
+    count: Int(1, 16) = 1
+
+
+class GKEProvisioning(Strict):
+    machineType: Str(1)
+    diskSizeGb: Int(10) = 100
+    accelerator: Accelerator
+
+
+class EKSProvisioning(Strict):
+    instanceType: Str(1)
+    diskSizeGb: Int(10) = 100
+    accelerator: Accelerator | None = None  # informational on EKS: the instance type decides
+
+
+class AKSProvisioning(Strict):
+    vmSize: Str(1)
+    diskSizeGb: Int(10) = 100
+    accelerator: Accelerator | None = None
+
+
+class NebiusProvisioning(Strict):
+    platform: Str(1)
+    preset: Str(1)
+    diskSizeGb: Int(10) = 100
+    driversPreset: str = "cuda13.0"
+    accelerator: Accelerator | None = None
+
+
+class VultrProvisioning(Strict):
+    plan: Str(1)
+    accelerator: Accelerator | None = None
+
+
+class Provisioning(Strict):
+    provider: Provider
+    gke: GKEProvisioning | None = None
+    eks: EKSProvisioning | None = None
+    aks: AKSProvisioning | None = None
+    nebius: NebiusProvisioning | None = None
+    vultr: VultrProvisioning | None = None
+
+
+class Attribute(Strict):
+    string: Str(0, 253) | None = None
+    version: Str(0, 32) | None = None
+    bool_: bool | None = Field(default=None, alias="bool")
+    int_: int | None = Field(default=None, alias="int")
+
+    def typed(self) -> tuple[str, Any] | None:
+        """(type, value) of the one value set, or None when none or several are set."""
+        present = [(k, v) for k, v in (("string", self.string), ("version", self.version),
+                                        ("bool", self.bool_), ("int", self.int_)) if v is not None]
+        return present[0] if len(present) == 1 else None
+
+
+def _int_to_str(value: Any) -> Any:
+    # A quantity may be written as a bare YAML integer (`value: 8`), as Kubernetes allows.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class CapacityValue(Strict):
+    value: Annotated[str, BeforeValidator(_int_to_str), Field(min_length=1, max_length=32)]
+
+
+class Device(Strict):
+    name: Str(1, 63)
+    claim: Literal["DRA", "Synthetic"] = "DRA"
+    driver: Str(1, 253)
+    deviceClassName: Str(1, 253) | None = None
+    count: Int(1, 64) = 1
+    attributes: dict[str, Attribute] | None = Field(default=None, max_length=32)
+    capacity: dict[str, CapacityValue] | None = Field(default=None, max_length=32)
+
+
+class InferenceClassSpec(Strict):
+    description: str | None = None
+    provisioning: Provisioning | None = None
+    devices: list[Device] = Field(min_length=1, max_length=16)
+
+
+class InferenceClass(Resource):
+    kind: Literal["InferenceClass"]
+    spec: InferenceClassSpec
+    status: dict[str, Any] | None = None
+
+    namespaced: ClassVar[bool] = False
+
+
+def device_rules(device: Device, path: tuple) -> Rule:
+    if device.claim == "DRA" and device.deviceClassName is None:
+        yield path + ("deviceClassName",), "claim DRA needs deviceClassName (the DRA DeviceClass to claim from)"
+    for key, attr in sorted((device.attributes or {}).items()):
+        typed = attr.typed()
+        if typed is None:
+            yield path + ("attributes", key), "exactly one of string, version, bool or int must be set"
+        elif typed[0] == "version":
+            try:
+                parse_semver(typed[1])
+            except SemverError as exc:
+                yield path + ("attributes", key, "version"), f"not a semantic version: {exc}"
+    for key, cap in sorted((device.capacity or {}).items()):
+        try:
+            parse_quantity(cap.value)
+        except QuantityError as exc:
+            yield path + ("capacity", key, "value"), str(exc)
+
+
+def inference_class_rules(icl: InferenceClass) -> Rule:
+    prov = icl.spec.provisioning
+    if prov is not None:
+        block = prov.provider.lower()
+        if getattr(prov, block) is None:
+            yield ("spec", "provisioning", block), f"provider {prov.provider} needs the {block} block"
+    yield from unique(icl.spec.devices, lambda d: d.name, ("spec", "devices"), "device name")
+    for i, device in enumerate(icl.spec.devices):
+        yield from device_rules(device, ("spec", "devices", i))

@@ -1,0 +1,232 @@
+"""The DRA CEL dialect used by device selectors, on the cel-python evaluator.
+
+An expression sees one variable, `device`, shaped as Kubernetes DRA shows it:
+`device.driver`, `device.attributes[domain][id]` and `device.capacity[domain][id]`.
+A key "domain/id" in a class is split at the first "/"; a bare key lives in the
+device's driver domain. An unknown domain is an empty map (so `"x" in
+device.attributes` is false); an unknown id is an error. Any evaluation error and any
+non-bool result is a non-match. A syntax error, or a call to a function the dialect
+does not have, is a compile error reported at validation time.
+
+Each distinct expression is compiled once, and each (expression, device kind) pair is
+evaluated once per evaluator, so a fleet of thousands of pools with a handful of device
+kinds costs a handful of evaluations.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import celpy
+import celpy.celtypes as ct
+import lark
+from celpy.evaluation import base_functions
+
+from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
+from fleet.semver import Semver, SemverError, is_semver, parse_semver
+
+
+class CelCompileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a selector can see of one device kind: hashable, so results can be cached.
+
+    attributes: ((key, (type, value)), ...) with type one of string|version|bool|int.
+    capacity:   ((key, quantity string), ...)
+    """
+
+    driver: str
+    attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()
+
+
+# ---- functions of the dialect -------------------------------------------------------
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return str(value)
+
+
+def _compare(a: Any, b: Any) -> int:
+    if isinstance(a, (Quantity, Semver)):
+        return a.compare_to(b)
+    raise TypeError("compareTo needs a quantity or a semver")
+
+
+def _semver_part(attr: str):
+    def get(v: Any) -> ct.IntType:
+        if not isinstance(v, Semver):
+            raise TypeError(f"{attr} needs a semver")
+        return ct.IntType(getattr(v, attr))
+
+    return get
+
+
+def _int_arg(value: Any) -> Any:
+    return int(value) if isinstance(value, ct.IntType) else value
+
+
+FUNCTIONS: dict[str, Any] = {
+    "quantity": lambda s: Quantity(parse_quantity(_str(s))),
+    "isQuantity": lambda s: ct.BoolType(is_quantity(_str(s))),
+    "sign": lambda q: ct.IntType(q.sign()),
+    "isInteger": lambda q: ct.BoolType(q.is_integer()),
+    "asInteger": lambda q: ct.IntType(q.as_integer()),
+    "asApproximateFloat": lambda q: ct.DoubleType(q.as_approximate_float()),
+    "add": lambda q, o: q.add(_int_arg(o)),
+    "sub": lambda q, o: q.sub(_int_arg(o)),
+    "semver": lambda s, normalize=False: parse_semver(_str(s), bool(normalize)),
+    "isSemver": lambda s, normalize=False: ct.BoolType(is_semver(_str(s), bool(normalize))),
+    "major": _semver_part("major"),
+    "minor": _semver_part("minor"),
+    "patch": _semver_part("patch"),
+    "compareTo": lambda a, b: ct.IntType(_compare(a, b)),
+    "isGreaterThan": lambda a, b: ct.BoolType(_compare(a, b) > 0),
+    "isLessThan": lambda a, b: ct.BoolType(_compare(a, b) < 0),
+}
+_MACROS = {"has", "all", "exists", "exists_one", "map", "filter", "dyn"}
+KNOWN_FUNCTIONS = frozenset(FUNCTIONS) | frozenset(base_functions) | _MACROS
+
+
+# ---- the device view ----------------------------------------------------------------
+
+class _DomainMap(ct.MapType):
+    """A map of domains in which an unknown domain reads as an empty map."""
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            return ct.MapType({})
+
+
+def _attribute_value(kind: str, value: Any) -> Any:
+    if kind == "string":
+        return ct.StringType(value)
+    if kind == "version":
+        return parse_semver(value)
+    if kind == "bool":
+        return ct.BoolType(value)
+    if kind == "int":
+        return ct.IntType(value)
+    raise ValueError(f"attribute has no value of a known type ({kind})")
+
+
+def _split_key(key: str, driver: str) -> tuple[str, str]:
+    domain, sep, ident = key.partition("/")
+    return (domain, ident) if sep else (driver, key)
+
+
+def device_activation(device: DeviceFacts) -> dict[str, Any]:
+    """Build the CEL activation for one device kind; raises if the device is malformed."""
+    attributes: dict[str, dict] = {}
+    for key, (kind, value) in device.attributes:
+        domain, ident = _split_key(key, device.driver)
+        attributes.setdefault(domain, {})[ct.StringType(ident)] = _attribute_value(kind, value)
+    capacity: dict[str, dict] = {}
+    for key, value in device.capacity:
+        domain, ident = _split_key(key, device.driver)
+        capacity.setdefault(domain, {})[ct.StringType(ident)] = Quantity(parse_quantity(value))
+    return {
+        "device": ct.MapType(
+            {
+                ct.StringType("driver"): ct.StringType(device.driver),
+                ct.StringType("attributes"): _DomainMap(
+                    {ct.StringType(d): ct.MapType(v) for d, v in attributes.items()}
+                ),
+                ct.StringType("capacity"): _DomainMap(
+                    {ct.StringType(d): ct.MapType(v) for d, v in capacity.items()}
+                ),
+            }
+        )
+    }
+
+
+# ---- compile and evaluate -----------------------------------------------------------
+
+def _called_functions(tree: lark.Tree) -> Iterable[str]:
+    for node in tree.iter_subtrees():
+        if node.data == "ident_arg":
+            yield str(node.children[0])
+        elif node.data == "member_dot_arg":
+            yield str(node.children[1])
+
+
+@dataclass
+class CelEvaluator:
+    """Compiles each expression once and caches each (expression, device) result."""
+
+    environment: celpy.Environment = field(default_factory=celpy.Environment)
+    programs: dict[str, Any] = field(default_factory=dict)
+    results: dict[tuple[str, DeviceFacts], bool] = field(default_factory=dict)
+    activations: dict[DeviceFacts, dict | None] = field(default_factory=dict)
+    evaluations: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def compile(self, expression: str) -> Any:
+        program = self.programs.get(expression)
+        if program is not None:
+            return program
+        if not isinstance(expression, str) or not expression.strip():
+            raise CelCompileError("expression is empty")
+        try:
+            tree = self.environment.compile(expression)
+        except Exception as exc:  # celpy raises CELParseError and sometimes lark errors
+            column = getattr(exc, "column", None)
+            where = f" at column {column}" if column else ""
+            raise CelCompileError(f"CEL syntax error{where}") from None
+        unknown = sorted({f for f in _called_functions(tree) if f not in KNOWN_FUNCTIONS})
+        if unknown:
+            raise CelCompileError(f"unknown function {unknown[0]!r}")
+        with self._lock:
+            program = self.environment.program(tree, functions=FUNCTIONS)
+            self.programs[expression] = program
+        return program
+
+    def matches(self, expression: str, device: DeviceFacts) -> bool:
+        """True iff the expression evaluates to the bool true for this device."""
+        key = (expression, device)
+        cached = self.results.get(key)
+        if cached is not None:
+            return cached
+        result = self._evaluate(expression, device)
+        self.results[key] = result
+        return result
+
+    def matches_all(self, expressions: Iterable[str], device: DeviceFacts) -> bool:
+        return all(self.matches(e, device) for e in expressions)
+
+    def _evaluate(self, expression: str, device: DeviceFacts) -> bool:
+        program = self.compile(expression)
+        if device not in self.activations:
+            try:
+                self.activations[device] = device_activation(device)
+            except (ValueError, QuantityError, SemverError):
+                self.activations[device] = None
+        activation = self.activations[device]
+        if activation is None:
+            return False
+        self.evaluations += 1
+        try:
+            value = program.evaluate(activation)
+        except Exception:  # any evaluation error is a non-match, by definition of the dialect
+            return False
+        return isinstance(value, ct.BoolType) and bool(value)
+
+
+def check_expression(expression: str, evaluator: CelEvaluator | None = None) -> str | None:
+    """Return a compile error message, or None if the expression compiles."""
+    try:
+        (evaluator or DEFAULT).compile(expression)
+    except CelCompileError as exc:
+        return str(exc)
+    return None
+
+
+DEFAULT = CelEvaluator()

@@ -1,0 +1,155 @@
+"""Read manifests from files, folders and stdin, keeping the line of every field.
+
+Each YAML document becomes a `Document`: its data (plain dicts and lists, as
+yaml.safe_load builds them) and a map from field path to source line, so that every
+problem can be reported as FILE:LINE. Nothing here raises on bad input: unreadable
+files, YAML syntax errors, duplicate keys and junk bytes come back as problems.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from fleet.problems import Problem, format_path
+
+Path_ = tuple[Any, ...]
+MAX_BYTES = 16 * 1024 * 1024  # one manifest file; a fleet folder may hold many
+
+
+@dataclass
+class Document:
+    source: str
+    line: int
+    data: Any
+    lines: dict[Path_, int] = field(default_factory=dict)
+
+    def line_of(self, path: Iterable[Any]) -> int:
+        """The line of the deepest part of `path` that exists in the source."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.line
+
+
+def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: list, source: str):
+    if id(node) in seen:  # an alias: its lines were recorded where it was defined
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None:
+                continue
+            if key in keys:
+                problems.append(
+                    Problem(source, key_node.start_mark.line + 1, "", format_path(path + (key,)),
+                            f"duplicate key {key!r}")
+                )
+            keys.add(key)
+            lines.setdefault(path + (key,), key_node.start_mark.line + 1)
+            _walk_lines(value_node, path + (key,), lines, seen, problems, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines.setdefault(path + (index,), item.start_mark.line + 1)
+            _walk_lines(item, path + (index,), lines, seen, problems, source)
+
+
+def parse_text(text: str, source: str) -> tuple[list[Document], list[Problem]]:
+    """Parse multi-document YAML text into documents; never raises."""
+    problems: list[Problem] = []
+    documents: list[Document] = []
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)  # the reader rejects control characters already here
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            lines: dict[Path_, int] = {}
+            _walk_lines(node, (), lines, set(), problems, source)
+            data = loader.construct_document(node)
+            documents.append(Document(source, node.start_mark.line + 1, data, lines))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        problems.append(Problem(source, line, "", "", f"YAML syntax error: {exc.problem or exc.context}"))
+    except yaml.YAMLError as exc:  # ReaderError: control characters, bad encoding
+        problems.append(Problem(source, 1, "", "", f"not readable as YAML: {_one_line(exc)}"))
+    except RecursionError:
+        problems.append(Problem(source, 1, "", "", "YAML nesting is too deep"))
+    except (ValueError, TypeError, OverflowError) as exc:  # a scalar the constructor could not build
+        problems.append(Problem(source, 1, "", "", f"YAML value error: {_one_line(exc)}"))
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return documents, problems
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200]
+
+
+def _decode(raw: bytes, source: str) -> tuple[str | None, list[Problem]]:
+    if len(raw) > MAX_BYTES:
+        return None, [Problem(source, 1, "", "", f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB")]
+    if b"\x00" in raw:
+        return None, [Problem(source, 1, "", "", "binary file (contains NUL bytes), not YAML")]
+    try:
+        return raw.decode("utf-8-sig"), []
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return None, [Problem(source, line, "", "", "file is not UTF-8 text")]
+
+
+def _expand(path: str) -> tuple[list[Path], list[Problem]]:
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(
+            f for f in p.rglob("*")
+            if f.is_file() and f.suffix in (".yaml", ".yml") and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        )
+        return files, []
+    if p.is_file():
+        return [p], []
+    if p.exists():
+        return [], [Problem(path, 0, "", "", "not a regular file or folder")]
+    return [], [Problem(path, 0, "", "", "no such file or folder")]
+
+
+def load_paths(paths: Iterable[str], stdin: Any = None) -> tuple[list[Document], list[Problem]]:
+    """Load every document under `paths` ("-" is standard input), in a stable order."""
+    documents: list[Document] = []
+    problems: list[Problem] = []
+    for path in paths:
+        if path == "-":
+            stream = stdin if stdin is not None else sys.stdin
+            raw = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
+            if isinstance(raw, str):
+                raw = raw.encode("utf-8", errors="surrogateescape")
+            sources = [("<stdin>", raw)]
+        else:
+            files, found = _expand(path)
+            problems += found
+            sources = []
+            for f in files:
+                try:
+                    sources.append((str(f), f.read_bytes()))
+                except OSError as exc:
+                    problems.append(Problem(str(f), 0, "", "", f"cannot read: {exc.strerror or exc}"))
+        for source, raw in sources:
+            text, bad = _decode(raw, source)
+            problems += bad
+            if text is not None:
+                docs, bad = parse_text(text, source)
+                documents += docs
+                problems += bad
+    return documents, problems

@@ -1,0 +1,213 @@
+"""Turn loaded documents into a typed, validated fleet, with every problem located.
+
+The pipeline per document: shape (a mapping with apiVersion and kind) -> group filter
+(objects outside modelplane.ai are skipped with a note) -> pydantic model (structure,
+types, limits, defaults) -> the kind's cross-field rules -> CEL compile checks. Then
+checks across objects: duplicates, references between kinds. Nothing here raises on
+user input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from fleet import cel
+from fleet.api import KINDS, Resource
+from fleet.api.common import metadata_rules
+from fleet.loader import Document, load_paths
+from fleet.problems import Problem, format_path
+
+MODELPLANE_GROUP = "modelplane.ai"
+REFERENCE_ONLY_GROUP = "infrastructure.modelplane.ai"
+
+
+@dataclass
+class Fleet:
+    """Every valid object, in a stable order, with the document each came from."""
+
+    objects: list[Resource] = field(default_factory=list)
+    origin: dict[str, Document] = field(default_factory=dict)
+
+    def of(self, kind: str) -> list[Any]:
+        return [o for o in self.objects if o.kind == kind]
+
+    def where(self, obj: Resource, path: Iterable[Any] = ()) -> tuple[str, int]:
+        doc = self.origin.get(obj.ref)
+        return (doc.source, doc.line_of(path)) if doc else ("<generated>", 0)
+
+    def problem(self, obj: Resource, path: tuple, message: str, warning: bool = False) -> Problem:
+        source, line = self.where(obj, path)
+        return Problem(source, line, f"{obj.kind}/{obj.name}", format_path(path), message, warning)
+
+
+@dataclass
+class Loaded:
+    fleet: Fleet
+    problems: list[Problem]  # errors and warnings, in input order
+    notes: list[str]  # skipped objects and other information
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if not p.warning]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.warning]
+
+
+_MESSAGES = {
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown field",
+}
+
+
+def _pydantic_problems(doc: Document, label: str, exc: ValidationError) -> list[Problem]:
+    out: list[Problem] = []
+    seen: set = set()
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("[")))
+        message = _MESSAGES.get(err["type"]) or err["msg"].replace("Input should be", "must be")
+        if err["type"] in ("too_short", "too_long"):
+            least = err["type"] == "too_short"
+            bound = err.get("ctx", {}).get("min_length" if least else "max_length")
+            message = f"must have at {'least' if least else 'most'} {bound} item{'' if bound == 1 else 's'}"
+        if err["type"] == "literal_error":
+            message = message.replace("must be", "must be one of", 1) if " or " in message else message
+        key = (loc, message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Problem(doc.source, doc.line_of(loc), label, format_path(loc), message))
+    return out
+
+
+def _label(data: dict) -> str:
+    kind = data.get("kind") if isinstance(data.get("kind"), str) else "?"
+    meta = data.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else "?"
+    return f"{kind}/{name}"
+
+
+def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
+    """Compile every device selector once; a compile error is a validation error."""
+    if obj.kind == "ModelDeployment":
+        engines = obj.spec.template.spec.engines
+        base = ("spec", "template", "spec", "engines")
+        for i, engine in enumerate(engines):
+            for j, member in enumerate(engine.members):
+                for k, request in enumerate(member.nodeSelector.devices if member.nodeSelector else []):
+                    for s, selector in enumerate(request.selectors):
+                        if error := cel.check_expression(selector.cel):
+                            yield base + (i, "members", j, "nodeSelector", "devices", k, "selectors", s, "cel"), error
+    elif obj.kind == "ModelReplica":
+        for i, engine in enumerate(obj.spec.engines):
+            for j, member in enumerate(engine.members):
+                for k, request in enumerate(member.deviceRequests or []):
+                    for s, selector in enumerate(request.selectors or []):
+                        if error := cel.check_expression(selector.cel):
+                            yield ("spec", "engines", i, "members", j, "deviceRequests", k, "selectors", s, "cel"), error
+
+
+def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], str | None]:
+    """Validate one document: (object or None, problems, note or None)."""
+    data = doc.data
+    if data is None:
+        return None, [], None
+    if not isinstance(data, dict):
+        found = type(data).__name__.replace("dict", "mapping").replace("str", "string")
+        return None, [Problem(doc.source, doc.line, "", "",
+                              f"expected a Kubernetes object (a mapping with apiVersion and kind), found a {found}")], None
+    label = _label(data)
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    if not isinstance(api_version, str) or not api_version:
+        return None, [Problem(doc.source, doc.line_of(("apiVersion",)), label, "apiVersion", "required string field is missing")], None
+    if not isinstance(kind, str) or not kind:
+        return None, [Problem(doc.source, doc.line_of(("kind",)), label, "kind", "required string field is missing")], None
+    group, _, version = api_version.rpartition("/")
+    if group == REFERENCE_ONLY_GROUP:
+        return None, [], (f"{doc.source}:{doc.line}: skipped {kind}/{_label(data).split('/', 1)[1]} "
+                          f"({api_version}: written by the reference system's compositions; "
+                          "this project provisions from InferenceCluster)")
+    if group != MODELPLANE_GROUP:
+        return None, [], f"{doc.source}:{doc.line}: skipped {api_version} {label} (not a modelplane.ai object)"
+    if version != "v1alpha1":
+        return None, [Problem(doc.source, doc.line_of(("apiVersion",)), label, "apiVersion",
+                              f"unsupported version {api_version!r} (supported: modelplane.ai/v1alpha1)")], None
+    if kind not in KINDS:
+        return None, [Problem(doc.source, doc.line_of(("kind",)), label, "kind",
+                              f"unknown kind {kind!r} in modelplane.ai/v1alpha1 (known: {', '.join(KINDS)})")], None
+    model, rules = KINDS[kind]
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as exc:
+        return None, _pydantic_problems(doc, label, exc), None
+    found = list(metadata_rules(obj.metadata, obj.namespaced)) + list(rules(obj)) + list(_cel_problems(obj))
+    problems = sorted(Problem(doc.source, doc.line_of(path), label, format_path(path), message) for path, message in found)
+    return (None if problems else obj), problems, None
+
+
+def _cross_object_problems(fleet: Fleet) -> list[Problem]:
+    out: list[Problem] = []
+    classes = {c.name: c for c in fleet.of("InferenceClass")}
+    for ic in fleet.of("InferenceCluster"):
+        source = ic.spec.cluster.source
+        for i, pool in enumerate(ic.spec.nodePools):
+            path = ("spec", "nodePools", i, "className")
+            icl = classes.get(pool.className)
+            if icl is None:
+                out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} is not among the given manifests; "
+                                         "the pool offers no devices until it exists", warning=True))
+            elif source != "Existing":
+                prov = icl.spec.provisioning
+                if prov is None:
+                    out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} has no provisioning block, "
+                                             f"so a {source} node pool cannot be created from it"))
+                elif prov.provider != source:
+                    out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} provisions for "
+                                             f"{prov.provider}, but this cluster's source is {source}"))
+    caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
+    for md in fleet.of("ModelDeployment"):
+        ref = md.spec.template.spec.modelCacheRef
+        if ref and (md.namespace, ref.name) not in caches:
+            out.append(fleet.problem(md, ("spec", "template", "spec", "modelCacheRef", "name"),
+                                     f"ModelCache {md.namespace}/{ref.name} is not among the given manifests; "
+                                     "no new replica is placed until it exists", warning=True))
+    return out
+
+
+def validate_documents(documents: list[Document]) -> Loaded:
+    fleet = Fleet()
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for doc in documents:
+        try:
+            obj, found, note = validate_document(doc)
+        except Exception as exc:  # a bug of ours must still name the file and object
+            obj, note = None, None
+            label = _label(doc.data) if isinstance(doc.data, dict) else ""
+            found = [Problem(doc.source, doc.line, label, "", f"internal error while validating: {type(exc).__name__}: {exc}")]
+        problems += found
+        if note:
+            notes.append(note)
+        if obj is None:
+            continue
+        if obj.ref in fleet.origin:
+            first = fleet.origin[obj.ref]
+            problems.append(Problem(doc.source, doc.line, f"{obj.kind}/{obj.name}", "metadata.name",
+                                    f"duplicate object: {obj.ref} is also defined at {first.source}:{first.line}"))
+            continue
+        fleet.origin[obj.ref] = doc
+        fleet.objects.append(obj)
+    fleet.objects.sort(key=lambda o: (list(KINDS).index(o.kind), o.namespace, o.name))
+    problems += _cross_object_problems(fleet)
+    return Loaded(fleet, problems, notes)
+
+
+def load_fleet(paths: Iterable[str], stdin: Any = None) -> Loaded:
+    documents, problems = load_paths(paths, stdin)
+    loaded = validate_documents(documents)
+    loaded.problems[:0] = problems
+    return loaded

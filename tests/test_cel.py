@@ -1,0 +1,101 @@
+"""The DRA CEL dialect: the device view, functions, error semantics and caching."""
+
+import pytest
+
+from fleet.cel import CelCompileError, CelEvaluator, DeviceFacts, check_expression
+
+L4 = DeviceFacts(
+    "gpu.nvidia.com",
+    (("productName", ("string", "NVIDIA L4")), ("cudaComputeCapability", ("version", "8.9.0")),
+     ("mig", ("bool", False)), ("sm", ("int", 58)), ("pci.example.com/slot", ("string", "a1"))),
+    (("memory", "23034Mi"), ("other.io/bandwidth", "100G")),
+)
+BAD_VERSION = DeviceFacts("gpu.nvidia.com", (("v", ("version", "not-a-version")),), (("memory", "1Gi"),))
+NVIDIA = 'device.attributes["gpu.nvidia.com"]'
+CAP = 'device.capacity["gpu.nvidia.com"]'
+
+CASES = [
+    # device shape
+    ('device.driver == "gpu.nvidia.com"', L4, True),
+    ('device.driver == "gpu.amd.com"', L4, False),
+    (f'{NVIDIA}.productName == "NVIDIA L4"', L4, True),
+    (f'{NVIDIA}["productName"].startsWith("NVIDIA")', L4, True),
+    (f'{NVIDIA}.mig == false', L4, True),
+    (f'{NVIDIA}.sm > 50', L4, True),
+    ('device.attributes["pci.example.com"].slot == "a1"', L4, True),  # "domain/id" keys split at the first '/'
+    ('device.capacity["other.io"].bandwidth.compareTo(quantity("10G")) > 0', L4, True),
+    # unknown domain = empty map; unknown id = error = non-match
+    ('"x.io" in device.attributes', L4, False),
+    ('"gpu.nvidia.com" in device.attributes', L4, True),
+    ('device.attributes["x.io"].y == 1', L4, False),
+    (f'{NVIDIA}.nope == "x"', L4, False),
+    ('size(device.attributes["x.io"]) == 0', L4, True),
+    # quantity functions
+    (f'{CAP}.memory.compareTo(quantity("20Gi")) >= 0', L4, True),
+    (f'{CAP}.memory.compareTo(quantity("24Gi")) >= 0', L4, False),
+    (f'{CAP}.memory.isGreaterThan(quantity("20Gi"))', L4, True),
+    (f'{CAP}.memory.isLessThan(quantity("20Gi"))', L4, False),
+    (f'compareTo({CAP}.memory, quantity("20Gi")) == 1', L4, True),  # global call style
+    (f'{CAP}.memory == quantity("23034Mi")', L4, True),
+    (f'{CAP}.memory.sub(quantity("23034Mi")).sign() == 0', L4, True),
+    (f'{CAP}.memory.add(1).isInteger()', L4, True),
+    (f'{CAP}.memory.asInteger() == {23034 * 2**20}', L4, True),
+    ('quantity("1500m").asApproximateFloat() == 1.5', L4, True),
+    ('isQuantity("10Gi") && !isQuantity("10GB")', L4, True),
+    ('quantity("10GB").sign() == 1', L4, False),  # a bad quantity is an error: non-match
+    # semver functions
+    (f'{NVIDIA}.cudaComputeCapability.isGreaterThan(semver("8.0.0"))', L4, True),
+    (f'{NVIDIA}.cudaComputeCapability.compareTo(semver("9.0.0")) < 0', L4, True),
+    (f'{NVIDIA}.cudaComputeCapability.major() == 8', L4, True),
+    (f'minor({NVIDIA}.cudaComputeCapability) == 9', L4, True),
+    (f'{NVIDIA}.cudaComputeCapability.patch() == 0', L4, True),
+    (f'{NVIDIA}.cudaComputeCapability == semver("v8.9", true)', L4, True),
+    ('isSemver("v1.2", true) && !isSemver("v1.2")', L4, True),
+    ('semver("v1.2.3").major() == 1', L4, False),  # strict parse fails: non-match
+    (f'{NVIDIA}.cudaComputeCapability.compareTo(quantity("1")) == 0', L4, False),  # type mismatch: non-match
+    # non-bool results and errors are non-matches, never coerced
+    ('1', L4, False),
+    ('"true"', L4, False),
+    (f'{NVIDIA}.productName', L4, False),
+    ('1 / 0 == 1', L4, False),
+    ('true', L4, True),
+    # a device whose version attribute does not parse matches nothing
+    ('true', BAD_VERSION, False),
+    # standard library
+    ('[1, 2].exists(x, x == 2)', L4, True),
+    (f'{NVIDIA}.productName.matches("^NVIDIA L[0-9]$")', L4, True),
+]
+
+
+@pytest.mark.parametrize("expression,device,expected", CASES)
+def test_evaluation(expression, device, expected):
+    assert CelEvaluator().matches(expression, device) is expected
+
+
+@pytest.mark.parametrize("expression,fragment", [
+    ("device.capacity[", "CEL syntax error"),
+    ("", "empty"),
+    ("   ", "empty"),
+    ("quantiti('1Gi')", "unknown function 'quantiti'"),
+    ("device.driver.lowerAscii() == 'x'", "unknown function 'lowerAscii'"),
+    ("device.driver ==", "CEL syntax error"),
+])
+def test_compile_errors(expression, fragment):
+    with pytest.raises(CelCompileError, match=fragment):
+        CelEvaluator().compile(expression)
+    assert fragment in check_expression(expression)
+
+
+def test_each_pair_is_evaluated_once_and_each_expression_compiled_once():
+    evaluator = CelEvaluator()
+    expression = f'{CAP}.memory.compareTo(quantity("20Gi")) >= 0'
+    other = DeviceFacts("gpu.nvidia.com", (), (("memory", "80Gi"),))
+    for _ in range(100):
+        assert evaluator.matches(expression, L4)
+        assert evaluator.matches(expression, other)
+    assert evaluator.evaluations == 2
+    assert len(evaluator.programs) == 1
+    # equal device facts built separately share the cache entry
+    twin = DeviceFacts("gpu.nvidia.com", (), (("memory", "80Gi"),))
+    evaluator.matches(expression, twin)
+    assert evaluator.evaluations == 2
