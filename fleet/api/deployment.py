@@ -199,6 +199,18 @@ def member_rules(member, path: tuple) -> Rule:
     yield from pod_template_rules(member.template, path + ("template",))
 
 
+def engines_rules(engines: list, path: tuple, claims, no_claim_message: str) -> Rule:
+    """The engine rules shared by deployments and replicas: shape, a claiming member, members' own rules."""
+    for i, engine in enumerate(engines):
+        epath = path + (i,)
+        if problem := engine_shape_problem([m.role for m in engine.members]):
+            yield epath + ("members",), problem
+        if not any(claims(m) for m in engine.members):
+            yield epath + ("members",), no_claim_message
+        for j, member in enumerate(engine.members):
+            yield from member_rules(member, epath + ("members", j))
+
+
 def model_deployment_rules(md: ModelDeployment) -> Rule:
     tspec = md.spec.template.spec
     base = ("spec", "template", "spec")
@@ -212,18 +224,13 @@ def model_deployment_rules(md: ModelDeployment) -> Rule:
             yield base + ("tolerations", i, "key"), "operator Equal needs a non-empty key"
         if tol.operator == "Exists" and tol.value:
             yield base + ("tolerations", i, "value"), "operator Exists must not set a value"
+    yield from engines_rules(tspec.engines, base + ("engines",), lambda m: m.nodeSelector,
+                             "at least one member must have a nodeSelector")
     for i, engine in enumerate(tspec.engines):
-        epath = base + ("engines", i)
-        if problem := engine_shape_problem([m.role for m in engine.members]):
-            yield epath + ("members",), problem
-        if not any(m.nodeSelector for m in engine.members):
-            yield epath + ("members",), "at least one member must have a nodeSelector"
         for j, member in enumerate(engine.members):
-            mpath = epath + ("members", j)
-            yield from member_rules(member, mpath)
             if member.nodeSelector:
                 yield from unique(member.nodeSelector.devices, lambda d: d.name,
-                                  mpath + ("nodeSelector", "devices"), "device request name")
+                                  base + ("engines", i, "members", j, "nodeSelector", "devices"), "device request name")
 
 
 # ---- ModelReplica: the machine-written, resolved form ---------------------------------
@@ -276,11 +283,5 @@ def model_replica_rules(mr: ModelReplica) -> Rule:
     base = ("spec",)
     yield from serving_rules(mr.spec.mode, mr.spec.engines, base + ("engines",))
     yield from unique(mr.spec.engines, lambda e: e.name, base + ("engines",), "engine name")
-    for i, engine in enumerate(mr.spec.engines):
-        epath = base + ("engines", i)
-        if problem := engine_shape_problem([m.role for m in engine.members]):
-            yield epath + ("members",), problem
-        if not any(m.deviceRequests for m in engine.members):
-            yield epath + ("members",), "at least one member must carry deviceRequests"
-        for j, member in enumerate(engine.members):
-            yield from member_rules(member, epath + ("members", j))
+    yield from engines_rules(mr.spec.engines, base + ("engines",), lambda m: m.deviceRequests,
+                             "at least one member must carry deviceRequests")
