@@ -16,12 +16,16 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/modelplane validate -f examples/
+	@echo
+	$(BIN)/modelplane plan -f examples/
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cel_bench.py
+	$(BIN)/python benchmarks/plan_bench.py --scaling
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

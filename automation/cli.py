@@ -6,11 +6,15 @@ ours becomes one line and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 
 import click
+import yaml
 
+from fleet.plan_output import plan_to_dict
+from fleet.scheduler import schedule
 from fleet.validate import Loaded, load_fleet
 
 EXIT_INVALID = 1
@@ -57,6 +61,25 @@ def validate(paths: tuple[str, ...]) -> None:
         click.echo(f"{kind + ':':<18} {count:>4} valid  {shown}")
     warnings = f", {len(loaded.warnings)} warning(s)" if loaded.warnings else ""
     click.echo(f"{len(loaded.fleet.objects)} objects valid{warnings}")
+
+
+@cli.command()
+@_paths_option
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
+              help="table for people; json and yaml are the stable machine interface (see README).")
+@click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
+def plan(paths: tuple[str, ...], output: str, explain: bool) -> None:
+    """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas."""
+    from automation.output import plan_table
+
+    loaded = _load(paths)
+    result = schedule(loaded.fleet, explain=explain)
+    if output == "json":
+        click.echo(json.dumps(plan_to_dict(result, explain), indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(plan_to_dict(result, explain), sort_keys=False), nl=False)
+    else:
+        plan_table(result, explain, stream=sys.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:

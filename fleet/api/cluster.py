@@ -87,8 +87,11 @@ class Taint(Strict):
     effect: Literal["NoSchedule", "NoExecute"]
 
 
+ReservationId = Str(4, 64, r"^cr-[0-9a-f]+$")
+
+
 class CapacityBlock(Strict):
-    capacityReservationId: Str(4, 64, r"^cr-[0-9a-f]+$")
+    capacityReservationId: ReservationId
 
 
 class InfiniBand(Strict):

@@ -1,0 +1,53 @@
+"""Human-readable output (rich tables); machine output stays plain JSON/YAML."""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from fleet.plan import Plan
+
+
+def _console(stream) -> Console:
+    # A pipe gets a wide, colourless table so that nothing is cut or wrapped mid-cell.
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return Console(file=stream, width=None if tty else 200, no_color=not tty, highlight=False, soft_wrap=False)
+
+
+def plan_table(plan: Plan, explain: bool = False, stream=None) -> str:
+    buffer = io.StringIO()
+    console = _console(stream if stream is not None else buffer)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("DEPLOYMENT", "REPLICA", "CLUSTER", "ENGINE", "BACKEND", "ROLE", "POOL", "PODS", "DEVICES/POD", "STATE"):
+        table.add_column(column, no_wrap=True)
+    for r in plan.replicas:
+        backends = {name: backend for name, backend, _ in r.backends}
+        for e in r.placement.engines:
+            for m in e.members:
+                devices = ",".join(f"{n}={c}" for n, _, c in m.devices) or "-"
+                table.add_row(r.key, r.name, r.cluster, e.engine, backends[e.engine], m.role, e.pool,
+                              str(m.pods), devices, r.state)
+    if plan.replicas:
+        console.print(table)
+    else:
+        console.print("no replica placed")
+    placed = len(plan.replicas)
+    missing = sum(u.missing for u in plan.unscheduled)
+    console.print(f"\n{placed} replica(s) placed, {missing} unscheduled, {len(plan.dropped)} dropped or moved")
+    for u in plan.unscheduled:
+        console.print(f"\nunscheduled: {u.deployment}: {u.missing} replica(s)")
+        for reason in u.reasons:
+            console.print(f"  - {reason}", markup=False)
+    if plan.dropped:
+        console.print("\ndropped or moved:")
+        for d in plan.dropped:
+            console.print(f"  - {d.deployment} {d.name} ({d.cluster}#{d.index}): {d.reason}", markup=False)
+    if explain:
+        for key in sorted(plan.explain):
+            console.print(f"\nexplain {key}:")
+            for line in plan.explain[key]:
+                console.print(f"  - {line}", markup=False)
+    return buffer.getvalue()

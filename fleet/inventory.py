@@ -1,0 +1,123 @@
+"""The fleet as the scheduler sees it: clusters, their pools, and what one node of a pool offers.
+
+Observed state wins: an InferenceCluster with a `status` is taken as written (readiness
+from its conditions and gateway address, pools from `status.gpuPools` when published).
+Without a status, a declared cluster counts as ready, and each pool offers
+`maxNodeCount` nodes if set (the pool can grow to it), else `nodeCount`, each node with
+the devices of the pool's InferenceClass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.cel import DeviceFacts
+from fleet.quantity import QuantityError, parse_quantity
+
+
+@dataclass(frozen=True)
+class PoolDevice:
+    name: str
+    claim: str  # DRA or Synthetic
+    device_class: str | None
+    count: int  # per node
+    facts: DeviceFacts
+    memory: int  # bytes of `memory` capacity in any domain; 0 when the device publishes none
+
+    @property
+    def claimable(self) -> bool:
+        return self.claim == "DRA"
+
+
+@dataclass(frozen=True)
+class PoolKind:
+    """What one node of a pool offers. Pools of the same class share one kind (and cache entries)."""
+
+    devices: tuple[PoolDevice, ...]
+
+    def __hash__(self) -> int:  # used in every cache key: hash the nested tuple once
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(self.devices)
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        return tuple(d.count for d in self.devices)
+
+
+@dataclass(frozen=True)
+class PoolView:
+    cluster: str
+    name: str
+    nodes: int
+    kind: PoolKind
+    class_name: str | None = None
+    problem: str | None = None  # why the pool offers nothing, e.g. its class is missing
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    name: str
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
+    taints: tuple = ()
+    ready: bool = True
+    not_ready: str | None = None
+    gateway: str | None = None
+    pools: tuple[PoolView, ...] = ()
+    observed: bool = False  # carried a status
+
+
+def device_from_spec(device) -> PoolDevice:
+    attributes = tuple(sorted((key, attr.typed()) for key, attr in (device.attributes or {}).items() if attr.typed()))
+    capacity = tuple(sorted((key, cap.value) for key, cap in (device.capacity or {}).items()))
+    memory = 0
+    for key, value in capacity:
+        if key == "memory" or key.endswith("/memory"):
+            try:
+                memory = int(parse_quantity(value))
+            except QuantityError:
+                memory = 0
+    return PoolDevice(device.name, device.claim, device.deviceClassName, device.count,
+                      DeviceFacts(device.driver, attributes, capacity), memory)
+
+
+def _readiness(status) -> tuple[bool, str | None, str | None]:
+    if status is None:
+        return True, None, None
+    address = status.gateway.address if status.gateway and status.gateway.address else None
+    conditions = {c.type: c for c in status.conditions or []}
+    for wanted in (["Ready"] if "Ready" in conditions else ["ClusterReady", "BackendReady"]):
+        condition = conditions.get(wanted)
+        if condition is not None and condition.status != "True":
+            detail = f": {condition.reason}" if condition.reason else ""
+            return False, f"condition {wanted} is {condition.status}{detail}", address
+    if address is None:
+        return False, "no gateway address yet", None
+    return True, None, address
+
+
+def build_clusters(fleet) -> list[ClusterView]:
+    classes = {c.name: c for c in fleet.of("InferenceClass")}
+    views = []
+    for ic in sorted(fleet.of("InferenceCluster"), key=lambda c: c.name):
+        ready, not_ready, address = _readiness(ic.status)
+        published = ic.status.gpuPools if ic.status and ic.status.gpuPools else None
+        pools = []
+        if published is not None:
+            for gp in published:
+                kind = PoolKind(tuple(device_from_spec(d) for d in gp.devices or []))
+                pools.append(PoolView(ic.name, gp.name, max(gp.nodes or 0, 0), kind))
+        else:
+            for np in ic.spec.nodePools:
+                icl = classes.get(np.className)
+                if icl is None:
+                    pools.append(PoolView(ic.name, np.name, 0, PoolKind(()), np.className,
+                                          f"InferenceClass {np.className!r} not found"))
+                    continue
+                kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices))
+                pools.append(PoolView(ic.name, np.name, np.capacity_nodes, kind, np.className))
+        views.append(ClusterView(ic.name, dict(ic.metadata.labels or {}), tuple(ic.spec.taints or ()),
+                                 ready, not_ready, address, tuple(pools), ic.status is not None))
+    return views

@@ -1,0 +1,55 @@
+"""Placement memory: where replicas were applied, so the next plan keeps them there.
+
+Recorded after a stack applied successfully (by the automation layer), or read back from
+observed ModelReplica manifests, which carry the same facts in the reference's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class RecordedMember:
+    role: str
+    pool: str
+    pods: int
+    requests: tuple[tuple[str, int], ...]  # (name, count), sorted
+
+
+@dataclass(frozen=True)
+class RecordedEngine:
+    name: str
+    copies: int
+    members: tuple[RecordedMember, ...]
+
+
+@dataclass(frozen=True)
+class RecordedReplica:
+    """Placement memory: a replica that was applied (or observed as a ModelReplica)."""
+
+    namespace: str
+    deployment: str
+    name: str
+    cluster: str
+    index: int
+    engines: tuple[RecordedEngine, ...]
+
+
+def recorded_from_model_replica(mr) -> RecordedReplica | None:
+    labels = mr.metadata.labels or {}
+    deployment = labels.get("modelplane.ai/deployment")
+    if not deployment:
+        return None
+    try:
+        index = int(labels.get("modelplane.ai/replica-index", "0"))
+    except ValueError:
+        index = 0
+    engines = []
+    for e in mr.spec.engines:
+        members = tuple(
+            RecordedMember(m.role, m.nodePoolName, m.pods,
+                           tuple(sorted((r.name, r.count) for r in m.deviceRequests or [])))
+            for m in e.members
+        )
+        engines.append(RecordedEngine(e.name, e.copies, members))
+    return RecordedReplica(mr.namespace, deployment, mr.name, mr.spec.clusterName, max(index, 0), tuple(engines))

@@ -1,0 +1,272 @@
+"""Placing one replica on one cluster: each engine as a gang on one pool, pods onto nodes.
+
+- Engine on pool: every member must match the pool's devices, at least one member must
+  claim a DRA device there, and a member that claims on another pool of the cluster must
+  not be stranded here on synthetic devices only. Pods are then placed one at a time on
+  the best-fitting node (tightest score), largest members first; members that claim
+  nothing cost nothing and ride along.
+- Engines to pools: an exact search over the (few) engines and pools of the cluster
+  that finds every feasible assignment (up to a bound) and keeps the tightest, ties
+  broken by pool names. Engines are taken by name, so written order does not matter.
+
+Every result is cached on (shape, pool kinds, pool states): equal clusters in equal
+states are computed once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.cel import CelEvaluator
+from fleet.inventory import ClusterView, PoolKind, PoolView
+from fleet.ledger import ZERO, PoolState, Score, pod_score
+from fleet.matching import MemberMatch, assign, claims, demand, match_member
+from fleet.shapes import EngineShape, MemberShape
+
+MAX_ASSIGNMENTS = 512  # complete engine->pool assignments compared per replica and cluster
+
+
+@dataclass(frozen=True)
+class MemberPlacement:
+    role: str
+    pods: int  # pods placed: pods per copy x copies
+    devices: tuple[tuple[str, str, int], ...]  # claimed (DRA) requests: (request, deviceClassName, count per pod)
+    synthetic: tuple[tuple[str, int], ...] = ()  # placement-only matches: (request, count per pod)
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    engine: str
+    pool: str
+    members: tuple[MemberPlacement, ...]  # in the engine's written member order
+    score: Score
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    cluster: str
+    engines: tuple[EnginePlacement, ...]  # in written engine order
+    score: Score
+
+
+@dataclass
+class Rejection:
+    """Why a replica does not fit on a cluster: one line per pool or engine, for people."""
+
+    lines: list[str] = field(default_factory=list)
+
+
+class Placer:
+    """Placement with caches that live for one plan."""
+
+    def __init__(self, cel: CelEvaluator):
+        self.cel = cel
+        self._matches: dict[tuple[MemberShape, PoolKind], MemberMatch] = {}
+        self._assign: dict[tuple, tuple | None] = {}
+        self._engines: dict[tuple, tuple] = {}
+        self._replicas: dict[tuple, tuple] = {}
+        self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
+
+    # ---- static matching -------------------------------------------------------------
+
+    def match(self, member: MemberShape, kind: PoolKind) -> MemberMatch:
+        key = (member, kind)
+        found = self._matches.get(key)
+        if found is None:
+            found = self._matches[key] = match_member(member, kind, self.cel)
+        return found
+
+    def member_claims(self, member: MemberShape, kind: PoolKind) -> bool:
+        m = self.match(member, kind)
+        return m.fits and claims(member, kind, m.empty_node)
+
+    def static_problem(self, engine: EngineShape, pool: PoolView, claim_elsewhere: tuple[bool, ...]) -> str | None:
+        """Why the engine can never run on this pool, capacity aside; None if it can."""
+        if pool.problem:
+            return pool.problem
+        if not pool.kind.devices:
+            return "the pool publishes no devices"
+        claiming = False
+        for i, member in enumerate(engine.members):
+            m = self.match(member, pool.kind)
+            if not m.fits:
+                return f"engine {engine.name}, {member.role.lower()}: {m.reason}"
+            if claims(member, pool.kind, m.empty_node):
+                claiming = True
+            elif member.requests and claim_elsewhere[i]:
+                return (f"engine {engine.name}, {member.role.lower()}: matches only placement-only devices here, "
+                        "but claims GPUs on another pool")
+        if not claiming:
+            return f"engine {engine.name}: no member claims a DRA device on this pool"
+        return None
+
+    # ---- one engine on one pool -----------------------------------------------------------
+
+    def _assign_on(self, member: MemberShape, kind: PoolKind, vector: tuple[int, ...]):
+        key = (member, kind, vector)
+        if key not in self._assign:
+            m = self.match(member, kind)
+            self._assign[key] = assign(member, m.candidates, vector)
+        return self._assign[key]
+
+    def place_engine(self, engine: EngineShape, pool: PoolView, state: PoolState):
+        """(EnginePlacement, new state nodes) or (None, reason). The given state is not changed."""
+        key = (engine, pool.name, state.key())
+        cached = self._engines.get(key)
+        if cached is not None:
+            return cached
+        self.stats["engine_evaluations"] += 1
+        kind = pool.kind
+        trial = state.copy()
+        total = ZERO
+        placed: dict[int, MemberPlacement] = {}
+        order = sorted(
+            range(len(engine.members)),
+            key=lambda i: (-sum(demand(engine.members[i], kind, self.match(engine.members[i], kind).empty_node)), i),
+        )
+        result = None
+        for i in order:
+            member = engine.members[i]
+            m = self.match(member, kind)
+            pods = member.pods * engine.copies
+            dra = tuple((r.name, kind.devices[e].device_class or "", r.count)
+                        for r, e in zip(member.requests, m.empty_node) if kind.devices[e].claimable)
+            synthetic = tuple((r.name, r.count) for r, e in zip(member.requests, m.empty_node)
+                              if not kind.devices[e].claimable)
+            if not claims(member, kind, m.empty_node):
+                placed[i] = MemberPlacement(member.role, pods, (), synthetic)
+                continue
+            for n in range(pods):
+                best = None
+                for vector in trial.vectors():
+                    a = self._assign_on(member, kind, vector)
+                    if a is None:
+                        continue
+                    used = demand(member, kind, a)
+                    score = pod_score(kind, vector, used)
+                    candidate = (score.key(), vector, used, score)
+                    if best is None or candidate[:2] < best[:2]:
+                        best = candidate
+                if best is None:
+                    need = ", ".join(f"{c} {kind.devices[e].name}" for c, e in
+                                     _per_entry(member, kind, m.empty_node))
+                    result = (None, (f"engine {engine.name} needs {pods} {member.role.lower()} pod(s) with {need} "
+                                     f"on one node each; {n} fit in the free capacity "
+                                     f"({_free_text(state)})"))
+                    break
+                trial.take(best[1], best[2])
+                total = total + best[3]
+            if result is not None:
+                break
+            placed[i] = MemberPlacement(member.role, pods, dra, synthetic)
+        if result is None:
+            members = tuple(placed[i] for i in range(len(engine.members)))
+            result = (EnginePlacement(engine.name, pool.name, members, total), trial.nodes)
+        self._engines[key] = result
+        return result
+
+    # ---- one replica on one cluster --------------------------------------------------------
+
+    def place_replica(self, engines: tuple[EngineShape, ...], cluster: ClusterView, states: dict[str, PoolState],
+                      pinned: dict[str, str] | None = None, key: tuple | None = None):
+        """(ReplicaPlacement, {pool: new nodes}) or (None, Rejection).
+
+        `pinned` fixes engines to pools (a kept replica stays on its pools). `key`, when
+        given, must identify (engines, the cluster's pools and their states, pinned): the
+        scheduler passes small interned integers so the hot loop hashes nothing deep.
+        """
+        if key is None:
+            key = (engines, tuple((p.name, states[p.name].key()) for p in cluster.pools),
+                   tuple(sorted((pinned or {}).items())))
+        cached = self._replicas.get(key)
+        if cached is not None:
+            return cached
+        pools = {p.name: p for p in cluster.pools}
+        self.stats["replica_evaluations"] += 1
+        rejection = Rejection()
+        candidates: dict[str, list[str]] = {}
+        for engine in sorted(engines, key=lambda e: e.name):
+            elsewhere = tuple(any(self.member_claims(m, p.kind) for p in cluster.pools) for m in engine.members)
+            names = [pinned[engine.name]] if pinned and engine.name in pinned else sorted(pools)
+            ok = []
+            for name in names:
+                pool = pools.get(name)
+                if pool is None:
+                    rejection.lines.append(f"{cluster.name}/{name}: pool no longer exists")
+                    continue
+                problem = self.static_problem(engine, pool, elsewhere)
+                if problem:
+                    rejection.lines.append(f"{cluster.name}/{name}: {problem}")
+                else:
+                    ok.append(name)
+            candidates[engine.name] = ok
+        if any(not names for names in candidates.values()):
+            result = (None, rejection)
+            self._replicas[key] = result
+            return result
+
+        ordered = sorted(engines, key=lambda e: e.name)
+        best: tuple | None = None
+        explored = 0
+        capacity_lines: dict[str, str] = {}
+
+        def search(k: int, trial: dict[str, PoolState], chosen: list[EnginePlacement], score: Score):
+            nonlocal best, explored
+            if explored >= MAX_ASSIGNMENTS:
+                return
+            if k == len(ordered):
+                explored += 1
+                rank = (score.key(), tuple(p.pool for p in chosen))
+                if best is None or rank < best[0]:
+                    best = (rank, list(chosen), {name: s.nodes for name, s in trial.items()})
+                return
+            engine = ordered[k]
+            for name in candidates[engine.name]:
+                placement, nodes = self.place_engine(engine, pools[name], trial[name])
+                if placement is None:
+                    capacity_lines.setdefault(name + engine.name, f"{cluster.name}/{name}: {nodes}")
+                    continue
+                before = trial[name]
+                trial[name] = PoolState(before.kind, 0, nodes)
+                chosen.append(placement)
+                search(k + 1, trial, chosen, score + placement.score)
+                chosen.pop()
+                trial[name] = before
+
+        search(0, dict(states), [], ZERO)
+        if best is None:
+            rejection.lines.extend(capacity_lines.values())
+            if not capacity_lines:  # pragma: no cover - every failure records a line
+                rejection.lines.append(f"{cluster.name}: engines do not fit together")
+            elif len(ordered) > 1 and all(self._fits_alone(e, cluster, states, candidates) for e in ordered):
+                rejection.lines.append(f"{cluster.name}: each engine fits alone, but not all together")
+            result = (None, rejection)
+        else:
+            _, chosen, nodes = best
+            by_name = {p.engine: p for p in chosen}
+            engines_out = tuple(by_name[e.name] for e in engines)
+            total = ZERO
+            for p in engines_out:
+                total = total + p.score
+            touched = {p.pool for p in engines_out}
+            result = (ReplicaPlacement(cluster.name, engines_out, total), {n: nodes[n] for n in touched})
+        self._replicas[key] = result
+        return result
+
+    def _fits_alone(self, engine, cluster, states, candidates) -> bool:
+        pools = {p.name: p for p in cluster.pools}
+        return any(self.place_engine(engine, pools[n], states[n])[0] is not None for n in candidates[engine.name])
+
+
+def _per_entry(member: MemberShape, kind: PoolKind, assignment: tuple[int, ...]) -> list[tuple[int, int]]:
+    used = demand(member, kind, assignment)
+    return [(c, e) for e, c in enumerate(used) if c]
+
+
+def _free_text(state: PoolState) -> str:
+    free = state.free_devices()
+    nodes = sum(state.nodes.values())
+    if not nodes:
+        return "the pool has 0 nodes"
+    parts = ", ".join(f"{n} {name}" for name, n in free.items())
+    return f"{nodes} node(s), {state.idle_nodes()} idle; free: {parts}"

@@ -1,0 +1,63 @@
+"""The scheduler's result: placed replicas, unscheduled shortfalls, dropped replicas and explanations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
+from fleet.placement import ReplicaPlacement
+from fleet.shapes import EngineShape
+
+@dataclass(frozen=True)
+class PlacedReplica:
+    namespace: str
+    deployment: str
+    index: int
+    name: str
+    cluster: str
+    placement: ReplicaPlacement
+    backends: tuple[tuple[str, str, str], ...]  # (engine, backend, reason)
+    state: str  # "kept" or "new"
+    engines: tuple[EngineShape, ...] = ()  # the shape it was placed with
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.deployment}"
+
+    def recorded(self) -> RecordedReplica:
+        """What to remember once this replica's stack applied: the placement memory of the next plan."""
+        shapes = {e.name: e for e in self.engines}
+        engines = []
+        for e in self.placement.engines:
+            shape = shapes[e.engine]
+            members = tuple(
+                RecordedMember(m.role, e.pool, s.pods, tuple(sorted((n, c) for n, _, c in m.devices)))
+                for m, s in zip(e.members, shape.members)
+            )
+            engines.append(RecordedEngine(e.engine, shape.copies, members))
+        return RecordedReplica(self.namespace, self.deployment, self.name, self.cluster, self.index, tuple(engines))
+
+
+@dataclass(frozen=True)
+class Unscheduled:
+    deployment: str
+    missing: int
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    deployment: str
+    name: str
+    cluster: str
+    index: int
+    reason: str
+
+
+@dataclass
+class Plan:
+    replicas: list[PlacedReplica] = field(default_factory=list)
+    unscheduled: list[Unscheduled] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    explain: dict[str, list[str]] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)

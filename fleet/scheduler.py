@@ -1,0 +1,360 @@
+"""The fleet scheduler: a pure function of (desired specs, observed clusters, recorded placements).
+
+For the whole fleet at once, with one device ledger:
+
+1. Retain: each recorded replica of a deployment (identity: namespace/deployment,
+   cluster, index) stays where it is unless its cluster is gone, no longer selected or
+   draining (NoExecute), it duplicates another, or its template no longer matches its
+   pools. Degraded clusters keep their replicas.
+2. Scale down: the most loaded cluster loses a replica first, then the later cluster
+   name, then the highest index.
+3. Charge kept replicas to the ledger at their current shape, unchanged ones first; a
+   replica whose shape grew and no longer fits where it is gets re-placed. Nothing is
+   ever overcommitted.
+4. Fill, one replica per deployment per round (larger deployments first in a round, so
+   scarce capacity is shared and big gangs are not starved by crumbs): each new replica
+   goes to the ready, selected, untainted cluster with the fewest replicas of its
+   deployment, then the tightest fit, then the cluster name.
+
+Every replica that cannot be placed gets reasons per cluster; every dropped replica gets
+the reason it moved.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from fleet.backends import choose_backend
+from fleet.cel import CelEvaluator
+from fleet.inventory import ClusterView, build_clusters
+from fleet.ledger import PoolState
+from fleet.names import replica_name
+from fleet.memory import RecordedReplica, recorded_from_model_replica
+from fleet.placement import Placer, ReplicaPlacement
+from fleet.plan import Dropped, PlacedReplica, Plan, Unscheduled
+from fleet.shapes import EngineShape, engine_shapes
+from fleet.taints import describe, untolerated
+
+# ---- the scheduler -------------------------------------------------------------------------
+
+
+@dataclass
+class _Deployment:
+    key: str
+    namespace: str
+    name: str
+    md: object
+    engines: tuple[EngineShape, ...]
+    mode: str
+    selector: dict[str, str]
+    tolerations: tuple
+    blocked: str | None  # why no new replica may be placed (cache missing, selector conflict)
+    size: int  # DRA devices per replica, for ordering
+    shape_id: int = 0  # interned engines: cheap cache keys
+    backends: tuple = ()
+
+
+def _selector_text(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _resolve_selector(md, caches) -> tuple[dict[str, str], str | None]:
+    """The deployment's cluster selector intersected with its cache's footprint."""
+    spec = md.spec.template.spec
+    own = dict(spec.clusterSelector.matchLabels or {}) if spec.clusterSelector else {}
+    if not spec.modelCacheRef:
+        return own, None
+    cache = caches.get((md.namespace, spec.modelCacheRef.name))
+    if cache is None:
+        return own, f"waiting for ModelCache {md.namespace}/{spec.modelCacheRef.name}, which does not exist"
+    theirs = dict(cache.spec.clusterSelector.matchLabels or {}) if cache.spec.clusterSelector else {}
+    clashes = sorted(k for k in own.keys() & theirs.keys() if own[k] != theirs[k])
+    if clashes:
+        detail = "; ".join(f"{k}={own[k]} vs {k}={theirs[k]}" for k in clashes)
+        return own, (f"clusterSelector and ModelCache {cache.name}'s clusterSelector select no cluster in common "
+                     f"({detail})")
+    return {**own, **theirs}, None
+
+
+def _size(engines: tuple[EngineShape, ...]) -> int:
+    return sum(e.copies * m.pods * sum(r.count for r in m.requests) for e in engines for m in e.members)
+
+
+def _selected(cluster: ClusterView, selector: dict[str, str]) -> bool:
+    labels = cluster.labels
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _not_selected(cluster: ClusterView, selector: dict[str, str]) -> str | None:
+    """Why the cluster's labels do not satisfy the selector, e.g. "region=eu, wants region=us"; None if they do."""
+    wrong = sorted(k for k, v in selector.items() if cluster.labels.get(k) != v)
+    if not wrong:
+        return None
+    has = ",".join(f"{k}={cluster.labels[k]}" if k in cluster.labels else f"no {k}" for k in wrong)
+    wants = ",".join(f"{k}={selector[k]}" for k in wrong)
+    return f"{has}, wants {wants}"
+
+
+class Scheduler:
+    def __init__(self, fleet, recorded: list[RecordedReplica] | None = None, cel: CelEvaluator | None = None,
+                 explain: bool = False):
+        self.fleet = fleet
+        self.explain = explain
+        self.placer = Placer(cel or CelEvaluator())
+        self.clusters = build_clusters(fleet)
+        self.by_name = {c.name: c for c in self.clusters}
+        self.states: dict[str, dict[str, PoolState]] = {
+            c.name: {p.name: PoolState(p.kind, p.nodes) for p in c.pools} for c in self.clusters
+        }
+        # Each cluster's pools and states, interned to an integer that changes when the cluster's ledger does.
+        self._state_ids: dict[tuple, int] = {}
+        self.state_id: dict[str, int] = {c.name: self._intern_state(c.name) for c in self.clusters}
+        self._shape_ids: dict[tuple, int] = {}
+        caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
+        self.deployments: list[_Deployment] = []
+        for md in fleet.of("ModelDeployment"):
+            spec = md.spec.template.spec
+            selector, blocked = _resolve_selector(md, caches)
+            engines = engine_shapes(spec)
+            d = _Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
+                            tuple(spec.tolerations or ()), blocked, _size(engines))
+            d.shape_id = self._shape_ids.setdefault(engines, len(self._shape_ids))
+            d.backends = tuple((e.name, *choose_backend(e, d.mode)) for e in engines)
+            self.deployments.append(d)
+        # larger replicas first, then by name: content decides, never file order
+        self.deployments.sort(key=lambda d: (-d.size, d.key))
+        memory = list(recorded or [])
+        memory += [r for r in (recorded_from_model_replica(mr) for mr in fleet.of("ModelReplica")) if r]
+        self.recorded: dict[str, list[RecordedReplica]] = defaultdict(list)
+        for r in sorted(set(memory), key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
+            self.recorded[f"{r.namespace}/{r.deployment}"].append(r)
+        self.plan = Plan()
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _note(self, d: _Deployment, line: str) -> None:
+        if self.explain:
+            self.plan.explain.setdefault(d.key, []).append(line)
+
+    def _drop(self, d: _Deployment, r: RecordedReplica, reason: str) -> None:
+        self.plan.dropped.append(Dropped(d.key, r.name, r.cluster, r.index, reason))
+        self._note(d, f"replica {r.name} ({r.cluster}#{r.index}) dropped: {reason}")
+
+    def _backends(self, d: _Deployment) -> tuple[tuple[str, str, str], ...]:
+        return d.backends
+
+    def _intern_state(self, cluster: str) -> int:
+        key = tuple((name, state.key()) for name, state in self.states[cluster].items())
+        return self._state_ids.setdefault(key, len(self._state_ids))
+
+    def _place(self, d: _Deployment, cluster: ClusterView, pinned: dict[str, str] | None = None):
+        key = (d.shape_id, self.state_id[cluster.name], tuple(sorted(pinned.items())) if pinned else None)
+        return self.placer.place_replica(d.engines, cluster, self.states[cluster.name], pinned, key)
+
+    def _retain_problem(self, d: _Deployment, r: RecordedReplica) -> tuple[str | None, dict[str, str]]:
+        cluster = self.by_name.get(r.cluster)
+        if cluster is None:
+            return f"cluster {r.cluster} no longer exists", {}
+        if (why := _not_selected(cluster, d.selector)) is not None:
+            return f"cluster {cluster.name} is no longer selected ({why})", {}
+        if draining := untolerated(cluster.taints, d.tolerations, ("NoExecute",)):
+            return f"cluster {cluster.name} is draining: taint {describe(draining[0])} is not tolerated", {}
+        wanted = {e.name: e for e in d.engines}
+        if len(r.engines) != len(d.engines) or any(e.name not in wanted for e in r.engines):
+            return ("template changed: engines are now " + ",".join(sorted(wanted)) + ", were "
+                    + ",".join(sorted(e.name for e in r.engines))), {}
+        pins: dict[str, str] = {}
+        for observed in r.engines:
+            engine = wanted[observed.name]
+            if [m.role for m in observed.members] != [m.role for m in engine.members]:
+                return f"template changed: members of engine {engine.name} changed", {}
+            pools = {m.pool for m in observed.members}
+            if len(pools) != 1:
+                return f"engine {engine.name} was split across pools {','.join(sorted(pools))}", {}
+            pins[engine.name] = pools.pop()
+        return None, pins
+
+    def _shape_unchanged(self, d: _Deployment, r: RecordedReplica) -> bool:
+        recorded = {e.name: e for e in r.engines}
+        for engine in d.engines:
+            seen = recorded[engine.name]
+            if seen.copies != engine.copies:
+                return False
+            for now, was in zip(engine.members, seen.members):
+                counts = {q.name: q.count for q in now.requests}
+                # the record lists claimed (DRA) requests only; placement-only ones are not compared
+                if now.pods != was.pods or any(counts.get(name) != count for name, count in was.requests):
+                    return False
+        return True
+
+    def _apply(self, cluster: str, nodes: dict) -> None:
+        for pool, counter in nodes.items():
+            state = self.states[cluster][pool]
+            self.states[cluster][pool] = PoolState(state.kind, 0, Counter(counter))
+        self.state_id[cluster] = self._intern_state(cluster)
+
+    # ---- phases ----------------------------------------------------------------------------
+
+    def _retain(self) -> list[tuple[_Deployment, RecordedReplica, dict[str, str]]]:
+        kept_all = []
+        for d in self.deployments:
+            kept: list[tuple[RecordedReplica, dict[str, str]]] = []
+            seen: dict[tuple[str, int], str] = {}
+            for r in self.recorded.get(d.key, []):
+                identity = (r.cluster, r.index)
+                if identity in seen:
+                    self._drop(d, r, f"duplicate of replica {seen[identity]} (same cluster and index)")
+                    continue
+                seen[identity] = r.name
+                problem, pins = self._retain_problem(d, r)
+                if problem is None:
+                    cluster = self.by_name[r.cluster]
+                    for engine in d.engines:
+                        pool = next((p for p in cluster.pools if p.name == pins[engine.name]), None)
+                        elsewhere = tuple(any(self.placer.member_claims(m, p.kind) for p in cluster.pools)
+                                          for m in engine.members)
+                        if pool is None:
+                            problem = f"pool {r.cluster}/{pins[engine.name]} no longer exists"
+                        elif why := self.placer.static_problem(engine, pool, elsewhere):
+                            problem = f"template or pool changed: {r.cluster}/{pool.name}: {why}"
+                        if problem:
+                            break
+                if problem:
+                    self._drop(d, r, problem)
+                else:
+                    kept.append((r, pins))
+            # scale down: most loaded cluster first, then later cluster name, then highest index
+            while len(kept) > d.md.spec.replicas:
+                load = Counter(r.cluster for r, _ in kept)
+                victim = max(kept, key=lambda item: (load[item[0].cluster], item[0].cluster, item[0].index))
+                kept.remove(victim)
+                self._drop(d, victim[0], f"scaled down to {d.md.spec.replicas} replica(s)")
+            kept_all += [(d, r, pins) for r, pins in kept]
+        return kept_all
+
+    def _charge_kept(self, kept) -> dict[str, list[tuple[RecordedReplica, ReplicaPlacement]]]:
+        order = {d.key: i for i, d in enumerate(self.deployments)}
+        kept.sort(key=lambda item: (not self._shape_unchanged(item[0], item[1]), order[item[0].key], item[1].name))
+        placed: dict[str, list] = defaultdict(list)
+        for d, r, pins in kept:
+            cluster = self.by_name[r.cluster]
+            placement, detail = self._place(d, cluster, pins)
+            if placement is None:
+                grew = "" if self._shape_unchanged(d, r) else " after its shape grew"
+                self._drop(d, r, f"no longer fits on {r.cluster}{grew}: " + "; ".join(detail.lines))
+                continue
+            self._apply(r.cluster, detail)
+            placed[d.key].append((r, placement))
+        return placed
+
+    def _candidates(self, d: _Deployment) -> list[ClusterView]:
+        return [c for c in self.clusters if c.ready and _selected(c, d.selector)
+                and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
+
+    def _reasons(self, d: _Deployment) -> list[str]:
+        reasons = []
+        for c in self.clusters:
+            if (why := _not_selected(c, d.selector)) is not None:
+                reasons.append(f"{c.name}: not selected ({why})")
+            elif not c.ready:
+                reasons.append(f"{c.name}: not ready ({c.not_ready})")
+            elif blocking := untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")):
+                reasons.append(f"{c.name}: taint {describe(blocking[0])} is not tolerated")
+            else:
+                placement, detail = self._place(d, c)
+                if placement is None:
+                    reasons.extend(detail.lines)
+        if not self.clusters:
+            reasons.append("the fleet has no InferenceCluster")
+        return reasons
+
+    def _fill(self, kept_by_deployment) -> None:
+        loads: dict[str, Counter] = {d.key: Counter() for d in self.deployments}
+        indices: dict[str, dict[str, set[int]]] = {d.key: defaultdict(set) for d in self.deployments}
+        need: dict[str, int] = {}
+        for d in self.deployments:
+            for r, placement in kept_by_deployment.get(d.key, []):
+                loads[d.key][r.cluster] += 1
+                indices[d.key][r.cluster].add(r.index)
+                self.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,
+                                                        self._backends(d), "kept", d.engines))
+                self._note(d, f"replica {r.name} kept on {r.cluster}#{r.index}")
+            missing = d.md.spec.replicas - len(kept_by_deployment.get(d.key, []))
+            if missing <= 0:
+                continue
+            if d.blocked:
+                self.plan.unscheduled.append(Unscheduled(d.key, missing, (d.blocked,)))
+                self._note(d, f"no new replica placed: {d.blocked}")
+                continue
+            need[d.key] = missing
+        candidates = {d.key: self._candidates(d) for d in self.deployments if d.key in need}
+        active = [d for d in self.deployments if d.key in need]
+        explained: set[str] = set()
+        while active:
+            still = []
+            for d in active:
+                best = None
+                tried = []
+                load = loads[d.key]
+                for c in candidates[d.key]:
+                    placement, detail = self._place(d, c)
+                    if placement is None:
+                        continue
+                    rank = (load[c.name], placement.score.key(), c.name)
+                    if best is None or rank < best[0]:
+                        best = (rank, c, placement, detail)
+                    if self.explain:
+                        tried.append(rank)
+                if best is None:
+                    reasons = self._reasons(d)
+                    self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], tuple(reasons)))
+                    self._note(d, f"{need[d.key]} replica(s) could not be placed")
+                    continue
+                _, cluster, placement, nodes = best
+                ineligible = self._reasons(d) if self.explain and d.key not in explained else []
+                self._apply(cluster.name, nodes)
+                used = indices[d.key][cluster.name]
+                index = next(i for i in range(len(used) + 1) if i not in used)
+                used.add(index)
+                loads[d.key][cluster.name] += 1
+                name = replica_name(d.name, cluster.name, index)
+                self.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, name, cluster.name, placement,
+                                                        self._backends(d), "new", d.engines))
+                if self.explain:
+                    self._explain_choice(d, name, cluster.name, best[0], sorted(tried))
+                    explained.add(d.key)
+                    for reason in ineligible:
+                        self._note(d, f"not eligible: {reason}")
+                need[d.key] -= 1
+                if need[d.key] > 0:
+                    still.append(d)
+            active = still
+
+    def _explain_choice(self, d: _Deployment, name: str, cluster: str, rank, tried) -> None:
+        def fmt(r):
+            load, (mem, stranded, devices), cname = r
+            return f"{cname} (replicas here {load}, claims {mem / 2**30:.0f}Gi, strands {stranded / 2**30:.0f}Gi/{devices} devices)"
+        others = [fmt(r) for r in tried if r != rank][:4]
+        line = f"replica {name} placed on {fmt(rank)}"
+        if others:
+            line += "; next best: " + ", ".join(others)
+        self._note(d, line)
+
+    def run(self) -> Plan:
+        kept = self._retain()
+        kept_by_deployment = self._charge_kept(kept)
+        self._fill(kept_by_deployment)
+        for d in self.deployments:
+            for engine, backend, reason in self._backends(d):
+                self._note(d, f"engine {engine}: {backend} ({reason})")
+        self.plan.replicas.sort(key=lambda r: (r.key, r.cluster, r.index))
+        self.plan.unscheduled.sort(key=lambda u: u.deployment)
+        self.plan.dropped.sort(key=lambda x: (x.deployment, x.cluster, x.index, x.name))
+        self.plan.stats = {**self.placer.stats, "cel_evaluations": self.placer.cel.evaluations}
+        return self.plan
+
+
+def schedule(fleet, recorded: list[RecordedReplica] | None = None, explain: bool = False,
+             cel: CelEvaluator | None = None) -> Plan:
+    return Scheduler(fleet, recorded, cel, explain).run()

@@ -1,0 +1,131 @@
+"""`modelplane plan`: the JSON contract, order independence, exit codes and the table."""
+
+import json
+import pathlib
+import random
+
+import yaml
+
+from automation.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_examples_plan_json_contract(capsys):
+    code, out, err = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert set(plan) >= {"replicas", "unscheduled"}
+    assert plan["unscheduled"] == []
+    by_deployment = {}
+    for r in plan["replicas"]:
+        assert set(r) >= {"deployment", "index", "name", "cluster", "engines"}
+        by_deployment.setdefault(r["deployment"], []).append(r)
+        for e in r["engines"]:
+            assert set(e) >= {"name", "backend", "members"} and e["backend"] in {"native", "llm-d", "dynamo"}
+            for m in e["members"]:
+                assert set(m) >= {"role", "pool", "nodes", "devices"}
+                assert all(isinstance(v, int) for v in m["devices"].values())
+    assert len(by_deployment["ml-team/qwen3-8b"]) == 2
+    assert {r["cluster"] for r in by_deployment["ml-team/qwen3-8b"]} == {"gke-us-central", "eks-us-west"}
+    coder = by_deployment["ml-team/qwen3-coder"][0]
+    assert coder["engines"][0]["backend"] == "llm-d"
+    assert [(m["role"], m["nodes"], m["devices"]) for m in coder["engines"][0]["members"]] == [
+        ("Leader", 1, {"gpu": 8}), ("Worker", 1, {"gpu": 8})]
+    kimi = by_deployment["ml-team/kimi-k2"][0]
+    assert kimi["cluster"] == "eks-us-west"  # the only us cluster with Hopper GPUs
+    assert [e["backend"] for e in kimi["engines"]] == ["llm-d", "llm-d"]
+    qwen = by_deployment["ml-team/qwen3-8b"][0]
+    assert qwen["engines"][0]["backend"] == "native"
+
+
+def test_json_is_byte_identical_in_any_file_and_document_order(tmp_path, capsys):
+    documents = [d for f in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    code, baseline, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "json")
+    assert code == 0
+    rnd = random.Random(3)
+    for attempt in range(4):
+        rnd.shuffle(documents)
+        folder = tmp_path / f"shuffled{attempt}"
+        folder.mkdir()
+        split = rnd.randint(1, len(documents) - 1)
+        (folder / "b.yaml").write_text(yaml.safe_dump_all(documents[:split]))
+        (folder / "a.yaml").write_text(yaml.safe_dump_all(documents[split:]))
+        code, out, _ = run_cli(capsys, "plan", "-f", str(folder / "b.yaml"), "-f", str(folder / "a.yaml"), "-o", "json")
+        assert code == 0 and out == baseline
+
+
+def test_unscheduled_replicas_still_exit_zero_with_reasons(tmp_path, capsys):
+    path = tmp_path / "small.yaml"
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / "platform/classes.yaml").read_text())]
+    docs += list(yaml.safe_load_all((EXAMPLES / "platform/clusters.yaml").read_text()))
+    big = yaml.safe_load((EXAMPLES / "models/qwen3-8b.yaml").read_text())
+    big["spec"]["replicas"] = 10
+    big["spec"]["template"]["spec"]["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["count"] = 8
+    path.write_text(yaml.safe_dump_all(docs + [big]))
+    code, out, _ = run_cli(capsys, "plan", "-f", str(path), "-o", "json")
+    assert code == 0
+    plan = json.loads(out)
+    [entry] = plan["unscheduled"]
+    assert entry["deployment"] == "ml-team/qwen3-8b" and entry["missing"] == 10 - len(plan["replicas"])
+    assert any(r.startswith("gke-us-central/l4: engine vllm, standalone: request gpu needs 8 devices per node") for r in entry["reasons"])
+    assert any(r.startswith("byo-eu: taint dedicated=research:NoSchedule") for r in entry["reasons"])
+
+
+def test_invalid_input_exits_one_with_validate_format(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text((EXAMPLES / "models/qwen3-8b.yaml").read_text().replace("replicas: 2", "replicas: 20"))
+    code, out, err = run_cli(capsys, "plan", "-f", str(path))
+    assert code == 1 and out == ""
+    assert f"{path}:8: ModelDeployment/qwen3-8b: spec.replicas: must be less than or equal to 10" in err
+
+
+def test_table_and_explain(capsys):
+    code, out, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "--explain")
+    assert code == 0
+    assert "DEPLOYMENT" in out and "ml-team/qwen3-coder" in out and "4 replica(s) placed, 0 unscheduled" in out
+    assert "explain ml-team/qwen3-8b:" in out
+    assert "engine vllm: native" in out
+    assert "not eligible: byo-eu: not selected (region=eu, wants region=us)" in out
+
+
+def test_yaml_output_matches_json(capsys):
+    _, as_json, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "json")
+    _, as_yaml, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "yaml")
+    assert yaml.safe_load(as_yaml) == json.loads(as_json)
+
+
+def test_observed_replicas_as_input_are_kept(tmp_path, capsys):
+    _, out, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "json")
+    first = json.loads(out)
+    coder = next(r for r in first["replicas"] if r["deployment"] == "ml-team/qwen3-coder")
+    md = yaml.safe_load_all((EXAMPLES / "models/qwen3-coder.yaml").read_text())
+    md = [d for d in md if d["kind"] == "ModelDeployment"][0]
+    engine = md["spec"]["template"]["spec"]["engines"][0]
+    observed = {
+        "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+        "metadata": {"name": "qwen3-coder-old01", "namespace": "ml-team", "labels": {
+            "modelplane.ai/deployment": "qwen3-coder", "modelplane.ai/cluster": "eks-us-west",
+            "modelplane.ai/replica-index": "0"}},
+        "spec": {"clusterName": "eks-us-west", "modelCacheRef": {"name": "qwen3-coder"}, "engines": [{
+            "name": engine["name"], "members": [
+                {"role": m["role"], "nodePoolName": "h100", **({"worker": m["worker"]} if "worker" in m else {}),
+                 "deviceRequests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": 8,
+                                     "selectors": m["nodeSelector"]["devices"][0]["selectors"]}],
+                 "template": m["template"]} for m in engine["members"]]}]},
+    }
+    path = tmp_path / "observed.yaml"
+    path.write_text(yaml.safe_dump(observed))
+    code, out, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-f", str(path), "-o", "json")
+    assert code == 0
+    replicas = [r for r in json.loads(out)["replicas"] if r["deployment"] == "ml-team/qwen3-coder"]
+    assert [(r["name"], r["cluster"], r["state"]) for r in replicas] == [("qwen3-coder-old01", "eks-us-west", "kept")]
+    assert coder["cluster"] == "byo-eu"  # without the observation it would have gone elsewhere
