@@ -18,6 +18,8 @@ demo: $(STAMP)
 	$(BIN)/modelplane validate -f examples/
 	@echo
 	$(BIN)/modelplane plan -f examples/
+	@echo
+	$(BIN)/modelplane render -f examples/ --out out/render
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -82,6 +82,39 @@ def plan(paths: tuple[str, ...], output: str, explain: bool) -> None:
         plan_table(result, explain, stream=sys.stdout)
 
 
+@cli.command()
+@_paths_option
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder to write to: DIR/<stack>/<cluster or control-plane>/<kind>-<name>.yaml (replaced as a whole).")
+def render(paths: tuple[str, ...], out: str) -> None:
+    """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
+    from pathlib import Path
+
+    from workloads.output import OutputError, write
+    from workloads.render import render as render_fleet
+    from workloads.schemas import check
+
+    loaded = _load(paths)
+    result = render_fleet(loaded.fleet, schedule(loaded.fleet))
+    problems = [str(p) for p in result.problems]
+    for stack, target, obj in result.objects():
+        for message in check(obj):
+            problems.append(f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {message}")
+    if problems:
+        for line in problems:
+            click.echo(line, err=True)
+        click.echo(f"{len(problems)} invalid object(s); nothing was written", err=True)
+        raise SystemExit(EXIT_INVALID)
+    try:
+        count = write(result, Path(out))
+    except (OutputError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_INVALID) from None
+    click.echo(f"wrote {count} objects for {len(result.stacks)} stacks to {out} (every object checked against its schema)")
+    for stack, address in sorted(result.addresses.items()):
+        click.echo(f"  {stack}: {address}")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="modelplane", standalone_mode=False)

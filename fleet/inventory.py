@@ -67,6 +67,8 @@ class ClusterView:
     gateway: str | None = None
     pools: tuple[PoolView, ...] = ()
     observed: bool = False  # carried a status
+    cache_storage_class: str | None = None  # the RWX StorageClass caches stage to; None: caches cannot stage here
+    source: str = "Existing"
 
 
 def device_from_spec(device) -> PoolDevice:
@@ -98,6 +100,21 @@ def _readiness(status) -> tuple[bool, str | None, str | None]:
     return True, None, address
 
 
+# The RWX StorageClass each platform stack creates for model caches (the reference's names).
+# Vultr has none, and an existing cluster has one only if its admin names it.
+CACHE_STORAGE_CLASSES = {"GKE": "modelplane-rwx", "EKS": "modelplane-rwx-efs", "AKS": "modelplane-rwx-fs",
+                         "Nebius": "modelplane-rwx-fs"}
+
+
+def cache_storage_class(ic) -> str | None:
+    if ic.status and ic.status.cache and ic.status.cache.storageClassName:
+        return ic.status.cache.storageClassName
+    existing = ic.spec.cluster.existing
+    if ic.spec.cluster.source == "Existing":
+        return existing.cache.storageClassName if existing and existing.cache else None
+    return CACHE_STORAGE_CLASSES.get(ic.spec.cluster.source)
+
+
 def build_clusters(fleet) -> list[ClusterView]:
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     views = []
@@ -119,5 +136,6 @@ def build_clusters(fleet) -> list[ClusterView]:
                 kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices))
                 pools.append(PoolView(ic.name, np.name, np.capacity_nodes, kind, np.className))
         views.append(ClusterView(ic.name, dict(ic.metadata.labels or {}), tuple(ic.spec.taints or ()),
-                                 ready, not_ready, address, tuple(pools), ic.status is not None))
+                                 ready, not_ready, address, tuple(pools), ic.status is not None,
+                                 cache_storage_class(ic), ic.spec.cluster.source))
     return views

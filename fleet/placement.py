@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleet.backends import NVIDIA_DRIVER
 from fleet.cel import CelEvaluator
 from fleet.inventory import ClusterView, PoolKind, PoolView
 from fleet.ledger import ZERO, PoolState, Score, pod_score
@@ -98,6 +99,12 @@ class Placer:
                         "but claims GPUs on another pool")
         if not claiming:
             return f"engine {engine.name}: no member claims a DRA device on this pool"
+        if engine.needs_nvidia:
+            drivers = sorted({pool.kind.devices[e].facts.driver for m in engine.members
+                              for e in (self.match(m, pool.kind).empty_node or ()) if pool.kind.devices[e].claimable})
+            if any(d != NVIDIA_DRIVER for d in drivers):
+                return (f"engine {engine.name} is served by Dynamo, which needs NVIDIA devices ({NVIDIA_DRIVER}); "
+                        f"this pool's are {', '.join(drivers)}")
         return None
 
     # ---- one engine on one pool -----------------------------------------------------------

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from fleet.backends import choose_backend
 from fleet.cel import CelEvaluator
 from fleet.inventory import ClusterView, build_clusters
 from fleet.ledger import PoolState
@@ -53,6 +52,7 @@ class _Deployment:
     size: int  # DRA devices per replica, for ordering
     shape_id: int = 0  # interned engines: cheap cache keys
     backends: tuple = ()
+    cache: str | None = None  # "ns/name" of the ModelCache its pods mount
 
 
 def _selector_text(labels: dict[str, str]) -> str:
@@ -116,11 +116,12 @@ class Scheduler:
         for md in fleet.of("ModelDeployment"):
             spec = md.spec.template.spec
             selector, blocked = _resolve_selector(md, caches)
-            engines = engine_shapes(spec)
+            engines = engine_shapes(md)
             d = _Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
                             tuple(spec.tolerations or ()), blocked, _size(engines))
             d.shape_id = self._shape_ids.setdefault(engines, len(self._shape_ids))
-            d.backends = tuple((e.name, *choose_backend(e, d.mode)) for e in engines)
+            d.backends = tuple((e.name, e.backend, e.backend_reason) for e in engines)
+            d.cache = f"{md.namespace}/{spec.modelCacheRef.name}" if spec.modelCacheRef else None
             self.deployments.append(d)
         # larger replicas first, then by name: content decides, never file order
         self.deployments.sort(key=lambda d: (-d.size, d.key))
@@ -158,6 +159,8 @@ class Scheduler:
             return f"cluster {r.cluster} no longer exists", {}
         if (why := _not_selected(cluster, d.selector)) is not None:
             return f"cluster {cluster.name} is no longer selected ({why})", {}
+        if d.cache and not cluster.cache_storage_class:
+            return f"cluster {cluster.name} cannot stage ModelCache {d.cache} (no RWX storage class)", {}
         if draining := untolerated(cluster.taints, d.tolerations, ("NoExecute",)):
             return f"cluster {cluster.name} is draining: taint {describe(draining[0])} is not tolerated", {}
         wanted = {e.name: e for e in d.engines}
@@ -250,6 +253,7 @@ class Scheduler:
 
     def _candidates(self, d: _Deployment) -> list[ClusterView]:
         return [c for c in self.clusters if c.ready and _selected(c, d.selector)
+                and (c.cache_storage_class or not d.cache)
                 and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
 
     def _reasons(self, d: _Deployment) -> list[str]:
@@ -259,6 +263,9 @@ class Scheduler:
                 reasons.append(f"{c.name}: not selected ({why})")
             elif not c.ready:
                 reasons.append(f"{c.name}: not ready ({c.not_ready})")
+            elif d.cache and not c.cache_storage_class:
+                reasons.append(f"{c.name}: cannot stage ModelCache {d.cache} (no RWX storage class: set "
+                               "spec.cluster.existing.cache.storageClassName)")
             elif blocking := untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")):
                 reasons.append(f"{c.name}: taint {describe(blocking[0])} is not tolerated")
             else:

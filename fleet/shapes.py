@@ -29,6 +29,9 @@ class EngineShape:
     copies: int
     phase: str | None
     members: tuple[MemberShape, ...]  # written order: retained replicas match members by position
+    backend: str = "native"
+    backend_reason: str = ""
+    needs_nvidia: bool = False  # Dynamo-served: only pools whose claimed devices are NVIDIA
 
 
 def member_shape(member) -> MemberShape:
@@ -41,8 +44,19 @@ def member_shape(member) -> MemberShape:
     return MemberShape(member.role, member.pods, requests)
 
 
-def engine_shapes(template_spec) -> tuple[EngineShape, ...]:
+def engine_shapes(md) -> tuple[EngineShape, ...]:
+    """The engines of a (validated) ModelDeployment, each with its serving path decided."""
+    from fleet.autoscaling import parse
+    from fleet.backends import deployment_decisions
+
+    decisions, errors = deployment_decisions(md)
+    if errors:  # validation reports these; a plan never sees an invalid deployment
+        raise ValueError(errors[0][1])
+    autoscaling, _ = parse(md.metadata.annotations)
+    # An autoscaled replica may grow to its maximum copies on its cluster: reserve for that.
+    floor = autoscaling.max_copies if autoscaling else 0
     return tuple(
-        EngineShape(e.name, e.copies, e.phase, tuple(member_shape(m) for m in e.members))
-        for e in template_spec.engines
+        EngineShape(e.name, max(e.copies, floor), e.phase, tuple(member_shape(m) for m in e.members),
+                    d.backend, d.reason, d.needs_nvidia)
+        for e, d in zip(md.spec.template.spec.engines, decisions)
     )

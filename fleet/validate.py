@@ -171,6 +171,13 @@ def _cross_object_problems(fleet: Fleet) -> list[Problem]:
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
     for md in fleet.of("ModelDeployment"):
         ref = md.spec.template.spec.modelCacheRef
+        if ref is None:
+            for i, engine in enumerate(md.spec.template.spec.engines):
+                if any(m.role == "Worker" for m in engine.members):
+                    out.append(fleet.problem(md, ("spec", "template", "spec", "engines", i),
+                                             f"engine {engine.name} spans several nodes but the deployment has no "
+                                             "modelCacheRef: every node downloads the weights itself (slow, and "
+                                             "concurrent downloads can mix revisions)", warning=True))
         if ref and (md.namespace, ref.name) not in caches:
             out.append(fleet.problem(md, ("spec", "template", "spec", "modelCacheRef", "name"),
                                      f"ModelCache {md.namespace}/{ref.name} is not among the given manifests; "

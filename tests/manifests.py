@@ -48,8 +48,12 @@ def gpu_class(name="l4", count=1, memory="23034Mi", product="NVIDIA L4", arch="A
     return {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": name}, "spec": spec}
 
 
-def cluster(name="c1", pools=(("gpu", "l4", 1),), labels=None, source="Existing", taints=None, status=None):
-    block = {"Existing": {"existing": {"secretRef": {"name": f"{name}-kubeconfig"}}},
+def cluster(name="c1", pools=(("gpu", "l4", 1),), labels=None, source="Existing", taints=None, status=None,
+            cache_class="rwx"):
+    existing = {"secretRef": {"name": f"{name}-kubeconfig"}}
+    if cache_class:
+        existing["cache"] = {"storageClassName": cache_class}
+    block = {"Existing": {"existing": existing},
              "GKE": {"gke": {"region": "us-central1"}}, "EKS": {"eks": {"region": "us-west-2"}}}[source]
     obj = {
         "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceCluster",

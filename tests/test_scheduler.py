@@ -31,8 +31,21 @@ class Case:
     dropped: list | None = None
 
 
-def c(name, *pools, labels=None, taints=None, status=None):
-    return cluster(name, pools=pools or (("gpu", "l4", 1),), labels=labels, taints=taints, status=status)
+def c(name, *pools, labels=None, taints=None, status=None, cache_class="rwx"):
+    return cluster(name, pools=pools or (("gpu", "l4", 1),), labels=labels, taints=taints, status=status,
+                   cache_class=cache_class)
+
+
+AMD = gpu_class("mi300", 8, "192Gi", "AMD MI300X", "CDNA3")
+AMD["spec"]["devices"][0].update(driver="gpu.amd.com", deviceClassName="gpu.amd.com")
+AMD["spec"]["devices"][0]["capacity"] = {"memory": {"value": "192Gi"}}
+DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1"
+
+
+def dynamo_md(capabilities=("KVOffload",), cel='device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("70Gi")) >= 0 '
+              '|| device.capacity["gpu.amd.com"].memory.compareTo(quantity("70Gi")) >= 0'):
+    members = [member("Leader", gpus=8, cel=cel, image=DYNAMO_IMAGE), member("Worker", gpus=8, cel=cel, nodes=1, image=DYNAMO_IMAGE)]
+    return md("dyn", engines=[{"name": "e", "capabilities": list(capabilities), "members": members}])
 
 
 TOL_RESEARCH = [{"key": "dedicated", "operator": "Equal", "value": "research", "effect": "NoSchedule"}]
@@ -154,6 +167,20 @@ CASES = [
          ["waiting for ModelCache ml-team/absent"]),
     Case("missing cache keeps existing replicas", [L4, c("a", ("gpu", "l4", 2)), cached(md(replicas=2), "absent")],
          ["m@a:gpu"], {"m": 1}, ["waiting for ModelCache"], before=[L4, c("a", ("gpu", "l4", 2)), md()]),
+    Case("a cache is only mounted where it can stage", [CACHE_NO_SELECTOR, L4, c("a", cache_class=None), c("b"), cached(md())],
+         ["m@b:gpu"]),
+    Case("no cluster can stage the cache", [CACHE_NO_SELECTOR, L4, c("a", cache_class=None), cached(md())], [], {"m": 1},
+         ["a: cannot stage ModelCache ml-team/w (no RWX storage class"]),
+    Case("a cluster that can no longer stage drops its replicas", [CACHE_NO_SELECTOR, L4, c("a", cache_class=None), c("b"),
+         cached(md())], ["m@b:gpu"], before=[CACHE_NO_SELECTOR, L4, c("a"), cached(md())],
+         dropped=["cluster a cannot stage ModelCache ml-team/w"]),
+    # ---- Dynamo placement ----------------------------------------------------------------------------
+    Case("Dynamo engines go only to NVIDIA pools", [AMD, H100, c("a-amd", ("m", "mi300", 2)), c("b-nv", ("h", "h100", 2)),
+         dynamo_md()], ["dyn@b-nv:h"]),
+    Case("Dynamo engine with no NVIDIA pool is unscheduled", [AMD, c("a-amd", ("m", "mi300", 2)), dynamo_md()], [], {"dyn": 1},
+         ["a-amd/m: engine e is served by Dynamo, which needs NVIDIA devices (gpu.nvidia.com); this pool's are gpu.amd.com"]),
+    Case("without Dynamo the same engine may use AMD", [AMD, c("a-amd", ("m", "mi300", 2)), dynamo_md(capabilities=())],
+         ["dyn@a-amd:m"]),
     # ---- retention --------------------------------------------------------------------------------------
     Case("kept replicas do not move to a better cluster", [L4, H100, c("a", ("h", "h100", 1)), c("b", ("l", "l4", 1)), md()],
          ["m@a:h"], before=[H100, c("a", ("h", "h100", 1)), md()], dropped=[""]),

@@ -118,10 +118,17 @@ class Member(Strict):
 
 
 
+# Capabilities only NVIDIA Dynamo ships today (KVBM tiered KV offload, ModelExpress
+# peer-to-peer weight streaming, Grove NVLink-domain gang placement). Not in the
+# reference's API: an optional addition, so reference manifests stay valid.
+Capability = Literal["KVOffload", "WeightStreaming", "NVLinkDomain"]
+
+
 class Engine(Strict):
     name: Str(1, 63)
     copies: Int(1, 64) = 1
     phase: Phase | None = None
+    capabilities: list[Capability] | None = Field(default=None, max_length=3)
     members: list[Member] = Field(min_length=1, max_length=2)
 
 
@@ -212,8 +219,19 @@ def engines_rules(engines: list, path: tuple, claims, no_claim_message: str) -> 
 
 
 def model_deployment_rules(md: ModelDeployment) -> Rule:
+    from fleet.autoscaling import PREFIX, parse
+    from fleet.backends import BACKEND_ANNOTATION, deployment_decisions
+
     tspec = md.spec.template.spec
     base = ("spec", "template", "spec")
+    decisions, backend_errors = deployment_decisions(md)
+    for index, message in backend_errors:
+        yield (("metadata", "annotations", BACKEND_ANNOTATION) if index < 0 else base + ("engines", index)), message
+    autoscaling, scaling_errors = parse(md.metadata.annotations)
+    for key, message in scaling_errors:
+        yield ("metadata", "annotations", key), message
+    if autoscaling and any(d.backend == "dynamo" for d in decisions):
+        yield ("metadata", "annotations", PREFIX), "KEDA autoscaling is not available for Dynamo-served engines (Dynamo's planner scales them)"
     tmeta = md.spec.template.metadata
     if tmeta and tmeta.labels:
         yield from label_rules(tmeta.labels, ("spec", "template", "metadata", "labels"))

@@ -1,0 +1,54 @@
+"""Write rendered stacks to a folder: DIR/<stack>/<target>/<kind>-<name>.yaml, all or nothing.
+
+The folder is replaced as a whole (written beside it, then swapped in), so a reader never
+sees a mix of two renders; a folder that modelplane did not write is never overwritten.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from workloads.yamlio import dump
+
+MARKER = ".modelplane-render"
+
+
+class OutputError(Exception):
+    pass
+
+
+def file_name(obj: dict) -> str:
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def write(rendered, out: Path) -> int:
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+        raise OutputError(f"{out} exists and was not written by modelplane render; choose an empty or new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent))
+    count = 0
+    try:
+        (staging / MARKER).write_text("written by modelplane render; the whole folder is replaced on each render\n")
+        for stack, target, obj in rendered.objects():
+            folder = staging / stack / target
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / file_name(obj)
+            if path.exists():
+                raise OutputError(f"{stack}/{target}: two objects would be written to {path.name}")
+            path.write_text(dump(obj))
+            count += 1
+        if out.exists():
+            old = out.with_name(out.name + ".old-render")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            staging.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return count

@@ -1,0 +1,140 @@
+"""Everything each stack would create, as plain Kubernetes objects per target.
+
+Stacks (named as in docs/DESIGN.md):
+  model-<ns>-<deployment>   per placed replica, on its cluster: workloads, claims, routing, autoscaling
+  service-<ns>-<name>       on the control plane: backends and the route of a ModelService
+  cache-<ns>-<name>         per cluster the cache stages to: volume, hydration job, token Secret
+
+A target is a workload cluster's name or `control-plane`. Health: a replica gets an
+endpoint only when it is ready and its cluster has a gateway address. Rendering shows the
+intended end state: a placed replica counts as ready unless an observed ModelReplica says it
+is not, and a gateway address not known yet (it exists once the platform stack applied) is a
+marked placeholder that still validates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.inventory import build_clusters
+from fleet.plan import Plan
+from fleet.problems import Problem
+from workloads import autoscaling, dynamo, llmd, native, routing
+from workloads.cache import cache_objects
+from workloads.context import ReplicaContext, replica_context
+from workloads.service_routing import Endpoint, service_objects
+
+CONTROL_PLANE = "control-plane"
+
+
+def model_stack(namespace: str, name: str) -> str:
+    return f"model-{namespace}-{name}"
+
+
+def service_stack(namespace: str, name: str) -> str:
+    return f"service-{namespace}-{name}"
+
+
+def cache_stack(namespace: str, name: str) -> str:
+    return f"cache-{namespace}-{name}"
+
+
+@dataclass
+class Rendered:
+    stacks: dict[str, dict[str, list[dict]]] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)  # service stack -> the ModelService address
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, stack: str, target: str, objects: list[dict]) -> None:
+        self.stacks.setdefault(stack, {}).setdefault(target, []).extend(objects)
+
+    def objects(self):
+        for stack in sorted(self.stacks):
+            for target in sorted(self.stacks[stack]):
+                for obj in self.stacks[stack][target]:
+                    yield stack, target, obj
+
+
+def compose_replica(ctx: ReplicaContext) -> list[dict]:
+    """All of one replica's objects on its cluster: one dispatch per engine, then routing and scaling."""
+    objects: list[dict] = []
+    if all(e.backend == "dynamo" for e in ctx.engines):
+        objects += dynamo.build(ctx)
+    elif ctx.mode == "PrefillDecode":
+        objects += llmd.build_pd(ctx)
+    else:
+        for engine in ctx.engines:
+            objects += native.build(ctx, engine) if engine.backend == "native" else llmd.build_lws(ctx, engine)
+    objects += routing.replica_surface(ctx)
+    objects += autoscaling.scaled_objects(ctx)
+    return objects
+
+
+def _replica_ready(fleet) -> dict[tuple[str, str], bool]:
+    """Observed readiness of ModelReplicas given as input: (namespace, name) -> ready."""
+    out = {}
+    for mr in fleet.of("ModelReplica"):
+        conditions = {c.get("type"): c.get("status") for c in (mr.status or {}).get("conditions", []) if isinstance(c, dict)}
+        for kind in ("ModelReady", "Ready"):
+            if kind in conditions:
+                out[(mr.namespace, mr.name)] = conditions[kind] == "True"
+                break
+    return out
+
+
+def placeholder_address(cluster: str) -> str:
+    return f"{cluster}.gateway.pending.modelplane.invalid"
+
+
+def render(fleet, plan: Plan) -> Rendered:
+    out = Rendered()
+    clusters = {c.name: c for c in build_clusters(fleet)}
+    deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
+    ready = _replica_ready(fleet)
+    endpoints: list[Endpoint] = []
+    for placed in plan.replicas:
+        md = deployments[(placed.namespace, placed.deployment)]
+        ctx = replica_context(md, placed)
+        out.add(model_stack(md.namespace, md.name), placed.cluster, compose_replica(ctx))
+        cluster = clusters[placed.cluster]
+        if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
+            continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
+        address = cluster.gateway or placeholder_address(cluster.name)
+        placeholder = None if cluster.gateway else f"gateway address of {cluster.name}, known once its platform stack applies"
+        labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
+                  **ctx.labels}
+        endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{routing.replica_path(md.namespace, placed.name)}v1",
+                                  routing.replica_path(md.namespace, placed.name), labels, placeholder))
+    for me in fleet.of("ModelEndpoint"):
+        endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
+    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    gateway_address = ((gateway.status or {}).get("address") if gateway else None) or "fleet-gateway.pending.modelplane.invalid"
+    for ms in fleet.of("ModelService"):
+        stack = service_stack(ms.namespace, ms.name)
+        out.add(stack, CONTROL_PLANE, service_objects(ms, endpoints))
+        out.addresses[stack] = f"http://{gateway_address}/{ms.namespace}/{ms.name}"
+    for cache in fleet.of("ModelCache"):
+        selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
+        for cluster in clusters.values():
+            if selector and any(cluster.labels.get(k) != v for k, v in selector.items()):
+                continue
+            if cluster.cache_storage_class:
+                out.add(cache_stack(cache.namespace, cache.name), cluster.name,
+                        cache_objects(cache, cluster.cache_storage_class))
+    out.problems += _collisions(fleet, out)
+    return out
+
+
+def _collisions(fleet, out: Rendered) -> list[Problem]:
+    """Two stacks must never own the same object on the same target: refuse instead of fighting."""
+    owners: dict[tuple, str] = {}
+    problems = []
+    for stack, target, obj in out.objects():
+        meta = obj["metadata"]
+        key = (target, obj["apiVersion"].split("/")[0], obj["kind"], meta.get("namespace", ""), meta["name"])
+        if key in owners and owners[key] != stack:
+            problems.append(Problem(stack, 0, f"{obj['kind']}/{meta['name']}", "",
+                                    f"on {target}, {owners[key]} already creates this object (same-named deployments "
+                                    "in two namespaces share the workload namespace; rename one)"))
+        owners.setdefault(key, stack)
+    return problems

@@ -1,0 +1,174 @@
+"""Check every object against the schema its cluster will enforce, before anything is applied.
+
+Custom resources: the bundled CRDs (workloads/crds/), converted from OpenAPI v3 to JSON
+Schema the way the API server reads them:
+- defaults are applied first (the server defaults, then validates: a `required` field with
+  a default may be omitted);
+- unknown fields are rejected, as `kubectl apply --validate=strict` does, except inside
+  objects marked `x-kubernetes-preserve-unknown-fields` or that declare their own
+  `additionalProperties` (maps);
+- `x-kubernetes-int-or-string` accepts an integer or a string;
+- `nullable` admits null;
+- an object's top-level `metadata` is checked as ObjectMeta (string labels and annotations).
+CEL `x-kubernetes-validations` are not evaluated; admission webhooks are not run.
+
+Core kinds: the JSON schemas shipped by the kubernetes-validate package (strict), with one
+validator built per kind and reused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+CRD_DIR = Path(__file__).parent / "crds"
+KUBERNETES_VERSION = "1.35"
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+OBJECT_META = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 253},
+        "namespace": {"type": "string", "maxLength": 63},
+        "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        "generateName": {"type": "string"},
+        "finalizers": {"type": "array", "items": {"type": "string"}},
+        "ownerReferences": {"type": "array", "items": {"type": "object"}},
+    },
+    "additionalProperties": False,
+}
+
+
+def to_json_schema(node, top: bool = True):
+    """Convert one OpenAPI v3 schema node (recursively) to a strict JSON Schema."""
+    if isinstance(node, list):
+        return [to_json_schema(n, False) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in ("properties", "patternProperties"):
+            out[key] = {k: to_json_schema(v, False) for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "not") and isinstance(value, dict):
+            out[key] = to_json_schema(value, False)
+        elif key in ("allOf", "anyOf", "oneOf"):
+            out[key] = [to_json_schema(v, False) for v in value]
+        elif key.startswith("x-kubernetes-") or key in ("description", "nullable", "format", "example"):
+            continue
+        else:
+            out[key] = value
+    if node.get("x-kubernetes-int-or-string") and "anyOf" not in out:
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if node.get("nullable") and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    if (out.get("type") == "object" and "properties" in out and "additionalProperties" not in out
+            and not node.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    if top:
+        out.setdefault("properties", {})["metadata"] = OBJECT_META
+    return out
+
+
+def apply_defaults(data, schema) -> None:
+    """Fill in schema defaults, in place, as the API server does before validating."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(data, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in data and isinstance(sub, dict) and "default" in sub:
+                data[key] = copy.deepcopy(sub["default"])
+            if key in data:
+                apply_defaults(data[key], sub)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, value in data.items():
+                if key not in (schema.get("properties") or {}):
+                    apply_defaults(value, extra)
+    elif isinstance(data, list) and isinstance(schema.get("items"), dict):
+        for item in data:
+            apply_defaults(item, schema["items"])
+
+
+@lru_cache(maxsize=1)
+def _crd_schemas() -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> converted schema, for every served version of every bundled CRD."""
+    out = {}
+    for path in sorted(CRD_DIR.rglob("*.yaml")):
+        for crd in yaml.load_all(path.read_text(), Loader=_Loader):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                if version.get("served", True):
+                    schema = version["schema"]["openAPIV3Schema"]
+                    out[(f"{group}/{version['name']}", kind)] = to_json_schema(schema)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _crd_validator(api_version: str, kind: str):
+    schema = _crd_schemas().get((api_version, kind))
+    if schema is None:
+        return None, None
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER), schema
+
+
+@lru_cache(maxsize=None)
+def _core_validator(api_version: str, kind: str):
+    from kubernetes_validate import utils as kv
+
+    version = [v for v in kv.all_versions() if kv.major_minor(v) <= kv.major_minor(KUBERNETES_VERSION)][-1]
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
+    try:
+        schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", KUBERNETES_VERSION)
+    except FileNotFoundError:
+        return None
+    definitions = kv.schema_contents(f"{folder}/_definitions.json", KUBERNETES_VERSION)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def _path(error) -> str:
+    out = ""
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
+    return out
+
+
+def _message(error) -> str:
+    message = " ".join(str(error.message).split())
+    return message if len(message) <= 240 else message[:237] + "..."
+
+
+def check(obj: dict) -> list[str]:
+    """Problems with one object as 'field.path: message' lines; empty when the object is valid."""
+    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+    validator, schema = _crd_validator(api_version, kind)
+    if validator is not None:
+        data = copy.deepcopy(obj)
+        apply_defaults(data, schema)
+    else:
+        validator, data = _core_validator(api_version, kind), obj
+        if validator is None:
+            return [f"apiVersion: no schema known for {api_version} {kind}"]
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [f"{_path(e) or '(object)'}: {_message(e)}" for e in errors]
+
+
+def known_kinds() -> set[tuple[str, str]]:
+    return set(_crd_schemas())
+
+
+def dumps(obj: dict) -> str:
+    return json.dumps(obj, sort_keys=True)

@@ -1,0 +1,154 @@
+"""Control-plane routing: one HTTPRoute per ModelService on the fleet Gateway.
+
+A ModelService selects endpoints by labels, in its own namespace only (the reference
+selects across namespaces). An endpoint is either a placed replica that is ready on a
+cluster with a gateway address (`http://<cluster gateway>/<ns>/<replica>/v1`, rewritten to
+`/<ns>/<replica>/`), or an external ModelEndpoint. Each endpoint is a selectorless Service
+plus an EndpointSlice pointing at its host; the route sends `/<ns>/<service>/` to every
+endpoint with its own prefix rewrite and a weight. External `https` endpoints get TLS to
+the backend (BackendTLSPolicy, system CAs, SNI and Host set to the endpoint's host).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from functools import reduce
+from urllib.parse import urlsplit
+
+from fleet.names import bounded
+
+FLEET_GATEWAY = {"name": "modelplane", "namespace": "modelplane-system"}
+MAX_WEIGHT = 1_000_000
+PLACEHOLDER_ANNOTATION = "modelplane.ai/placeholder"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    namespace: str
+    url: str
+    rewrite_path: str | None
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
+    placeholder: str | None = None  # why the address is not known yet (render and previews only)
+
+    @property
+    def parsed(self):
+        return urlsplit(self.url)
+
+    @property
+    def host(self) -> str:
+        return self.parsed.hostname or ""
+
+    @property
+    def port(self) -> int:
+        parts = self.parsed
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    @property
+    def tls(self) -> bool:
+        return self.parsed.scheme == "https"
+
+    @property
+    def service_name(self) -> str:
+        return bounded(f"ep-{self.name}", 63)  # a Service name must start with a letter
+
+
+def distribute_weights(groups: list[tuple[int, list[Endpoint]]]) -> list[tuple[Endpoint, int]]:
+    """Per-endpoint weights from per-group weights, as the reference computes them.
+
+    Each group's weight is split evenly over its endpoints (remainder to the first ones),
+    scaled so every endpoint gets at least 1, reduced by the GCD, capped at 1,000,000.
+    """
+    groups = [(w, eps) for w, eps in groups if eps]
+    if not groups:
+        return []
+    scale = max(1, max(math.ceil(len(eps) / w) for w, eps in groups))
+    out: list[tuple[Endpoint, int]] = []
+    for weight, endpoints in groups:
+        total = weight * scale
+        base, extra = divmod(total, len(endpoints))
+        out += [(ep, base + (1 if i < extra else 0)) for i, ep in enumerate(endpoints)]
+    divisor = reduce(math.gcd, (w for _, w in out))
+    out = [(ep, w // divisor) for ep, w in out]
+    top = max(w for _, w in out)
+    if top > MAX_WEIGHT:
+        out = [(ep, max(1, round(w * MAX_WEIGHT / top))) for ep, w in out]
+    return out
+
+
+def select(service, endpoints: list[Endpoint]) -> list[tuple[int, list[Endpoint]]]:
+    """(weight, endpoints) per spec.endpoints entry; an endpoint counts only for the first entry it matches."""
+    seen: set[str] = set()
+    groups = []
+    for entry in service.spec.endpoints:
+        wanted = entry.selector.matchLabels
+        matched = []
+        for ep in sorted(endpoints, key=lambda e: e.name):
+            if ep.namespace != service.namespace or ep.name in seen:
+                continue
+            if all(ep.labels.get(k) == v for k, v in wanted.items()):
+                matched.append(ep)
+                seen.add(ep.name)
+        groups.append((entry.weight, matched))
+    return groups
+
+
+def _address_type(host: str) -> str:
+    try:
+        return "IPv6" if ipaddress.ip_address(host).version == 6 else "IPv4"
+    except ValueError:
+        return "FQDN"
+
+
+def backend_objects(ep: Endpoint) -> list[dict]:
+    name = ep.service_name
+    labels = {"modelplane.ai/endpoint": bounded(ep.name, 63)}
+    annotations = {PLACEHOLDER_ANNOTATION: ep.placeholder} if ep.placeholder else None
+    meta = {"name": name, "namespace": ep.namespace, "labels": labels, **({"annotations": annotations} if annotations else {})}
+    objects = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": dict(meta),
+         "spec": {"ports": [{"name": "backend", "port": ep.port, "targetPort": ep.port, "protocol": "TCP"}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {**meta, "labels": {**labels, "kubernetes.io/service-name": name,
+                                         "endpointslice.kubernetes.io/managed-by": "modelplane.ai"}},
+         "addressType": _address_type(ep.host),
+         # ready must be explicit: some gateways skip endpoints whose readiness is unset
+         "endpoints": [{"addresses": [ep.host], "conditions": {"ready": True}}],
+         "ports": [{"name": "backend", "port": ep.port, "protocol": "TCP"}]},
+    ]
+    if ep.tls:
+        objects.append({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy", "metadata": dict(meta),
+            "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": name}],
+                     "validation": {"hostname": ep.host, "wellKnownCACertificates": "System"}},
+        })
+    return objects
+
+
+def service_objects(service, endpoints: list[Endpoint]) -> list[dict]:
+    weighted = distribute_weights(select(service, endpoints))
+    objects: list[dict] = []
+    backend_refs = []
+    for ep, weight in weighted:
+        objects += backend_objects(ep)
+        rewrite: dict = {}
+        if ep.rewrite_path:
+            rewrite["path"] = {"type": "ReplacePrefixMatch", "replacePrefixMatch": ep.rewrite_path}
+        if ep.tls:
+            rewrite["hostname"] = ep.host  # the provider routes on its own Host
+        ref: dict = {"name": ep.service_name, "port": ep.port, "weight": weight}
+        if rewrite:
+            ref["filters"] = [{"type": "URLRewrite", "urlRewrite": rewrite}]
+        backend_refs.append(ref)
+    rule: dict = {"matches": [{"path": {"type": "PathPrefix", "value": f"/{service.namespace}/{service.name}/"}}]}
+    if backend_refs:
+        rule["backendRefs"] = backend_refs
+    objects.append({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": service.name, "namespace": service.namespace,
+                     "labels": {"modelplane.ai/service": service.name}},
+        "spec": {"parentRefs": [dict(FLEET_GATEWAY)], "rules": [rule]},
+    })
+    return objects
