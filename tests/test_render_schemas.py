@@ -1,0 +1,171 @@
+"""Every object rendered from the examples and from generated fleets validates against its upstream schema."""
+
+import json
+import pathlib
+import random
+
+import pytest
+import yaml
+
+from automation.cli import main
+from fleet.scheduler import schedule
+from fleet.validate import load_fleet
+from tests.manifests import cache, cluster, deployment, endpoint, gateway, gpu_class, member, run, service
+from workloads import render as render_module
+from workloads.render import render
+from workloads.schemas import check
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DYN = "nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.1"
+
+
+def all_problems(result) -> list[str]:
+    return [f"{s}/{t}: {o['kind']}/{o['metadata']['name']}: {m}" for s, t, o in result.objects() for m in check(o)]
+
+
+def test_examples_render_and_validate():
+    loaded = load_fleet([str(ROOT / "examples")])
+    result = render(loaded.fleet, schedule(loaded.fleet))
+    kinds = {o["kind"] for _, _, o in result.objects()}
+    assert kinds >= {"Deployment", "LeaderWorkerSet", "InferencePool", "HTTPRoute", "ResourceClaimTemplate",
+                     "EndpointSlice", "Service", "PersistentVolumeClaim", "Job", "ConfigMap", "Role"}
+    assert all_problems(result) == []
+
+
+def generated_fleet(seed: int) -> list[dict]:
+    rnd = random.Random(seed)
+    objects = [gpu_class("l4", 1, "23034Mi"), gpu_class("h100", 8, "81559Mi", "NVIDIA H100", "Hopper"), gateway()]
+    for i in range(rnd.randint(2, 4)):
+        objects.append(cluster(f"c{i}", pools=(("l4", "l4", rnd.randint(1, 4)), ("h100", "h100", rnd.randint(2, 6))),
+                               labels={"region": rnd.choice(["us", "eu"])}, cache_class=rnd.choice(["rwx", None])))
+    objects.append(cache("weights"))
+    for i in range(rnd.randint(3, 7)):
+        kind = rnd.choice(["single", "gang", "pd", "dynamo", "dynamo-pd", "llm-d-single", "scaled"])
+        name = f"m{i}-{kind}"
+        if kind in ("single", "llm-d-single", "scaled"):
+            md = deployment(name, replicas=rnd.randint(1, 3))
+            if kind == "llm-d-single":
+                md["metadata"]["annotations"] = {"modelplane.ai/backend": "llm-d"}
+            if kind == "scaled":
+                md["metadata"]["annotations"] = {"modelplane.ai/autoscaling": "keda", "modelplane.ai/autoscaling-max-copies": "2"}
+        elif kind in ("gang", "dynamo"):
+            image = DYN if kind == "dynamo" else "lmsysorg/sglang:v0.5.3"
+            engine = {"name": "e", "copies": rnd.randint(1, 2),
+                      "members": [member("Leader", gpus=8, image=image), member("Worker", gpus=8, nodes=1, image=image)]}
+            if kind == "dynamo":
+                engine["capabilities"] = [rnd.choice(["KVOffload", "WeightStreaming", "NVLinkDomain"])]
+            md = deployment(name, engines=[engine], modelCacheRef={"name": "weights"})
+        else:
+            image = DYN if kind == "dynamo-pd" else "vllm/vllm-openai:v0.11.0"
+            engines = [{"name": "prefill", "phase": "Prefill", "members": [member(gpus=4, image=image)]},
+                       {"name": "decode", "phase": "Decode", "members": [member(gpus=4, image=image)]}]
+            md = deployment(name, engines=engines, serving={"mode": "PrefillDecode"})
+            if kind == "dynamo-pd":
+                md["metadata"]["annotations"] = {"modelplane.ai/backend": "dynamo"}
+        objects.append(md)
+        svc = service(name, deployment_name=name)
+        if rnd.random() < 0.3:
+            svc["spec"]["endpoints"].append({"weight": 5, "selector": {"matchLabels": {"provider": "ext"}}})
+        objects.append(svc)
+    ext = endpoint("ext")
+    ext["metadata"]["labels"] = {"provider": "ext"}
+    objects.append(ext)
+    return objects
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_generated_fleets_render_valid_objects(seed):
+    loaded = run(*generated_fleet(seed))
+    assert loaded.errors == [], [str(p) for p in loaded.errors]
+    result = render(loaded.fleet, schedule(loaded.fleet))
+    assert len(list(result.objects())) > 10
+    assert all_problems(result) == []
+
+
+def test_render_cli_writes_stacks_and_targets(tmp_path, capsys):
+    out = tmp_path / "render"
+    code = main(["render", "-f", str(ROOT / "examples"), "--out", str(out)])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    stacks = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert stacks == ["cache-ml-team-qwen3-coder", "model-ml-team-kimi-k2", "model-ml-team-qwen3-8b",
+                      "model-ml-team-qwen3-coder", "service-ml-team-kimi-k2", "service-ml-team-qwen3-8b",
+                      "service-ml-team-qwen3-coder"]
+    assert sorted(p.name for p in (out / "model-ml-team-qwen3-8b").iterdir()) == ["eks-us-west", "gke-us-central"]
+    assert (out / "service-ml-team-qwen3-8b" / "control-plane").is_dir()
+    files = list(out.rglob("*.yaml"))
+    assert len(files) == int(stdout.split()[1])
+    for f in files:
+        obj = yaml.safe_load(f.read_text())
+        assert f.name == f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        assert "&id" not in f.read_text()
+    # rendering again replaces the folder as a whole
+    (out / "model-ml-team-qwen3-8b" / "stale.yaml").write_text("x: 1\n")
+    assert main(["render", "-f", str(ROOT / "examples"), "--out", str(out)]) == 0
+    assert not (out / "model-ml-team-qwen3-8b" / "stale.yaml").exists()
+
+
+def test_render_refuses_invalid_objects_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    real = render_module.compose_replica
+
+    def broken(ctx):
+        objects = real(ctx)
+        for obj in objects:
+            if obj["kind"] == "InferencePool":
+                obj["spec"]["targetPorts"] = [{"number": "eighty"}]
+        return objects
+
+    monkeypatch.setattr(render_module, "compose_replica", broken)
+    out = tmp_path / "render"
+    code = main(["render", "-f", str(ROOT / "examples"), "--out", str(out)])
+    _, err = capsys.readouterr()
+    assert code == 1 and not out.exists()
+    assert "InferencePool/qwen3-8b-a02c0-pool: spec.targetPorts[0].number: 'eighty' is not of type 'integer'" in err
+    assert "nothing was written" in err
+
+
+def test_render_refuses_a_folder_it_did_not_write(tmp_path, capsys):
+    (tmp_path / "mine.txt").write_text("keep me")
+    code = main(["render", "-f", str(ROOT / "examples"), "--out", str(tmp_path)])
+    _, err = capsys.readouterr()
+    assert code == 1 and "was not written by modelplane render" in err
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_render_refuses_colliding_deployments(tmp_path, capsys):
+    fleet = [gpu_class("l4", 1, "23034Mi"), cluster("a", pools=(("gpu", "l4", 2),)),
+             deployment("qwen", namespace="team-a"), deployment("qwen", namespace="team-b")]
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all(fleet))
+    code = main(["render", "-f", str(path), "--out", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert code == 1 and "already creates this object" in err and not (tmp_path / "out").exists()
+
+
+def test_schema_checker_rejects_what_the_api_server_would():
+    bad = [
+        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "x"},
+         "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "c", "image": "i", "typo": 1}]}}}}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "labels": {"a": True}},
+         "spec": {"selector": {}, "template": {}}},
+        {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x"},
+         "spec": {"scaleTargetRef": {"name": "d"}, "triggers": [], "maxReplicaCount": "many"}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy", "metadata": {"name": "x"},
+         "spec": {"targetRefs": [], "validation": {}}},
+        {"apiVersion": "example.com/v1", "kind": "Unknown", "metadata": {"name": "x"}},
+    ]
+    for obj in bad:
+        assert check(obj), json.dumps(obj)
+    # defaults are applied before checking, as the API server does: LWS rolloutStrategy.type is required but defaulted
+    good = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "x"},
+            "spec": {"rolloutStrategy": {}, "leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}}
+    assert check(good) == []
+
+
+def test_generated_fleets_cover_every_kind_we_emit():
+    kinds = set()
+    for seed in range(8):
+        loaded = run(*generated_fleet(seed))
+        kinds |= {o["kind"] for _, _, o in render(loaded.fleet, schedule(loaded.fleet)).objects()}
+    assert kinds >= {"Deployment", "LeaderWorkerSet", "DynamoGraphDeployment", "ScaledObject", "BackendTLSPolicy",
+                     "InferencePool", "HTTPRoute", "EndpointSlice", "PersistentVolumeClaim", "Job", "ResourceClaimTemplate"}
