@@ -115,6 +115,29 @@ def render(paths: tuple[str, ...], out: str) -> None:
         click.echo(f"  {stack}: {address}")
 
 
+@cli.command()
+@_paths_option
+@click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def preview(paths: tuple[str, ...], offline: bool, output: str) -> None:
+    """Show what each stack would register."""
+    if not offline:
+        click.echo("error: only `preview --offline` is available in this version (real previews need the "
+                   "automation layer)", err=True)
+        raise SystemExit(2)
+    from automation.offline_preview import platform_stacks
+    from automation.output import preview_table
+
+    loaded = _load(paths)
+    stacks = platform_stacks(loaded.fleet)
+    if output == "json":
+        click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks]}, indent=2, default=str))
+    else:
+        preview_table(stacks, stream=sys.stdout)
+    if any(s.error for s in stacks):
+        raise SystemExit(EXIT_INVALID)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="modelplane", standalone_mode=False)

@@ -51,3 +51,21 @@ def plan_table(plan: Plan, explain: bool = False, stream=None) -> str:
             for line in plan.explain[key]:
                 console.print(f"  - {line}", markup=False)
     return buffer.getvalue()
+
+
+def preview_table(stacks, stream=None) -> str:
+    buffer = io.StringIO()
+    console = _console(stream if stream is not None else buffer)
+    for stack in stacks:
+        console.print(f"stack {stack.name}: {len(stack.resources)} resource(s)", markup=False)
+        if stack.error:
+            console.print(f"  error: {stack.error}", markup=False)
+            continue
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for column in ("TYPE", "NAME", "PARENT"):
+            table.add_column(column, no_wrap=True)
+        for r in stack.resources:
+            table.add_row(r.type, r.name, r.parent or "-")
+        console.print(table)
+    console.print("offline preview: resources the programs would register; nothing was deployed", markup=False)
+    return buffer.getvalue()

@@ -112,6 +112,8 @@ class NodePool(Strict):
     zones: list[str] | None = None
     capacityBlock: CapacityBlock | None = None
     fabric: Fabric | None = None
+    # Not in the reference's API (an optional addition): provision the pool on spot/preemptible capacity.
+    spot: bool | None = None
 
     @property
     def capacity_nodes(self) -> int:

@@ -1,0 +1,137 @@
+"""Run a stack's real Pulumi program under Pulumi's mock runtime: no CLI, no cloud, no credentials.
+
+This is how `modelplane preview --offline` lists what each stack would register, and how the
+tests check components. It records every resource registration (type, name, parent, inputs,
+whether custom) as the engine would receive it; providers are not run, so nothing a provider
+would compute (cloud IDs, Helm rendering) is known, and a few outputs are faked so programs
+that read them can finish.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pulumi
+from pulumi.runtime.mocks import MockMonitor
+
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+MASK = "[secret]"
+
+# Outputs a provider would return that programs read (so they can run to the end under mocks).
+FAKE_OUTPUTS: dict[str, dict] = {
+    "gcp:container/cluster:Cluster": {"endpoint": "203.0.113.10",
+                                      "masterAuth": {"clusterCaCertificate": "b2ZmbGluZS1wcmV2aWV3"}},
+    "eks:index:Cluster": {"kubeconfigJson": '{"apiVersion": "v1", "kind": "Config", "clusters": []}',
+                          "nodeSecurityGroupId": "sg-0offline"},
+    "aws:ec2/launchTemplate:LaunchTemplate": {"latestVersion": 1},
+    "kubernetes:gateway.networking.k8s.io/v1:Gateway": {"status": {"addresses": [{"type": "IPAddress",
+                                                                                  "value": "203.0.113.20"}]}},
+}
+
+
+@dataclass
+class Registered:
+    urn: str
+    type: str
+    name: str
+    parent: str | None  # the parent resource's name
+    custom: bool
+    inputs: dict = field(default_factory=dict)
+    depends_on: list[str] = field(default_factory=list)  # names of resources it waits for (and outlives on delete)
+
+    def to_dict(self, masked: bool = True) -> dict:
+        return {"type": self.type, "name": self.name, "parent": self.parent, "dependsOn": self.depends_on,
+                "inputs": mask(self.inputs) if masked else self.inputs}
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and SECRET_SIG in value
+
+
+def _plain(value: Any, secret) -> Any:
+    """Wire values as plain Python: each secret through `secret`, whole floats back to ints."""
+    if is_secret(value):
+        return secret(value)
+    if isinstance(value, dict):
+        return {k: _plain(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, secret) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def unwrap(value: Any) -> Any:
+    """Secrets unwrapped: for assertions."""
+    return _plain(value, lambda v: unwrap(v.get("value")))
+
+
+def mask(value: Any) -> Any:
+    """Every secret replaced by a marker: safe to print."""
+    return _plain(value, lambda v: MASK)
+
+
+class Recorder(pulumi.runtime.Mocks):
+    def __init__(self):
+        self.calls: list = []
+        self._last: dict[int, Any] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        self._last[threading.get_ident()] = args
+        state = dict(args.inputs)
+        state.update(FAKE_OUTPUTS.get(args.typ, {}))
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.calls.append(args)
+        return {}
+
+    def take_last(self):
+        return self._last.pop(threading.get_ident(), None)
+
+
+class RecordingMonitor(MockMonitor):
+    """The mock monitor, also remembering each resource's parent (the Mocks API does not pass it)."""
+
+    def __init__(self, mocks: Recorder):
+        super().__init__(mocks)
+        self.registered: list[Registered] = []
+        self._names: dict[str, str] = {}
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        args = self.mocks.take_last()
+        if request.type != "pulumi:pulumi:Stack":
+            self._names[response.urn] = request.name
+            parent = self._names.get(request.parent) if request.parent else None
+            depends = sorted({self._names.get(urn, urn.rsplit("::", 1)[-1]) for urn in request.dependencies})
+            self.registered.append(Registered(response.urn, request.type, request.name, parent,
+                                              bool(request.custom), dict(args.inputs) if args else {}, depends))
+        return response
+
+    def ReadResource(self, request):
+        response = super().ReadResource(request)
+        self.mocks.take_last()  # a read (Resource.get) registers nothing
+        return response
+
+
+class OfflineRunError(Exception):
+    pass
+
+
+def run(program: Callable[[], Any], project: str, stack: str, config: dict[str, Any] | None = None,
+        secret_keys: list[str] | None = None) -> list[Registered]:
+    """Run `program` under mocks as stack `stack` of `project`; return what it registered, in order."""
+    mocks = Recorder()
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v)
+                                   for k, v in (config or {}).items()}, secret_keys or [])
+    try:
+        pulumi.runtime.test(program)()
+    except pulumi.RunError as exc:
+        raise OfflineRunError(str(exc)) from None
+    return monitor.registered

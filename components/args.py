@@ -1,0 +1,125 @@
+"""Typed arguments of the platform components, derived from the fleet API objects.
+
+Components take these (pydantic models), never raw manifests: what a component needs is
+written down once, validated once, and easy to build in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from fleet.backends import NVIDIA_DRIVER
+from fleet.inventory import cache_storage_class
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PublishedDevice(Args):
+    name: str
+    driver: str
+    count: int
+    claim: str
+
+
+class GpuPoolArgs(Args):
+    name: str
+    class_name: str
+    machine_type: str | None = None  # GKE
+    instance_type: str | None = None  # EKS
+    accelerator_type: str | None = None
+    accelerator_count: int = 1
+    disk_size_gb: int = 100
+    zones: list[str] = []
+    node_count: int = 1
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    spot: bool = False
+    capacity_reservation_id: str | None = None
+    efa: bool = False
+    devices: list[PublishedDevice] = []
+
+    @property
+    def capacity_nodes(self) -> int:
+        return self.max_nodes if self.max_nodes is not None else self.node_count
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_nodes is not None
+
+    @property
+    def nvidia(self) -> bool:
+        return any(d.driver == NVIDIA_DRIVER and d.claim == "DRA" for d in self.devices)
+
+
+class ClusterArgs(Args):
+    name: str
+    source: Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
+    region: str | None = None
+    kubernetes_version: str | None = None
+    labels: dict[str, str] = {}
+    pools: list[GpuPoolArgs]
+    kubeconfig_secret: str | None = None  # Existing: the config key holding the kubeconfig
+    cache_storage_class: str | None = None
+
+    @property
+    def needs_dynamo(self) -> bool:
+        """The Dynamo operator goes only where an NVIDIA pool could run a Dynamo graph."""
+        return any(p.nvidia for p in self.pools)
+
+    @property
+    def nvidia_driver_root(self) -> str:
+        return "/home/kubernetes/bin/nvidia" if self.source == "GKE" else "/"
+
+
+class GatewayArgs(Args):
+    name: str = "default"
+    traefik_version: str
+    metallb_address_pool: str | None = None
+
+
+def cluster_args(fleet, name: str) -> ClusterArgs:
+    ic = next(c for c in fleet.of("InferenceCluster") if c.name == name)
+    classes = {c.name: c for c in fleet.of("InferenceClass")}
+    source = ic.spec.cluster.source
+    block = getattr(ic.spec.cluster, source.lower())
+    pools = []
+    for np in ic.spec.nodePools:
+        icl = classes.get(np.className)
+        prov = icl.spec.provisioning if icl else None
+        gke = prov.gke if prov else None
+        eks = prov.eks if prov else None
+        accelerator = (gke.accelerator if gke else None) or (eks.accelerator if eks else None)
+        pools.append(GpuPoolArgs(
+            name=np.name, class_name=np.className,
+            machine_type=gke.machineType if gke else None,
+            instance_type=eks.instanceType if eks else None,
+            accelerator_type=accelerator.type if accelerator else None,
+            accelerator_count=accelerator.count if accelerator else 1,
+            disk_size_gb=(gke or eks).diskSizeGb if (gke or eks) else 100,
+            zones=list(np.zones or []), node_count=np.nodeCount, min_nodes=np.minNodeCount, max_nodes=np.maxNodeCount,
+            spot=bool(np.spot), efa=bool(np.fabric and np.fabric.type == "EFA"),
+            capacity_reservation_id=np.capacityBlock.capacityReservationId if np.capacityBlock else None,
+            devices=[PublishedDevice(name=d.name, driver=d.driver, count=d.count, claim=d.claim)
+                     for d in (icl.spec.devices if icl else [])],
+        ))
+    return ClusterArgs(
+        name=ic.name, source=source,
+        region=getattr(block, "region", None) or getattr(block, "location", None),
+        kubernetes_version=getattr(block, "kubernetesVersion", None),
+        labels=dict(ic.metadata.labels or {}), pools=pools,
+        kubeconfig_secret=ic.spec.cluster.existing.secretRef.name if source == "Existing" else None,
+        cache_storage_class=cache_storage_class(ic),
+    )
+
+
+def gateway_args(fleet) -> GatewayArgs | None:
+    ig = next(iter(fleet.of("InferenceGateway")), None)
+    if ig is None or ig.spec.traefik is None:
+        return None
+    metallb = ig.spec.traefik.metallb
+    return GatewayArgs(name=ig.name, traefik_version=ig.spec.traefik.version,
+                       metallb_address_pool=metallb.addressPool if metallb else None)

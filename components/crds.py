@@ -1,0 +1,34 @@
+"""The Gateway API and inference-extension CRDs, installed from the bundled upstream files."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+UPSTREAM = Path(__file__).resolve().parent.parent / "workloads" / "crds" / "upstream"
+GATEWAY_API = ["gateway.networking.k8s.io_gatewayclasses.yaml", "gateway.networking.k8s.io_gateways.yaml",
+               "gateway.networking.k8s.io_httproutes.yaml", "gateway.networking.k8s.io_referencegrants.yaml"]
+INFERENCE = ["inference.networking.k8s.io_inferencepools.yaml"]
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@lru_cache(maxsize=None)
+def load(*files: str) -> tuple[dict, ...]:
+    out = []
+    for name in files:
+        for doc in yaml.load_all((UPSTREAM / name).read_text(), Loader=_Loader):
+            if doc:
+                doc.pop("status", None)
+                doc.get("metadata", {}).pop("creationTimestamp", None)
+                out.append(doc)
+    return tuple(out)
+
+
+def gateway_api() -> list[dict]:
+    return list(load(*GATEWAY_API))
+
+
+def inference_extension() -> list[dict]:
+    return list(load(*INFERENCE))

@@ -1,0 +1,58 @@
+"""An existing (bring-your-own) InferenceCluster: nothing is provisioned.
+
+Its kubeconfig is a Pulumi secret config value named after the cluster's
+`existing.secretRef.name` (`pulumi config set --secret modelplane:<secretRef name> "$(cat kubeconfig)"`),
+or a kubeconfig file and context named in stack config
+(`modelplane:kubeconfigFiles: {<cluster>: {path: ..., context: ...}}`). The value is kept a
+Pulumi secret end to end.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pulumi
+import yaml
+
+from components.args import ClusterArgs
+
+TYPE = "modelplane:existing:InferenceCluster"
+
+
+class MissingKubeconfig(pulumi.RunError):
+    pass
+
+
+def _from_file(path: str, context: str | None) -> str:
+    text = open(os.path.expanduser(path)).read()
+    if not context:
+        return text
+    config = yaml.safe_load(text) or {}
+    if not any(c.get("name") == context for c in config.get("contexts") or []):
+        raise MissingKubeconfig(f"kubeconfig file {path} has no context {context!r}")
+    config["current-context"] = context
+    return yaml.safe_dump(config)
+
+
+def read_kubeconfig(args: ClusterArgs, config: pulumi.Config) -> pulumi.Output[str]:
+    files = config.get_object("kubeconfigFiles") or {}
+    if args.name in files:
+        entry = files[args.name]
+        return pulumi.Output.secret(_from_file(entry["path"], entry.get("context")))
+    value = config.get_secret(args.kubeconfig_secret) if args.kubeconfig_secret else None
+    if value is None:
+        raise MissingKubeconfig(
+            f"InferenceCluster/{args.name}: no kubeconfig; run `pulumi config set --secret "
+            f"modelplane:{args.kubeconfig_secret} \"$(cat kubeconfig)\"` or name a file in modelplane:kubeconfigFiles")
+    return value
+
+
+class ExistingInferenceCluster(pulumi.ComponentResource):
+    """Outputs: kubeconfig (secret), cluster_identifier."""
+
+    def __init__(self, name: str, args: ClusterArgs, kubeconfig: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE, name, None, opts)
+        self.kubeconfig = pulumi.Output.secret(kubeconfig)
+        self.cluster_identifier = args.name
+        self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})

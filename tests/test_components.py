@@ -1,0 +1,222 @@
+"""Pulumi components under the mock runtime: what each registers, its parents and key inputs."""
+
+import pathlib
+
+import pulumi
+import pytest
+import yaml
+
+from automation.offline import is_secret
+from components.args import cluster_args
+from components.eks import EksInferenceCluster
+from components.existing import ExistingInferenceCluster
+from components.gke import GkeInferenceCluster
+from components.kubernetes import provider
+from components.serving_stack import ServingStack
+from fleet.validate import load_fleet
+from infra.program import platform
+from tests.pulumi_mocks import inputs, named, of_type, registered
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def example_fleet():
+    return load_fleet([str(ROOT / "examples")]).fleet
+
+
+def fleet_of(name: str):
+    loaded = load_fleet([str(ROOT / "stacks" / "fleets" / name)])
+    assert not loaded.errors
+    return loaded.fleet
+
+
+def test_gke_cluster_and_gpu_pools():
+    fleet = fleet_of("gcp-dev")
+    args = cluster_args(fleet, "dev-us-central")
+    seen = []
+
+    async def program():
+        cluster = GkeInferenceCluster("dev-us-central", args, deletion_protection=False)
+        seen.append(await cluster.kubeconfig.is_secret())
+        seen.append("gke-gcloud-auth-plugin" in await cluster.kubeconfig.future())
+
+    resources = registered(program)
+    assert seen == [True, True]
+    component = named(resources, "dev-us-central", "modelplane:gke:InferenceCluster")
+    assert component.parent is None
+    children = [r for r in resources if r.parent == "dev-us-central"]
+    assert {r.type for r in children} == {"gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork",
+                                          "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool"}
+    cluster = inputs(of_type(resources, "gcp:container/cluster:Cluster")[0])
+    assert cluster["removeDefaultNodePool"] is True and cluster["location"] == "us-central1"
+    assert cluster["minMasterVersion"] == "1.35" and cluster["deletionProtection"] is False
+    pool = inputs(named(resources, "dev-us-central-l4"))
+    config = pool["nodeConfig"]
+    assert config["machineType"] == "g2-standard-8" and config["spot"] is True
+    assert config["guestAccelerators"] == [{"type": "nvidia-l4", "count": 1,
+                                            "gpuDriverInstallationConfig": {"gpuDriverVersion": "LATEST"}}]
+    assert config["labels"] == {"modelplane.ai/pool": "l4", "gke-no-default-nvidia-gpu-device-plugin": "true"}
+    assert config["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
+    assert pool["autoscaling"] == {"totalMinNodeCount": 0, "totalMaxNodeCount": 4, "locationPolicy": "ANY"}
+    assert pool["nodeLocations"] == ["us-central1-a"] and "nodeCount" not in pool
+    assert named(resources, "dev-us-central-system")
+
+
+def test_gke_fixed_size_pool_and_default_deletion_protection(example_fleet):
+    args = cluster_args(example_fleet, "gke-us-central")
+    resources = registered(lambda: GkeInferenceCluster("gke-us-central", args))
+    assert inputs(of_type(resources, "gcp:container/cluster:Cluster")[0])["deletionProtection"] is True
+    pool = inputs(named(resources, "gke-us-central-l4"))
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 4 and pool["initialNodeCount"] == 1
+    assert pool["nodeConfig"]["diskSizeGb"] == 200
+
+
+def test_eks_cluster_vpc_and_gpu_node_groups():
+    fleet = fleet_of("aws-prod")
+    args = cluster_args(fleet, "prod-us-east")
+    resources = registered(lambda: EksInferenceCluster("prod-us-east", args))
+    component = named(resources, "prod-us-east", "modelplane:eks:InferenceCluster")
+    assert component.parent is None and all(r.parent == "prod-us-east" for r in resources if r is not component)
+    subnets = of_type(resources, "aws:ec2/subnet:Subnet")
+    assert sorted(inputs(s)["availabilityZone"] for s in subnets) == ["us-east-2a", "us-east-2b"]
+    eks = [r for r in resources if r.type == "eks:index:Cluster"][0]
+    assert eks.custom is False and inputs(eks)["skipDefaultNodeGroup"] is True and inputs(eks)["version"] == "1.34"
+    h100 = inputs(named(resources, "prod-us-east-h100", "aws:eks/nodeGroup:NodeGroup"))
+    assert h100["amiType"] == "AL2023_x86_64_NVIDIA" and h100["instanceTypes"] == ["p5.48xlarge"]
+    assert h100["capacityType"] == "CAPACITY_BLOCK"
+    assert h100["scalingConfig"] == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+    assert h100["labels"] == {"modelplane.ai/pool": "h100"}
+    assert h100["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    assert h100["clusterName"] == "prod-us-east" and len(h100["subnetIds"]) == 1
+    template = inputs(named(resources, "prod-us-east-h100", "aws:ec2/launchTemplate:LaunchTemplate"))
+    assert template["capacityReservationSpecification"]["capacityReservationTarget"] == {
+        "capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert template["networkInterfaces"][0]["interfaceType"] == "efa"
+    assert inputs(of_type(resources, "aws:ec2/placementGroup:PlacementGroup")[0])["strategy"] == "cluster"
+    l4 = inputs(named(resources, "prod-us-east-l4", "aws:eks/nodeGroup:NodeGroup"))
+    assert l4["scalingConfig"] == {"minSize": 1, "maxSize": 6, "desiredSize": 2} and l4["capacityType"] == "ON_DEMAND"
+    assert len(of_type(resources, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")) == 4
+
+
+def test_existing_cluster_provisions_nothing_and_keeps_the_kubeconfig_secret():
+    fleet = fleet_of("existing")
+    args = cluster_args(fleet, "onprem")
+    checks = []
+
+    async def program():
+        cluster = ExistingInferenceCluster("onprem", args, "apiVersion: v1\nkind: Config\n")
+        provider("onprem", cluster.kubeconfig, parent=cluster)
+        checks.append(await cluster.kubeconfig.is_secret())  # secret even when given as plain text
+
+    resources = registered(program)
+    assert [r.type for r in resources] == ["modelplane:existing:InferenceCluster", "pulumi:providers:kubernetes"]
+    prov = resources[1]
+    assert prov.parent == "onprem" and is_secret(prov.inputs["kubeconfig"])
+    assert prov.inputs["clusterIdentifier"] == "onprem" and prov.inputs["enableServerSideApply"] == "true"
+    assert checks == [True]
+
+
+def test_serving_stack_releases_crds_and_gateway(example_fleet):
+    args = cluster_args(example_fleet, "gke-us-central")
+
+    def program():
+        ServingStack("gke-serving", args, provider("gke-us-central", "kubeconfig"), versions={"keda": "2.99.0"})
+
+    resources = registered(program)
+    releases = {inputs(r)["name"]: inputs(r) for r in of_type(resources, "kubernetes:helm.sh/v3:Release")}
+    assert set(releases) == {"mp-cert-manager", "mp-envoy-gateway", "mp-lws", "mp-node-feature-discovery",
+                             "mp-nvidia-dra-driver", "mp-keda", "mp-prometheus", "mp-dynamo"}
+    assert releases["mp-keda"]["version"] == "2.99.0"  # overridable per stack
+    assert releases["mp-lws"]["chart"] == "oci://registry.k8s.io/lws/charts/lws" and releases["mp-lws"]["version"] == "0.10.0"
+    assert releases["mp-cert-manager"]["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
+    dra = releases["mp-nvidia-dra-driver"]["values"]
+    assert dra["nvidiaDriverRoot"] == "/home/kubernetes/bin/nvidia" and dra["gpuResourcesEnabledOverride"] is True
+    assert releases["mp-node-feature-discovery"]["values"]["worker"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    crds = inputs(of_type(resources, "kubernetes:yaml/v2:ConfigGroup")[0])["objs"]
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "gatewayclasses.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
+        "httproutes.gateway.networking.k8s.io", "inferencepools.inference.networking.k8s.io",
+        "referencegrants.gateway.networking.k8s.io"]
+    gateway = inputs(of_type(resources, "kubernetes:gateway.networking.k8s.io/v1:Gateway")[0])
+    assert gateway["metadata"]["name"] == "inference-gateway" and gateway["metadata"]["namespace"] == "modelplane-system"
+    assert gateway["spec"]["listeners"][0]["allowedRoutes"] == {"namespaces": {"from": "All"}}
+    assert of_type(resources, "kubernetes:core/v1:ResourceQuota")  # GKE only
+    assert all(r.parent == "gke-serving" for r in resources if r.type.startswith("kubernetes:"))
+
+
+def test_dynamo_platform_only_where_nvidia_pools_exist():
+    fleet = load_fleet([str(ROOT / "tests" / "data" / "reference" / "concepts.yaml")]).fleet
+    args = cluster_args(fleet, "aks-westeurope")
+    amd = args.model_copy(update={"pools": [p.model_copy(update={"devices": [d.model_copy(update={"driver": "gpu.amd.com"})
+                                                                              for d in p.devices]}) for p in args.pools]})
+    resources = registered(lambda: ServingStack("s", amd, provider("c", "k")))
+    names = {inputs(r)["name"] for r in of_type(resources, "kubernetes:helm.sh/v3:Release")}
+    assert "mp-dynamo" not in names and "mp-lws" in names
+    assert not of_type(resources, "kubernetes:core/v1:ResourceQuota")  # not GKE
+
+
+@pytest.mark.parametrize("stack,expected_types", [
+    ("gcp-dev", {"modelplane:gke:InferenceCluster", "modelplane:cluster:ServingStack", "modelplane:fleet:Gateway"}),
+    ("aws-prod", {"modelplane:eks:InferenceCluster", "modelplane:cluster:ServingStack"}),
+    ("existing", {"modelplane:existing:InferenceCluster", "modelplane:cluster:ServingStack", "modelplane:fleet:Gateway"}),
+])
+def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypatch):
+    monkeypatch.setenv("MODELPLANE_PROJECT_DIR", str(ROOT))
+    config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+    config = {k: v for k, v in config.items() if k.startswith("modelplane:")}
+    secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack == "existing" else {}
+    from infra.program import main
+    resources = registered(main, stack, {**config, **secrets}, list(secrets))
+    types = {r.type for r in resources}
+    assert expected_types <= types
+    if stack == "existing":
+        assert not [t for t in types if t.startswith(("gcp:", "aws:", "eks:"))]
+        assert "kubernetes:metallb.io/v1beta1:IPAddressPool" in types
+
+
+def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
+    seen = []
+
+    async def program():
+        outputs = platform(example_fleet, pulumi.Config("modelplane"))
+        seen.append(sorted(outputs))
+        for value in outputs.values():
+            if "kubeconfig" in value:
+                seen.append(await value["kubeconfig"].is_secret())
+
+    resources = registered(program, "all", {"modelplane:byo-eu-kubeconfig": "apiVersion: v1"}, ["modelplane:byo-eu-kubeconfig"])
+    providers = of_type(resources, "pulumi:providers:kubernetes")
+    assert {p.name for p in providers} == {"gke-us-central-k8s", "eks-us-west-k8s", "byo-eu-k8s", "control-plane-k8s"}
+    assert all(is_secret(p.inputs["kubeconfig"]) for p in providers)
+    assert seen == [["byo-eu", "eks-us-west", "gateway", "gke-us-central"], True, True, True]
+
+
+def test_missing_existing_kubeconfig_is_one_clear_error(example_fleet):
+    from automation.offline import OfflineRunError
+    with pytest.raises(OfflineRunError, match=r"InferenceCluster/byo-eu: no kubeconfig; run `pulumi config set --secret modelplane:byo-eu-kubeconfig"):
+        registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), "x", {"modelplane:cluster": "byo-eu"})
+
+
+def test_several_stacks_in_one_process_are_stable(example_fleet):
+    """Regression: resource references passed into remote components made consecutive mock runs hang."""
+    for _ in range(2):
+        for cluster in ("eks-us-west", "gke-us-central"):
+            assert registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), f"p-{cluster}",
+                              {"modelplane:cluster": cluster})
+
+
+def test_deletion_order_is_explicit(example_fleet):
+    """Pulumi deletes in reverse dependency order: what waits for something is deleted before it."""
+    resources = registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), "p", {"modelplane:cluster": "gke-us-central"})
+    deps = {(r.type, r.name): set(r.depends_on) for r in resources}
+    gateway = deps[("kubernetes:gateway.networking.k8s.io/v1:Gateway", "gke-us-central-serving-gateway")]
+    assert {"gke-us-central-serving-crds", "gke-us-central-serving-envoy-gateway"} <= gateway  # CRDs outlive their CRs
+    for release in of_type(resources, "kubernetes:helm.sh/v3:Release"):
+        assert "gke-us-central-l4" in deps[(release.type, release.name)]  # the serving stack goes before the GPU pools
+    crds = deps[("kubernetes:yaml/v2:ConfigGroup", "gke-us-central-serving-crds")]
+    assert "gke-us-central-l4" in crds
+    # the Kubernetes provider is built from the cluster's kubeconfig: everything on it goes before the cluster
+    provider_deps = deps[("pulumi:providers:kubernetes", "gke-us-central-k8s")]
+    assert "gke-us-central" in provider_deps
