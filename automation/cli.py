@@ -65,21 +65,48 @@ def validate(paths: tuple[str, ...]) -> None:
 
 @cli.command()
 @_paths_option
-@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
-              help="table for people; json and yaml are the stable machine interface (see README).")
+@click.option("--against", "against", multiple=True, metavar="PATH",
+              help="The base desired state (e.g. the target branch's manifests): show stack changes and replica moves. Repeatable.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown"]), default="table", show_default=True,
+              help="table for people; json and yaml are the stable machine interface (see README); markdown (with --against) for a pull-request comment.")
 @click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
-def plan(paths: tuple[str, ...], output: str, explain: bool) -> None:
+def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool) -> None:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas."""
     from automation.output import plan_table
 
     loaded = _load(paths)
-    result = schedule(loaded.fleet, explain=explain)
+    if output == "markdown" and not against:
+        click.echo("error: -o markdown summarises a change: give the base manifests with --against", err=True)
+        raise SystemExit(2)
+    comparison = None
+    if against:
+        from automation.compare import compare
+
+        comparison = compare(_load(against).fleet, loaded.fleet)
+        result = comparison.plan if not explain else schedule(
+            loaded.fleet, [r.recorded() for r in schedule(_load(against).fleet).replicas], explain=True)
+    else:
+        result = schedule(loaded.fleet, explain=explain)
+    document = plan_to_dict(result, explain)
+    if comparison is not None:
+        from automation.compare import to_dict
+
+        document.update(to_dict(comparison))
     if output == "json":
-        click.echo(json.dumps(plan_to_dict(result, explain), indent=2))
+        click.echo(json.dumps(document, indent=2))
     elif output == "yaml":
-        click.echo(yaml.safe_dump(plan_to_dict(result, explain), sort_keys=False), nl=False)
+        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
+    elif output == "markdown":
+        from automation.compare import markdown
+
+        click.echo(markdown(comparison), nl=False)
     else:
         plan_table(result, explain, stream=sys.stdout)
+        if comparison is not None:
+            changed = comparison.changed
+            click.echo(f"\n{len(changed)} stack(s) change" + (":" if changed else ""))
+            for s in changed:
+                click.echo(f"  {s.change:<7} {s.name}")
 
 
 @cli.command()
@@ -115,27 +142,148 @@ def render(paths: tuple[str, ...], out: str) -> None:
         click.echo(f"  {stack}: {address}")
 
 
+def _progress(output: str):
+    """Progress for people (one line per stack event), or JSON lines with -o json."""
+    lock = __import__("threading").Lock()
+
+    def emit(event: dict) -> None:
+        with lock:
+            if output == "json":
+                click.echo(json.dumps(event, default=str))
+                return
+            kind = event.get("type")
+            if kind == "resource":
+                click.echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
+            elif kind == "diagnostic":
+                click.echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
+            elif kind == "start":
+                click.echo(f"[{event['stack']}] {event['operation']} ...")
+            elif kind == "succeeded":
+                counts = ", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items())) or "no changes"
+                click.echo(f"[{event['stack']}] done: {counts}")
+            elif kind in ("failed", "cancelled"):
+                click.echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
+            elif kind == "skipped":
+                click.echo(f"[{event['stack']}] skipped: {event.get('reason')}", err=True)
+    return emit
+
+
+def _apply(operation: str, paths, output: str, backend: str | None, parallel: int, control_plane: str | None) -> None:
+    from pathlib import Path
+
+    from automation.orchestrator import Orchestrator
+    from automation.pulumi_runner import PulumiRunner, check_passphrase, default_backend
+    from automation.runner import AutomationError
+    from automation.session import prepare, run_interruptibly, selected
+    from automation.state import STATE_DIR, StateLocked
+
+    loaded = _load(paths)
+    root = Path(STATE_DIR)
+    prepared = prepare(loaded.fleet, root, control_plane)
+    if prepared.problems:
+        for line in prepared.problems:
+            click.echo(line, err=True)
+        click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
+        raise SystemExit(EXIT_INVALID)
+    items = selected(prepared, operation)
+    if not items:
+        click.echo(f"nothing to {operation}: every stack is up to date with the manifests")
+        return
+    try:
+        runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel)  # says so if the CLI is missing
+        check_passphrase(backend or default_backend(root))
+        if operation != "preview":
+            prepared.store.lock()
+    except (AutomationError, StateLocked) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    emit = _progress(output)
+    try:
+        report = run_interruptibly(Orchestrator(runner, prepared.store, emit, parallel), operation, items, prepared.specs,
+                                   lambda m: click.echo(m, err=True))
+    finally:
+        prepared.store.unlock()
+    good = sum(1 for o in report.outcomes if o.status == "succeeded")
+    click.echo(f"{operation}: {good} of {len(report.outcomes)} stack(s) succeeded"
+               + (" (cancelled)" if report.cancelled else ""), err=output == "json")
+    for outcome in report.failed:
+        click.echo(f"  {outcome.status}: {outcome.stack}: {outcome.reason}", err=True)
+    if report.cancelled:
+        raise SystemExit(130)
+    if not report.ok:
+        raise SystemExit(EXIT_INVALID)
+
+
+def _apply_options(function):
+    function = click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+                            help="table: progress for people; json: one JSON event per line.")(function)
+    function = click.option("--backend", metavar="URL", default=None,
+                            help="Pulumi backend (default: file://.modelplane/backend, or PULUMI_BACKEND_URL).")(function)
+    function = click.option("--parallel", type=click.IntRange(1, 16), default=2, show_default=True,
+                            help="Stacks run at once (each runs a Pulumi engine and its provider plugins).")(function)
+    function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
+                            help="The InferenceCluster hosting the fleet gateway (default: the first by name).")(function)
+    return _paths_option(function)
+
+
 @cli.command()
-@_paths_option
+@_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def preview(paths: tuple[str, ...], offline: bool, output: str) -> None:
-    """Show what each stack would register."""
+def preview(paths, output, backend, parallel, control_plane, offline) -> None:
+    """Show what each changed stack would do (with --offline: what every stack would register, no CLI needed)."""
     if not offline:
-        click.echo("error: only `preview --offline` is available in this version (real previews need the "
-                   "automation layer)", err=True)
-        raise SystemExit(2)
-    from automation.offline_preview import platform_stacks
+        _apply("preview", paths, output, backend, parallel, control_plane)
+        return
+    from automation.offline_preview import all_stacks
     from automation.output import preview_table
 
     loaded = _load(paths)
-    stacks = platform_stacks(loaded.fleet)
+    stacks = all_stacks(loaded.fleet, control_plane)
     if output == "json":
         click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks]}, indent=2, default=str))
     else:
         preview_table(stacks, stream=sys.stdout)
     if any(s.error for s in stacks):
         raise SystemExit(EXIT_INVALID)
+
+
+def _operation_command(operation: str, summary: str) -> None:
+    def command(paths, output, backend, parallel, control_plane) -> None:
+        _apply(operation, paths, output, backend, parallel, control_plane)
+
+    command.__doc__ = summary
+    cli.command(name=operation)(_apply_options(command))
+
+
+_operation_command("up", "Apply the changed stacks in dependency order; record each only once it succeeded.")
+_operation_command("destroy", "Destroy the applied stacks these manifests describe, dependents first.")
+_operation_command("refresh", "Refresh the applied stacks' state from the clouds and clusters.")
+
+
+@cli.command()
+@_paths_option
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER")
+def status(paths, output, control_plane) -> None:
+    """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
+    from pathlib import Path
+
+    from automation.session import prepare
+    from automation.state import STATE_DIR
+
+    loaded = _load(paths)
+    prepared = prepare(loaded.fleet, Path(STATE_DIR), control_plane)
+    applied = prepared.store.load()["stacks"]
+    rows = [{"name": c.name, "change": c.change, "appliedAt": (applied.get(c.name) or {}).get("appliedAt")}
+            for c in prepared.changes]
+    if output == "json":
+        click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled]}, indent=2))
+        return
+    for row in rows:
+        state = "up to date" if row["change"] == "none" else f"pending {row['change']}"
+        click.echo(f"{row['name']:<48} {state:<16} {row['appliedAt'] or 'never applied'}")
+    for u in prepared.plan.unscheduled:
+        click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
 
 
 def main(argv: list[str] | None = None) -> int:

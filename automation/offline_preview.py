@@ -49,3 +49,50 @@ def platform_stacks(fleet) -> list[StackPreview]:
         except Exception as exc:  # one stack's failure is reported with it; the others still preview
             previews.append(StackPreview(stack, [], f"{type(exc).__name__}: {exc}"))
     return previews
+
+
+def expand(registered: list[Registered]) -> list[Registered]:
+    """A ConfigGroup registers one child per object; under mocks it has none, so list its objects as it would."""
+    out = []
+    for r in registered:
+        out.append(r)
+        if r.type == "kubernetes:yaml/v2:ConfigGroup":
+            for obj in r.inputs.get("objs") or []:
+                meta = obj.get("metadata", {})
+                name = f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else meta["name"]
+                out.append(Registered("", f"kubernetes:{obj['apiVersion']}:{obj['kind']}", name, r.name, True,
+                                      {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}))
+    return out
+
+
+def workload_stacks(fleet, control_plane: str | None = None) -> list[StackPreview]:
+    from automation.programs import WORKLOAD_PROJECT, program_for
+    from automation.stacks import desired_stacks
+    from fleet.scheduler import schedule
+    from workloads.render import render
+
+    plan = schedule(fleet)
+    specs = desired_stacks(fleet, plan, render(fleet, plan), control_plane=control_plane)
+    previews = []
+    for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name)):
+        if spec.kind in ("platform", "gateway"):
+            continue
+        secrets = {f"modelplane:{key}": PLACEHOLDER for key in _secret_keys(spec)}
+        try:
+            registered = run(program_for(spec, fleet), WORKLOAD_PROJECT, spec.name, secrets, list(secrets))
+            previews.append(StackPreview(spec.name, [r for r in expand(registered)
+                                                     if r.type != "pulumi:pulumi:StackReference"]))
+        except Exception as exc:
+            previews.append(StackPreview(spec.name, [], f"{type(exc).__name__}: {exc}"))
+    return previews
+
+
+def _secret_keys(spec) -> list[str]:
+    from components.workload_objects import is_placeholder_secret, secret_config_key
+
+    return [secret_config_key(o, k) for objs in spec.payload["objects"].values() for o in objs
+            if is_placeholder_secret(o) for k in o.get("stringData", {})]
+
+
+def all_stacks(fleet, control_plane: str | None = None) -> list[StackPreview]:
+    return platform_stacks(fleet) + workload_stacks(fleet, control_plane)

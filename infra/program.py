@@ -92,8 +92,12 @@ def platform(fleet, config: pulumi.Config | None = None) -> dict:
                                "InferenceCluster in this stack, or modelplane:controlPlaneKubeconfig (secret)")
         front = FleetGateway("fleet-gateway", gateway, provider("control-plane", kubeconfig), versions=versions)
         outputs["gateway"] = {"address": front.address}
-    for name, value in outputs.items():
-        pulumi.export(name, value)
+    if only and only in outputs:  # a platform-<cluster> stack: flat outputs other stacks reference
+        for key, value in outputs[only].items():
+            pulumi.export(key, value)
+    else:
+        for name, value in outputs.items():
+            pulumi.export(name, value)
     return outputs
 
 

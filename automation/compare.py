@@ -1,0 +1,95 @@
+"""Compare two desired states of the fleet (a pull request's manifests against its base), with no backend.
+
+The base is planned first; its placements become the memory the head is planned with, as if
+the base had been applied. Then every stack's fingerprint is compared, and replicas are
+matched by name: added, removed, or moved (a kept replica dropped for a reason and placed
+again elsewhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from automation.stacks import StackChange, changes, desired_stacks
+from fleet.plan import Plan
+from fleet.scheduler import schedule
+from workloads.render import render
+
+
+@dataclass
+class Comparison:
+    plan: Plan
+    stacks: list[StackChange]
+    added: list[dict] = field(default_factory=list)
+    removed: list[dict] = field(default_factory=list)
+    moved: list[dict] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[StackChange]:
+        return [s for s in self.stacks if s.change != "none"]
+
+
+def _brief(r) -> dict:
+    return {"deployment": r.key, "name": r.name, "cluster": r.cluster}
+
+
+def compare(base_fleet, head_fleet) -> Comparison:
+    base_plan = schedule(base_fleet)
+    base_stacks = desired_stacks(base_fleet, base_plan, render(base_fleet, base_plan))
+    head_plan = schedule(head_fleet, [r.recorded() for r in base_plan.replicas])
+    head_stacks = desired_stacks(head_fleet, head_plan, render(head_fleet, head_plan))
+    stack_changes = changes(head_stacks, {name: s.fingerprint for name, s in base_stacks.items()})
+    result = Comparison(head_plan, stack_changes)
+    before = {r.name: r for r in base_plan.replicas}
+    after = {r.name: r for r in head_plan.replicas}
+    reasons = {d.name: d.reason for d in head_plan.dropped}
+    new_by_deployment: dict[str, list] = {}
+    for name, r in sorted(after.items()):
+        if name not in before:
+            new_by_deployment.setdefault(r.key, []).append(r)
+    for name, r in sorted(before.items()):
+        if name in after:
+            continue
+        reason = reasons.get(name, "its deployment was removed")
+        replacement = (new_by_deployment.get(r.key) or [None]).pop(0) if reason != "its deployment was removed" else None
+        if replacement is not None and not reason.startswith("scaled down"):
+            result.moved.append({**_brief(r), "to": replacement.cluster, "newName": replacement.name, "reason": reason})
+        else:
+            result.removed.append({**_brief(r), "reason": reason})
+    moved_to = {m["newName"] for m in result.moved}
+    result.added = [_brief(r) for name, r in sorted(after.items()) if name not in before and name not in moved_to]
+    return result
+
+
+def to_dict(result: Comparison) -> dict:
+    return {"stacks": [s.to_dict() for s in result.stacks],
+            "replicas": {"added": result.added, "removed": result.removed, "moved": result.moved}}
+
+
+def markdown(result: Comparison) -> str:
+    """A summary fit to post as a pull-request comment."""
+    lines = ["### modelplane: fleet change preview", ""]
+    counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in ("create", "update", "delete")}
+    if not result.changed:
+        lines.append("No stack changes.")
+    else:
+        lines.append(f"**{len(result.changed)} stack(s) change**: {counts['create']} to create, "
+                     f"{counts['update']} to update, {counts['delete']} to delete.")
+        lines += ["", "| stack | change |", "|---|---|"]
+        lines += [f"| `{s.name}` | {s.change} |" for s in result.changed]
+    for title, rows, fmt in (
+        ("Replicas added", result.added, lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}`"),
+        ("Replicas moved", result.moved, lambda r: f"`{r['deployment']}` `{r['name']}`: `{r['cluster']}` -> `{r['to']}` ({r['reason']})"),
+        ("Replicas removed", result.removed, lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}` ({r['reason']})"),
+    ):
+        if rows:
+            lines += ["", f"**{title}**", ""] + [f"- {fmt(r)}" for r in rows]
+    if result.plan.unscheduled:
+        lines += ["", "**Unscheduled**", ""]
+        for u in result.plan.unscheduled:
+            lines.append(f"- `{u.deployment}`: {u.missing} replica(s) not placed")
+            lines += [f"  - {reason}" for reason in u.reasons[:8]]
+            if len(u.reasons) > 8:
+                lines.append(f"  - ... and {len(u.reasons) - 8} more")
+    lines += ["", "_Planned offline from the manifests; nothing was applied._"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""Run the changed stacks: dependency order, independent stacks in parallel, failures isolated.
+
+- Waves from `stacks.waves`: platform, gateway, caches, models, services; a wave's stacks run
+  in parallel (at most `parallel` at once).
+- A failed stack is reported with its error; stacks that depend on it (directly or not) are
+  skipped with that reason; every other stack goes on.
+- State is recorded only after a stack's update succeeded (fingerprint, placements, plain
+  outputs), and forgotten only after its destroy succeeded, so a rerun converges.
+- Cancelling (Ctrl-C) starts nothing new and asks running operations to cancel through the
+  runner (Pulumi stops at a safe point); they are waited for, never killed mid-write.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from automation.runner import EventSink, RunResult, StackRunner
+from automation.state import StateStore
+from automation.stacks import StackChange, StackSpec, waves
+
+
+@dataclass
+class Outcome:
+    stack: str
+    status: str  # succeeded | failed | skipped | cancelled
+    result: RunResult | None = None
+    reason: str | None = None
+
+
+@dataclass
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+    cancelled: bool = False
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status in ("failed", "skipped", "cancelled")]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.cancelled
+
+
+class Orchestrator:
+    def __init__(self, runner: StackRunner, store: StateStore | None, on_event: EventSink, parallel: int = 2):
+        self.runner = runner
+        self.store = store
+        self.on_event = on_event
+        self.parallel = max(1, parallel)
+        self.cancel_requested = threading.Event()
+        self._running: set[str] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Stop starting stacks, and ask the running ones to cancel."""
+        self.cancel_requested.set()
+        with self._lock:
+            running = list(self._running)
+        for name in running:
+            self.runner.cancel(name)
+
+    def _operation(self, operation: str, change: StackChange) -> str:
+        if change.change == "delete":
+            return "preview-destroy" if operation == "preview" else "destroy"
+        return operation
+
+    def _run_one(self, operation: str, change: StackChange, spec: StackSpec | None) -> Outcome:
+        with self._lock:
+            self._running.add(change.name)
+        try:
+            op = self._operation(operation, change)
+            self.on_event({"stack": change.name, "type": "start", "operation": op})
+            result = self.runner.run(op, spec if spec is not None else change, self.on_event)
+        finally:
+            with self._lock:
+                self._running.discard(change.name)
+        if not result.ok:
+            status = "cancelled" if self.cancel_requested.is_set() else "failed"
+            self.on_event({"stack": change.name, "type": status, "error": result.error})
+            return Outcome(change.name, status, result, result.error)
+        if self.store is not None and op == "up" and spec is not None:
+            self.store.record(spec.name, spec.fingerprint, spec.payload.get("placements_recorded"), result.outputs)
+        elif self.store is not None and op == "destroy":
+            self.store.forget(change.name)
+        self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes})
+        return Outcome(change.name, "succeeded", result)
+
+    def execute(self, operation: str, changes: list[StackChange], specs: dict[str, StackSpec]) -> Report:
+        report = Report()
+        broken: dict[str, str] = {}  # stack -> why it (or a dependency) did not succeed
+        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+            for wave in waves(changes):
+                pending = {}
+                for change in wave:
+                    blocked = next((d for d in change.depends_on if d in broken), None)
+                    if blocked is not None:
+                        reason = f"not run: depends on {blocked}, which {broken[blocked]}"
+                        broken[change.name] = "was skipped"
+                        report.outcomes.append(Outcome(change.name, "skipped", reason=reason))
+                        self.on_event({"stack": change.name, "type": "skipped", "reason": reason})
+                        continue
+                    if self.cancel_requested.is_set():
+                        broken[change.name] = "was cancelled"
+                        report.outcomes.append(Outcome(change.name, "cancelled", reason="not started: cancelled"))
+                        continue
+                    pending[pool.submit(self._run_one, operation, change, specs.get(change.name))] = change
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        change = pending.pop(future)
+                        try:
+                            outcome = future.result()
+                        except Exception as exc:  # a bug in a runner: report it on its stack, never lose the others
+                            outcome = Outcome(change.name, "failed", reason=f"{type(exc).__name__}: {exc}")
+                        if outcome.status != "succeeded":
+                            broken[change.name] = "failed" if outcome.status == "failed" else "was cancelled"
+                        report.outcomes.append(outcome)
+        report.cancelled = self.cancel_requested.is_set()
+        return report

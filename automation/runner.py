@@ -1,0 +1,44 @@
+"""The one narrow interface between orchestration and Pulumi: run one operation on one stack.
+
+`automation/pulumi_runner.py` implements it with Pulumi's automation API; tests use a
+recording fake. Everything above it (which stacks, which order, what to record) is plain
+Python that never imports pulumi.automation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+OPERATIONS = ("preview", "up", "destroy", "refresh")
+EventSink = Callable[[dict], None]  # one engine event, as plain data: {"stack", "type", ...}
+
+
+@dataclass
+class RunResult:
+    stack: str
+    operation: str
+    ok: bool
+    changes: dict[str, int] = field(default_factory=dict)  # operation type -> count (create, update, same, ...)
+    outputs: dict = field(default_factory=dict)  # plain (non-secret) stack outputs
+    error: str | None = None
+
+
+class AutomationError(Exception):
+    """A failure the user can act on, said in one line."""
+
+
+class CLIMissing(AutomationError):
+    pass
+
+
+class StackBusy(AutomationError):
+    pass
+
+
+class StackRunner(Protocol):
+    def run(self, operation: str, stack, on_event: EventSink) -> RunResult:
+        """Run `operation` on the stack (a StackSpec); never raises for a failed update, only reports it."""
+
+    def cancel(self, stack_name: str) -> None:
+        """Ask a running operation on the stack to stop cleanly (Pulumi cancels at a safe point)."""

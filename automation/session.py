@@ -1,0 +1,75 @@
+"""One command's work: desired state from the manifests and the recorded state, then the stacks to run."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from automation.orchestrator import Orchestrator, Report
+from automation.stacks import StackChange, StackSpec, changes, desired_stacks
+from automation.state import STATE_DIR, StateStore
+from fleet.plan import Plan
+from fleet.problems import Problem
+from fleet.scheduler import schedule
+from workloads.render import render
+from workloads.schemas import check
+
+
+@dataclass
+class Prepared:
+    fleet: object
+    plan: Plan
+    specs: dict[str, StackSpec]
+    changes: list[StackChange]
+    store: StateStore
+    problems: list[str]
+
+
+def prepare(fleet, root: Path | None = None, control_plane: str | None = None) -> Prepared:
+    store = StateStore(root or Path(STATE_DIR))
+    plan = schedule(fleet, store.placements())
+    rendered = render(fleet, plan)
+    problems = [str(p) for p in rendered.problems]
+    for stack, target, obj in rendered.objects():
+        problems += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
+    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane)
+    return Prepared(fleet, plan, specs, changes(specs, store.fingerprints()), store, problems)
+
+
+def selected(prepared: Prepared, operation: str) -> list[StackChange]:
+    """The stacks an operation touches."""
+    if operation in ("preview", "up"):
+        return [c for c in prepared.changes if c.change != "none"]
+    recorded = set(prepared.store.fingerprints())
+    if operation == "refresh":
+        return [StackChange(c.name, c.kind, "update", c.depends_on) for c in prepared.changes
+                if c.name in recorded and c.change != "delete"]
+    if operation == "destroy":
+        return [StackChange(c.name, c.kind, "delete") for c in prepared.changes if c.name in recorded]
+    raise ValueError(operation)
+
+
+def run_interruptibly(orchestrator: Orchestrator, operation: str, items, specs, notify) -> Report:
+    """Run in a worker thread so Ctrl-C reaches us: then cancel through the runner and wait, never kill."""
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.setdefault("report", orchestrator.execute(operation, items, specs)),
+                              daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        notify("cancelling: asking running stacks to stop at a safe point (Ctrl-C again does not skip this)")
+        orchestrator.cancel()
+        while worker.is_alive():
+            try:
+                worker.join(0.2)
+            except KeyboardInterrupt:
+                print("still waiting for running stacks to stop safely", file=sys.stderr)
+    return result.get("report") or Report(cancelled=True)
+
+
+def problem_lines(problems: list[Problem]) -> list[str]:
+    return [str(p) for p in problems]

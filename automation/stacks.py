@@ -1,0 +1,157 @@
+"""Stack planning, as a pure function: desired manifests + recorded state -> stacks with a change each.
+
+One stack per unit of change:
+  platform-<cluster>       the cluster, its GPU pools, serving stack and Gateway
+  gateway                  the fleet's front door
+  cache-<ns>-<name>        a ModelCache's volumes and hydration jobs
+  model-<ns>-<deployment>  a ModelDeployment's replicas on every cluster they landed on
+  service-<ns>-<name>      a ModelService's routes and backends
+
+A stack's fingerprint is a hash of what it would register (its component arguments, or its
+rendered Kubernetes objects per target). The change kind compares it with the fingerprint
+recorded after the stack's last successful update: `create` (never applied), `update`
+(different), `none` (same), `delete` (applied before, no longer desired). So editing one
+deployment changes only its model stack; a replica added or moved also changes the services
+that route to it; a new cluster changes its platform stack, the model stacks the scheduler
+moves, and the caches that now stage to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from components.args import cluster_args, gateway_args
+from fleet.plan import Plan
+from workloads.render import Rendered, cache_stack, model_stack, service_stack
+
+ORDER = {"platform": 0, "gateway": 1, "cache": 2, "model": 3, "service": 4}
+CHANGES = ("create", "update", "delete", "none")
+
+
+@dataclass
+class StackSpec:
+    name: str
+    kind: str  # platform | gateway | cache | model | service
+    fingerprint: str
+    depends_on: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
+    payload: dict = field(default_factory=dict, repr=False)  # what the stack's program needs
+
+    @property
+    def rank(self) -> int:
+        return ORDER[self.kind]
+
+
+@dataclass(frozen=True)
+class StackChange:
+    name: str
+    kind: str
+    change: str  # create | update | delete | none
+    depends_on: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "change": self.change}
+
+
+def fingerprint(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def kind_of(stack: str) -> str:
+    return "gateway" if stack == "gateway" else stack.split("-", 1)[0]
+
+
+def control_plane_cluster(fleet, chosen: str | None = None) -> str | None:
+    """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name."""
+    names = sorted(c.name for c in fleet.of("InferenceCluster"))
+    return chosen if chosen in names else (names[0] if names and chosen is None else None)
+
+
+def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
+                   control_plane: str | None = None) -> dict[str, StackSpec]:
+    stacks: dict[str, StackSpec] = {}
+    host = control_plane_cluster(fleet, control_plane)
+    for ic in fleet.of("InferenceCluster"):
+        args = cluster_args(fleet, ic.name)
+        payload = {"cluster": args.model_dump(), "versions": versions or {}}
+        stacks[f"platform-{ic.name}"] = StackSpec(f"platform-{ic.name}", "platform", fingerprint(payload),
+                                                  targets=[ic.name], payload=payload)
+    gateway = gateway_args(fleet)
+    if gateway is not None:
+        payload = {"gateway": gateway.model_dump(), "versions": versions or {}, "host": host}
+        stacks["gateway"] = StackSpec("gateway", "gateway", fingerprint(payload),
+                                      depends_on=[f"platform-{host}"] if host else [], targets=["control-plane"],
+                                      payload=payload)
+    for name, targets in rendered.stacks.items():
+        kind = kind_of(name)
+        payload = {"objects": {t: objs for t, objs in sorted(targets.items())}}
+        if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it
+            payload["host"] = host
+        deps = [f"platform-{t}" for t in sorted(targets) if t != "control-plane"]
+        stacks[name] = StackSpec(name, kind, fingerprint(payload), deps, sorted(targets), payload)
+    for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
+        spec = stacks.get(model_stack(r.namespace, r.deployment))
+        if spec is not None:
+            spec.payload.setdefault("placements_recorded", []).append(r.recorded())
+    _link(fleet, plan, stacks)
+    return stacks
+
+
+def _link(fleet, plan: Plan, stacks: dict[str, StackSpec]) -> None:
+    """Dependencies beyond targets: models wait for their caches, services for the gateway and their models."""
+    for md in fleet.of("ModelDeployment"):
+        spec = stacks.get(model_stack(md.namespace, md.name))
+        ref = md.spec.template.spec.modelCacheRef
+        if spec is not None and ref and cache_stack(md.namespace, ref.name) in stacks:
+            spec.depends_on.append(cache_stack(md.namespace, ref.name))
+    served = {r.name: model_stack(r.namespace, r.deployment) for r in plan.replicas}
+    for ms in fleet.of("ModelService"):
+        spec = stacks.get(service_stack(ms.namespace, ms.name))
+        if spec is None:
+            continue
+        if "gateway" in stacks:
+            spec.depends_on.append("gateway")
+        for obj in spec.payload["objects"].get("control-plane", []):
+            endpoint = obj["metadata"].get("labels", {}).get("modelplane.ai/endpoint")
+            if endpoint in served and served[endpoint] not in spec.depends_on:
+                spec.depends_on.append(served[endpoint])
+    for spec in stacks.values():
+        spec.depends_on = sorted(d for d in set(spec.depends_on) if d in stacks)
+
+
+def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
+    """Every stack with its change kind, in dependency order (deletes last, in reverse order)."""
+    out = []
+    for spec in sorted(desired.values(), key=lambda s: (s.rank, s.name)):
+        before = recorded.get(spec.name)
+        change = "create" if before is None else "none" if before == spec.fingerprint else "update"
+        out.append(StackChange(spec.name, spec.kind, change, tuple(spec.depends_on)))
+    gone = [name for name in recorded if name not in desired]
+    for name in sorted(gone, key=lambda n: (-ORDER[kind_of(n)], n)):
+        out.append(StackChange(name, kind_of(name), "delete"))
+    return out
+
+
+def waves(items: list[StackChange]) -> list[list[StackChange]]:
+    """Groups that can run in parallel: each stack after everything it depends on that also runs.
+
+    Deletes run after all updates, dependents first (services before models before platforms).
+    """
+    active = [c for c in items if c.change in ("create", "update")]
+    names = {c.name for c in active}
+    done: set[str] = set()
+    out: list[list[StackChange]] = []
+    remaining = list(active)
+    while remaining:
+        ready = [c for c in remaining if all(d in done or d not in names for d in c.depends_on)]
+        if not ready:  # a cycle cannot come from the planner; run what is left in rank order
+            ready = sorted(remaining, key=lambda c: ORDER[c.kind])[:1]
+        out.append(sorted(ready, key=lambda c: c.name))
+        done |= {c.name for c in ready}
+        remaining = [c for c in remaining if c.name not in done]
+    deletes = [c for c in items if c.change == "delete"]
+    for rank in sorted({ORDER[c.kind] for c in deletes}, reverse=True):
+        out.append(sorted((c for c in deletes if ORDER[c.kind] == rank), key=lambda c: c.name))
+    return out

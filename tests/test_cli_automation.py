@@ -1,0 +1,80 @@
+"""CLI of the automation layer: plan --against (the CI preview), offline previews of every stack, status."""
+
+import json
+import pathlib
+import shutil
+
+import yaml
+
+from automation.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def pr(tmp_path):
+    base = tmp_path / "base"
+    head = tmp_path / "head"
+    shutil.copytree(ROOT / "examples", base)
+    shutil.copytree(ROOT / "examples", head)
+    path = head / "models" / "qwen3-8b.yaml"
+    path.write_text(path.read_text().replace("replicas: 2", "replicas: 3"))
+    path = head / "platform" / "clusters.yaml"
+    docs = list(yaml.safe_load_all(path.read_text()))
+    docs = [d for d in docs if d["metadata"]["name"] != "byo-eu"]  # retire the on-prem cluster...
+    eks = next(d for d in docs if d["metadata"]["name"] == "eks-us-west")
+    eks["spec"]["nodePools"][0]["maxNodeCount"] = 6  # ...and give EKS room for what ran there
+    path.write_text(yaml.safe_dump_all(docs))
+    return base, head
+
+
+def test_plan_against_json_lists_every_stack_and_replica_moves(tmp_path, capsys):
+    base, head = pr(tmp_path)
+    assert main(["plan", "-f", str(head), "--against", str(base), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    stacks = {s["name"]: s["change"] for s in out["stacks"]}
+    assert stacks["platform-byo-eu"] == "delete" and stacks["platform-gke-us-central"] == "none"
+    assert stacks["platform-eks-us-west"] == "update" and stacks["model-ml-team-kimi-k2"] == "none"
+    assert stacks["model-ml-team-qwen3-8b"] == "update" and stacks["model-ml-team-qwen3-coder"] == "update"
+    assert set(out) >= {"replicas", "unscheduled", "stacks"}
+    moved = out["replicas"]["moved"]
+    assert [(m["deployment"], m["cluster"], m["to"]) for m in moved] == [("ml-team/qwen3-coder", "byo-eu", "eks-us-west")]
+    assert moved[0]["reason"] == "cluster byo-eu no longer exists"
+    assert [a["deployment"] for a in out["replicas"]["added"]] == ["ml-team/qwen3-8b"]
+
+
+def test_plan_against_markdown_is_a_pr_comment(tmp_path, capsys):
+    base, head = pr(tmp_path)
+    assert main(["plan", "-f", str(head), "--against", str(base), "-o", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("### modelplane: fleet change preview")
+    assert "| `platform-byo-eu` | delete |" in text
+    assert "`ml-team/qwen3-coder`" in text and "`byo-eu` -> `eks-us-west` (cluster byo-eu no longer exists)" in text
+    assert "nothing was applied" in text
+
+
+def test_markdown_needs_a_base(capsys):
+    assert main(["plan", "-f", str(ROOT / "examples"), "-o", "markdown"]) == 2
+    assert "--against" in capsys.readouterr().err
+
+
+def test_offline_preview_covers_every_stack(capsys):
+    assert main(["preview", "--offline", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
+    stacks = {s["name"]: s for s in json.loads(capsys.readouterr().out)["stacks"]}
+    assert {"gateway", "cache-ml-team-qwen3-coder", "model-ml-team-qwen3-8b", "service-ml-team-qwen3-8b"} <= set(stacks)
+    model = stacks["model-ml-team-qwen3-8b"]["resources"]
+    groups = [r for r in model if r["type"] == "kubernetes:yaml/v2:ConfigGroup"]
+    assert sorted(g["name"] for g in groups) == ["model-ml-team-qwen3-8b-eks-us-west", "model-ml-team-qwen3-8b-gke-us-central"]
+    deployments = [r for r in model if r["type"] == "kubernetes:apps/v1:Deployment"]
+    assert {d["parent"] for d in deployments} == {g["name"] for g in groups}  # per target cluster
+    providers = [r for r in model if r["type"] == "pulumi:providers:kubernetes"]
+    assert providers and all(p["inputs"]["kubeconfig"] == "[secret]" for p in providers)
+    cache = stacks["cache-ml-team-qwen3-coder"]["resources"]
+    secret = [r for r in cache if r["type"] == "kubernetes:core/v1:Secret"]
+    assert secret and all(s["inputs"]["stringData"] == "[secret]" for s in secret)
+
+
+def test_status_without_any_backend(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["status", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["stacks"]
+    assert rows and all(r["change"] == "create" and r["appliedAt"] is None for r in rows)

@@ -1,0 +1,178 @@
+"""Orchestration against a recording fake of the one runner interface.
+
+Ordering, parallel groups, failure isolation, recording only on success, convergence after a
+failure, and cancellation. No test here claims anything was deployed: the fake records calls.
+"""
+
+import pathlib
+import threading
+import time
+
+import yaml
+
+from automation.orchestrator import Orchestrator
+from automation.runner import RunResult
+from automation.stacks import changes, desired_stacks
+from automation.state import StateStore
+from fleet.scheduler import schedule
+from tests.manifests import run
+from workloads.render import render
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+class FakeRunner:
+    """Records (operation, stack) calls; fails the stacks it is told to; can block to test cancel."""
+
+    def __init__(self, fail=(), block=None):
+        self.calls: list[tuple[str, str]] = []
+        self.fail = set(fail)
+        self.block = block  # a stack name that waits until cancelled
+        self.cancelled: list[str] = []
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.concurrent = 0
+        self.max_concurrent = 0
+        self._lock = threading.Lock()
+
+    def run(self, operation, stack, on_event):
+        with self._lock:
+            self.calls.append((operation, stack.name))
+            self.concurrent += 1
+            self.max_concurrent = max(self.max_concurrent, self.concurrent)
+        try:
+            on_event({"stack": stack.name, "type": "resource", "op": "create"})
+            if stack.name == self.block:
+                self.started.set()
+                self.release.wait(5)
+                return RunResult(stack.name, operation, False, error="update canceled")
+            time.sleep(0.01)
+            if stack.name in self.fail:
+                return RunResult(stack.name, operation, False, error="provider error: quota exceeded")
+            return RunResult(stack.name, operation, True, {"create": 1}, {"gatewayAddress": "203.0.113.9"})
+        finally:
+            with self._lock:
+                self.concurrent -= 1
+
+    def cancel(self, stack_name):
+        self.cancelled.append(stack_name)
+        self.release.set()
+
+
+def desired():
+    loaded = run(*EXAMPLES)
+    plan = schedule(loaded.fleet)
+    return desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
+
+
+def test_runs_in_dependency_order_with_bounded_parallelism(tmp_path):
+    specs = desired()
+    runner, events = FakeRunner(), []
+    report = Orchestrator(runner, StateStore(tmp_path), events.append, parallel=2).execute("up", changes(specs, {}), specs)
+    assert report.ok and len(runner.calls) == len(specs)
+    order = [name for _, name in runner.calls]
+    for spec in specs.values():
+        assert all(order.index(d) < order.index(spec.name) for d in spec.depends_on), spec.name
+    assert runner.max_concurrent == 2  # independent stacks in parallel, never more than asked
+    assert {e["type"] for e in events} >= {"start", "resource", "succeeded"}
+
+
+def test_records_only_successes_and_isolates_failures(tmp_path):
+    specs = desired()
+    store = StateStore(tmp_path)
+    runner = FakeRunner(fail={"platform-byo-eu"})
+    report = Orchestrator(runner, store, lambda e: None).execute("up", changes(specs, {}), specs)
+    status = {o.stack: o for o in report.outcomes}
+    assert status["platform-byo-eu"].status == "failed" and "quota exceeded" in status["platform-byo-eu"].reason
+    # byo-eu hosts the gateway and the cache; everything behind them is skipped with the reason
+    assert status["gateway"].status == "skipped" and "depends on platform-byo-eu, which failed" in status["gateway"].reason
+    assert status["model-ml-team-qwen3-coder"].status == "skipped"
+    assert status["service-ml-team-qwen3-8b"].status == "skipped"  # behind the gateway
+    # independent stacks went on
+    assert status["platform-gke-us-central"].status == "succeeded" and status["model-ml-team-qwen3-8b"].status == "succeeded"
+    recorded = store.fingerprints()
+    assert "platform-byo-eu" not in recorded and "gateway" not in recorded
+    assert recorded["platform-gke-us-central"] == specs["platform-gke-us-central"].fingerprint
+    expected = {r.name for stack in ("model-ml-team-qwen3-8b", "model-ml-team-kimi-k2")  # the model stacks that applied
+                for r in specs[stack].payload["placements_recorded"]}
+    assert {p.name for p in store.placements()} == expected
+
+
+def test_rerun_converges_after_a_failure(tmp_path):
+    specs = desired()
+    store = StateStore(tmp_path)
+    Orchestrator(FakeRunner(fail={"platform-byo-eu"}), store, lambda e: None).execute("up", changes(specs, {}), specs)
+    pending = [c for c in changes(specs, store.fingerprints()) if c.change != "none"]
+    assert {c.name for c in pending} == {"platform-byo-eu", "gateway", "cache-ml-team-qwen3-coder",
+                                          "model-ml-team-qwen3-coder", "service-ml-team-kimi-k2",
+                                          "service-ml-team-qwen3-8b", "service-ml-team-qwen3-coder"}
+    second = FakeRunner()
+    assert Orchestrator(second, store, lambda e: None).execute("up", pending, specs).ok
+    assert {name for _, name in second.calls} == {c.name for c in pending}  # only what had not applied
+    assert all(c.change == "none" for c in changes(specs, store.fingerprints()))
+
+
+def test_destroy_forgets_only_what_was_destroyed(tmp_path):
+    specs = desired()
+    store = StateStore(tmp_path)
+    Orchestrator(FakeRunner(), store, lambda e: None).execute("up", changes(specs, {}), specs)
+    deletes = changes({}, store.fingerprints())
+    runner = FakeRunner(fail={"model-ml-team-kimi-k2"})
+    report = Orchestrator(runner, store, lambda e: None).execute("destroy", deletes, {})
+    order = [name for _, name in runner.calls]
+    assert order.index("service-ml-team-kimi-k2") < order.index("model-ml-team-kimi-k2") < order.index("platform-eks-us-west")
+    assert all(op == "destroy" for op, _ in runner.calls)
+    assert set(store.fingerprints()) == {"model-ml-team-kimi-k2"}  # the one that failed stays recorded
+    assert not report.ok
+
+
+def test_cancel_stops_new_stacks_and_cancels_running_ones(tmp_path):
+    specs = desired()
+    store = StateStore(tmp_path)
+    runner = FakeRunner(block="platform-eks-us-west")
+    orchestrator = Orchestrator(runner, store, lambda e: None, parallel=3)
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("report", orchestrator.execute("up", changes(specs, {}), specs)))
+    worker.start()
+    assert runner.started.wait(5)
+    orchestrator.cancel()
+    worker.join(10)
+    report = result["report"]
+    assert report.cancelled and "platform-eks-us-west" in runner.cancelled  # every running stack is asked to stop
+    started = {name for _, name in runner.calls}
+    assert started <= {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}  # nothing after the first wave
+    assert "platform-eks-us-west" not in store.fingerprints()
+    assert {o.status for o in report.outcomes if o.stack == "platform-eks-us-west"} == {"cancelled"}
+
+
+def test_preview_records_nothing(tmp_path):
+    specs = desired()
+    store = StateStore(tmp_path)
+    runner = FakeRunner()
+    assert Orchestrator(runner, store, lambda e: None).execute("preview", changes(specs, {}), specs).ok
+    assert store.fingerprints() == {} and all(op == "preview" for op, _ in runner.calls)
+
+
+def test_state_lock_refuses_a_second_writer(tmp_path):
+    from automation.state import StateLocked
+    import subprocess
+    import sys
+    first = StateStore(tmp_path)
+    first.lock()
+    try:
+        code = subprocess.run([sys.executable, "-c", f"""
+import sys
+from automation.state import StateStore, StateLocked
+try:
+    StateStore({str(tmp_path)!r}).lock()
+except StateLocked as exc:
+    print(exc); sys.exit(3)
+"""], capture_output=True, text=True, cwd=ROOT)
+        assert code.returncode == 3 and "is changing the fleet" in code.stdout
+    finally:
+        first.unlock()
+    second = StateStore(tmp_path)
+    second.lock()
+    second.unlock()
+    assert StateLocked

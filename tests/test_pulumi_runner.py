@@ -1,0 +1,122 @@
+"""The real automation-API wrapper, checked without running an engine.
+
+A fake PulumiCommand records every CLI call the automation API would make, so the workspace,
+project settings, stack config and secrets can be checked; nothing here deploys anything.
+"""
+
+import pathlib
+
+import pytest
+import yaml
+from pulumi import automation as auto
+from pulumi.automation._cmd import CommandResult
+from pulumi.automation.errors import create_command_error
+
+from automation.pulumi_runner import PulumiRunner, check_passphrase
+from automation.runner import CLIMissing
+from automation.stacks import desired_stacks
+from fleet.scheduler import schedule
+from tests.manifests import run as load
+from workloads.render import render
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+class FakeCommand(auto.PulumiCommand):
+    def __init__(self, fail_with: str | None = None):  # no CLI is looked for
+        self.command = "pulumi"
+        self.version = auto.PulumiCommand.__init__.__globals__["VersionInfo"].parse("3.272.0")
+        self.calls: list[tuple[list[str], str, dict]] = []
+        self.fail_with = fail_with
+
+    def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+        self.calls.append((list(args), cwd, dict(additional_env)))
+        if args[:1] == ["up"] and self.fail_with:  # like the real one: a failed command raises
+            raise create_command_error(CommandResult("", self.fail_with, 255))
+        if args[:2] == ["stack", "output"]:
+            return CommandResult("{}", "", 0)
+        if args[:1] == ["whoami"]:
+            return CommandResult('{"user": "offline", "url": "file://x"}', "", 0)
+        return CommandResult("", "", 0)
+
+
+@pytest.fixture
+def specs():
+    fleet = load(*EXAMPLES).fleet
+    plan = schedule(fleet)
+    return fleet, desired_stacks(fleet, plan, render(fleet, plan))
+
+
+def test_workspace_project_and_backend(tmp_path, specs, monkeypatch):
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "correct horse")
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    fleet, desired = specs
+    runner = PulumiRunner(tmp_path, fleet, pulumi_command=FakeCommand())
+    options = runner.workspace_options(desired["platform-gke-us-central"])
+    assert options.work_dir == str(tmp_path / "stacks" / "platform-gke-us-central")
+    assert options.project_settings.name == "modelplane-platform" and options.project_settings.runtime == "python"
+    assert options.project_settings.backend.url == f"file://{(tmp_path / 'backend').resolve()}"
+    assert options.secrets_provider == "passphrase"
+    assert options.env_vars["PULUMI_CONFIG_PASSPHRASE"] == "correct horse"
+    assert runner.workspace_options(desired["model-ml-team-qwen3-8b"]).project_settings.name == "modelplane-workloads"
+    assert PulumiRunner(tmp_path, fleet, backend="s3://bucket/fleet", pulumi_command=FakeCommand()).workspace_options(
+        desired["gateway"]).project_settings.backend.url == "s3://bucket/fleet"
+
+
+def test_stack_selection_and_config(tmp_path, specs, monkeypatch):
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
+    monkeypatch.setenv("MODELPLANE_SECRET_MODELCACHE_ML_TEAM_QWEN3_CODER_AUTH_A73EC_HF_TOKEN", "hf_abc")
+    fleet, desired = specs
+    command = FakeCommand()
+    runner = PulumiRunner(tmp_path, fleet, pulumi_command=command)
+    runner.stack(desired["platform-eks-us-west"])
+    argv = [c[0] for c in command.calls]
+    assert ["stack", "select", "--create", "--stack", "platform-eks-us-west"] in argv or any(
+        a[:2] == ["stack", "select"] and "platform-eks-us-west" in a for a in argv)
+    config = next(a for a in argv if a[:2] == ["config", "set-all"])
+    assert "modelplane:cluster=platform-eks-us-west".replace("platform-", "") in config
+    assert "modelplane:gateway=false" in config
+    runner.stack(desired["cache-ml-team-qwen3-coder"])
+    config = [a for a in (c[0] for c in command.calls) if a[:2] == ["config", "set-all"]][-1]
+    secret_at = config.index("--secret")
+    assert config[secret_at + 1] == "modelplane:secret-modelcache-ml-team-qwen3-coder-auth-a73ec-hf_token=hf_abc"
+    assert all(c[2].get("PULUMI_CONFIG_PASSPHRASE") == "pw" for c in command.calls)
+
+
+def test_locked_stack_is_a_clear_failure_not_a_crash(tmp_path, specs, monkeypatch):
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
+    fleet, desired = specs
+    locked = FakeCommand(fail_with="error: the stack is currently locked by 1 lock(s). Either wait or run pulumi cancel.")
+    result = PulumiRunner(tmp_path, fleet, pulumi_command=locked).run("up", desired["platform-byo-eu"], lambda e: None)
+    assert result.ok is False and "locked by another update" in result.error and "pulumi cancel" in result.error
+
+
+def test_missing_cli_and_passphrase_are_one_line_errors(tmp_path, specs, monkeypatch):
+    fleet, _ = specs
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+    with pytest.raises(CLIMissing, match="the Pulumi CLI is not installed: install it"):
+        PulumiRunner(tmp_path, fleet)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
+    with pytest.raises(CLIMissing, match="PULUMI_CONFIG_PASSPHRASE"):
+        check_passphrase("file:///tmp/x")
+
+
+def test_cli_commands_without_the_pulumi_cli(tmp_path, monkeypatch, capsys):
+    from automation.cli import main
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+    for command in ("preview", "up", "destroy"):
+        code = main([command, "-f", str(ROOT / "examples")])
+        _, err = capsys.readouterr()
+        if command == "destroy":
+            assert code == 0 or "nothing to destroy" in err  # nothing applied here: nothing to do, no CLI needed
+        else:
+            assert code == 2 and err.strip().splitlines()[-1].startswith("error: the Pulumi CLI is not installed")
+    assert main(["status", "-f", str(ROOT / "examples")]) == 0
+    assert main(["plan", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
+    assert main(["render", "-f", str(ROOT / "examples"), "--out", str(tmp_path / "r")]) == 0
+    assert not (tmp_path / ".modelplane" / "state.json").exists()  # nothing was recorded

@@ -1,0 +1,119 @@
+"""The stack planner, table-driven: every change kind, which stacks a change touches, order and waves."""
+
+import copy
+import pathlib
+
+import pytest
+import yaml
+
+from automation.compare import compare
+from automation.stacks import StackChange, changes, desired_stacks, waves
+from fleet.scheduler import schedule
+from tests.manifests import run
+from workloads.render import render
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def find(docs, kind, name):
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def edit_image(docs):
+    md = find(docs, "ModelDeployment", "kimi-k2")
+    md["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.12.0"
+
+
+def add_replica(docs):
+    find(docs, "ModelDeployment", "qwen3-8b")["spec"]["replicas"] = 3
+
+
+def add_cluster(docs):
+    new = copy.deepcopy(find(docs, "InferenceCluster", "gke-us-central"))
+    new["metadata"]["name"] = "gke-eu-west"
+    new["metadata"]["labels"] = {"region": "eu", "cloud": "gcp"}
+    new["spec"]["cluster"]["gke"]["region"] = "europe-west4"
+    docs.append(new)
+
+
+def remove_service(docs):
+    docs.remove(find(docs, "ModelService", "kimi-k2"))
+
+
+def add_deployment(docs):
+    md = copy.deepcopy(find(docs, "ModelDeployment", "qwen3-8b"))
+    md["metadata"]["name"] = "qwen3-8b-canary"
+    md["spec"]["replicas"] = 1
+    docs.append(md)
+
+
+def retag_gateway(docs):
+    find(docs, "InferenceGateway", "default")["spec"]["traefik"]["version"] = "41.0.0"
+
+
+def nothing(docs):
+    pass
+
+
+# (edit, {stack: change} for every stack that changes)
+ROWS = [
+    ("no change", nothing, {}),
+    ("edit one deployment's image", edit_image, {"model-ml-team-kimi-k2": "update"}),
+    ("add a replica", add_replica, {"model-ml-team-qwen3-8b": "update", "service-ml-team-qwen3-8b": "update"}),
+    ("add a cluster", add_cluster, {"platform-gke-eu-west": "create", "cache-ml-team-qwen3-coder": "update"}),
+    ("remove a service", remove_service, {"service-ml-team-kimi-k2": "delete"}),
+    ("add a deployment", add_deployment, {"model-ml-team-qwen3-8b-canary": "create"}),
+    ("bump the fleet gateway", retag_gateway, {"gateway": "update"}),
+]
+
+
+@pytest.mark.parametrize("edit,expected", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_a_change_touches_only_its_stacks(edit, expected):
+    head = copy.deepcopy(EXAMPLES)
+    edit(head)
+    result = compare(run(*EXAMPLES).fleet, run(*head).fleet)
+    assert {s.name: s.change for s in result.changed} == expected
+    assert all(s.change == "none" for s in result.stacks if s.name not in expected)
+
+
+def test_change_kinds_against_recorded_fingerprints():
+    loaded = run(*EXAMPLES)
+    plan = schedule(loaded.fleet)
+    desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
+    recorded = {name: spec.fingerprint for name, spec in desired.items()}
+    recorded["model-ml-team-qwen3-8b"] = "stale"
+    recorded["model-ml-team-old"] = "abc"
+    del recorded["gateway"]
+    kinds = {c.name: c.change for c in changes(desired, recorded)}
+    assert kinds["model-ml-team-qwen3-8b"] == "update" and kinds["gateway"] == "create"
+    assert kinds["model-ml-team-old"] == "delete" and kinds["platform-byo-eu"] == "none"
+
+
+def test_dependencies_and_waves():
+    loaded = run(*EXAMPLES)
+    plan = schedule(loaded.fleet)
+    desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
+    assert desired["model-ml-team-qwen3-coder"].depends_on == ["cache-ml-team-qwen3-coder", "platform-byo-eu"]
+    assert desired["service-ml-team-qwen3-8b"].depends_on == [
+        "gateway", "model-ml-team-qwen3-8b"]
+    assert set(desired["cache-ml-team-qwen3-coder"].depends_on) == {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}
+    groups = [[c.name for c in wave] for wave in waves(changes(desired, {}))]
+    position = {name: i for i, wave in enumerate(groups) for name in wave}
+    for spec in desired.values():
+        assert all(position[d] < position[spec.name] for d in spec.depends_on)
+    assert groups[0] == ["platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"]  # parallel group
+    assert desired["gateway"].depends_on == ["platform-byo-eu"]  # hosted on the first cluster by name
+    assert all(len(set(w)) == len(w) for w in groups)
+
+
+def test_deletes_run_last_and_dependents_first():
+    items = [StackChange("platform-a", "platform", "delete"), StackChange("model-x-y", "model", "delete"),
+             StackChange("service-x-s", "service", "delete"), StackChange("model-x-z", "model", "update", ("platform-b",)),
+             StackChange("platform-b", "platform", "create")]
+    assert [[c.name for c in w] for w in waves(items)] == [
+        ["platform-b"], ["model-x-z"], ["service-x-s"], ["model-x-y"], ["platform-a"]]
+
+
+def test_none_changes_do_not_run():
+    assert waves([StackChange("platform-a", "platform", "none")]) == []
