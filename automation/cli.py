@@ -286,6 +286,32 @@ def status(paths, output, control_plane) -> None:
         click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--data-dir", "data_dir", default=".modelplane/portal", show_default=True, type=click.Path(file_okay=False))
+@click.option("--tokens", "tokens_file", required=True, type=click.Path(dir_okay=False),
+              help="YAML list of {name, token | tokenSha256, namespaces, admin}.")
+@click.option("--database", default=None, metavar="URL", help="SQLAlchemy URL (default: SQLite under --data-dir); postgresql+psycopg://... for several portal processes.")
+@click.option("--no-apply", "no_apply", is_flag=True, help="Accept, validate and plan, but run no stacks.")
+@click.option("--worker-interval", "worker_interval", default=1.0, show_default=True, type=click.FloatRange(0.05, 3600),
+              help="Seconds between looks at the run queue.")
+def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval) -> None:
+    """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
+    from pathlib import Path
+
+    from automation.portal.app import serve as run_portal
+    from automation.portal.auth import Tokens, TokensFileError
+
+    try:
+        Tokens.load(tokens_file)
+    except TokensFileError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    click.echo(f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})")
+    run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="modelplane", standalone_mode=False)

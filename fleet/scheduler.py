@@ -274,7 +274,7 @@ class Scheduler:
                     reasons.extend(detail.lines)
         if not self.clusters:
             reasons.append("the fleet has no InferenceCluster")
-        return reasons
+        return list(dict.fromkeys(reasons))  # one line per distinct reason, first seen first
 
     def _fill(self, kept_by_deployment) -> None:
         loads: dict[str, Counter] = {d.key: Counter() for d in self.deployments}

@@ -1,0 +1,1 @@
+"""The self-service portal: a Kubernetes-shaped HTTP API and a web page over the automation layer."""

@@ -1,0 +1,83 @@
+"""A real portal on loopback for tests: uvicorn in a thread (or a subprocess for crash tests)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+import yaml
+
+from automation.portal.app import create_app
+from automation.portal.auth import Tokens
+from automation.portal.store import Store
+
+ADMIN, TEAM_A, TEAM_B = "admin-token-0001", "team-a-token-0002", "team-b-token-0003"
+TOKENS = [
+    {"name": "platform", "token": ADMIN, "admin": True},
+    {"name": "team-a", "token": TEAM_A, "namespaces": ["team-a"]},
+    {"name": "team-b", "token": TEAM_B, "namespaces": ["team-b"]},
+]
+API = "/apis/modelplane.ai/v1alpha1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_tokens(folder: Path) -> Path:
+    path = folder / "tokens.yaml"
+    path.write_text(yaml.safe_dump(TOKENS))
+    return path
+
+
+class ThreadServer:
+    def __init__(self, folder: Path, apply: bool = False):
+        self.port = free_port()
+        self.store = Store(f"sqlite:///{folder / 'portal.db'}")
+        app = create_app(self.store, Tokens.load(write_tokens(folder)), apply)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        wait_until_up(self.url)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+
+def wait_until_up(url: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/openapi.json", timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"portal at {url} did not start")
+
+
+def start_process(folder: Path, port: int, extra: list[str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "automation.cli", "serve", "--port", str(port), "--tokens",
+               str(write_tokens(folder)), "--data-dir", str(folder / "data"), *extra]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_until_up(f"http://127.0.0.1:{port}")
+    return process

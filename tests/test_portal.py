@@ -1,0 +1,215 @@
+"""The portal over a real server on loopback: authorization, CRUD semantics, bad input,
+concurrency against scarce capacity, and crash safety."""
+
+import concurrent.futures
+import json
+import os
+import signal
+import time
+
+import pytest
+import yaml
+
+from tests.manifests import cluster, deployment, gpu_class, service
+from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer, free_port, start_process
+
+
+@pytest.fixture
+def portal(tmp_path):
+    with ThreadServer(tmp_path) as server:
+        yield server
+
+
+def seed_fleet(server, gpus=10):
+    with server.client(ADMIN) as admin:
+        assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+        assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", gpus),))).status_code == 201
+
+
+NS_PATH = API + "/namespaces/{ns}/modeldeployments"
+OBJ_PATH = API + "/namespaces/{ns}/modeldeployments/{name}"
+
+# (method, path, token, namespace of the path, expected status)
+MATRIX = [
+    ("GET", NS_PATH, TEAM_A, "team-a", 200), ("GET", NS_PATH, TEAM_A, "team-b", 404), ("GET", NS_PATH, ADMIN, "team-b", 200),
+    ("GET", OBJ_PATH, TEAM_A, "team-a", 200), ("GET", OBJ_PATH, TEAM_A, "team-b", 404), ("GET", OBJ_PATH, ADMIN, "team-b", 200),
+    ("PUT", OBJ_PATH, TEAM_A, "team-a", 200), ("PUT", OBJ_PATH, TEAM_A, "team-b", 403), ("PUT", OBJ_PATH, ADMIN, "team-b", 200),
+    ("DELETE", OBJ_PATH, TEAM_A, "team-b", 404), ("DELETE", OBJ_PATH, TEAM_B, "team-a", 404), ("DELETE", OBJ_PATH, TEAM_A, "team-a", 200),
+    ("DELETE", OBJ_PATH, ADMIN, "team-b", 200),
+    ("GET", API + "/inferenceclusters", TEAM_A, None, 200), ("GET", API + "/inferenceclusters/c1", TEAM_B, None, 200),
+    ("PUT", API + "/inferenceclusters/c1", TEAM_A, None, 403), ("DELETE", API + "/inferenceclusters/c1", TEAM_A, None, 403),
+    ("PUT", API + "/inferenceclusters/c1", ADMIN, None, 200),
+    ("GET", "/plan", TEAM_A, None, 200), ("GET", "/runs", TEAM_B, None, 200),
+    ("GET", NS_PATH, None, "team-a", 401), ("GET", "/plan", None, None, 401), ("GET", "/runs", "wrong-token", None, 401),
+    ("PUT", OBJ_PATH, None, "team-a", 401), ("GET", API + "/namespaces/team-a/modelroutes", TEAM_A, "team-a", 404),
+]
+
+
+@pytest.mark.parametrize("method,path,token,ns,expected", MATRIX)
+def test_authorization_matrix(portal, method, path, token, ns, expected):
+    seed_fleet(portal)
+    with portal.client(ADMIN) as admin:
+        for namespace in ("team-a", "team-b"):  # distinct names: the workload namespace is shared (see docs)
+            name = f"m-{namespace}"
+            assert admin.put(OBJ_PATH.format(ns=namespace, name=name), json=deployment(name, namespace=namespace)).status_code == 201
+    url = path.format(ns=ns, name=f"m-{ns}")
+    body = None
+    if method == "PUT":
+        body = deployment(f"m-{ns}", namespace=ns, replicas=2) if "modeldeployments" in url else cluster("c1", pools=(("gpu", "l4", 12),))
+    with portal.client(token) as client:
+        response = client.request(method, url, json=body)
+    assert response.status_code == expected, response.text
+    if expected >= 400:
+        assert response.json()["kind"] == "Status" and response.json()["code"] == expected
+
+
+def test_create_get_replace_conflict_delete(portal):
+    seed_fleet(portal)
+    with portal.client(TEAM_A) as team:
+        created = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a"))
+        assert created.status_code == 201
+        meta = created.json()["metadata"]
+        assert meta["generation"] == 1 and meta["resourceVersion"] and meta["uid"]
+        status = created.json()["status"]
+        assert status["replicas"] == {"desired": 1, "placed": 1} and status["placement"][0]["cluster"] == "c1"
+        # same spec again: a new resourceVersion, the same generation
+        again = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).json()
+        assert again["metadata"]["generation"] == 1 and again["metadata"]["resourceVersion"] != meta["resourceVersion"]
+        # a spec change with the current resourceVersion: generation 2
+        body = deployment("qwen", namespace="team-a", replicas=2)
+        body["metadata"]["resourceVersion"] = again["metadata"]["resourceVersion"]
+        replaced = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=body)
+        assert replaced.status_code == 200 and replaced.json()["metadata"]["generation"] == 2
+        # the stale version is refused
+        stale = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=body)
+        assert stale.status_code == 409 and stale.json()["reason"] == "Conflict"
+        assert team.delete(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 200
+        assert team.get(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 404
+
+
+@pytest.mark.parametrize("content,fragment,code", [
+    (b"x" * (1024 * 1024 + 1), "larger than", 413),
+    (b"a: [1, 2", "YAML syntax error", 400),
+    (b"\xff\xfe", "not UTF-8", 400),
+    (b"", "expected one object", 400),
+    (b"- a\n- b\n", "must be an object", 400),
+    (json.dumps({**deployment("qwen", namespace="team-a"), "kind": "ModelService"}).encode(), "does not match the path", 400),
+    (json.dumps(deployment("qwen", namespace="team-b")).encode(), "metadata.namespace 'team-b' does not match", 400),
+    (json.dumps(deployment("other", namespace="team-a")).encode(), "metadata.name 'other' does not match", 400),
+    (yaml.safe_dump(deployment("qwen", namespace="team-a", replicas=11)).encode(), "spec.replicas: must be less than or equal to 10", 422),
+])
+def test_bad_input_is_refused_clearly(portal, content, fragment, code):
+    with portal.client(TEAM_A) as team:
+        response = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), content=content,
+                            headers={"Content-Type": "application/yaml"})
+        assert response.status_code == code, response.text
+        body = response.json()
+        text = body["message"] + json.dumps(body.get("details", {}))
+        assert fragment in text
+        assert team.get(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 404  # nothing half-applied
+
+
+def test_invalid_objects_get_located_causes(portal):
+    bad = yaml.safe_dump(deployment("qwen", namespace="team-a", replicas=0))
+    with portal.client(TEAM_A) as team:
+        response = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), content=bad.encode())
+    cause = response.json()["details"]["causes"][0]
+    assert response.status_code == 422 and cause["field"] == "spec.replicas"
+    assert cause["line"] == bad.splitlines().index("  replicas: 0") + 1
+    assert cause["text"].startswith(f"request:{cause['line']}: ModelDeployment/qwen: spec.replicas:")
+
+
+def test_fifty_parallel_submissions_against_scarce_capacity(portal):
+    seed_fleet(portal, gpus=10)
+
+    def submit(i):
+        ns, token = ("team-a", TEAM_A) if i % 2 == 0 else ("team-b", TEAM_B)
+        with portal.client(token) as client:
+            return client.put(OBJ_PATH.format(ns=ns, name=f"m{i}"), json=deployment(f"m{i}", namespace=ns)).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=25) as pool:
+        codes = list(pool.map(submit, range(50)))
+    assert codes == [201] * 50
+    with portal.client(ADMIN) as admin:
+        stored = sum(len(admin.get(NS_PATH.format(ns=ns)).json()["items"]) for ns in ("team-a", "team-b"))
+        plan = admin.get("/plan").json()
+    assert stored == 50  # no lost write
+    assert len(plan["replicas"]) == 10  # exactly the free GPUs, never more
+    assert sum(u["missing"] for u in plan["unscheduled"]) == 40
+    used = sum(m["nodes"] * sum(m["devices"].values()) for r in plan["replicas"] for e in r["engines"] for m in e["members"])
+    assert used == 10
+
+
+def test_tenants_see_only_their_plan_and_page(portal):
+    seed_fleet(portal)
+    with portal.client(ADMIN) as admin:
+        admin.put(OBJ_PATH.format(ns="team-a", name="a1"), json=deployment("a1", namespace="team-a"))
+        admin.put(OBJ_PATH.format(ns="team-b", name="b1"), json=deployment("b1", namespace="team-b"))
+        admin.put(API + "/namespaces/team-a/modelservices/a1", json=service("a1", namespace="team-a", deployment_name="a1"))
+    with portal.client(TEAM_A) as team:
+        assert {r["deployment"] for r in team.get("/plan").json()["replicas"]} == {"team-a/a1"}
+        page = team.get("/").text
+    assert "team-a/a1" in page and "team-b/b1" not in page and TEAM_A not in page
+    assert "http://fleet-gateway.pending.modelplane.invalid/team-a/a1" in page
+
+
+def test_page_sign_in_and_submit_with_a_cookie(portal):
+    seed_fleet(portal)
+    with portal.client(None) as browser:
+        assert "Sign in" in browser.get("/").text
+        bad = browser.post("/ui/signin", data={"token": "nope"}, follow_redirects=True)
+        assert "not valid" in bad.text
+        signed = browser.post("/ui/signin", data={"token": TEAM_A}, follow_redirects=False)
+        assert signed.status_code == 303 and "httponly" in signed.headers["set-cookie"].lower()
+        browser.cookies.set("modelplane_token", TEAM_A)
+        page = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-a"))},
+                            follow_redirects=True)
+        assert "Accepted ModelDeployment web" in page.text and "team-a/web" in page.text
+        refused = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-b"))},
+                               follow_redirects=True)
+        assert "may not write in team-b" in refused.text
+        gone = browser.post("/ui/delete", data={"kind": "ModelDeployment", "namespace": "team-a", "name": "web"},
+                            follow_redirects=True)
+        assert "Deleted ModelDeployment team-a/web" in gone.text
+
+
+def test_openapi_document_is_served(portal):
+    with portal.client(None) as anyone:
+        spec = anyone.get("/openapi.json").json()
+    assert spec["info"]["title"] == "modelplane portal"
+    assert API + "/namespaces/{namespace}/{plural}/{name}" in spec["paths"]
+
+
+def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_path):
+    import httpx
+    port = free_port()
+    slow = start_process(tmp_path, port, ["--worker-interval", "600"])  # accepts, does not apply yet
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+        client.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi"))
+        client.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 2),)))
+        assert client.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).status_code == 201
+        queued = {r["stack"]: r["status"] for r in client.get("/runs").json()["items"]}
+        assert queued.get("model-team-a-qwen") == "queued"
+    finally:
+        os.kill(slow.pid, signal.SIGKILL)  # no shutdown, no flush: a crash
+        slow.wait(10)
+    env_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = str(tmp_path)  # no Pulumi CLI for the restarted portal: the run must end, honestly failed
+    try:
+        fast = start_process(tmp_path, port, ["--worker-interval", "0.2"])
+    finally:
+        os.environ["PATH"] = env_path
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+        assert client.get(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 200  # the accepted write survived
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            run = next(r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a-qwen")
+            if run["status"] in ("succeeded", "failed"):
+                break
+            time.sleep(0.3)
+        assert run["status"] == "failed" and "Pulumi CLI is not installed" in client.get(f"/runs/{run['id']}").json()["log"]
+    finally:
+        fast.terminate()
+        fast.wait(10)

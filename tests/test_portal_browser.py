@@ -1,0 +1,61 @@
+"""The portal page in headless Chromium: sign in with a token, see the fleet, submit a deployment."""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ready
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.manifests import deployment
+from tests.portal_server import TEAM_A, ThreadServer
+from tests.test_portal import seed_fleet
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,1600"]
+
+
+@pytest.fixture
+def browser():
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "install Debian's chromium and chromium-driver (make test does, as root)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="modelplane-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    try:
+        yield session
+    finally:
+        session.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_sign_in_see_the_fleet_and_submit_a_deployment(tmp_path, browser):
+    with ThreadServer(tmp_path) as portal:
+        seed_fleet(portal, gpus=4)
+        wait = WebDriverWait(browser, 20)
+        browser.get(portal.url + "/")
+        browser.find_element(By.ID, "token").send_keys(TEAM_A)
+        browser.find_element(By.ID, "signin").click()
+        wait.until(ready.presence_of_element_located((By.ID, "fleet")))
+        fleet = browser.find_element(By.ID, "fleet").text
+        assert "c1" in fleet and "0 / 4" in fleet
+        browser.find_element(By.ID, "manifest").send_keys(yaml.safe_dump(deployment("chat", namespace="team-a", replicas=2)))
+        browser.find_element(By.ID, "submit").click()
+        wait.until(ready.text_to_be_present_in_element((By.ID, "message"), "Accepted ModelDeployment chat"))
+        rows = browser.find_element(By.ID, "deployments").text
+        assert "team-a/chat" in rows and "2 / 2" in rows
+        assert "2 / 4" in browser.find_element(By.ID, "fleet").text  # the GPUs it claims
+        assert TEAM_A not in browser.page_source  # the token is never echoed
+        shot = Path(tmp_path) / "portal.png"
+        browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+        shutil.copy(shot, Path(tempfile.gettempdir()) / "modelplane-portal.png")
