@@ -25,14 +25,14 @@ test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
-# The portal's browser test needs Debian's chromium and chromedriver; installed here when missing
-# (as root, as on CI). Without them that test fails and says what to install.
+# The portal's browser and PostgreSQL tests need Debian's chromium, chromium-driver and postgresql;
+# installed here when missing (as root, as on CI). Without them those tests fail and say what to install.
 browser:
-	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium and chromium-driver for the browser test"; \
-	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
-	  else echo "note: install chromium and chromium-driver (Debian packages) to run the portal's browser test"; fi; \
+	    echo "installing chromium, chromium-driver and postgresql for the portal's tests"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver postgresql >/dev/null; \
+	  else echo "note: install chromium, chromium-driver and postgresql (Debian packages) to run the portal's tests"; fi; \
 	fi
 
 bench: $(STAMP)

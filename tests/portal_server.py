@@ -33,6 +33,7 @@ def free_port() -> int:
 
 
 def write_tokens(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tokens.yaml"
     path.write_text(yaml.safe_dump(TOKENS))
     return path
