@@ -72,6 +72,8 @@ def test_create_get_replace_conflict_delete(portal):
         assert meta["generation"] == 1 and meta["resourceVersion"] and meta["uid"]
         status = created.json()["status"]
         assert status["replicas"] == {"desired": 1, "placed": 1} and status["placement"][0]["cluster"] == "c1"
+        replica = status["placement"][0]["name"]
+        assert status["placement"][0]["endpoint"] == f"http://c1.gateway.pending.modelplane.invalid/team-a/{replica}/v1"
         # same spec again: a new resourceVersion, the same generation
         again = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).json()
         assert again["metadata"]["generation"] == 1 and again["metadata"]["resourceVersion"] != meta["resourceVersion"]
@@ -213,3 +215,19 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
     finally:
         fast.terminate()
         fast.wait(10)
+
+
+def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
+    """Bookkeeping only (nothing is deployed): given a successful platform result, its gatewayAddress is recorded."""
+    from automation.portal.store import Store
+    from automation.portal.worker import Worker
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    worker = Worker(store, tmp_path)
+    with store.write() as conn:
+        store.enqueue(conn, "platform-c1", "up", "f1")
+    run = worker.claim()
+    worker._finish(run, True, "up succeeded", "f1", {"gatewayAddress": "34.1.2.3"})
+    with store.read() as conn:
+        assert json.loads(store.get_state(conn, "clusterGateways")) == {"c1": "34.1.2.3"}
+        assert json.loads(store.get_state(conn, "applied")) == {"platform-c1": "f1"}
+        assert store.list_runs(conn)[0]["status"] == "succeeded"

@@ -48,9 +48,14 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         gateway = next((o for o in store.list(conn, "InferenceGateway")), None)
         return plan, latest, ((gateway or {}).get("status") or {}).get("address")
 
+    def cluster_gateways(conn) -> dict[str, str]:
+        """Observed cluster gateway addresses (an admin may PUT an InferenceCluster with its status)."""
+        addresses = json.loads(store.get_state(conn, "clusterGateways") or "{}")
+        return addresses
+
     def with_status(body: dict, conn) -> dict:
         plan, latest, gateway = context(conn)
-        return {**body, "status": object_status(body["kind"], body, plan, latest, gateway)}
+        return {**body, "status": object_status(body["kind"], body, plan, latest, gateway, cluster_gateways(conn))}
 
     # ---- namespaced kinds ---------------------------------------------------------------------------
 

@@ -119,7 +119,8 @@ def replan(store, conn, apply: bool) -> Replanned:
     return Replanned(document, fingerprints, problems)
 
 
-def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, dict], gateway: str | None) -> dict:
+def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, dict], gateway: str | None,
+                  cluster_gateways: dict[str, str] | None = None) -> dict:
     meta = body["metadata"]
     ns, name = meta.get("namespace", ""), meta["name"]
     if kind == "ModelDeployment":
@@ -128,7 +129,8 @@ def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, di
         missing = next((u for u in plan.get("unscheduled", []) if u["deployment"] == key), None)
         stack = f"model-{ns}-{name}"
         return {"replicas": {"desired": body["spec"]["replicas"], "placed": len(replicas)},
-                "placement": [{k: r[k] for k in ("name", "cluster", "index", "engines")} for r in replicas],
+                "placement": [{**{k: r[k] for k in ("name", "cluster", "index", "engines")},
+                               "endpoint": _endpoint(ns, r, cluster_gateways or {})} for r in replicas],
                 "unscheduled": {"missing": missing["missing"], "reasons": missing["reasons"]} if missing else None,
                 "stack": _stack_state(stack, runs_by_stack)}
     if kind == "ModelService":
@@ -140,6 +142,12 @@ def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, di
     if kind == "InferenceCluster":
         return {"stack": _stack_state(f"platform-{name}", runs_by_stack)}
     return {}
+
+
+def _endpoint(namespace: str, replica: dict, cluster_gateways: dict[str, str]) -> str:
+    """The replica's URL behind its cluster's gateway (a marked placeholder until the address is known)."""
+    address = cluster_gateways.get(replica["cluster"]) or f"{replica['cluster']}.gateway.pending.modelplane.invalid"
+    return f"http://{address}/{namespace}/{replica['name']}/v1"
 
 
 def _stack_state(stack: str, runs_by_stack: dict[str, dict]) -> dict:

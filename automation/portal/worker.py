@@ -65,7 +65,8 @@ class Worker(threading.Thread):
             with self.store.write() as conn:
                 conn.execute(runs.update().where(runs.c.id == run_id).values(log=runs.c.log + "".join(lines)))
 
-    def _finish(self, run: dict, ok: bool, message: str, fingerprint: str | None = None) -> None:
+    def _finish(self, run: dict, ok: bool, message: str, fingerprint: str | None = None,
+                outputs: dict | None = None) -> None:
         with self.store.write() as conn:
             conn.execute(runs.update().where(runs.c.id == run["id"]).values(
                 status="succeeded" if ok else "failed", finished_at=now(), log=runs.c.log + message + "\n"))
@@ -76,6 +77,15 @@ class Worker(threading.Thread):
                 else:
                     applied[run["stack"]] = fingerprint
                 self.store.set_state(conn, "applied", json.dumps(applied))
+                if run["stack"].startswith("platform-"):  # the cluster's gateway: replica endpoints become real
+                    gateways = json.loads(self.store.get_state(conn, "clusterGateways") or "{}")
+                    cluster = run["stack"].removeprefix("platform-")
+                    address = (outputs or {}).get("gatewayAddress")
+                    if run["operation"] == "destroy" or not address:
+                        gateways.pop(cluster, None)
+                    else:
+                        gateways[cluster] = address
+                    self.store.set_state(conn, "clusterGateways", json.dumps(gateways))
 
     def execute(self, run: dict) -> None:
         from automation.pulumi_runner import PulumiRunner
@@ -112,7 +122,8 @@ class Worker(threading.Thread):
             return
         self._append(run["id"], pending)
         if result.ok:
-            self._finish(run, True, f"{operation} succeeded: {result.changes}", spec.fingerprint if spec else None)
+            self._finish(run, True, f"{operation} succeeded: {result.changes}", spec.fingerprint if spec else None,
+                         result.outputs)
         else:
             self._finish(run, False, f"error: {result.error}")
 
