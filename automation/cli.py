@@ -82,9 +82,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     if against:
         from automation.compare import compare
 
-        comparison = compare(_load(against).fleet, loaded.fleet)
-        result = comparison.plan if not explain else schedule(
-            loaded.fleet, [r.recorded() for r in schedule(_load(against).fleet).replicas], explain=True)
+        comparison = compare(_load(against).fleet, loaded.fleet, explain)
+        result = comparison.plan
     else:
         result = schedule(loaded.fleet, explain=explain)
     document = plan_to_dict(result, explain)

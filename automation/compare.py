@@ -33,10 +33,10 @@ def _brief(r) -> dict:
     return {"deployment": r.key, "name": r.name, "cluster": r.cluster}
 
 
-def compare(base_fleet, head_fleet) -> Comparison:
+def compare(base_fleet, head_fleet, explain: bool = False) -> Comparison:
     base_plan = schedule(base_fleet)
     base_stacks = desired_stacks(base_fleet, base_plan, render(base_fleet, base_plan))
-    head_plan = schedule(head_fleet, [r.recorded() for r in base_plan.replicas])
+    head_plan = schedule(head_fleet, [r.recorded() for r in base_plan.replicas], explain=explain)
     head_stacks = desired_stacks(head_fleet, head_plan, render(head_fleet, head_plan))
     stack_changes = changes(head_stacks, {name: s.fingerprint for name, s in base_stacks.items()})
     result = Comparison(head_plan, stack_changes)

@@ -11,7 +11,6 @@ from automation.orchestrator import Orchestrator, Report
 from automation.stacks import StackChange, StackSpec, changes, desired_stacks
 from automation.state import STATE_DIR, StateStore
 from fleet.plan import Plan
-from fleet.problems import Problem
 from fleet.scheduler import schedule
 from workloads.render import render
 from workloads.schemas import check
@@ -69,7 +68,3 @@ def run_interruptibly(orchestrator: Orchestrator, operation: str, items, specs, 
             except KeyboardInterrupt:
                 print("still waiting for running stacks to stop safely", file=sys.stderr)
     return result.get("report") or Report(cancelled=True)
-
-
-def problem_lines(problems: list[Problem]) -> list[str]:
-    return [str(p) for p in problems]

@@ -39,11 +39,3 @@ def format_path(path: tuple) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out
-
-
-class InvalidInput(Exception):
-    """Raised by commands when input problems (errors, not warnings) prevent the work."""
-
-    def __init__(self, problems: list[Problem]):
-        super().__init__(f"{len(problems)} problem(s)")
-        self.problems = problems

@@ -19,7 +19,6 @@ validator built per kind and reused.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -164,11 +163,3 @@ def check(obj: dict) -> list[str]:
             return [f"apiVersion: no schema known for {api_version} {kind}"]
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [f"{_path(e) or '(object)'}: {_message(e)}" for e in errors]
-
-
-def known_kinds() -> set[tuple[str, str]]:
-    return set(_crd_schemas())
-
-
-def dumps(obj: dict) -> str:
-    return json.dumps(obj, sort_keys=True)

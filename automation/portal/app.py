@@ -53,9 +53,14 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         addresses = json.loads(store.get_state(conn, "clusterGateways") or "{}")
         return addresses
 
-    def with_status(body: dict, conn) -> dict:
-        plan, latest, gateway = context(conn)
-        return {**body, "status": object_status(body["kind"], body, plan, latest, gateway, cluster_gateways(conn))}
+    def with_status(body: dict, conn, known: tuple | None = None) -> dict:
+        """The object with its status; `known` is context() and cluster_gateways() already read for this request."""
+        plan, latest, gateway, gateways = known or (*context(conn), cluster_gateways(conn))
+        return {**body, "status": object_status(body["kind"], body, plan, latest, gateway, gateways)}
+
+    def statuses(bodies: list[dict], conn) -> list[dict]:
+        known = (*context(conn), cluster_gateways(conn))  # read once per request, not once per object
+        return [with_status(b, conn, known) for b in bodies]
 
     # ---- namespaced kinds ---------------------------------------------------------------------------
 
@@ -65,7 +70,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         if not who.can_see(namespace):
             raise ApiError(404, "NotFound", f"namespace {namespace!r} not found")
         with store.read() as conn:
-            items = [with_status(o, conn) for o in store.list(conn, kind, namespace)]
+            items = statuses(store.list(conn, kind, namespace), conn)
             version = store.get_state(conn, "resourceVersion") or "0"
         return {"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List", "metadata": {"resourceVersion": version},
                 "items": items}
@@ -139,7 +144,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         principal(request)
         kind = kind_of(plural, False)
         with store.read() as conn:
-            items = [with_status(o, conn) for o in store.list(conn, kind)]
+            items = statuses(store.list(conn, kind), conn)
         return {"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List", "items": items}
 
     @app.get(API + "/{plural}/{name}")
@@ -217,8 +222,8 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
             plan, latest, gateway = context(conn)
             clusters = store.list(conn, "InferenceCluster")
             classes = {c["metadata"]["name"]: c for c in store.list(conn, "InferenceClass")}
-            deployments = [with_status(o, conn) for o in store.list(conn, "ModelDeployment") if who.can_see(o["metadata"]["namespace"])]
-            services = [with_status(o, conn) for o in store.list(conn, "ModelService") if who.can_see(o["metadata"]["namespace"])]
+            deployments = statuses([o for o in store.list(conn, "ModelDeployment") if who.can_see(o["metadata"]["namespace"])], conn)
+            services = statuses([o for o in store.list(conn, "ModelService") if who.can_see(o["metadata"]["namespace"])], conn)
             run_rows = [r for r in store.list_runs(conn, 50) if visible_stack(who, r["stack"])]
         return HTMLResponse(templates.get_template("fleet.html").render(
             who=who, pools=_pools(clusters, classes, plan), deployments=deployments, services=services,
