@@ -116,16 +116,12 @@ def render(paths: tuple[str, ...], out: str) -> None:
     """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
     from pathlib import Path
 
+    from automation.stacks import desired_state
     from workloads.output import OutputError, write
-    from workloads.render import render as render_fleet
-    from workloads.schemas import check
 
     loaded = _load(paths)
-    result = render_fleet(loaded.fleet, schedule(loaded.fleet))
-    problems = [str(p) for p in result.problems]
-    for stack, target, obj in result.objects():
-        for message in check(obj):
-            problems.append(f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {message}")
+    desired = desired_state(loaded.fleet)
+    result, problems = desired.rendered, desired.problems
     if problems:
         for line in problems:
             click.echo(line, err=True)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from automation.stacks import StackChange, changes, desired_stacks
+from automation.stacks import StackChange, changes, desired_state
 from fleet.plan import Plan
-from fleet.scheduler import schedule
-from workloads.render import render
 
 
 @dataclass
@@ -34,11 +32,11 @@ def _brief(r) -> dict:
 
 
 def compare(base_fleet, head_fleet, explain: bool = False) -> Comparison:
-    base_plan = schedule(base_fleet)
-    base_stacks = desired_stacks(base_fleet, base_plan, render(base_fleet, base_plan))
-    head_plan = schedule(head_fleet, [r.recorded() for r in base_plan.replicas], explain=explain)
-    head_stacks = desired_stacks(head_fleet, head_plan, render(head_fleet, head_plan))
-    stack_changes = changes(head_stacks, {name: s.fingerprint for name, s in base_stacks.items()})
+    base = desired_state(base_fleet)
+    base_plan = base.plan
+    head = desired_state(head_fleet, [r.recorded() for r in base_plan.replicas], explain=explain)
+    head_plan = head.plan
+    stack_changes = changes(head.specs, {name: s.fingerprint for name, s in base.specs.items()})
     result = Comparison(head_plan, stack_changes)
     before = {r.name: r for r in base_plan.replicas}
     after = {r.name: r for r in head_plan.replicas}

@@ -67,12 +67,9 @@ def expand(registered: list[Registered]) -> list[Registered]:
 
 def workload_stacks(fleet, control_plane: str | None = None) -> list[StackPreview]:
     from automation.programs import WORKLOAD_PROJECT, program_for
-    from automation.stacks import desired_stacks
-    from fleet.scheduler import schedule
-    from workloads.render import render
+    from automation.stacks import desired_state
 
-    plan = schedule(fleet)
-    specs = desired_stacks(fleet, plan, render(fleet, plan), control_plane=control_plane)
+    specs = desired_state(fleet, control_plane=control_plane).specs
     previews = []
     for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name)):
         if spec.kind in ("platform", "gateway"):

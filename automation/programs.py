@@ -42,11 +42,11 @@ def program_for(spec, fleet, organization: str = "organization") -> Callable[[],
     if spec.kind in ("platform", "gateway"):
         def run_platform() -> None:
             config = pulumi.Config("modelplane")
+            kubeconfig = None
             if spec.kind == "gateway" and spec.payload.get("host") and not config.get_secret("controlPlaneKubeconfig"):
-                kubeconfig = pulumi.StackReference(platform_reference(spec.payload["host"], organization)).require_output("kubeconfig")
-                _gateway_on(fleet, kubeconfig)
-                return
-            platform(fleet, config)
+                reference = pulumi.StackReference(platform_reference(spec.payload["host"], organization))
+                kubeconfig = reference.require_output("kubeconfig")
+            platform(fleet, config, kubeconfig)
         return run_platform
 
     def run_workloads() -> None:
@@ -57,12 +57,3 @@ def program_for(spec, fleet, organization: str = "organization") -> Callable[[],
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig))
     return run_workloads
 
-
-def _gateway_on(fleet, kubeconfig) -> None:
-    from components.args import gateway_args
-    from components.fleet_gateway import FleetGateway
-
-    config = pulumi.Config("modelplane")
-    front = FleetGateway("fleet-gateway", gateway_args(fleet), provider("control-plane", kubeconfig),
-                         versions=config.get_object("versions") or {})
-    pulumi.export("address", front.address)

@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from automation.orchestrator import Orchestrator, Report
-from automation.stacks import StackChange, StackSpec, changes, desired_stacks
+from automation.stacks import StackChange, StackSpec, changes, desired_state
 from automation.state import STATE_DIR, StateStore
 from fleet.plan import Plan
-from fleet.scheduler import schedule
-from workloads.render import render
-from workloads.schemas import check
 
 
 @dataclass
@@ -28,13 +25,9 @@ class Prepared:
 
 def prepare(fleet, root: Path | None = None, control_plane: str | None = None) -> Prepared:
     store = StateStore(root or Path(STATE_DIR))
-    plan = schedule(fleet, store.placements())
-    rendered = render(fleet, plan)
-    problems = [str(p) for p in rendered.problems]
-    for stack, target, obj in rendered.objects():
-        problems += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
-    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane)
-    return Prepared(fleet, plan, specs, changes(specs, store.fingerprints()), store, problems)
+    desired = desired_state(fleet, store.placements(), control_plane)
+    return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, store.fingerprints()), store,
+                    desired.problems)
 
 
 def selected(prepared: Prepared, operation: str) -> list[StackChange]:

@@ -22,9 +22,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from functools import cached_property
+
 from components.args import cluster_args, gateway_args
 from fleet.plan import Plan
-from workloads.render import Rendered, cache_stack, model_stack, service_stack
+from fleet.scheduler import schedule
+from workloads.render import Rendered, cache_stack, model_stack, render, service_stack
+from workloads.schemas import check
 
 ORDER = {"platform": 0, "gateway": 1, "cache": 2, "model": 3, "service": 4}
 CHANGES = ("create", "update", "delete", "none")
@@ -119,6 +123,34 @@ def _link(fleet, plan: Plan, stacks: dict[str, StackSpec]) -> None:
                 spec.depends_on.append(served[endpoint])
     for spec in stacks.values():
         spec.depends_on = sorted(d for d in set(spec.depends_on) if d in stacks)
+
+
+@dataclass
+class DesiredState:
+    """The plan, the objects every stack would create, and the stacks: one computation for every caller."""
+
+    plan: Plan
+    rendered: Rendered
+    specs: dict[str, StackSpec]
+
+    @cached_property
+    def problems(self) -> list[str]:
+        """Objects that could not be applied: collisions, and objects their cluster's schema rejects."""
+        return self.problems_in(None)
+
+    def problems_in(self, stacks: set[str] | None) -> list[str]:
+        """The same, schema-checking only the objects of `stacks` (None: every stack)."""
+        out = [str(p) for p in self.rendered.problems]
+        for stack, target, obj in self.rendered.objects():
+            if stacks is None or stack in stacks:
+                out += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
+        return out
+
+
+def desired_state(fleet, recorded=(), control_plane: str | None = None, explain: bool = False) -> DesiredState:
+    plan = schedule(fleet, list(recorded), explain=explain)
+    rendered = render(fleet, plan)
+    return DesiredState(plan, rendered, desired_stacks(fleet, plan, rendered, control_plane=control_plane))
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:

@@ -59,7 +59,7 @@ def release(name: str, spec: Chart, values: dict, provider: k8s.Provider, parent
 
 
 class ServingStack(pulumi.ComponentResource):
-    """Outputs: gateway_address, releases (chart -> version)."""
+    """Outputs: gateway_address."""
 
     def __init__(self, name: str, args: ClusterArgs, provider: k8s.Provider, depends_on: list | None = None,
                  versions: dict[str, str] | None = None, opts: pulumi.ResourceOptions | None = None):
@@ -106,5 +106,4 @@ class ServingStack(pulumi.ComponentResource):
                 {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}]},
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=gateway_deps + [self.gateway_class]))
         self.gateway_address = self.gateway.address
-        self.versions = {key: r.version for key, r in self.releases.items()}
         self.register_outputs({"gatewayAddress": self.gateway_address})

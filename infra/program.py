@@ -60,8 +60,11 @@ def published_pools(args: ClusterArgs) -> list[dict]:
             for p in args.pools]
 
 
-def platform(fleet, config: pulumi.Config | None = None) -> dict:
-    """Create every platform component of the fleet (or of one cluster); returns the outputs it exported."""
+def platform(fleet, config: pulumi.Config | None = None, control_plane_kubeconfig=None) -> dict:
+    """Create every platform component of the fleet (or of one cluster); returns the outputs it exported.
+
+    `control_plane_kubeconfig` (an Output) hosts the fleet gateway on a cluster of another stack.
+    """
     config = config or pulumi.Config("modelplane")
     versions = config.get_object("versions") or {}
     only = config.get("cluster")
@@ -83,7 +86,7 @@ def platform(fleet, config: pulumi.Config | None = None) -> dict:
                          "pools": published_pools(args)}
     gateway = gateway_args(fleet)
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
-        kubeconfig = config.get_secret("controlPlaneKubeconfig")
+        kubeconfig = control_plane_kubeconfig or config.get_secret("controlPlaneKubeconfig")
         host = config.get("controlPlaneCluster") or (names[0] if names else None)
         if kubeconfig is None and host in kubeconfigs:
             kubeconfig = kubeconfigs[host]
@@ -92,8 +95,9 @@ def platform(fleet, config: pulumi.Config | None = None) -> dict:
                                "InferenceCluster in this stack, or modelplane:controlPlaneKubeconfig (secret)")
         front = FleetGateway("fleet-gateway", gateway, provider("control-plane", kubeconfig), versions=versions)
         outputs["gateway"] = {"address": front.address}
-    if only and only in outputs:  # a platform-<cluster> stack: flat outputs other stacks reference
-        for key, value in outputs[only].items():
+    flat = outputs[only] if only and only in outputs else outputs.get("gateway") if gateway_only else None
+    if flat is not None:  # one cluster's or the gateway's stack: flat outputs other stacks reference
+        for key, value in flat.items():
             pulumi.export(key, value)
     else:
         for name, value in outputs.items():

@@ -231,3 +231,13 @@ def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
         assert json.loads(store.get_state(conn, "clusterGateways")) == {"c1": "34.1.2.3"}
         assert json.loads(store.get_state(conn, "applied")) == {"platform-c1": "f1"}
         assert store.list_runs(conn)[0]["status"] == "succeeded"
+
+
+def test_a_change_that_renders_invalid_objects_is_refused_whole(portal):
+    seed_fleet(portal, gpus=4)
+    with portal.client(ADMIN) as admin:
+        assert admin.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).status_code == 201
+        refused = admin.put(OBJ_PATH.format(ns="team-b", name="qwen"), json=deployment("qwen", namespace="team-b"))
+        assert refused.status_code == 422 and "already creates this object" in json.dumps(refused.json())
+        assert admin.get(OBJ_PATH.format(ns="team-b", name="qwen")).status_code == 404  # rolled back, not half-stored
+        assert {r["deployment"] for r in admin.get("/plan").json()["replicas"]} == {"team-a/qwen"}

@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from automation.stacks import changes, desired_stacks
+from automation.stacks import changes, desired_state
 from automation.state import replica_from_dict
 from fleet.api import KINDS
 from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
-from fleet.scheduler import schedule
 from fleet.validate import Fleet, validate_document
-from workloads.render import render
-from workloads.schemas import check
 
 MAX_BODY = 1024 * 1024
 PLURALS = {
@@ -98,16 +95,15 @@ def replan(store, conn, apply: bool) -> Replanned:
     """Plan the whole fleet with the stored reservations, store the new ones, queue what must change."""
     fleet = load_fleet(store.list(conn))
     reserved = [replica_from_dict(p) for p in json.loads(store.get_state(conn, "placements") or "[]")]
-    plan = schedule(fleet, reserved)
+    desired = desired_state(fleet, reserved)
+    plan, specs = desired.plan, desired.specs
+    fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
+    before = json.loads(store.get_state(conn, "desired") or "{}")
+    # objects of unchanged stacks were checked when they were accepted: check only what this write changed
+    problems = desired.problems_in({name for name, fp in fingerprints.items() if before.get(name) != fp})
     store.set_state(conn, "placements", json.dumps([asdict(r.recorded()) for r in plan.replicas]))
     document = plan_to_dict(plan)
     store.set_state(conn, "plan", json.dumps(document))
-    rendered = render(fleet, plan)
-    problems = [str(p) for p in rendered.problems]
-    for stack, target, obj in rendered.objects():
-        problems += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
-    specs = desired_stacks(fleet, plan, rendered)
-    fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
     store.set_state(conn, "desired", json.dumps(fingerprints))
     if apply and not problems:
         applied = json.loads(store.get_state(conn, "applied") or "{}")

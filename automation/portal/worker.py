@@ -22,10 +22,8 @@ from sqlalchemy import select
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, runs
 from automation.runner import AutomationError
-from automation.stacks import StackChange, desired_stacks, kind_of
+from automation.stacks import StackChange, desired_state, kind_of
 from automation.state import replica_from_dict
-from fleet.scheduler import schedule
-from workloads.render import render
 
 
 class Worker(threading.Thread):
@@ -93,9 +91,7 @@ class Worker(threading.Thread):
         with self.store.read() as conn:
             fleet = load_fleet(self.store.list(conn))
             reserved = [replica_from_dict(p) for p in json.loads(self.store.get_state(conn, "placements") or "[]")]
-        plan = schedule(fleet, reserved)
-        specs = desired_stacks(fleet, plan, render(fleet, plan))
-        spec = specs.get(run["stack"])
+        spec = desired_state(fleet, reserved).specs.get(run["stack"])
         operation = run["operation"]
         target = spec if spec is not None and operation == "up" else StackChange(run["stack"], kind_of(run["stack"]), "delete")
         pending: list[str] = []
