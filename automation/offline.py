@@ -41,10 +41,21 @@ class Registered:
     custom: bool
     inputs: dict = field(default_factory=dict)
     depends_on: list[str] = field(default_factory=list)  # names of resources it waits for (and outlives on delete)
+    provider: str | None = None  # the name of the explicit provider resource it uses (its own or inherited)
+    providers: dict[str, str] = field(default_factory=dict)  # components: package -> provider name
+    cluster: str | None = None  # Kubernetes resources: the InferenceCluster it lands on (set by the preview)
+    options: dict = field(default_factory=dict)  # resource options set: protect, ignoreChanges, customTimeouts, ...
 
     def to_dict(self, masked: bool = True) -> dict:
-        return {"type": self.type, "name": self.name, "parent": self.parent, "dependsOn": self.depends_on,
-                "inputs": mask(self.inputs) if masked else self.inputs}
+        out = {"type": self.type, "name": self.name, "parent": self.parent, "dependsOn": self.depends_on,
+               "inputs": mask(self.inputs) if masked else self.inputs}
+        if self.provider is not None:
+            out["provider"] = self.provider
+        if self.cluster is not None:
+            out["cluster"] = self.cluster
+        if self.options:
+            out["options"] = self.options
+        return out
 
 
 def is_secret(value: Any) -> bool:
@@ -111,14 +122,44 @@ class RecordingMonitor(MockMonitor):
             self._names[response.urn] = request.name
             parent = self._names.get(request.parent) if request.parent else None
             depends = sorted({self._names.get(urn, urn.rsplit("::", 1)[-1]) for urn in request.dependencies})
+            provider = self._provider_name(request.provider)
+            providers = {pkg: self._provider_name(ref) or ref for pkg, ref in dict(request.providers).items()}
+            if provider is None and request.remote:  # a remote component names its own package's provider here
+                provider = providers.get(request.type.split(":", 1)[0])
             self.registered.append(Registered(response.urn, request.type, request.name, parent,
-                                              bool(request.custom), dict(args.inputs) if args else {}, depends))
+                                              bool(request.custom), dict(args.inputs) if args else {}, depends,
+                                              provider, providers, _options(request)))
         return response
+
+    def _provider_name(self, reference: str) -> str | None:
+        """A provider reference is `<urn>::<id>`; the name is what the preview and the checks speak of."""
+        if not reference:
+            return None
+        urn = reference.rsplit("::", 1)[0]
+        return self._names.get(urn, urn.rsplit("::", 1)[-1])
 
     def ReadResource(self, request):
         response = super().ReadResource(request)
         self.mocks.take_last()  # a read (Resource.get) registers nothing
         return response
+
+
+def _options(request) -> dict:
+    """The resource options a reviewer (and the deployability check) cares about, only where set."""
+    out: dict = {}
+    if request.protect:
+        out["protect"] = True
+    if request.retainOnDelete:
+        out["retainOnDelete"] = True
+    if request.deleteBeforeReplace:
+        out["deleteBeforeReplace"] = True
+    if request.ignoreChanges:
+        out["ignoreChanges"] = sorted(request.ignoreChanges)
+    timeouts = request.customTimeouts
+    if timeouts.create or timeouts.update or timeouts.delete:
+        out["customTimeouts"] = {k: v for k, v in (("create", timeouts.create), ("update", timeouts.update),
+                                                   ("delete", timeouts.delete)) if v}
+    return out
 
 
 class OfflineRunError(Exception):

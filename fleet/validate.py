@@ -149,12 +149,35 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
     return (None if problems else obj), problems, None
 
 
+UNPROVISIONED = {source: (f"{source} clusters are not provisioned by this project yet: its platform stack will fail. "
+                           "Create the cluster yourself and bring it as `source: Existing` with "
+                           "`existing.secretRef.name` naming its kubeconfig")
+                  for source in ("AKS", "Nebius", "Vultr")}
+
+
+def pool_shape_problems(source: str, pool) -> list[tuple[str, str]]:
+    """What a cloud would do differently from what the pool says (the planner's capacity must be what exists)."""
+    out = []
+    if pool.capacityBlock is not None and source not in ("EKS", "Existing"):
+        out.append(("capacityBlock", f"capacity blocks are EC2 reservations (EKS only); a {source} pool cannot use "
+                                     "one (GKE reservations are not supported yet: remove it, or use EKS)"))
+    zones = len(pool.zones or [])
+    if source == "GKE" and pool.maxNodeCount is None and zones and pool.nodeCount % zones:
+        out.append(("nodeCount", f"GKE creates nodeCount nodes in every zone: {pool.nodeCount} nodes over {zones} "
+                                 f"zones cannot be split evenly; use a multiple of {zones} or list fewer zones"))
+    return out
+
+
 def _cross_object_problems(fleet: Fleet) -> list[Problem]:
     out: list[Problem] = []
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     for ic in fleet.of("InferenceCluster"):
         source = ic.spec.cluster.source
+        if source in UNPROVISIONED:
+            out.append(fleet.problem(ic, ("spec", "cluster", "source"), UNPROVISIONED[source], warning=True))
         for i, pool in enumerate(ic.spec.nodePools):
+            for field, message in pool_shape_problems(source, pool):
+                out.append(fleet.problem(ic, ("spec", "nodePools", i, field), message))
             path = ("spec", "nodePools", i, "className")
             icl = classes.get(pool.className)
             if icl is None:

@@ -44,7 +44,7 @@ def gpu_class(name="l4", count=1, memory="23034Mi", product="NVIDIA L4", arch="A
         spec["provisioning"] = {"provider": "GKE", "gke": {"machineType": "g2-standard-8",
                                                            "accelerator": {"type": "nvidia-l4", "count": count}}}
     elif provider == "EKS":
-        spec["provisioning"] = {"provider": "EKS", "eks": {"instanceType": "p5.48xlarge"}}
+        spec["provisioning"] = {"provider": "EKS", "eks": {"instanceType": "g6.xlarge"}}
     return {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": name}, "spec": spec}
 
 

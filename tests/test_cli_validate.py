@@ -6,6 +6,7 @@ import re
 import sys
 
 import pytest
+import yaml
 
 from automation.cli import main
 
@@ -213,3 +214,18 @@ def test_defaults_are_applied():
     ic = loaded.fleet.of("InferenceCluster")[0]
     assert ic.spec.cluster.gke.kubernetesVersion == "1.35" and ic.spec.nodePools[0].nodeCount == 1
     assert loaded.fleet.of("InferenceClass")[0].spec.devices[0].claim == "DRA"
+
+
+def test_unprovisioned_source_is_a_warning_that_says_what_to_do(tmp_path, capsys):
+    from tests.manifests import cluster, gpu_class
+
+    ic = cluster(source="GKE")
+    ic["spec"]["cluster"] = {"source": "AKS", "aks": {"location": "eastus"}}
+    path = tmp_path / "aks.yaml"
+    icl = gpu_class()
+    icl["spec"]["provisioning"] = {"provider": "AKS", "aks": {"vmSize": "Standard_NC24ads_A100_v4"}}
+    path.write_text(yaml.safe_dump_all([icl, ic]))
+    code = main(["validate", "-f", str(path)])
+    _, err = capsys.readouterr()
+    assert code == 0
+    assert "warning: AKS clusters are not provisioned by this project yet" in err and "source: Existing" in err

@@ -123,12 +123,30 @@ def device_rules(device: Device, path: tuple) -> Rule:
             yield path + ("capacity", key, "value"), str(exc)
 
 
+def machine_shape_rules(icl: InferenceClass) -> Rule:
+    """The machine type must carry the accelerator and count the class declares (and its devices publish)."""
+    from fleet.backends import NVIDIA_DRIVER
+    from fleet.machines import shape_problems
+
+    prov = icl.spec.provisioning
+    block = getattr(prov, prov.provider.lower(), None) if prov else None
+    if prov is None or block is None or prov.provider not in ("GKE", "EKS"):
+        return
+    machine = block.machineType if prov.provider == "GKE" else block.instanceType
+    accelerator = block.accelerator
+    gpus = [d.count for d in icl.spec.devices if d.driver == NVIDIA_DRIVER and d.claim == "DRA"]
+    for field, message in shape_problems(prov.provider, machine, accelerator.type if accelerator else None,
+                                         accelerator.count if accelerator else None, gpus[0] if len(gpus) == 1 else None):
+        yield ("spec", "provisioning", prov.provider.lower(), *field.split(".")), message
+
+
 def inference_class_rules(icl: InferenceClass) -> Rule:
     prov = icl.spec.provisioning
     if prov is not None:
         block = prov.provider.lower()
         if getattr(prov, block) is None:
             yield ("spec", "provisioning", block), f"provider {prov.provider} needs the {block} block"
+        yield from machine_shape_rules(icl)
     yield from unique(icl.spec.devices, lambda d: d.name, ("spec", "devices"), "device name")
     for i, device in enumerate(icl.spec.devices):
         yield from device_rules(device, ("spec", "devices", i))
