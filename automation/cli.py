@@ -229,17 +229,38 @@ def preview(paths, output, backend, parallel, control_plane, offline) -> None:
     if not offline:
         _apply("preview", paths, output, backend, parallel, control_plane)
         return
+    from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
     from automation.output import preview_table
 
     loaded = _load(paths)
-    stacks = all_stacks(loaded.fleet, control_plane)
+    host = _control_plane(loaded.fleet, control_plane)
+    stacks = all_stacks(loaded.fleet, host)
+    violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
-        click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks]}, indent=2, default=str))
+        click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks],
+                               "violations": [v.__dict__ for v in violations]}, indent=2, default=str))
     else:
         preview_table(stacks, stream=sys.stdout)
-    if any(s.error for s in stacks):
+    for v in violations:
+        click.echo(f"{v}", err=True)
+    if violations:
+        click.echo(f"{len(violations)} deployability violation(s): a real first apply would fail; nothing was applied",
+                   err=True)
         raise SystemExit(EXIT_INVALID)
+    if output != "json":
+        click.echo(f"deployability check: {len(stacks)} stack(s), 0 violations")
+
+
+def _control_plane(fleet, chosen: str | None) -> str | None:
+    """The cluster hosting the fleet gateway, or exit 2 naming why the chosen one cannot."""
+    from components.args import control_plane_cluster
+
+    try:
+        return control_plane_cluster(fleet, chosen)
+    except ValueError as exc:
+        click.echo(f"error: --control-plane: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 def _operation_command(operation: str, summary: str) -> None:

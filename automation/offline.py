@@ -45,6 +45,8 @@ class Registered:
     providers: dict[str, str] = field(default_factory=dict)  # components: package -> provider name
     cluster: str | None = None  # Kubernetes resources: the InferenceCluster it lands on (set by the preview)
     options: dict = field(default_factory=dict)  # resource options set: protect, ignoreChanges, customTimeouts, ...
+    dependency_urns: list[str] = field(default_factory=list, repr=False)  # what it waits for, exactly (for checks)
+    parent_urn: str | None = field(default=None, repr=False)
 
     def to_dict(self, masked: bool = True) -> dict:
         out = {"type": self.type, "name": self.name, "parent": self.parent, "dependsOn": self.depends_on,
@@ -128,7 +130,9 @@ class RecordingMonitor(MockMonitor):
                 provider = providers.get(request.type.split(":", 1)[0])
             self.registered.append(Registered(response.urn, request.type, request.name, parent,
                                               bool(request.custom), dict(args.inputs) if args else {}, depends,
-                                              provider, providers, _options(request)))
+                                              provider, providers, options=_options(request),
+                                              dependency_urns=sorted(request.dependencies),
+                                              parent_urn=request.parent or None))
         return response
 
     def _provider_name(self, reference: str) -> str | None:
@@ -167,11 +171,18 @@ class OfflineRunError(Exception):
 
 
 def run(program: Callable[[], Any], project: str, stack: str, config: dict[str, Any] | None = None,
-        secret_keys: list[str] | None = None) -> list[Registered]:
-    """Run `program` under mocks as stack `stack` of `project`; return what it registered, in order."""
+        secret_keys: list[str] | None = None, root_directory: str | None = None,
+        organization: str = "organization") -> list[Registered]:
+    """Run `program` under mocks as stack `stack` of `project`; return what it registered, in order.
+
+    `root_directory` is what the CLI would report as the folder of Pulumi.yaml (the mocks otherwise
+    report a placeholder); `organization` is the backend's (DIY backends: `organization`).
+    """
     mocks = Recorder()
     monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor,
+                             organization=organization)
+    pulumi.runtime.settings.SETTINGS.root_directory = root_directory
     pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v)
                                    for k, v in (config or {}).items()}, secret_keys or [])
     try:

@@ -1,20 +1,25 @@
 """`modelplane preview --offline`: every stack's real program under Pulumi's mocks.
 
-Lists, per stack, the resources its program would register (type, name, parent, inputs with
-secrets masked). No CLI, no credentials, no cloud: what providers would compute is unknown,
-so this reviews what the programs ask for, not what a cloud would answer. Secret config the
-programs need (kubeconfigs of existing clusters) is replaced by a masked placeholder.
+The stacks are the ones `up` would run (the same desired state, the same inline programs and
+stack config), so what this lists is what the automation layer would ask of the engine. Per
+stack: the resources its program would register (type, name, parent, inputs with secrets
+masked), the explicit provider each uses and, for Kubernetes resources, the cluster it lands
+on. No CLI, no credentials, no cloud: what providers would compute is unknown, so this reviews
+what the programs ask for, not what a cloud would answer. Secret config the programs need
+(kubeconfigs of existing clusters, tokens) is replaced by a masked placeholder. The
+deployability check (automation/deployability.py) then reads the whole graph.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from automation.offline import Registered, run
-from infra.program import platform
+from automation.programs import project_of, program_for, stack_config
+from automation.stacks import DesiredState, StackSpec, desired_state
 
-PROJECT = "modelplane-platform"
 PLACEHOLDER = "offline preview: no kubeconfig is read"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
 
 
 @dataclass
@@ -22,6 +27,9 @@ class StackPreview:
     name: str
     resources: list[Registered]
     error: str | None = None
+    kind: str = ""
+    depends_on: list[str] = field(default_factory=list)  # stacks that run before this one
+    cluster: str | None = None  # platform stacks: the InferenceCluster they create
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "resources": [r.to_dict() for r in self.resources]}
@@ -30,66 +38,71 @@ class StackPreview:
         return out
 
 
-def _placeholder_secrets(fleet) -> dict[str, str]:
+def _existing_kubeconfigs(fleet) -> dict[str, str]:
     return {f"modelplane:{ic.spec.cluster.existing.secretRef.name}": PLACEHOLDER
             for ic in fleet.of("InferenceCluster") if ic.spec.cluster.source == "Existing"}
 
 
-def platform_stacks(fleet) -> list[StackPreview]:
-    secrets = _placeholder_secrets(fleet)
-    previews = []
-    targets = [(f"platform-{ic.name}", {"modelplane:cluster": ic.name}) for ic in sorted(fleet.of("InferenceCluster"), key=lambda c: c.name)]
-    if fleet.of("InferenceGateway"):
-        targets.append(("gateway", {"modelplane:gatewayOnly": "true", "modelplane:controlPlaneKubeconfig": PLACEHOLDER}))
-    for stack, config in targets:
-        secret_keys = list(secrets) + (["modelplane:controlPlaneKubeconfig"] if stack == "gateway" else [])
-        try:
-            registered = run(lambda: platform(fleet), PROJECT, stack, {**config, **secrets}, secret_keys)
-            previews.append(StackPreview(stack, registered))
-        except Exception as exc:  # one stack's failure is reported with it; the others still preview
-            previews.append(StackPreview(stack, [], f"{type(exc).__name__}: {exc}"))
-    return previews
+def _workload_secrets(spec: StackSpec) -> dict[str, str]:
+    from components.workload_objects import is_placeholder_secret, secret_config_key
+
+    return {f"modelplane:{secret_config_key(o, k)}": PLACEHOLDER for objs in spec.payload.get("objects", {}).values()
+            for o in objs if is_placeholder_secret(o) for k in o.get("stringData", {})}
+
+
+FIRST_IN_GROUP = ("Namespace", "CustomResourceDefinition")  # a ConfigGroup creates these before its other objects
 
 
 def expand(registered: list[Registered]) -> list[Registered]:
-    """A ConfigGroup registers one child per object; under mocks it has none, so list its objects as it would."""
+    """A ConfigGroup registers one child per object; under mocks it has none, so list its objects as it would.
+
+    Each child waits for what the group waits for, and for the group's Namespaces and CRDs (the group
+    orders those first).
+    """
     out = []
     for r in registered:
         out.append(r)
-        if r.type == "kubernetes:yaml/v2:ConfigGroup":
-            for obj in r.inputs.get("objs") or []:
-                meta = obj.get("metadata", {})
-                name = f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else meta["name"]
-                out.append(Registered("", f"kubernetes:{obj['apiVersion']}:{obj['kind']}", name, r.name, True,
-                                      {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}))
+        if r.type != "kubernetes:yaml/v2:ConfigGroup":
+            continue
+        children = []
+        for obj in r.inputs.get("objs") or []:
+            meta = obj.get("metadata", {})
+            name = f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else meta["name"]
+            type_ = f"kubernetes:{obj['apiVersion']}:{obj['kind']}"
+            children.append(Registered(f"{r.urn}$${type_}::{name}", type_, name, r.name, True,
+                                       {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")},
+                                       list(r.depends_on), provider=r.provider, dependency_urns=list(r.dependency_urns),
+                                       parent_urn=r.urn))
+        first = [c.urn for c in children if c.type.rsplit(":", 1)[-1] in FIRST_IN_GROUP]
+        for child in children:
+            if child.type.rsplit(":", 1)[-1] not in FIRST_IN_GROUP:
+                child.dependency_urns += first
+        out += children
     return out
 
 
-def workload_stacks(fleet, control_plane: str | None = None) -> list[StackPreview]:
-    from automation.programs import WORKLOAD_PROJECT, program_for
-    from automation.stacks import desired_state
-
-    specs = desired_state(fleet, control_plane=control_plane).specs
-    previews = []
-    for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name)):
-        if spec.kind in ("platform", "gateway"):
-            continue
-        secrets = {f"modelplane:{key}": PLACEHOLDER for key in _secret_keys(spec)}
-        try:
-            registered = run(program_for(spec, fleet), WORKLOAD_PROJECT, spec.name, secrets, list(secrets))
-            previews.append(StackPreview(spec.name, [r for r in expand(registered)
-                                                     if r.type != "pulumi:pulumi:StackReference"]))
-        except Exception as exc:
-            previews.append(StackPreview(spec.name, [], f"{type(exc).__name__}: {exc}"))
-    return previews
+def locate(resources: list[Registered]) -> list[Registered]:
+    """Set `cluster` on every Kubernetes resource, from the `clusterIdentifier` of the provider it uses."""
+    clusters = {r.name: r.inputs.get("clusterIdentifier") for r in resources if r.type == K8S_PROVIDER}
+    for r in resources:
+        if r.type.startswith("kubernetes:") and r.provider in clusters:
+            r.cluster = clusters[r.provider]
+    return resources
 
 
-def _secret_keys(spec) -> list[str]:
-    from components.workload_objects import is_placeholder_secret, secret_config_key
+def preview_stack(spec: StackSpec, fleet) -> StackPreview:
+    config = {**stack_config(spec), **_existing_kubeconfigs(fleet), **_workload_secrets(spec)}
+    secret_keys = [k for k, v in config.items() if v == PLACEHOLDER]
+    cluster = spec.name.removeprefix("platform-") if spec.kind == "platform" else None
+    preview = StackPreview(spec.name, [], None, spec.kind, list(spec.depends_on), cluster)
+    try:
+        registered = run(program_for(spec, fleet), project_of(spec.kind), spec.name, config, secret_keys)
+        preview.resources = [r for r in locate(expand(registered)) if r.type != "pulumi:pulumi:StackReference"]
+    except Exception as exc:  # one stack's failure is reported with it; the others still preview
+        preview.error = f"{type(exc).__name__}: {exc}"
+    return preview
 
-    return [secret_config_key(o, k) for objs in spec.payload["objects"].values() for o in objs
-            if is_placeholder_secret(o) for k in o.get("stringData", {})]
 
-
-def all_stacks(fleet, control_plane: str | None = None) -> list[StackPreview]:
-    return platform_stacks(fleet) + workload_stacks(fleet, control_plane)
+def all_stacks(fleet, control_plane: str | None = None, desired: DesiredState | None = None) -> list[StackPreview]:
+    desired = desired or desired_state(fleet, control_plane=control_plane)
+    return [preview_stack(spec, fleet) for spec in sorted(desired.specs.values(), key=lambda s: (s.rank, s.name))]

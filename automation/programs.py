@@ -24,36 +24,46 @@ def project_of(kind: str) -> str:
     return PLATFORM_PROJECT if kind in ("platform", "gateway") else WORKLOAD_PROJECT
 
 
-def platform_reference(cluster: str, organization: str = "organization") -> str:
-    """The fully qualified name of a platform stack (DIY backends use the literal organization `organization`)."""
-    return f"{organization}/{PLATFORM_PROJECT}/platform-{cluster}"
+def organization() -> str:
+    """The backend's organization: the account's on Pulumi Cloud, the literal `organization` on DIY backends."""
+    return pulumi.get_organization() or "organization"
+
+
+def platform_reference(cluster: str, org: str | None = None) -> str:
+    """The fully qualified name of a platform stack."""
+    return f"{org or organization()}/{PLATFORM_PROJECT}/platform-{cluster}"
 
 
 def stack_config(spec) -> dict[str, str]:
     """Plain config each stack's program reads."""
+    host = spec.payload.get("host")
     if spec.kind == "platform":
-        return {"modelplane:cluster": spec.name.removeprefix("platform-"), "modelplane:gateway": "false"}
+        config = {"modelplane:cluster": spec.name.removeprefix("platform-"), "modelplane:gateway": "false"}
+        return {**config, **({"modelplane:controlPlaneCluster": host} if host else {})}
     if spec.kind == "gateway":
-        return {"modelplane:gatewayOnly": "true"}
+        return {"modelplane:gatewayOnly": "true", **({"modelplane:controlPlaneCluster": host} if host else {})}
     return {}
 
 
-def program_for(spec, fleet, organization: str = "organization") -> Callable[[], None]:
+def kubeconfig_of(reference_name: str, cluster: str) -> pulumi.Output:
+    """A platform stack's kubeconfig output (a secret). `get_output`, not `require_output`: during the first
+    preview of a fleet the platform stack has no outputs yet, and the value is simply unknown."""
+    return pulumi.StackReference(reference_name, stack_name=platform_reference(cluster)).get_output("kubeconfig")
+
+
+def program_for(spec, fleet) -> Callable[[], None]:
     if spec.kind in ("platform", "gateway"):
         def run_platform() -> None:
             config = pulumi.Config("modelplane")
             kubeconfig = None
-            if spec.kind == "gateway" and spec.payload.get("host") and not config.get_secret("controlPlaneKubeconfig"):
-                reference = pulumi.StackReference(platform_reference(spec.payload["host"], organization))
-                kubeconfig = reference.require_output("kubeconfig")
+            if spec.kind == "gateway" and spec.payload.get("host") and config.get_secret("controlPlaneKubeconfig") is None:
+                kubeconfig = kubeconfig_of("gateway-host-platform", spec.payload["host"])
             platform(fleet, config, kubeconfig)
         return run_platform
 
     def run_workloads() -> None:
         for target, objects in sorted(spec.payload["objects"].items()):
             cluster = spec.payload.get("host") if target == "control-plane" else target
-            kubeconfig = pulumi.StackReference(f"{spec.name}-{target}-platform",
-                                               stack_name=platform_reference(cluster, organization)).require_output("kubeconfig")
-            WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig))
+            kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster)
+            WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster))
     return run_workloads
-

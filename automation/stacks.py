@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from functools import cached_property
 
-from components.args import cluster_args, gateway_args
+from components.args import cluster_args, control_plane_cluster, gateway_args
 from fleet.plan import Plan
 from fleet.scheduler import schedule
 from workloads.render import Rendered, cache_stack, model_stack, render, service_stack
@@ -67,12 +67,6 @@ def kind_of(stack: str) -> str:
     return "gateway" if stack == "gateway" else stack.split("-", 1)[0]
 
 
-def control_plane_cluster(fleet, chosen: str | None = None) -> str | None:
-    """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name."""
-    names = sorted(c.name for c in fleet.of("InferenceCluster"))
-    return chosen if chosen in names else (names[0] if names and chosen is None else None)
-
-
 def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
                    control_plane: str | None = None) -> dict[str, StackSpec]:
     stacks: dict[str, StackSpec] = {}
@@ -82,7 +76,7 @@ def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None 
         payload = {"cluster": args.model_dump(), "versions": versions or {}}
         stacks[f"platform-{ic.name}"] = StackSpec(f"platform-{ic.name}", "platform", fingerprint(payload),
                                                   targets=[ic.name], payload=payload)
-    gateway = gateway_args(fleet)
+    gateway = gateway_args(fleet, host)
     if gateway is not None:
         payload = {"gateway": gateway.model_dump(), "versions": versions or {}, "host": host}
         stacks["gateway"] = StackSpec("gateway", "gateway", fingerprint(payload),

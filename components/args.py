@@ -59,6 +59,7 @@ class ClusterArgs(Args):
     name: str
     source: Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
     region: str | None = None
+    project: str | None = None  # GKE: the Google Cloud project (else the stack's gcp:project config)
     kubernetes_version: str | None = None
     labels: dict[str, str] = {}
     pools: list[GpuPoolArgs]
@@ -79,6 +80,29 @@ class GatewayArgs(Args):
     name: str = "default"
     traefik_version: str
     metallb_address_pool: str | None = None
+    namespaces: list[str] = []  # namespaces of ModelServices and ModelEndpoints: their objects live there
+    load_balancer: bool = True  # the host cluster's cloud gives LoadBalancer Services an address
+
+
+# Sources whose clusters this project creates or connects to: only these can host the fleet gateway.
+HOSTABLE = ("GKE", "EKS", "Existing")
+
+
+def control_plane_cluster(fleet, chosen: str | None = None) -> str | None:
+    """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name that can host it.
+
+    Raises ValueError when the chosen cluster is not in the fleet or cannot host it (a source this project
+    neither provisions nor connects to).
+    """
+    sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
+    if chosen is not None:
+        if chosen not in sources:
+            raise ValueError(f"{chosen!r} is not an InferenceCluster of the fleet")
+        if sources[chosen] not in HOSTABLE:
+            raise ValueError(f"{chosen!r} is a {sources[chosen]} cluster, which this project does not provision: "
+                             f"the fleet gateway needs a {', '.join(HOSTABLE)} cluster")
+        return chosen
+    return next((name for name in sorted(sources) if sources[name] in HOSTABLE), None)
 
 
 def cluster_args(fleet, name: str) -> ClusterArgs:
@@ -109,6 +133,7 @@ def cluster_args(fleet, name: str) -> ClusterArgs:
     return ClusterArgs(
         name=ic.name, source=source,
         region=getattr(block, "region", None) or getattr(block, "location", None),
+        project=getattr(block, "project", None),
         kubernetes_version=getattr(block, "kubernetesVersion", None),
         labels=dict(ic.metadata.labels or {}), pools=pools,
         kubeconfig_secret=ic.spec.cluster.existing.secretRef.name if source == "Existing" else None,
@@ -116,10 +141,13 @@ def cluster_args(fleet, name: str) -> ClusterArgs:
     )
 
 
-def gateway_args(fleet) -> GatewayArgs | None:
+def gateway_args(fleet, host: str | None = None) -> GatewayArgs | None:
     ig = next(iter(fleet.of("InferenceGateway")), None)
     if ig is None or ig.spec.traefik is None:
         return None
     metallb = ig.spec.traefik.metallb
+    namespaces = sorted({o.namespace for kind in ("ModelService", "ModelEndpoint") for o in fleet.of(kind)})
+    sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     return GatewayArgs(name=ig.name, traefik_version=ig.spec.traefik.version,
-                       metallb_address_pool=metallb.addressPool if metallb else None)
+                       metallb_address_pool=metallb.addressPool if metallb else None, namespaces=namespaces,
+                       load_balancer=sources.get(host or "") in ("GKE", "EKS"))

@@ -1,4 +1,9 @@
-"""The Gateway API and inference-extension CRDs, installed from the bundled upstream files."""
+"""The Gateway API and inference-extension CRDs, installed from the bundled upstream files.
+
+These are the CRDs no chart of ours installs (Envoy Gateway and Traefik are told not to), so
+each has one owner per cluster: the serving stack, or the fleet gateway on a control-plane
+cluster that no platform stack manages. The same files are the schemas `render` checks against.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,12 @@ import yaml
 
 UPSTREAM = Path(__file__).resolve().parent.parent / "workloads" / "crds" / "upstream"
 GATEWAY_API = ["gateway.networking.k8s.io_gatewayclasses.yaml", "gateway.networking.k8s.io_gateways.yaml",
-               "gateway.networking.k8s.io_httproutes.yaml", "gateway.networking.k8s.io_referencegrants.yaml"]
-INFERENCE = ["inference.networking.k8s.io_inferencepools.yaml"]
+               "gateway.networking.k8s.io_httproutes.yaml", "gateway.networking.k8s.io_referencegrants.yaml",
+               # external https endpoints: TLS from the gateway to the provider
+               "gateway.networking.k8s.io_backendtlspolicies.yaml"]
+# InferencePool, and the objectives and rewrites the llm-d endpoint picker watches (it fails to start without them)
+INFERENCE = ["inference.networking.k8s.io_inferencepools.yaml", "inference.networking.x-k8s.io_inferenceobjectives.yaml",
+             "llm-d.ai_inferenceobjectives.yaml", "llm-d.ai_inferencemodelrewrites.yaml"]
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -15,6 +15,7 @@ import pulumi
 import yaml
 
 from components.args import ClusterArgs
+from components.serving_stack import ClusterFacts
 
 TYPE = "modelplane:existing:InferenceCluster"
 
@@ -55,4 +56,6 @@ class ExistingInferenceCluster(pulumi.ComponentResource):
         super().__init__(TYPE, name, None, opts)
         self.kubeconfig = pulumi.Output.secret(kubeconfig)
         self.cluster_identifier = args.name
+        # Storage classes are the admin's (existing.cache.storageClassName); no cloud load balancer is assumed.
+        self.facts = ClusterFacts(load_balancer=False)
         self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})

@@ -2,8 +2,9 @@
 
 pulumi_kubernetes' generic CustomResource exposes only apiVersion, kind, metadata and spec.
 Registering the same resource type with `status` among its properties makes the provider's
-returned status available; the `pulumi.com/waitFor` annotation makes the update wait until
-the Gateway has an address.
+returned status available. With `wait_for_address`, the `pulumi.com/waitFor` annotation makes
+the update wait until the Gateway has an address; without it (no load balancer can give one)
+the update does not wait and the address output stays empty until one is assigned.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import pulumi
 from pulumi_kubernetes import _utilities
 
 WAIT_FOR_ADDRESS = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 
 class Gateway(pulumi.CustomResource):
-    def __init__(self, name: str, metadata: dict, spec: dict, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, metadata: dict, spec: dict, wait_for_address: bool = True,
+                 opts: pulumi.ResourceOptions | None = None):
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=_utilities.get_version()))
-        metadata = {**metadata, "annotations": {**metadata.get("annotations", {}), **WAIT_FOR_ADDRESS}}
+        wait = WAIT_FOR_ADDRESS if wait_for_address else SKIP_AWAIT
+        metadata = {**metadata, "annotations": {**metadata.get("annotations", {}), **wait}}
         props = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": metadata,
                  "spec": spec, "status": None}
         super().__init__("kubernetes:gateway.networking.k8s.io/v1:Gateway", name, props, opts)

@@ -1,10 +1,21 @@
 """A GKE InferenceCluster: VPC and subnet, a regional cluster, a system pool, and a GPU pool per node pool.
 
-GPU pools are set up for DRA: GKE's own device plugin is turned off with the node label
-`gke-no-default-nvidia-gpu-device-plugin=true` (only one advertiser of a GPU per node), GKE
-keeps installing the driver (the serving stack points the NVIDIA DRA driver at it), nodes
-carry the `nvidia.com/gpu` NoSchedule taint and the `modelplane.ai/pool` label the scheduler
-pins pods with.
+Every resource uses an explicit `gcp.Provider` for the cluster's project and region, so nothing
+depends on ambient credentials' defaults. GPU pools are set up for DRA as GKE documents it:
+GKE's device plugin is off (node label `gke-no-default-nvidia-gpu-device-plugin=true`) and GKE's
+automatic driver installation is disabled (documented as unsupported with DRA); the serving
+stack installs the driver with a DaemonSet and points the NVIDIA DRA driver at it. Nodes carry
+the `nvidia.com/gpu` NoSchedule taint and the `modelplane.ai/pool` label.
+
+Node counts: GKE's `node_count` and `initial_node_count` are per zone, the fleet's are totals.
+A fixed pool over zones gets total / zones per zone (`validate` refuses counts that do not
+divide); a fixed pool without zones, and every autoscaled pool, uses the autoscaler's *total*
+limits, so the nodes GKE creates are the nodes the planner counts. `initial_node_count`
+(which forces replacement) is ignored after creation, so resizing never replaces a GPU pool.
+
+The Filestore CSI add-on backs the `modelplane-rwx` StorageClass that model caches use.
+Clusters and networks are protected (and GKE deletion protection is on) unless the stack's
+`modelplane:deletionProtection` is false: destroying a cluster is always a deliberate step.
 """
 
 from __future__ import annotations
@@ -13,9 +24,28 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.args import ClusterArgs, GpuPoolArgs
+from components.serving_stack import ClusterFacts
 
 TYPE = "modelplane:gke:InferenceCluster"
 POD_RANGE, SERVICE_RANGE, NODE_RANGE = "10.1.0.0/16", "10.2.0.0/16", "10.0.0.0/20"
+RWX_CLASS = "modelplane-rwx"
+POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")  # GPU capacity can take long
+CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="45m", update="45m", delete="45m")
+
+
+def pool_sizing(pool: GpuPoolArgs) -> dict:
+    """GKE's per-zone counts (or total autoscaling limits) for the fleet's totals."""
+    zones = len(pool.zones)
+    if pool.autoscaled:
+        per_zone = -(-pool.node_count // zones) if zones else None
+        return {"initial_node_count": per_zone, "autoscaling": {"total_min_node_count": pool.min_nodes or 0,
+                                                                "total_max_node_count": pool.max_nodes,
+                                                                "location_policy": "ANY"}}
+    if zones:
+        return {"node_count": pool.node_count // zones}
+    # no zones: GKE picks them, so only total limits give an exact count
+    return {"autoscaling": {"total_min_node_count": pool.node_count, "total_max_node_count": pool.node_count,
+                            "location_policy": "BALANCED"}}
 
 
 def kubeconfig(name: str, endpoint: str, ca: str) -> str:
@@ -45,11 +75,14 @@ users:
 class GkeInferenceCluster(pulumi.ComponentResource):
     """Outputs: kubeconfig (secret), cluster_identifier, pools."""
 
-    def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True,
+    def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True, project: str | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE, name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        self.network = gcp.compute.Network(f"{name}-vpc", auto_create_subnetworks=False, opts=child)
+        self.provider = gcp.Provider(f"{name}-gcp", project=args.project or project, region=args.region,
+                                     opts=pulumi.ResourceOptions(parent=self))
+        child = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        protected = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=deletion_protection))
+        self.network = gcp.compute.Network(f"{name}-vpc", auto_create_subnetworks=False, opts=protected)
         self.subnet = gcp.compute.Subnetwork(
             f"{name}-nodes", region=args.region, network=self.network.id, ip_cidr_range=NODE_RANGE,
             secondary_ip_ranges=[
@@ -64,15 +97,26 @@ class GkeInferenceCluster(pulumi.ComponentResource):
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
                 cluster_secondary_range_name="pods", services_secondary_range_name="services"),
             deletion_protection=deletion_protection,
-            opts=child)
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                gcp_filestore_csi_driver_config=gcp.container.ClusterAddonsConfigGcpFilestoreCsiDriverConfigArgs(
+                    enabled=True)),
+            opts=pulumi.ResourceOptions.merge(protected, pulumi.ResourceOptions(custom_timeouts=CLUSTER_TIMEOUTS)))
         self.system_pool = gcp.container.NodePool(
             f"{name}-system", cluster=self.cluster.id, location=args.region,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(total_min_node_count=1, total_max_node_count=3),
             initial_node_count=1,
             node_config=gcp.container.NodePoolNodeConfigArgs(machine_type="e2-standard-4", disk_size_gb=100,
                                                              labels={"modelplane.ai/role": "system"}),
-            opts=child)
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                ignore_changes=["initialNodeCount"], custom_timeouts=POOL_TIMEOUTS)))
         self.gpu_pools = [self._gpu_pool(name, args, pool, child) for pool in args.pools]
+        self.facts = ClusterFacts(
+            storage_classes=[{
+                "metadata": {"name": RWX_CLASS}, "provisioner": "filestore.csi.storage.gke.io",
+                "parameters": {"tier": "enterprise", "network": self.network.name},
+                "volume_binding_mode": "Immediate", "allow_volume_expansion": True}],
+            storage_ready=[self.cluster],
+            gpu_driver_installer=any(p.accelerator_type for p in args.pools))
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate,
         ).apply(lambda v: kubeconfig(v[0], v[1], v[2])))
@@ -85,22 +129,24 @@ class GkeInferenceCluster(pulumi.ComponentResource):
             accelerators.append(gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                 type=pool.accelerator_type, count=pool.accelerator_count,
                 gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
-                    gpu_driver_version="LATEST")))
-        autoscaling = None
-        if pool.autoscaled:
-            autoscaling = gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=pool.min_nodes or 0, total_max_node_count=pool.max_nodes, location_policy="ANY")
+                    gpu_driver_version="INSTALLATION_DISABLED")))
+        sizing = pool_sizing(pool)
+        autoscaling = sizing.get("autoscaling")
         return gcp.container.NodePool(
             f"{name}-{pool.name}", cluster=self.cluster.id, location=args.region,
             node_locations=pool.zones or None,
-            initial_node_count=pool.node_count if pool.autoscaled else None,
-            node_count=None if pool.autoscaled else pool.node_count,
-            autoscaling=autoscaling,
+            initial_node_count=sizing.get("initial_node_count"),
+            node_count=sizing.get("node_count"),
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(**autoscaling) if autoscaling else None,
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type, disk_size_gb=pool.disk_size_gb, guest_accelerators=accelerators,
                 spot=pool.spot,
-                labels={"modelplane.ai/pool": pool.name, "gke-no-default-nvidia-gpu-device-plugin": "true"},
+                labels={"modelplane.ai/pool": pool.name, "gke-no-default-nvidia-gpu-device-plugin": "true",
+                        "nvidia.com/gpu.present": "true"},
                 taints=[gcp.container.NodePoolNodeConfigTaintArgs(key="nvidia.com/gpu", value="present",
                                                                   effect="NO_SCHEDULE")],
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"]),
-            opts=opts)
+            # the autoscaler owns the size of an autoscaled pool; initialNodeCount would replace the pool
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                ignore_changes=["initialNodeCount"] + (["nodeCount"] if autoscaling else []),
+                custom_timeouts=POOL_TIMEOUTS)))

@@ -1,16 +1,23 @@
 """The serving stack every workload cluster gets, and the cluster's own Gateway.
 
-Helm releases (pinned in components/versions.py): cert-manager, Envoy Gateway, LeaderWorkerSet,
-Node Feature Discovery, the NVIDIA DRA driver, KEDA, Prometheus, and the Dynamo platform only
-where an NVIDIA pool could run it. The Gateway API and inference-extension CRDs come from the
-bundled upstream files. Then the `envoy` GatewayClass and the Gateway
-`modelplane-system/inference-gateway` that every replica's HTTPRoute attaches to.
+Installed in an order the API server accepts the first time (each step waits for what it uses):
+1. the `modelplane-system` Namespace, the bundled Gateway API and inference-extension CRDs, the
+   cluster's StorageClasses (after their CSI drivers), and on GKE the NVIDIA driver installer;
+2. Helm releases pinned in components/versions.py: cert-manager; Envoy Gateway (its CRD chart
+   first) configured to call the Envoy AI Gateway controller as its extension server, which is
+   what lets a Gateway route to InferencePools; LeaderWorkerSet; Node Feature Discovery; the
+   NVIDIA DRA driver (after the ResourceQuota GKE needs to admit its critical pods); KEDA;
+   Prometheus; Dynamo (its CRD chart first) only where an NVIDIA pool could run it; on EKS the
+   cluster-autoscaler where a pool can grow; MetalLB where the cluster has no cloud load balancer;
+3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
+   HTTPRoute attaches to. It waits for an address only where something can give it one.
 
-Order, for create and (reversed) delete: the CRDs and releases wait for the cluster's GPU
-pools; the Gateway waits for its CRDs and Envoy Gateway, so it is deleted before them.
+Deletes run in reverse: the Gateway before its CRDs and controller, releases before the pools.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -24,14 +31,49 @@ TYPE = "modelplane:cluster:ServingStack"
 SYSTEM_NAMESPACE = "modelplane-system"
 GATEWAY_SERVICE = "modelplane-inference-gateway"  # a stable name for the gateway's load balancer Service
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
+AI_GATEWAY_PORT = 1063
+# Installing or upgrading a release waits for its pods; image pulls on fresh nodes take minutes.
+RELEASE_TIMEOUT_SECONDS = 1200
+RELEASE_TIMEOUTS = pulumi.CustomTimeouts(create="30m", update="30m", delete="20m")
 
 
-def release_values(key: str, args: ClusterArgs) -> dict:
+@dataclass
+class ClusterFacts:
+    """What the cluster component tells the serving stack about the cluster it built (or adopted)."""
+
+    storage_classes: list[dict] = field(default_factory=list)  # StorageClass manifests (values may be Outputs)
+    storage_ready: list = field(default_factory=list)  # resources the StorageClasses need first (CSI drivers)
+    load_balancer: bool = True  # a Service of type LoadBalancer gets an address from the cloud
+    autoscaler: dict | None = None  # cluster-autoscaler values (EKS pools that can grow)
+    gpu_driver_installer: bool = False  # GKE with DRA: the driver is installed by a DaemonSet, not by GKE
+
+
+def envoy_gateway_values() -> dict:
+    """Envoy Gateway with the Envoy AI Gateway controller as its extension server (InferencePool backends)."""
+    return {
+        "crds": {"enabled": False},
+        "config": {"envoyGateway": {
+            "extensionApis": {"enableBackend": True},
+            "extensionManager": {
+                "hooks": {"xdsTranslator": {
+                    "translation": {kind: {"includeAll": True} for kind in ("listener", "route", "cluster", "secret")},
+                    "post": ["Translation", "Cluster", "Route"]}},
+                "service": {"fqdn": {"hostname": AI_GATEWAY_CONTROLLER, "port": AI_GATEWAY_PORT}},
+                "backendResources": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}],
+            },
+        }},
+    }
+
+
+def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = None) -> dict:
     """Chart values, per chart: the settings that make each add-on work for GPU inference."""
     if key == "cert-manager":
         return {"crds": {"enabled": True, "keep": False}}
+    if key == "envoy-gateway-crds":
+        return {"crds": {"gatewayAPI": {"enabled": False}, "envoyGateway": {"enabled": True}}}
     if key == "envoy-gateway":
-        return {"config": {"envoyGateway": {"extensionApis": {"enableBackend": True}}}}
+        return envoy_gateway_values()
     if key == "node-feature-discovery":
         # GPU nodes are tainted; without this the PCI labels never appear and the DRA plugin never starts.
         return {"worker": {"tolerations": [GPU_TOLERATION]}}
@@ -45,16 +87,79 @@ def release_values(key: str, args: ClusterArgs) -> dict:
         return {"fullnameOverride": "prometheus", "grafana": {"enabled": False}, "alertmanager": {"enabled": False},
                 "prometheus": {"prometheusSpec": {"podMonitorSelectorNilUsesHelmValues": False,
                                                   "podMonitorNamespaceSelector": {}}}}
+    if key == "traefik":
+        return {}
+    if key == "cluster-autoscaler":
+        return dict((facts.autoscaler if facts else None) or {})
     return {}
 
 
 def release(name: str, spec: Chart, values: dict, provider: k8s.Provider, parent: pulumi.Resource,
-            depends_on: list) -> k8s.helm.v3.Release:
+            depends_on: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
     repo = None if spec.oci else k8s.helm.v3.RepositoryOptsArgs(repo=spec.repo)
     return k8s.helm.v3.Release(
         name, name=f"mp-{spec.key}", chart=f"{spec.repo}/{spec.chart}" if spec.oci else spec.chart,
-        version=spec.version, namespace=spec.namespace, create_namespace=True, repository_opts=repo,
-        values=values, atomic=True, cleanup_on_fail=True,
+        version=spec.version, namespace=spec.namespace, create_namespace=create_namespace, repository_opts=repo,
+        values=values, atomic=True, cleanup_on_fail=True, skip_crds=spec.skip_crds, timeout=RELEASE_TIMEOUT_SECONDS,
+        opts=pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=depends_on,
+                                    custom_timeouts=RELEASE_TIMEOUTS))
+
+
+def metallb(name: str, address_pool: str, provider: k8s.Provider, parent: pulumi.Resource,
+            versions: dict | None, depends_on: list) -> list[pulumi.Resource]:
+    """MetalLB and its address pool: load balancer addresses where no cloud gives any."""
+    spec = chart("metallb", versions)
+    installed = release(f"{name}-metallb", spec, {}, provider, parent, depends_on)
+    opts = pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=[installed])
+    pool = k8s.apiextensions.CustomResource(
+        f"{name}-address-pool", api_version="metallb.io/v1beta1", kind="IPAddressPool",
+        metadata={"name": "modelplane", "namespace": spec.namespace}, spec={"addresses": [address_pool]}, opts=opts)
+    l2 = k8s.apiextensions.CustomResource(
+        f"{name}-l2", api_version="metallb.io/v1beta1", kind="L2Advertisement",
+        metadata={"name": "modelplane", "namespace": spec.namespace}, spec={"ipAddressPools": ["modelplane"]}, opts=opts)
+    return [installed, pool, l2]
+
+
+def gke_driver_installer(name: str, provider: k8s.Provider, parent: pulumi.Resource, depends_on: list):
+    """GKE's DRA guide: GKE does not install the driver on DRA pools; this DaemonSet does (COS, preloaded installer)."""
+    host = "/home/kubernetes/bin/nvidia"
+    return k8s.apps.v1.DaemonSet(
+        f"{name}-nvidia-driver-installer",
+        metadata={"name": "nvidia-driver-installer", "namespace": "kube-system",
+                  "labels": {"k8s-app": "nvidia-driver-installer"}},
+        spec={
+            "selector": {"matchLabels": {"k8s-app": "nvidia-driver-installer"}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": {"k8s-app": "nvidia-driver-installer"}},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}]}]}}},
+                    "tolerations": [{"operator": "Exists"}],
+                    "hostNetwork": True, "hostPID": True,
+                    "volumes": [{"name": "dev", "hostPath": {"path": "/dev"}},
+                                {"name": "nvidia-install-dir-host", "hostPath": {"path": host}},
+                                {"name": "root-mount", "hostPath": {"path": "/"}},
+                                {"name": "cos-tools", "hostPath": {"path": "/var/lib/cos-tools"}}],
+                    "initContainers": [{
+                        "name": "nvidia-driver-installer", "image": "cos-nvidia-installer:fixed",
+                        "imagePullPolicy": "Never",
+                        "command": ["/cos-gpu-installer", "install", "--version=latest"],
+                        "securityContext": {"privileged": True},
+                        "resources": {"requests": {"cpu": "150m"}},
+                        "env": [{"name": "NVIDIA_INSTALL_DIR_HOST", "value": host},
+                                {"name": "NVIDIA_INSTALL_DIR_CONTAINER", "value": "/usr/local/nvidia"},
+                                {"name": "ROOT_MOUNT_DIR", "value": "/root"}],
+                        "volumeMounts": [{"name": "nvidia-install-dir-host", "mountPath": "/usr/local/nvidia"},
+                                         {"name": "dev", "mountPath": "/dev"},
+                                         {"name": "root-mount", "mountPath": "/root"},
+                                         {"name": "cos-tools", "mountPath": "/build/cos-tools"}],
+                    }],
+                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        },
         opts=pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=depends_on))
 
 
@@ -62,30 +167,50 @@ class ServingStack(pulumi.ComponentResource):
     """Outputs: gateway_address."""
 
     def __init__(self, name: str, args: ClusterArgs, provider: k8s.Provider, depends_on: list | None = None,
-                 versions: dict[str, str] | None = None, opts: pulumi.ResourceOptions | None = None):
+                 versions: dict[str, str] | None = None, facts: ClusterFacts | None = None,
+                 metallb_pool: str | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE, name, None, opts)
+        facts = facts or ClusterFacts()
         after = list(depends_on or [])
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
         self.namespace = k8s.core.v1.Namespace(f"{name}-system", metadata={"name": SYSTEM_NAMESPACE}, opts=k8s_opts)
         self.crds = k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api() + crds.inference_extension(),
                                             opts=k8s_opts)
-        keys = ["cert-manager", "envoy-gateway", "lws", "node-feature-discovery", "nvidia-dra-driver", "keda", "prometheus"]
-        if args.needs_dynamo:
-            keys.append("dynamo")
+        self.storage_classes = [
+            k8s.storage.v1.StorageClass(f"{name}-{sc['metadata']['name']}", **sc, opts=pulumi.ResourceOptions(
+                provider=provider, parent=self, depends_on=after + list(facts.storage_ready)))
+            for sc in facts.storage_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}
-        for key in keys:
-            wait = after + [self.crds] + ([self.releases["cert-manager"]] if key != "cert-manager" else [])
-            self.releases[key] = release(f"{name}-{key}", chart(key, versions), release_values(key, args),
-                                         provider, self, wait)
-        if args.source == "GKE":  # GKE admits system-critical pods only within a quota
-            k8s.core.v1.ResourceQuota(
-                f"{name}-dra-critical-pods",
-                metadata={"name": "allow-critical-pods", "namespace": chart("nvidia-dra-driver", versions).namespace},
-                spec={"hard": {"pods": "1000"}, "scopeSelector": {"matchExpressions": [{
-                    "operator": "In", "scopeName": "PriorityClass",
-                    "values": ["system-node-critical", "system-cluster-critical"]}]}},
-                opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[self.releases["nvidia-dra-driver"]]))
-        gateway_deps = [self.crds, self.releases["envoy-gateway"], self.namespace]
+
+        def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
+            self.releases[key] = release(f"{name}-{key}", chart(key, versions), release_values(key, args, facts),
+                                         provider, self, after + wait, create_namespace)
+            return self.releases[key]
+
+        cert_manager = install("cert-manager", [])
+        envoy_crds = install("envoy-gateway-crds", [self.crds])
+        ai_crds = install("ai-gateway-crds", [self.crds])
+        envoy = install("envoy-gateway", [envoy_crds, ai_crds, cert_manager])
+        install("ai-gateway", [envoy, ai_crds])
+        install("lws", [cert_manager])
+        install("node-feature-discovery", [])
+        dra_wait: list = [self._dra_namespace(name, args, provider, versions, after)]
+        if facts.gpu_driver_installer:
+            dra_wait.append(gke_driver_installer(name, provider, self, after))
+        install("nvidia-dra-driver", dra_wait, create_namespace=False)
+        install("keda", [cert_manager])
+        install("prometheus", [])
+        if args.needs_dynamo:
+            install("dynamo-crds", [])
+            # etcd and NATS claim volumes from the default StorageClass
+            install("dynamo", [self.releases["dynamo-crds"], *self.storage_classes])
+        if facts.autoscaler is not None:
+            install("cluster-autoscaler", [])
+        lb_ready: list = []
+        if metallb_pool:
+            lb_ready = metallb(name, metallb_pool, provider, self, versions, after)
+
+        gateway_deps = [self.crds, envoy, envoy_crds, self.namespace, self.releases["ai-gateway"]]
         envoy_ns = chart("envoy-gateway", versions).namespace
         proxy = k8s.apiextensions.CustomResource(
             f"{name}-envoy-proxy", api_version="gateway.envoyproxy.io/v1alpha1", kind="EnvoyProxy",
@@ -104,6 +229,25 @@ class ServingStack(pulumi.ComponentResource):
             f"{name}-gateway", metadata={"name": "inference-gateway", "namespace": SYSTEM_NAMESPACE},
             spec={"gatewayClassName": "envoy", "listeners": [
                 {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}]},
-            opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=gateway_deps + [self.gateway_class]))
+            # Without a cloud load balancer or MetalLB nothing gives the Gateway an address: do not wait for one.
+            wait_for_address=facts.load_balancer or bool(metallb_pool),
+            opts=pulumi.ResourceOptions(provider=provider, parent=self,
+                                        depends_on=gateway_deps + [self.gateway_class] + lb_ready))
         self.gateway_address = self.gateway.address
         self.register_outputs({"gatewayAddress": self.gateway_address})
+
+    def _dra_namespace(self, name: str, args: ClusterArgs, provider: k8s.Provider, versions, after: list):
+        """The DRA driver's namespace, created here so that GKE's quota for critical pods exists before the release."""
+        namespace = chart("nvidia-dra-driver", versions).namespace
+        created = k8s.core.v1.Namespace(f"{name}-dra-namespace", metadata={"name": namespace},
+                                        opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after))
+        if args.source != "GKE":
+            return created
+        # GKE admits system-node-critical / system-cluster-critical pods outside kube-system only within such a quota.
+        return k8s.core.v1.ResourceQuota(
+            f"{name}-dra-critical-pods",
+            metadata={"name": "allow-critical-pods", "namespace": namespace},
+            spec={"hard": {"pods": "1000"}, "scopeSelector": {"matchExpressions": [{
+                "operator": "In", "scopeName": "PriorityClass",
+                "values": ["system-node-critical", "system-cluster-critical"]}]}},
+            opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[created]))

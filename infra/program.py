@@ -15,10 +15,11 @@ Stack outputs per cluster: kubeconfig (secret), gatewayAddress, pools (name, nod
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pulumi
 
-from components.args import ClusterArgs, cluster_args, gateway_args
+from components.args import ClusterArgs, cluster_args, control_plane_cluster, gateway_args
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster, read_kubeconfig
 from components.fleet_gateway import FleetGateway
@@ -34,9 +35,17 @@ class InvalidFleet(pulumi.RunError):
     """Bad manifests: one line per problem, no traceback (RunError prints only its message)."""
 
 
+def project_root() -> Path:
+    """The folder holding Pulumi.yaml. The CLI runs the program in `main` (infra/), so relative config paths
+    are resolved here, never against the working directory."""
+    root = pulumi.get_root_directory()
+    if root and (Path(root) / "Pulumi.yaml").is_file():
+        return Path(root)
+    return Path(__file__).resolve().parent.parent  # a program run outside the CLI (tests, the automation layer)
+
+
 def load(path: str):
-    base = os.environ.get("MODELPLANE_PROJECT_DIR") or os.getcwd()
-    full = path if os.path.isabs(path) else os.path.join(base, path)
+    full = path if os.path.isabs(path) else str(project_root() / path)
     loaded = load_fleet([full])
     if loaded.errors:
         raise InvalidFleet("invalid fleet manifests:\n" + "\n".join(str(p) for p in loaded.errors))
@@ -44,10 +53,15 @@ def load(path: str):
 
 
 def cluster_component(args: ClusterArgs, config: pulumi.Config):
+    protect = config.get_bool("deletionProtection", True)
     if args.source == "GKE":
-        return GkeInferenceCluster(args.name, args, deletion_protection=config.get_bool("deletionProtection", True))
+        project = args.project or pulumi.Config("gcp").get("project")
+        if not project:
+            raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.gke.project is not set and the stack has no "
+                               "gcp:project config: name the Google Cloud project to create the cluster in")
+        return GkeInferenceCluster(args.name, args, deletion_protection=protect, project=project)
     if args.source == "EKS":
-        return EksInferenceCluster(args.name, args)
+        return EksInferenceCluster(args.name, args, deletion_protection=protect)
     if args.source == "Existing":
         return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config))
     raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.source: {args.source} clusters cannot be "
@@ -60,10 +74,10 @@ def published_pools(args: ClusterArgs) -> list[dict]:
             for p in args.pools]
 
 
-def platform(fleet, config: pulumi.Config | None = None, control_plane_kubeconfig=None) -> dict:
+def platform(fleet, config: pulumi.Config | None = None, gateway_kubeconfig=None) -> dict:
     """Create every platform component of the fleet (or of one cluster); returns the outputs it exported.
 
-    `control_plane_kubeconfig` (an Output) hosts the fleet gateway on a cluster of another stack.
+    `gateway_kubeconfig` (an Output) hosts the fleet gateway on a cluster whose platform stack is another stack.
     """
     config = config or pulumi.Config("modelplane")
     versions = config.get_object("versions") or {}
@@ -71,29 +85,40 @@ def platform(fleet, config: pulumi.Config | None = None, control_plane_kubeconfi
     names = [c.name for c in fleet.of("InferenceCluster")]
     if only and only not in names:
         raise InvalidFleet(f"modelplane:cluster names {only!r}, which is not an InferenceCluster in the fleet")
+    separate = config.get_secret("controlPlaneKubeconfig")
+    try:
+        host = None if separate is not None else control_plane_cluster(fleet, config.get("controlPlaneCluster"))
+    except ValueError as exc:
+        raise InvalidFleet(f"modelplane:controlPlaneCluster: {exc}") from None
+    gateway = gateway_args(fleet, host)
     outputs: dict = {}
-    kubeconfigs: dict = {}
+    providers: dict = {}
+    serving: dict = {}
     gateway_only = config.get_bool("gatewayOnly", False)
     for name in [] if gateway_only else [only] if only else names:
         args = cluster_args(fleet, name)
         cluster = cluster_component(args, config)
         k8s_provider = provider(name, cluster.kubeconfig, parent=cluster)
         pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
+        # MetalLB belongs to the cluster that hosts the gateway: its own Gateway needs the address first.
+        metallb_pool = gateway.metallb_address_pool if gateway is not None and name == host else None
         stack = ServingStack(f"{name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
-                             opts=pulumi.ResourceOptions(parent=cluster))
-        kubeconfigs[name] = cluster.kubeconfig
+                             facts=cluster.facts, metallb_pool=metallb_pool, opts=pulumi.ResourceOptions(parent=cluster))
+        providers[name], serving[name] = k8s_provider, stack
         outputs[name] = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
                          "pools": published_pools(args)}
-    gateway = gateway_args(fleet)
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
-        kubeconfig = control_plane_kubeconfig or config.get_secret("controlPlaneKubeconfig")
-        host = config.get("controlPlaneCluster") or (names[0] if names else None)
-        if kubeconfig is None and host in kubeconfigs:
-            kubeconfig = kubeconfigs[host]
-        if kubeconfig is None:
+        if separate is not None:  # a control-plane cluster no platform stack manages
+            front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,
+                                 standalone=True)
+        elif host in providers:  # the host's serving stack is in this stack: wait for it
+            front = FleetGateway("fleet-gateway", gateway, providers[host], versions=versions, after=[serving[host]])
+        elif gateway_kubeconfig is not None and host is not None:  # the host's platform stack ran before this one
+            front = FleetGateway("fleet-gateway", gateway, provider("control-plane", gateway_kubeconfig, cluster=host),
+                                 versions=versions)
+        else:
             raise InvalidFleet("the fleet gateway needs a cluster: set modelplane:controlPlaneCluster to an "
                                "InferenceCluster in this stack, or modelplane:controlPlaneKubeconfig (secret)")
-        front = FleetGateway("fleet-gateway", gateway, provider("control-plane", kubeconfig), versions=versions)
         outputs["gateway"] = {"address": front.address}
     flat = outputs[only] if only and only in outputs else outputs.get("gateway") if gateway_only else None
     if flat is not None:  # one cluster's or the gateway's stack: flat outputs other stacks reference

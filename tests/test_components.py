@@ -6,7 +6,7 @@ import pulumi
 import pytest
 import yaml
 
-from automation.offline import is_secret
+from automation.offline import OfflineRunError, is_secret, run
 from components.args import cluster_args
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster
@@ -47,16 +47,22 @@ def test_gke_cluster_and_gpu_pools():
     assert component.parent is None
     children = [r for r in resources if r.parent == "dev-us-central"]
     assert {r.type for r in children} == {"gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork",
-                                          "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool"}
+                                          "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool",
+                                          "pulumi:providers:gcp"}
+    gcp_provider = inputs(named(resources, "dev-us-central-gcp"))
+    assert gcp_provider["project"] == "my-gcp-project" and gcp_provider["region"] == "us-central1"
+    assert all(r.provider == "dev-us-central-gcp" for r in children if r.type.startswith("gcp:"))
     cluster = inputs(of_type(resources, "gcp:container/cluster:Cluster")[0])
     assert cluster["removeDefaultNodePool"] is True and cluster["location"] == "us-central1"
     assert cluster["minMasterVersion"] == "1.35" and cluster["deletionProtection"] is False
     pool = inputs(named(resources, "dev-us-central-l4"))
     config = pool["nodeConfig"]
     assert config["machineType"] == "g2-standard-8" and config["spot"] is True
+    # GKE's DRA guide: no automatic driver installation, no GKE device plugin
     assert config["guestAccelerators"] == [{"type": "nvidia-l4", "count": 1,
-                                            "gpuDriverInstallationConfig": {"gpuDriverVersion": "LATEST"}}]
-    assert config["labels"] == {"modelplane.ai/pool": "l4", "gke-no-default-nvidia-gpu-device-plugin": "true"}
+                                            "gpuDriverInstallationConfig": {"gpuDriverVersion": "INSTALLATION_DISABLED"}}]
+    assert config["labels"] == {"modelplane.ai/pool": "l4", "gke-no-default-nvidia-gpu-device-plugin": "true",
+                                "nvidia.com/gpu.present": "true"}
     assert config["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
     assert pool["autoscaling"] == {"totalMinNodeCount": 0, "totalMaxNodeCount": 4, "locationPolicy": "ANY"}
     assert pool["nodeLocations"] == ["us-central1-a"] and "nodeCount" not in pool
@@ -97,7 +103,25 @@ def test_eks_cluster_vpc_and_gpu_node_groups():
     assert inputs(of_type(resources, "aws:ec2/placementGroup:PlacementGroup")[0])["strategy"] == "cluster"
     l4 = inputs(named(resources, "prod-us-east-l4", "aws:eks/nodeGroup:NodeGroup"))
     assert l4["scalingConfig"] == {"minSize": 1, "maxSize": 6, "desiredSize": 2} and l4["capacityType"] == "ON_DEMAND"
-    assert len(of_type(resources, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")) == 4
+    attachments = of_type(resources, "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert len(attachments) == 6  # the node role's four, and one each for the EBS and EFS CSI drivers' roles
+    # node groups outlive their role's policies on destroy, are replaced delete-first (fixed names), and their
+    # desired size belongs to the autoscaler once created (where it scales them)
+    node_policies = {a.name for a in attachments if "CSI" not in inputs(a)["policyArn"]}
+    for group in of_type(resources, "aws:eks/nodeGroup:NodeGroup"):
+        assert node_policies <= set(group.depends_on) and group.options["deleteBeforeReplace"] is True
+        assert group.options["customTimeouts"]["create"] == "60m"
+    assert named(resources, "prod-us-east-l4", "aws:eks/nodeGroup:NodeGroup").options["ignoreChanges"] == ["scalingConfig.desiredSize"]
+    assert "ignoreChanges" not in named(resources, "prod-us-east-h100", "aws:eks/nodeGroup:NodeGroup").options
+    aws_provider = inputs(named(resources, "prod-us-east-aws"))
+    assert aws_provider["region"] == "us-east-2"
+    assert all(r.provider == "prod-us-east-aws" for r in resources if r.type.startswith("aws:"))
+    assert eks.providers == {"aws": "prod-us-east-aws"}
+    assert named(resources, "prod-us-east-vpc").options["protect"] is True and eks.options["protect"] is True
+    addons = {inputs(a)["addonName"] for a in of_type(resources, "aws:eks/addon:Addon")}
+    assert addons == {"eks-pod-identity-agent", "aws-ebs-csi-driver", "aws-efs-csi-driver"}
+    assert len(of_type(resources, "aws:efs/mountTarget:MountTarget")) == 2
+    assert of_type(resources, "aws:eks/podIdentityAssociation:PodIdentityAssociation")  # cluster-autoscaler (l4 can grow)
 
 
 def test_existing_cluster_provisions_nothing_and_keeps_the_kubeconfig_secret():
@@ -126,8 +150,19 @@ def test_serving_stack_releases_crds_and_gateway(example_fleet):
 
     resources = registered(program)
     releases = {inputs(r)["name"]: inputs(r) for r in of_type(resources, "kubernetes:helm.sh/v3:Release")}
-    assert set(releases) == {"mp-cert-manager", "mp-envoy-gateway", "mp-lws", "mp-node-feature-discovery",
-                             "mp-nvidia-dra-driver", "mp-keda", "mp-prometheus", "mp-dynamo"}
+    assert set(releases) == {"mp-cert-manager", "mp-envoy-gateway-crds", "mp-envoy-gateway", "mp-ai-gateway-crds",
+                             "mp-ai-gateway", "mp-lws", "mp-node-feature-discovery", "mp-nvidia-dra-driver", "mp-keda",
+                             "mp-prometheus", "mp-dynamo-crds", "mp-dynamo"}
+    # Envoy Gateway calls the Envoy AI Gateway controller to serve InferencePool backends
+    manager = releases["mp-envoy-gateway"]["values"]["config"]["envoyGateway"]["extensionManager"]
+    assert manager["backendResources"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}]
+    assert manager["service"]["fqdn"] == {"hostname": "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local",
+                                          "port": 1063}
+    assert manager["hooks"]["xdsTranslator"]["post"] == ["Translation", "Cluster", "Route"]
+    assert releases["mp-envoy-gateway"]["skipCrds"] is True  # its CRDs come from its CRD chart and the bundled files
+    assert releases["mp-envoy-gateway-crds"]["values"]["crds"]["gatewayAPI"]["enabled"] is False
+    assert releases["mp-nvidia-dra-driver"]["createNamespace"] is False  # its namespace and quota come first
+    assert all(r["timeout"] == 1200 for r in releases.values())
     assert releases["mp-keda"]["version"] == "2.99.0"  # overridable per stack
     assert releases["mp-lws"]["chart"] == "oci://registry.k8s.io/lws/charts/lws" and releases["mp-lws"]["version"] == "0.10.0"
     assert releases["mp-cert-manager"]["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
@@ -136,8 +171,10 @@ def test_serving_stack_releases_crds_and_gateway(example_fleet):
     assert releases["mp-node-feature-discovery"]["values"]["worker"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     crds = inputs(of_type(resources, "kubernetes:yaml/v2:ConfigGroup")[0])["objs"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
-        "gatewayclasses.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
-        "httproutes.gateway.networking.k8s.io", "inferencepools.inference.networking.k8s.io",
+        "backendtlspolicies.gateway.networking.k8s.io", "gatewayclasses.gateway.networking.k8s.io",
+        "gateways.gateway.networking.k8s.io", "httproutes.gateway.networking.k8s.io",
+        "inferencemodelrewrites.llm-d.ai", "inferenceobjectives.inference.networking.x-k8s.io",
+        "inferenceobjectives.llm-d.ai", "inferencepools.inference.networking.k8s.io",
         "referencegrants.gateway.networking.k8s.io"]
     gateway = inputs(of_type(resources, "kubernetes:gateway.networking.k8s.io/v1:Gateway")[0])
     assert gateway["metadata"]["name"] == "inference-gateway" and gateway["metadata"]["namespace"] == "modelplane-system"
@@ -163,17 +200,37 @@ def test_dynamo_platform_only_where_nvidia_pools_exist():
     ("existing", {"modelplane:existing:InferenceCluster", "modelplane:cluster:ServingStack", "modelplane:fleet:Gateway"}),
 ])
 def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypatch):
-    monkeypatch.setenv("MODELPLANE_PROJECT_DIR", str(ROOT))
+    """As `pulumi up` runs it: the working directory is `main` (infra/), config paths are relative to the root."""
+    monkeypatch.chdir(ROOT / "infra")
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
     config = {k: v for k, v in config.items() if k.startswith("modelplane:")}
     secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack == "existing" else {}
     from infra.program import main
-    resources = registered(main, stack, {**config, **secrets}, list(secrets))
+    resources = run(main, "modelplane-platform", stack, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
     types = {r.type for r in resources}
     assert expected_types <= types
     if stack == "existing":
         assert not [t for t in types if t.startswith(("gcp:", "aws:", "eks:"))]
         assert "kubernetes:metallb.io/v1beta1:IPAddressPool" in types
+
+
+def test_config_paths_resolve_against_the_project_root_not_the_working_directory(tmp_path, monkeypatch):
+    """Regression: the CLI starts the program in infra/, where `stacks/fleets/...` does not exist."""
+    from infra.program import main
+
+    (tmp_path / "Pulumi.yaml").write_text("name: modelplane-platform\nruntime: python\n")
+    (tmp_path / "fleet").mkdir()
+    (tmp_path / "fleet" / "fleet.yaml").write_text((ROOT / "stacks" / "fleets" / "existing" / "fleet.yaml").read_text())
+    monkeypatch.chdir(ROOT / "infra")
+    config = {"modelplane:fleet": "fleet", "modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"}
+    resources = run(main, "modelplane-platform", "s", config, ["modelplane:onprem-kubeconfig"], root_directory=str(tmp_path))
+    assert named(resources, "onprem", "modelplane:existing:InferenceCluster")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "Pulumi.yaml").write_text("name: modelplane-platform\nruntime: python\n")
+    monkeypatch.chdir(tmp_path)  # holds fleet/, but the working directory is never what paths resolve against
+    with pytest.raises(OfflineRunError, match="other/fleet: no such file"):
+        run(main, "modelplane-platform", "s", config, ["modelplane:onprem-kubeconfig"], root_directory=str(other))
 
 
 def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
@@ -188,7 +245,10 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
 
     resources = registered(program, "all", {"modelplane:byo-eu-kubeconfig": "apiVersion: v1"}, ["modelplane:byo-eu-kubeconfig"])
     providers = of_type(resources, "pulumi:providers:kubernetes")
-    assert {p.name for p in providers} == {"gke-us-central-k8s", "eks-us-west-k8s", "byo-eu-k8s", "control-plane-k8s"}
+    # the fleet gateway uses its host's provider (the first cluster by name that can host it): one owner per object
+    assert {p.name for p in providers} == {"gke-us-central-k8s", "eks-us-west-k8s", "byo-eu-k8s"}
+    traefik = named(resources, "fleet-gateway-traefik")
+    assert traefik.provider == "byo-eu-k8s" and "byo-eu-serving-system" in traefik.depends_on  # after the host's serving stack
     assert all(is_secret(p.inputs["kubeconfig"]) for p in providers)
     assert seen == [["byo-eu", "eks-us-west", "gateway", "gke-us-central"], True, True, True]
 

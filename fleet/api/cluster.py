@@ -48,6 +48,9 @@ class RegionalCluster(Strict):
 
 class GKECluster(RegionalCluster):
     kubernetesVersion: str = "1.35"
+    # Not in the reference's XRD (its design document shows it): the Google Cloud project to create the cluster
+    # in. Without it, the platform stack's `gcp:project` config names it; never the ambient environment.
+    project: Str(6, 30, r"^[a-z][-a-z0-9]*[a-z0-9]$") | None = None
 
 
 class EKSCluster(RegionalCluster):

@@ -1,0 +1,521 @@
+"""The deployability check: would a real API server and cloud accept every stack, the first time?
+
+Mocked programs prove what is registered, not that it applies. This check reads what every
+stack of a fleet registers (the offline preview) as one graph and enforces, once, the rules a
+real first `up` enforces: who creates each object's namespace, CRD and storage class, on which
+cluster, in which stack and order; that exactly one stack owns each object; that routes reach
+gateways able to serve their backends; that cloud resources are pinned to their cluster's region.
+
+"Before" is what the engine guarantees: an earlier stack is one this stack (transitively)
+depends on; inside a stack, a resource that this one (transitively) waits for, where waiting
+for a component means waiting for everything in it, and a ConfigGroup creates its Namespaces
+and CRDs before its other objects.
+
+Each rule is a function from the graph to violations, listed in RULES with its id; every
+violation names the stack, the resource and the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Iterable
+
+from automation.offline import Registered, unwrap
+from automation.offline_preview import StackPreview
+from components.versions import Chart, by_release_name
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+BUILT_IN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
+BUILT_IN_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "networking.k8s.io", "policy",
+                   "autoscaling", "discovery.k8s.io", "apiextensions.k8s.io", "resource.k8s.io", "scheduling.k8s.io",
+                   "coordination.k8s.io", "admissionregistration.k8s.io", "node.k8s.io", "certificates.k8s.io"}
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "ClusterRole", "ClusterRoleBinding",
+                  "PriorityClass", "GatewayClass", "DeviceClass", "PersistentVolume", "IngressClass", "RuntimeClass",
+                  "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterIssuer",
+                  "ClusterTriggerAuthentication", "ClusterTopology", "CSIDriver", "ResourceSlice"}
+# StorageClasses a cloud creates itself, and which of them is its default.
+CLOUD_STORAGE = {"GKE": {"standard-rwo": "pd.csi.storage.gke.io", "premium-rwo": "pd.csi.storage.gke.io",
+                         "standard": "kubernetes.io/gce-pd"}}
+CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo"}
+RWX_PROVISIONERS = {"filestore.csi.storage.gke.io", "efs.csi.aws.com", "file.csi.azure.com", "nfs.csi.k8s.io",
+                    "cephfs.csi.ceph.com", "lustre.csi.aws.com", "lustre.csi.storage.gke.io"}
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:")
+CLOUD_PROVIDERS = {"pulumi:providers:gcp", "pulumi:providers:aws", "pulumi:providers:azure-native"}
+
+
+def _eks_addon(name: str) -> Callable[[Registered], bool]:
+    return lambda r: r.type == "aws:eks/addon:Addon" and r.inputs.get("addonName") == name
+
+
+def _filestore_addon(r: Registered) -> bool:
+    config = (r.inputs.get("addonsConfig") or {}).get("gcpFilestoreCsiDriverConfig") or {}
+    return r.type == "gcp:container/cluster:Cluster" and config.get("enabled") is True
+
+
+# A StorageClass's provisioner runs only where its CSI driver is installed: what installs it, per provisioner.
+CSI_DRIVERS: dict[str, tuple[str, Callable[[Registered], bool]]] = {
+    "ebs.csi.aws.com": ("the EKS add-on aws-ebs-csi-driver", _eks_addon("aws-ebs-csi-driver")),
+    "efs.csi.aws.com": ("the EKS add-on aws-efs-csi-driver", _eks_addon("aws-efs-csi-driver")),
+    "filestore.csi.storage.gke.io": ("the GKE cluster's Filestore CSI add-on", _filestore_addon),
+}
+# GatewayClass controllers that route HTTPRoutes to InferencePools natively.
+NATIVE_INFERENCE_CONTROLLERS = {"networking.gke.io/gateway", "istio.io/gateway-controller", "kgateway.dev/kgateway"}
+ENVOY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
+
+
+@dataclass(frozen=True)
+class Violation:
+    stack: str
+    resource: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.stack}: {self.resource}: {self.rule}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the check knows of a cluster from the fleet: its source, region and admin-provided storage."""
+
+    source: str
+    region: str | None = None
+    storage_classes: frozenset[str] = frozenset()  # Existing: the classes its admin provides
+
+
+@dataclass
+class Node:
+    """One registered resource in its stack, with what the rules read of it as Kubernetes object."""
+
+    stack: str
+    resource: Registered
+    group: str = ""
+    kind: str = ""
+    namespace: str | None = None
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.resource.name
+
+    @property
+    def inputs(self) -> dict:
+        return unwrap(self.resource.inputs)
+
+    @property
+    def cluster(self) -> str | None:
+        return self.resource.cluster
+
+
+def parse_type(type_: str) -> tuple[str, str] | None:
+    """`kubernetes:<group>/<version>:<Kind>` -> (group, kind); None for what is not a Kubernetes object."""
+    if not type_.startswith("kubernetes:") or type_.count(":") != 2:
+        return None
+    _, api_version, kind = type_.split(":")
+    group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+    if group in ("helm.sh", "yaml", "kustomize"):
+        return None
+    return ("" if group == "core" else group), kind
+
+
+@dataclass
+class Graph:
+    stacks: list[StackPreview]
+    clusters: dict[str, ClusterFacts] = field(default_factory=dict)
+    owners: dict[str, set[str]] = field(default_factory=dict)  # stack name -> what it stands for (kind/ns/name)
+
+    @cached_property
+    def nodes(self) -> list[Node]:
+        out = []
+        for stack in self.stacks:
+            for r in stack.resources:
+                node = Node(stack.name, r)
+                parsed = parse_type(r.type)
+                if parsed is not None and r.custom:
+                    node.group, node.kind = parsed
+                    meta = unwrap(r.inputs.get("metadata")) or {}
+                    node.name = meta.get("name") or r.name
+                    node.namespace = None if node.kind in CLUSTER_SCOPED else (meta.get("namespace") or "default")
+                out.append(node)
+        return out
+
+    @cached_property
+    def objects(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind]
+
+    @cached_property
+    def releases(self) -> list[Node]:
+        return [n for n in self.nodes if n.resource.type == RELEASE]
+
+    @cached_property
+    def _earlier(self) -> dict[str, set[str]]:
+        direct = {s.name: set(s.depends_on) for s in self.stacks}
+        out: dict[str, set[str]] = {}
+
+        def visit(name: str, seen: frozenset = frozenset()) -> set[str]:
+            if name not in out:
+                found: set[str] = set()
+                for dep in direct.get(name, ()):
+                    if dep not in seen:
+                        found |= {dep} | visit(dep, seen | {name})
+                out[name] = found
+            return out[name]
+
+        for name in direct:
+            visit(name)
+        return out
+
+    @cached_property
+    def _waits(self) -> dict[str, set[str]]:
+        """urn -> every urn it waits for, transitively, inside its stack (components expanded to their contents)."""
+        by_urn = {n.resource.urn: n.resource for n in self.nodes}
+        children: dict[str, list[str]] = {}
+        for n in self.nodes:
+            if n.resource.parent_urn:
+                children.setdefault(n.resource.parent_urn, []).append(n.resource.urn)
+        memo: dict[str, set[str]] = {}
+
+        def contents(urn: str) -> set[str]:
+            found = {urn}
+            for child in children.get(urn, []):
+                found |= contents(child)
+            return found
+
+        def waits(urn: str, stack: frozenset = frozenset()) -> set[str]:
+            if urn in memo:
+                return memo[urn]
+            found: set[str] = set()
+            resource = by_urn.get(urn)
+            for dep in resource.dependency_urns if resource else []:
+                if dep in stack:
+                    continue
+                for item in contents(dep):
+                    found.add(item)
+                    found |= waits(item, stack | {urn})
+            memo[urn] = found
+            return found
+
+        return {urn: waits(urn) for urn in by_urn}
+
+    def before(self, first: Node, then: Node) -> bool:
+        """Does `first` exist before `then` is created?"""
+        if first.stack != then.stack:
+            return first.stack in self._earlier.get(then.stack, set())
+        return first.resource.urn in self._waits.get(then.resource.urn, set())
+
+    def exists_before(self, candidates: Iterable[Node], then: Node) -> bool:
+        return any(self.before(c, then) for c in candidates)
+
+    def chart(self, release: Node) -> Chart | None:
+        return by_release_name(str(release.inputs.get("name") or ""))
+
+    def on(self, cluster: str | None, nodes: Iterable[Node]) -> list[Node]:
+        return [n for n in nodes if n.cluster == cluster]
+
+
+def violation(node: Node, rule: str, message: str) -> Violation:
+    return Violation(node.stack, node.label, rule, message)
+
+
+# ---- the rules -----------------------------------------------------------------------------------
+
+
+def one_owner(graph: Graph) -> Iterable[Violation]:
+    """Each Kubernetes object (and each CRD, and each Helm release) has one owning resource per cluster."""
+    owners: dict[tuple, Node] = {}
+
+    def claim(key: tuple, node: Node, what: str):
+        if key in owners and owners[key].resource is not node.resource:
+            first = owners[key]
+            return violation(node, "one-owner", f"{what} on {node.cluster} is also created by {first.stack}/{first.label}: "
+                                                "two owners fail on first apply, and deleting either removes it from the other")
+        owners.setdefault(key, node)
+        return None
+
+    for node in graph.objects:
+        found = claim((node.cluster, node.group, node.kind, node.namespace, node.name), node,
+                      f"{node.kind} {node.namespace + '/' if node.namespace else ''}{node.name}")
+        if found:
+            yield found
+        if node.kind == "CustomResourceDefinition":
+            spec = node.inputs.get("spec") or {}
+            found = claim((node.cluster, "crd", spec.get("group"), (spec.get("names") or {}).get("kind")), node,
+                          f"the CRD of {(spec.get('names') or {}).get('kind')}.{spec.get('group')}")
+            if found:
+                yield found
+    for node in graph.releases:
+        inputs = node.inputs
+        found = claim((node.cluster, "helm", inputs.get("namespace"), inputs.get("name")), node,
+                      f"Helm release {inputs.get('namespace')}/{inputs.get('name')}")
+        if found:
+            yield found
+        chart = graph.chart(node)
+        for group, kind in chart.crds if chart and not chart.skip_crds else ():
+            found = claim((node.cluster, "crd", group, kind), node, f"the CRD of {kind}.{group}")
+            if found:
+                yield found
+
+
+def namespaces_exist(graph: Graph) -> Iterable[Violation]:
+    """Every namespaced object's namespace is built in, or created before it on that cluster."""
+    creators: dict[tuple, list[Node]] = {}
+    for node in graph.objects:
+        if node.kind == "Namespace":
+            creators.setdefault((node.cluster, node.name), []).append(node)
+    for node in graph.releases:
+        if node.inputs.get("createNamespace"):
+            creators.setdefault((node.cluster, node.inputs.get("namespace")), []).append(node)
+    needs = [(n, n.namespace) for n in graph.objects if n.namespace]
+    needs += [(n, n.inputs.get("namespace") or "default") for n in graph.releases if not n.inputs.get("createNamespace")]
+    for node, namespace in needs:
+        if namespace in BUILT_IN_NAMESPACES:
+            continue
+        if not graph.exists_before(creators.get((node.cluster, namespace), []), node):
+            yield violation(node, "namespace", f"namespace {namespace!r} on {node.cluster} is not created by this stack "
+                                               "(before this object) or by a stack that runs earlier")
+
+
+def crds_installed(graph: Graph) -> Iterable[Violation]:
+    """Every custom resource's CRD is installed before it on that cluster, by a CRD object or a chart that declares it."""
+    installers: dict[tuple, list[Node]] = {}
+    for node in graph.objects:
+        if node.kind == "CustomResourceDefinition":
+            spec = node.inputs.get("spec") or {}
+            installers.setdefault((node.cluster, spec.get("group"), (spec.get("names") or {}).get("kind")), []).append(node)
+    for node in graph.releases:
+        chart = graph.chart(node)
+        for group, kind in chart.crds if chart and not chart.skip_crds else ():
+            installers.setdefault((node.cluster, group, kind), []).append(node)
+    for node in graph.objects:
+        if node.group in BUILT_IN_GROUPS:
+            continue
+        if not graph.exists_before(installers.get((node.cluster, node.group, node.kind), []), node):
+            yield violation(node, "crd", f"no CRD for {node.kind}.{node.group} is installed on {node.cluster} before it "
+                                         "(a CustomResourceDefinition object, or a chart whose CRDs are declared in "
+                                         "components/versions.py)")
+
+
+def _storage_classes(graph: Graph) -> dict[tuple, list[Node]]:
+    out: dict[tuple, list[Node]] = {}
+    for node in graph.objects:
+        if node.kind == "StorageClass":
+            out.setdefault((node.cluster, node.name), []).append(node)
+    return out
+
+
+def storage(graph: Graph) -> Iterable[Violation]:
+    """Claims use a StorageClass that exists before them (RWX claims an RWX provisioner), every StorageClass's
+    CSI driver is installed first, and charts that claim volumes land where a default StorageClass exists."""
+    classes = _storage_classes(graph)
+    platform_resources: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        stack = next((s for s in graph.stacks if s.name == node.stack), None)
+        if stack is not None and stack.cluster:
+            platform_resources.setdefault(stack.cluster, []).append(node)
+    for node in graph.objects:
+        if node.kind == "StorageClass":
+            provisioner = node.inputs.get("provisioner")
+            if provisioner in CSI_DRIVERS:
+                what, matches = CSI_DRIVERS[provisioner]
+                drivers = [n for n in platform_resources.get(node.cluster or "", []) if matches(n.resource)]
+                if not graph.exists_before(drivers, node):
+                    yield violation(node, "storage", f"StorageClass {node.name} uses {provisioner}, but {what} is not "
+                                                     f"installed on {node.cluster} before it")
+        if node.kind != "PersistentVolumeClaim":
+            continue
+        spec = node.inputs.get("spec") or {}
+        name = spec.get("storageClassName")
+        facts = graph.clusters.get(node.cluster or "")
+        source = facts.source if facts else ""
+        rwx = "ReadWriteMany" in (spec.get("accessModes") or [])
+        created = classes.get((node.cluster, name or ""), [])
+        if name is None:
+            name = CLOUD_DEFAULT_CLASS.get(source) or next((c.name for c in graph.objects if c.kind == "StorageClass"
+                                                            and c.cluster == node.cluster and _is_default(c)), None)
+            if name is None and source != "Existing":
+                yield violation(node, "storage", f"the claim names no StorageClass and {node.cluster} has no default one")
+                continue
+        if created:
+            if not graph.exists_before(created, node):
+                yield violation(node, "storage", f"StorageClass {name} is created on {node.cluster} only after this claim")
+            elif rwx and created[0].inputs.get("provisioner") not in RWX_PROVISIONERS:
+                yield violation(node, "storage", f"ReadWriteMany claim on StorageClass {name}, whose provisioner "
+                                                 f"{created[0].inputs.get('provisioner')} cannot share a volume")
+        elif name in CLOUD_STORAGE.get(source, {}):
+            if rwx and CLOUD_STORAGE[source][name] not in RWX_PROVISIONERS:
+                yield violation(node, "storage", f"ReadWriteMany claim on {source}'s {name}, which cannot share a volume")
+        elif not (facts and name in facts.storage_classes):
+            yield violation(node, "storage", f"StorageClass {name!r} is not created on {node.cluster} by an earlier stack "
+                                             "and is not one the cloud or the cluster's admin provides")
+    for node in graph.releases:
+        chart = graph.chart(node)
+        if chart is None or not chart.needs_volumes:
+            continue
+        facts = graph.clusters.get(node.cluster or "")
+        if facts is None or facts.source == "Existing" or facts.source in CLOUD_DEFAULT_CLASS:
+            continue  # the cloud has a default class; an existing cluster's admin is trusted to
+        defaults = [c for c in graph.objects if c.kind == "StorageClass" and c.cluster == node.cluster and _is_default(c)]
+        if not graph.exists_before(defaults, node):
+            yield violation(node, "storage", f"chart {chart.chart} claims volumes, but {node.cluster} has no default "
+                                             "StorageClass created before it")
+
+
+def _is_default(node: Node) -> bool:
+    annotations = (node.inputs.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(DEFAULT_CLASS_ANNOTATION) == "true"
+
+
+def inference_routing(graph: Graph) -> Iterable[Violation]:
+    """An HTTPRoute that sends traffic to an InferencePool lands on a Gateway whose controller can serve it."""
+    by_key = {(n.cluster, n.kind, n.namespace, n.name): n for n in graph.objects}
+    for route in graph.objects:
+        if route.kind != "HTTPRoute":
+            continue
+        spec = route.inputs.get("spec") or {}
+        pools = [ref for rule in spec.get("rules") or [] for ref in rule.get("backendRefs") or []
+                 if ref.get("kind") == "InferencePool"]
+        if not pools:
+            continue
+        for parent in spec.get("parentRefs") or []:
+            key = (route.cluster, "Gateway", parent.get("namespace") or route.namespace, parent.get("name"))
+            gateway = by_key.get(key)
+            if gateway is None:
+                yield violation(route, "inference-routing", f"its parent Gateway {key[2]}/{key[3]} is not created on "
+                                                            f"{route.cluster}")
+                continue
+            class_name = (gateway.inputs.get("spec") or {}).get("gatewayClassName")
+            gateway_class = by_key.get((route.cluster, "GatewayClass", None, class_name))
+            controller = ((gateway_class.inputs.get("spec") or {}).get("controllerName") if gateway_class else None)
+            problem = _inference_controller_problem(graph, route.cluster, controller)
+            if gateway_class is None:
+                yield violation(route, "inference-routing", f"GatewayClass {class_name} of its Gateway is not created on "
+                                                            f"{route.cluster}")
+            elif problem:
+                yield violation(route, "inference-routing", f"routes to an InferencePool through GatewayClass {class_name}, "
+                                                            f"but {problem}")
+
+
+def _inference_controller_problem(graph: Graph, cluster: str | None, controller: str | None) -> str | None:
+    if controller in NATIVE_INFERENCE_CONTROLLERS:
+        return None
+    if controller != ENVOY_CONTROLLER:
+        return f"its controller {controller} cannot route to InferencePools"
+    releases = {(graph.chart(r).key if graph.chart(r) else None): r for r in graph.on(cluster, graph.releases)}
+    if "ai-gateway" not in releases:
+        return f"Envoy Gateway serves InferencePools only with the Envoy AI Gateway controller, not installed on {cluster}"
+    envoy = releases.get("envoy-gateway")
+    manager = ((((envoy.inputs.get("values") if envoy else None) or {}).get("config") or {})
+               .get("envoyGateway") or {}).get("extensionManager") or {}
+    resources = manager.get("backendResources") or []
+    if not any(r.get("kind") == "InferencePool" and r.get("group") == "inference.networking.k8s.io" and r.get("version") == "v1"
+               for r in resources):
+        return "Envoy Gateway's extensionManager.backendResources does not list InferencePool (inference.networking.k8s.io/v1)"
+    if not ((manager.get("service") or {}).get("fqdn") or {}).get("hostname", "").startswith("ai-gateway-controller."):
+        return "Envoy Gateway's extensionManager.service does not point at the AI gateway controller"
+    if "xdsTranslator" not in (manager.get("hooks") or {}):
+        return "Envoy Gateway's extensionManager has no xdsTranslator hooks"
+    return None
+
+
+def pinned(graph: Graph) -> Iterable[Violation]:
+    """Cloud resources use an explicit provider of their cluster's region; Kubernetes resources name their cluster."""
+    for stack in graph.stacks:
+        providers = {r.name: r for r in stack.resources if r.type in CLOUD_PROVIDERS}
+        facts = graph.clusters.get(stack.cluster or "")
+        for r in stack.resources:
+            if r.type.startswith("kubernetes:") and r.cluster is None and (r.custom or r.type.startswith("kubernetes:yaml")):
+                yield Violation(stack.name, r.name, "pinned", "uses no explicit Kubernetes provider: it would apply to "
+                                                              "whatever cluster the ambient kubeconfig names")
+            if not r.type.startswith(CLOUD_PACKAGES) or r.type in CLOUD_PROVIDERS:
+                continue
+            package = r.type.split(":", 1)[0]
+            name = r.provider or r.providers.get(package) or r.providers.get("aws" if package == "eks" else package)
+            provider = providers.get(name or "")
+            if provider is None:
+                yield Violation(stack.name, r.name, "pinned", "uses no explicit cloud provider: its region and "
+                                                              "credentials would come from the environment")
+                continue
+            inputs = unwrap(provider.inputs)
+            if facts and facts.region and inputs.get("region") != facts.region:
+                yield Violation(stack.name, r.name, "pinned", f"its provider {provider.name} is for region "
+                                                              f"{inputs.get('region')}, not the cluster's {facts.region}")
+            if provider.type == "pulumi:providers:gcp" and not inputs.get("project"):
+                yield Violation(stack.name, r.name, "pinned", f"its provider {provider.name} names no project")
+
+
+def quota_before_release(graph: Graph) -> Iterable[Violation]:
+    """A Helm release waits for the ResourceQuotas and LimitRanges of its namespace (they gate its pods)."""
+    gates = [n for n in graph.objects if n.kind in ("ResourceQuota", "LimitRange")]
+    for release in graph.releases:
+        namespace = release.inputs.get("namespace")
+        for gate in gates:
+            if gate.cluster == release.cluster and gate.namespace == namespace and not graph.before(gate, release):
+                yield violation(release, "quota-before-release", f"{gate.kind} {namespace}/{gate.name} ({gate.stack}) is "
+                                                                 "not created before this release, whose pods it admits")
+
+
+def stack_names(graph: Graph) -> Iterable[Violation]:
+    """One stack stands for one object: two objects that map to one stack name would share (and fight over) it."""
+    for stack, owners in sorted(graph.owners.items()):
+        if len(owners) > 1:
+            yield Violation(stack, "-", "stack-names", f"one stack name for {len(owners)} objects: {', '.join(sorted(owners))}")
+
+
+def programs_run(graph: Graph) -> Iterable[Violation]:
+    """Every stack's program runs to the end (a failing program applies nothing, and hides what it would create)."""
+    for stack in graph.stacks:
+        if stack.error:
+            yield Violation(stack.name, "-", "program", stack.error)
+
+
+RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
+    "program": programs_run,
+    "one-owner": one_owner,
+    "namespace": namespaces_exist,
+    "crd": crds_installed,
+    "storage": storage,
+    "inference-routing": inference_routing,
+    "pinned": pinned,
+    "quota-before-release": quota_before_release,
+    "stack-names": stack_names,
+}
+
+
+def check(graph: Graph, rules: Iterable[str] | None = None) -> list[Violation]:
+    out: list[Violation] = []
+    for rule in rules or RULES:
+        out += RULES[rule](graph)
+    return sorted(set(out), key=lambda v: (v.stack, v.resource, v.rule, v.message))
+
+
+# ---- from a fleet ------------------------------------------------------------------------------------
+
+
+def cluster_facts(fleet) -> dict[str, ClusterFacts]:
+    from components.args import cluster_args
+
+    out = {}
+    for ic in fleet.of("InferenceCluster"):
+        args = cluster_args(fleet, ic.name)
+        provided = {args.cache_storage_class} if args.source == "Existing" and args.cache_storage_class else set()
+        out[ic.name] = ClusterFacts(args.source, args.region, frozenset(provided))
+    return out
+
+
+def stack_owners(fleet) -> dict[str, set[str]]:
+    """The stack each workload object's stack name maps to (a collision means two objects share a stack)."""
+    from workloads.render import cache_stack, model_stack, service_stack
+
+    owners: dict[str, set[str]] = {}
+    for kind, name_of in (("ModelDeployment", model_stack), ("ModelService", service_stack), ("ModelCache", cache_stack)):
+        for obj in fleet.of(kind):
+            owners.setdefault(name_of(obj.namespace, obj.name), set()).add(f"{kind}/{obj.namespace}/{obj.name}")
+    for ic in fleet.of("InferenceCluster"):
+        owners.setdefault(f"platform-{ic.name}", set()).add(f"InferenceCluster/{ic.name}")
+    return owners
+
+
+def check_fleet(fleet, previews: list[StackPreview]) -> list[Violation]:
+    return check(Graph(previews, cluster_facts(fleet), stack_owners(fleet)))
