@@ -176,8 +176,8 @@ def _cross_object_problems(fleet: Fleet) -> list[Problem]:
         if source in UNPROVISIONED:
             out.append(fleet.problem(ic, ("spec", "cluster", "source"), UNPROVISIONED[source], warning=True))
         for i, pool in enumerate(ic.spec.nodePools):
-            for field, message in pool_shape_problems(source, pool):
-                out.append(fleet.problem(ic, ("spec", "nodePools", i, field), message))
+            for name, message in pool_shape_problems(source, pool):
+                out.append(fleet.problem(ic, ("spec", "nodePools", i, name), message))
             path = ("spec", "nodePools", i, "className")
             icl = classes.get(pool.className)
             if icl is None:
