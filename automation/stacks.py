@@ -87,7 +87,8 @@ def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None 
         payload = {"objects": {t: objs for t, objs in sorted(targets.items())}}
         if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it
             payload["host"] = host
-        deps = [f"platform-{t}" for t in sorted(targets) if t != "control-plane"]
+        # every target's platform stack runs first; the control plane's is the host's
+        deps = [f"platform-{host if t == 'control-plane' else t}" for t in sorted(targets) if t != "control-plane" or host]
         stacks[name] = StackSpec(name, kind, fingerprint(payload), deps, sorted(targets), payload)
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
         spec = stacks.get(model_stack(r.namespace, r.deployment))

@@ -95,8 +95,9 @@ def test_dependencies_and_waves():
     plan = schedule(loaded.fleet)
     desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
     assert desired["model-ml-team-qwen3-coder"].depends_on == ["cache-ml-team-qwen3-coder", "platform-byo-eu"]
+    # services land on the control plane: the host's platform stack (its CRDs), the gateway (its namespaces), their models
     assert desired["service-ml-team-qwen3-8b"].depends_on == [
-        "gateway", "model-ml-team-qwen3-8b"]
+        "gateway", "model-ml-team-qwen3-8b", "platform-byo-eu"]
     assert set(desired["cache-ml-team-qwen3-coder"].depends_on) == {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}
     groups = [[c.name for c in wave] for wave in waves(changes(desired, {}))]
     position = {name: i for i, wave in enumerate(groups) for name in wave}

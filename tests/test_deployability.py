@@ -1,0 +1,334 @@
+"""The deployability check: every rule, as table rows of a passing and a failing graph, then real fleets.
+
+A graph is what the offline preview records (stacks, their order, resources with provider,
+cluster, inputs and what they wait for). The rows build small graphs by hand, so that each
+rule is shown to fail where a real API server or cloud would refuse, and to pass where it
+would accept; the fleet tests run every stack's real program and expect zero violations.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+
+import pytest
+import yaml
+
+from automation.deployability import RULES, ClusterFacts, Graph, check, check_fleet
+from automation.offline import Registered
+from automation.offline_preview import StackPreview, all_stacks
+from components.serving_stack import envoy_gateway_values
+from fleet.validate import load_fleet
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+# ---- a small graph builder ------------------------------------------------------------------------------
+
+def r(type_: str, name: str, inputs: dict | None = None, *, cluster: str | None = "c1", waits: tuple = (),
+      provider: str | None = None, providers: dict | None = None) -> dict:
+    """A resource spec; `waits` names resources of the same stack it depends on."""
+    return {"type": type_, "name": name, "inputs": inputs or {}, "cluster": cluster, "waits": waits,
+            "provider": provider if provider is not None else ("c1-k8s" if type_.startswith("kubernetes:") else None),
+            "providers": providers or {}}
+
+
+def obj(api: str, kind: str, name: str, namespace: str | None = None, **rest) -> tuple[str, dict]:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return f"kubernetes:{api}:{kind}", {"metadata": meta, **rest}
+
+
+def k(api: str, kind: str, name: str, namespace: str | None = None, waits: tuple = (), cluster: str = "c1", **rest) -> dict:
+    type_, inputs = obj(api, kind, name, namespace, **rest)
+    return r(type_, name if namespace is None else f"{namespace}/{name}", inputs, waits=waits, cluster=cluster)
+
+
+def release(key: str, namespace: str, waits: tuple = (), create_namespace: bool = True, values: dict | None = None,
+            cluster: str = "c1") -> dict:
+    return r("kubernetes:helm.sh/v3:Release", f"rel-{key}",
+             {"name": f"mp-{key}", "namespace": namespace, "createNamespace": create_namespace, "values": values or {}},
+             waits=waits, cluster=cluster)
+
+
+def crd(group: str, kind: str, plural: str, waits: tuple = ()) -> dict:
+    return k("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"{plural}.{group}",
+             spec={"group": group, "names": {"kind": kind, "plural": plural}}, waits=waits)
+
+
+def stack(name: str, resources: list[dict], depends_on: tuple = (), cluster: str | None = None,
+          error: str | None = None) -> StackPreview:
+    urns = {spec["name"]: f"urn:pulumi:{name}::p::{spec['type']}::{spec['name']}" for spec in resources}
+    registered = [Registered(urns[s["name"]], s["type"], s["name"], None, True, copy.deepcopy(s["inputs"]),
+                             list(s["waits"]), s["provider"], s["providers"], s["cluster"],
+                             dependency_urns=[urns[w] for w in s["waits"]]) for s in resources]
+    return StackPreview(name, registered, error, name.split("-", 1)[0], list(depends_on), cluster)
+
+
+def graph(*stacks: StackPreview, clusters: dict | None = None, owners: dict | None = None) -> Graph:
+    return Graph(list(stacks), clusters if clusters is not None else {"c1": ClusterFacts("EKS", "us-west-2")},
+                 owners or {})
+
+
+def namespace(name: str, waits: tuple = ()) -> dict:
+    return k("core/v1", "Namespace", name, waits=waits)
+
+
+# ---- the rows: (rule, passing graph, failing graph, fragment of the failing message) ------------------------
+
+def _one_owner_pass():
+    return graph(stack("platform-c1", [namespace("ml")]), stack("model-a", [k("apps/v1", "Deployment", "d", "ml")],
+                                                               depends_on=("platform-c1",)))
+
+
+def _one_owner_fail():
+    return graph(stack("platform-c1", [namespace("ml")]), stack("gateway", [namespace("ml")], depends_on=("platform-c1",)))
+
+
+def _one_owner_crd_twice():
+    return graph(stack("platform-c1", [release("keda", "keda"), crd("keda.sh", "ScaledObject", "scaledobjects")]))
+
+
+def _one_owner_other_cluster():
+    other = k("core/v1", "Namespace", "ml", cluster="c2")
+    return graph(stack("platform-c1", [namespace("ml")]), stack("platform-c2", [other]))
+
+
+def _namespace_pass():
+    return graph(stack("platform-c1", [namespace("team")]),
+                 stack("model-a", [k("v1", "ConfigMap", "x", "team")], depends_on=("platform-c1",)))
+
+
+def _namespace_not_earlier():
+    return graph(stack("platform-c1", [namespace("team")]), stack("model-a", [k("v1", "ConfigMap", "x", "team")]))
+
+
+def _namespace_same_stack_waits():
+    return graph(stack("s", [namespace("team"), k("v1", "ConfigMap", "x", "team", waits=("team",))]))
+
+
+def _namespace_same_stack_races():
+    return graph(stack("s", [namespace("team"), k("v1", "ConfigMap", "x", "team")]))
+
+
+def _namespace_release_creates():
+    return graph(stack("s", [release("metallb", "metallb-system"),
+                             k("metallb.io/v1beta1", "IPAddressPool", "p", "metallb-system", waits=("rel-metallb",)),
+                             crd("metallb.io", "IPAddressPool", "ipaddresspools")]))
+
+
+def _namespace_release_needs_one():
+    return graph(stack("s", [release("nvidia-dra-driver", "dra", create_namespace=False)]))
+
+
+def _crd_pass():
+    return graph(stack("platform-c1", [crd("example.com", "Widget", "widgets")]),
+                 stack("model-a", [k("example.com/v1", "Widget", "w", "default")], depends_on=("platform-c1",)))
+
+
+def _crd_missing():
+    return graph(stack("model-a", [k("example.com/v1", "Widget", "w", "default")]))
+
+
+def _crd_chart_declared():
+    return graph(stack("s", [release("keda", "keda"), k("keda.sh/v1alpha1", "ScaledObject", "so", "default",
+                                                        waits=("rel-keda",))]))
+
+
+def _crd_chart_skips_its_crds():
+    return graph(stack("s", [release("envoy-gateway", "envoy-gateway-system"),
+                             k("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy", "p", "envoy-gateway-system",
+                               waits=("rel-envoy-gateway",))]))
+
+
+EFS = "efs.csi.aws.com"
+EFS_ADDON = r("aws:eks/addon:Addon", "efs-addon", {"addonName": "aws-efs-csi-driver"}, cluster=None, provider="aws")
+AWS = r("pulumi:providers:aws", "aws", {"region": "us-west-2"}, cluster=None, provider="")
+
+
+def _rwx_class(provisioner: str = EFS, waits: tuple = ("efs-addon",)) -> dict:
+    return k("storage.k8s.io/v1", "StorageClass", "rwx", provisioner=provisioner, waits=waits)
+
+
+def _pvc(storage_class: str | None, mode: str = "ReadWriteMany") -> dict:
+    spec = {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    return k("core/v1", "PersistentVolumeClaim", "cache", "default", spec=spec)
+
+
+def _storage(pvc: dict, sc: dict | None = None, platform: tuple = (AWS, EFS_ADDON)) -> Graph:
+    resources = list(platform) + [sc or _rwx_class()]
+    return graph(stack("platform-c1", resources, cluster="c1"), stack("cache-a", [pvc], depends_on=("platform-c1",)))
+
+
+def _dynamo_on_eks(default_class: bool) -> Graph:
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default_class else {}
+    ebs = r("aws:eks/addon:Addon", "ebs-addon", {"addonName": "aws-ebs-csi-driver"}, cluster=None, provider="aws")
+    sc = k("storage.k8s.io/v1", "StorageClass", "gp3", provisioner="ebs.csi.aws.com", waits=("ebs-addon",),
+           metadata={"name": "gp3", "annotations": annotations})
+    return graph(stack("platform-c1", [AWS, ebs, sc, release("dynamo", "dynamo-system", waits=("gp3",))], cluster="c1"))
+
+
+def _routing(ai_gateway: bool = True, values: dict | None = None, controller: str = "gateway.envoyproxy.io/gatewayclass-controller"):
+    platform = [
+        release("envoy-gateway", "envoy-gateway-system", values=envoy_gateway_values() if values is None else values),
+        k("gateway.networking.k8s.io/v1", "GatewayClass", "envoy", spec={"controllerName": controller}),
+        k("gateway.networking.k8s.io/v1", "Gateway", "inference-gateway", "modelplane-system",
+          spec={"gatewayClassName": "envoy"}),
+    ] + ([release("ai-gateway", "envoy-ai-gateway-system")] if ai_gateway else [])
+    route = k("gateway.networking.k8s.io/v1", "HTTPRoute", "r", "default", spec={
+        "parentRefs": [{"name": "inference-gateway", "namespace": "modelplane-system"}],
+        "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "pool"}]}]})
+    return graph(stack("platform-c1", platform), stack("model-a", [route], depends_on=("platform-c1",)))
+
+
+def _pinned(region: str = "us-west-2", with_provider: bool = True, k8s_cluster: str | None = "c1"):
+    vpc = r("aws:ec2/vpc:Vpc", "vpc", {}, cluster=None, provider="aws" if with_provider else "")
+    workload = k("v1", "ConfigMap", "x", "default")
+    workload["cluster"] = k8s_cluster
+    return graph(stack("platform-c1", [r("pulumi:providers:aws", "aws", {"region": region}, cluster=None, provider=""),
+                                       vpc, workload], cluster="c1"))
+
+
+def _quota(release_waits: bool):
+    quota = k("core/v1", "ResourceQuota", "allow-critical-pods", "dra", spec={"hard": {"pods": "10"}})
+    return graph(stack("s", [namespace("dra"), quota,
+                             release("nvidia-dra-driver", "dra", create_namespace=False,
+                                     waits=("dra", "dra/allow-critical-pods") if release_waits else ("dra",))]))
+
+
+ROWS = [
+    ("one-owner", _one_owner_pass, _one_owner_fail, "also created by platform-c1/ml"),
+    ("one-owner", _one_owner_other_cluster, _one_owner_crd_twice, "the CRD of ScaledObject.keda.sh on c1 is also created by"),
+    ("namespace", _namespace_pass, _namespace_not_earlier, "namespace 'team' on c1 is not created"),
+    ("namespace", _namespace_same_stack_waits, _namespace_same_stack_races, "namespace 'team' on c1 is not created"),
+    ("namespace", _namespace_release_creates, _namespace_release_needs_one, "namespace 'dra' on c1"),
+    ("crd", _crd_pass, _crd_missing, "no CRD for Widget.example.com is installed on c1"),
+    ("crd", _crd_chart_declared, _crd_chart_skips_its_crds, "no CRD for EnvoyProxy.gateway.envoyproxy.io"),
+    ("storage", lambda: _storage(_pvc("rwx")), lambda: _storage(_pvc("nope")), "StorageClass 'nope' is not created"),
+    ("storage", lambda: _storage(_pvc("rwx")), lambda: _storage(_pvc("rwx"), _rwx_class("ebs.csi.aws.com", ())),
+     "cannot share a volume"),
+    ("storage", lambda: _storage(_pvc("rwx")), lambda: _storage(_pvc("rwx"), _rwx_class(EFS, ()), (AWS,)),
+     "aws-efs-csi-driver is not installed on c1"),
+    ("storage", lambda: _dynamo_on_eks(True), lambda: _dynamo_on_eks(False), "claims volumes, but c1 has no default"),
+    ("inference-routing", _routing, lambda: _routing(ai_gateway=False), "only with the Envoy AI Gateway controller"),
+    ("inference-routing", _routing, lambda: _routing(values={}), "backendResources does not list InferencePool"),
+    ("inference-routing", lambda: _routing(controller="istio.io/gateway-controller"),
+     lambda: _routing(controller="traefik.io/gateway-controller"), "cannot route to InferencePools"),
+    ("pinned", _pinned, lambda: _pinned(with_provider=False), "uses no explicit cloud provider"),
+    ("pinned", _pinned, lambda: _pinned(region="eu-west-1"), "is for region eu-west-1, not the cluster's us-west-2"),
+    ("pinned", _pinned, lambda: _pinned(k8s_cluster=None), "uses no explicit Kubernetes provider"),
+    ("quota-before-release", lambda: _quota(True), lambda: _quota(False), "is not created before this release"),
+    ("stack-names", lambda: graph(owners={"model-ml-team-qwen": {"ModelDeployment/ml-team/qwen"}}),
+     lambda: graph(owners={"model-ml-team-qwen": {"ModelDeployment/ml-team/qwen", "ModelDeployment/ml/team-qwen"}}),
+     "one stack name for 2 objects"),
+    ("program", lambda: graph(stack("s", [])), lambda: graph(stack("s", [], error="RunError: boom")), "boom"),
+]
+
+
+@pytest.mark.parametrize("rule,passing,failing,fragment", ROWS, ids=[f"{row[0]}-{i}" for i, row in enumerate(ROWS)])
+def test_rule(rule, passing, failing, fragment):
+    assert check(passing(), [rule]) == []
+    found = check(failing(), [rule])
+    assert found and all(v.rule == rule for v in found)
+    assert any(fragment in str(v) for v in found), [str(v) for v in found]
+
+
+def test_every_rule_has_rows():
+    assert {row[0] for row in ROWS} == set(RULES)
+
+
+def test_a_violation_names_stack_resource_and_rule():
+    violation = check(_namespace_not_earlier())[0]
+    assert str(violation).startswith("model-a: team/x: namespace: ")
+    assert (violation.stack, violation.resource, violation.rule) == ("model-a", "team/x", "namespace")
+
+
+# ---- real fleets: every stack's real program ------------------------------------------------------------
+
+def _violations(paths: list[str], control_plane: str | None = None) -> list[str]:
+    loaded = load_fleet(paths)
+    assert not loaded.errors, loaded.errors
+    return [str(v) for v in check_fleet(loaded.fleet, all_stacks(loaded.fleet, control_plane))]
+
+
+@pytest.mark.parametrize("path", ["examples", "stacks/fleets/aws-prod", "stacks/fleets/gcp-dev", "stacks/fleets/existing",
+                                  "tests/data/reference/kimi-k2.yaml"])
+def test_example_fleets_are_deployable(path):
+    assert _violations([str(ROOT / path)]) == []
+
+
+def _generated_fleet(tmp_path: pathlib.Path, gateway: str, host_source: str) -> pathlib.Path:
+    """Every source this project provisions, every backend (native, llm-d, Dynamo, prefill/decode), a cache, an
+    external https endpoint, and the gateway variant asked for, hosted on a cluster of `host_source`."""
+    from tests.manifests import cache, cluster, deployment, endpoint, gpu_class, member, service
+
+    docs = [gpu_class("l4-gke", provider="GKE"), gpu_class("l4-eks", provider="EKS"), gpu_class("l4")]
+    names = {"GKE": "a-gke", "EKS": "b-eks", "Existing": "c-onprem"}
+    for source, name in names.items():
+        ic = cluster(name, pools=(("gpu", {"GKE": "l4-gke", "EKS": "l4-eks", "Existing": "l4"}[source], 2),), source=source,
+                     labels={"tier": "gpu"})
+        if source == "GKE":
+            ic["spec"]["cluster"]["gke"]["project"] = "generated-project"
+            ic["spec"]["nodePools"][0].update({"zones": ["us-central1-a", "us-central1-b"]})
+        if source == "EKS":
+            ic["spec"]["nodePools"][0].update({"maxNodeCount": 4})
+        docs.append(ic)
+    dynamo_image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1"
+    external = endpoint()
+    external["metadata"]["labels"] = {"modelplane.ai/deployment": "ext"}
+    docs += [
+        deployment("native", replicas=3),
+        deployment("gang", engines=[{"name": "vllm", "members": [member("Leader"), member("Worker", nodes=1)]}],
+                   modelCacheRef={"name": "weights"}),
+        deployment("graph", engines=[{"name": "vllm", "capabilities": ["KVOffload"],
+                                      "members": [member("Leader", image=dynamo_image),
+                                                  member("Worker", nodes=1, image=dynamo_image)]}],
+                   modelCacheRef={"name": "weights"}),
+        deployment("pd", serving={"mode": "PrefillDecode"},
+                   engines=[{"name": "prefill", "phase": "Prefill", "members": [member()]},
+                            {"name": "decode", "phase": "Decode", "members": [member()]}]),
+        cache(selector={"tier": "gpu"}), external, service("ext", deployment_name="ext"), service("native", deployment_name="native"),
+        service("gang", deployment_name="gang"), service("other-team", namespace="research", deployment_name="x"),
+    ]
+    if gateway != "none":
+        gw = {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
+              "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}
+        if gateway == "metallb":
+            gw["spec"]["traefik"].update({"loadBalancer": "MetalLB", "metallb": {"addressPool": "192.0.2.10-192.0.2.20"}})
+        docs.append(gw)
+    path = tmp_path / f"fleet-{gateway}-{host_source}.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("gateway,host", [("traefik", "GKE"), ("traefik", "EKS"), ("metallb", "Existing"),
+                                          ("traefik", "Existing")])
+def test_generated_fleets_are_deployable(tmp_path, gateway, host):
+    path = _generated_fleet(tmp_path, gateway, host)
+    host_name = {"GKE": "a-gke", "EKS": "b-eks", "Existing": "c-onprem"}[host]
+    loaded = load_fleet([str(path)])
+    assert not loaded.errors, [str(p) for p in loaded.errors]
+    previews = all_stacks(loaded.fleet, host_name)
+    kinds = {p.kind for p in previews}
+    assert kinds == {"platform", "gateway", "cache", "model", "service"}
+    resources = [r for p in previews for r in p.resources]
+    types = {r.type for r in resources}
+    assert {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet",
+            "kubernetes:apps/v1:Deployment", "kubernetes:gateway.networking.k8s.io/v1:BackendTLSPolicy"} <= types
+    assert [str(v) for v in check_fleet(loaded.fleet, previews)] == []
+    gateway_stack = next(p for p in previews if p.name == "gateway")
+    assert {r.cluster for r in gateway_stack.resources if r.type.startswith("kubernetes:") and r.custom} == {host_name}
+
+
+def test_generated_fleet_without_a_gateway_cannot_create_service_namespaces(tmp_path):
+    """ModelService namespaces on the control plane are created by the gateway stack: without one, say so."""
+    violations = _violations([str(_generated_fleet(tmp_path, "none", "GKE"))])
+    assert violations and all(": namespace: " in v and v.startswith("service-") for v in violations), violations
+
+
+def test_unprovisioned_sources_fail_the_check_naming_what_to_do():
+    violations = _violations([str(ROOT / "tests" / "data" / "reference" / "concepts.yaml")])
+    programs = [v for v in violations if ": program: " in v]
+    assert {v.split(":")[0] for v in programs} >= {"platform-aks-westeurope", "platform-nebius-eu-north", "platform-vultr-ewr"}
+    assert all("bring them as source Existing" in v or "gke.project" in v for v in programs)
