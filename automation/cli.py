@@ -163,18 +163,36 @@ def _progress(output: str):
     return emit
 
 
-def _apply(operation: str, paths, output: str, backend: str | None, parallel: int, control_plane: str | None) -> None:
+def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        cluster, sep, path = pair.partition("=")
+        if not sep or not cluster or not path:
+            click.echo(f"error: --kubeconfig {pair!r}: expected CLUSTER=PATH", err=True)
+            raise SystemExit(2)
+        out[cluster] = path
+    return out
+
+
+def _apply(operation: str, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
+           kubeconfig: tuple[str, ...] = (), unprotect: bool = False) -> None:
     from pathlib import Path
 
     from automation.orchestrator import Orchestrator
-    from automation.pulumi_runner import PulumiRunner, check_passphrase, default_backend
+    from automation.pulumi_runner import (PulumiRunner, check_passphrase, default_backend, existing_kubeconfigs,
+                                          missing_kubeconfigs)
     from automation.runner import AutomationError
     from automation.session import prepare, run_interruptibly, selected
     from automation.state import STATE_DIR, StateLocked
 
     loaded = _load(paths)
+    given = _kubeconfig_pairs(kubeconfig)
+    unknown = sorted(set(given) - {c.name for c in loaded.fleet.of("InferenceCluster")})
+    if unknown:
+        click.echo(f"error: --kubeconfig names {', '.join(unknown)}, not an InferenceCluster of the fleet", err=True)
+        raise SystemExit(2)
     root = Path(STATE_DIR)
-    prepared = prepare(loaded.fleet, root, control_plane)
+    prepared = prepare(loaded.fleet, root, _control_plane(loaded.fleet, control_plane))
     if prepared.problems:
         for line in prepared.problems:
             click.echo(line, err=True)
@@ -184,9 +202,14 @@ def _apply(operation: str, paths, output: str, backend: str | None, parallel: in
     if not items:
         click.echo(f"nothing to {operation}: every stack is up to date with the manifests")
         return
+    kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
     try:
-        runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel)  # says so if the CLI is missing
+        runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
+                              unprotect=unprotect)  # says so if the CLI is missing
         check_passphrase(backend or default_backend(root))
+        missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
+        if missing and operation != "destroy":
+            raise AutomationError("; ".join(missing))
         if operation != "preview":
             prepared.store.lock()
     except (AutomationError, StateLocked) as exc:
@@ -217,17 +240,23 @@ def _apply_options(function):
     function = click.option("--parallel", type=click.IntRange(1, 16), default=2, show_default=True,
                             help="Stacks run at once (each runs a Pulumi engine and its provider plugins).")(function)
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
-                            help="The InferenceCluster hosting the fleet gateway (default: the first by name).")(function)
+                            help="The InferenceCluster hosting the fleet gateway (default: the first by name that this "
+                                 "project provisions or connects to).")(function)
+    function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
+                            help="The kubeconfig file of an Existing cluster (else $MODELPLANE_KUBECONFIG_<CLUSTER>, or "
+                                 ".modelplane/kubeconfigs/<existing.secretRef.name>). Read by the program, kept a "
+                                 "Pulumi secret, never put on a command line. Repeatable.")(function)
     return _paths_option(function)
 
 
 @cli.command()
 @_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
-def preview(paths, output, backend, parallel, control_plane, offline) -> None:
-    """Show what each changed stack would do (with --offline: what every stack would register, no CLI needed)."""
+def preview(paths, output, backend, parallel, control_plane, kubeconfig, offline) -> None:
+    """Show what each changed stack would do (with --offline: what every stack would register, checked for
+    deployability, no CLI needed)."""
     if not offline:
-        _apply("preview", paths, output, backend, parallel, control_plane)
+        _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig)
         return
     from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
@@ -264,15 +293,24 @@ def _control_plane(fleet, chosen: str | None) -> str | None:
 
 
 def _operation_command(operation: str, summary: str) -> None:
-    def command(paths, output, backend, parallel, control_plane) -> None:
-        _apply(operation, paths, output, backend, parallel, control_plane)
+    def command(paths, output, backend, parallel, control_plane, kubeconfig) -> None:
+        _apply(operation, paths, output, backend, parallel, control_plane, kubeconfig)
 
     command.__doc__ = summary
     cli.command(name=operation)(_apply_options(command))
 
 
 _operation_command("up", "Apply the changed stacks in dependency order; record each only once it succeeded.")
-_operation_command("destroy", "Destroy the applied stacks these manifests describe, dependents first.")
+
+
+@cli.command()
+@_apply_options
+@click.option("--unprotect", is_flag=True,
+              help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
+                   "Without it, platform stacks refuse to be destroyed.")
+def destroy(paths, output, backend, parallel, control_plane, kubeconfig, unprotect) -> None:
+    """Destroy the applied stacks these manifests describe, dependents first."""
+    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect)
 _operation_command("refresh", "Refresh the applied stacks' state from the clouds and clusters.")
 
 

@@ -144,7 +144,11 @@ class RecordingMonitor(MockMonitor):
 
     def ReadResource(self, request):
         response = super().ReadResource(request)
-        self.mocks.take_last()  # a read (Resource.get) registers nothing
+        args = self.mocks.take_last()
+        if request.type == "pulumi:pulumi:StackReference" and args is not None:  # what a program reads from others
+            self._names[response.urn] = request.name
+            self.registered.append(Registered(response.urn, request.type, request.name, None, True, dict(args.inputs),
+                                              options={"read": True}))
         return response
 
 

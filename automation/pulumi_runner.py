@@ -26,11 +26,47 @@ def default_backend(root: Path) -> str:
     return os.environ.get("PULUMI_BACKEND_URL") or f"file://{(root / 'backend').resolve()}"
 
 
+def is_pulumi_cloud(backend: str) -> bool:
+    """Pulumi Cloud (https://api.pulumi.com) or a self-hosted Pulumi service: an http(s) URL. Everything else
+    (file://, s3://, gs://, azblob://) is a DIY backend, whose secrets need a passphrase."""
+    return backend.startswith(("https://", "http://"))
+
+
 def check_passphrase(backend: str) -> None:
-    if backend.startswith("file://") or backend.startswith(("s3://", "gs://", "azblob://")):
+    if not is_pulumi_cloud(backend):
         if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")):
             raise CLIMissing("set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): stack secrets "
                              "(kubeconfigs, tokens) are encrypted with it")
+
+
+def kubeconfig_env(cluster: str) -> str:
+    return "MODELPLANE_KUBECONFIG_" + cluster.upper().replace("-", "_").replace(".", "_")
+
+
+def existing_kubeconfigs(fleet, given: dict[str, str], root: Path) -> dict[str, str]:
+    """The kubeconfig file of every Existing cluster: `--kubeconfig CLUSTER=PATH`, else $MODELPLANE_KUBECONFIG_<CLUSTER>,
+    else `<state dir>/kubeconfigs/<existing.secretRef.name>`. Absolute paths; missing ones are left out."""
+    out = {}
+    for ic in fleet.of("InferenceCluster"):
+        if ic.spec.cluster.source != "Existing":
+            continue
+        candidates = [given.get(ic.name), os.environ.get(kubeconfig_env(ic.name)),
+                      str(root / "kubeconfigs" / ic.spec.cluster.existing.secretRef.name)]
+        found = next((c for c in candidates if c and Path(c).expanduser().is_file()), None)
+        if found:
+            out[ic.name] = str(Path(found).expanduser().resolve())
+    return out
+
+
+def missing_kubeconfigs(fleet, found: dict[str, str], stacks: list[str], root: Path) -> list[str]:
+    """One line per Existing cluster whose platform stack would run without a kubeconfig."""
+    lines = []
+    for ic in fleet.of("InferenceCluster"):
+        if ic.spec.cluster.source == "Existing" and f"platform-{ic.name}" in stacks and ic.name not in found:
+            lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
+                         f"${kubeconfig_env(ic.name)}=PATH, or the file "
+                         f"{root / 'kubeconfigs' / ic.spec.cluster.existing.secretRef.name}")
+    return lines
 
 
 def secret_values(spec) -> dict[str, str]:
@@ -48,7 +84,8 @@ def secret_values(spec) -> dict[str, str]:
 
 
 class PulumiRunner:
-    def __init__(self, root: Path, fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2):
+    def __init__(self, root: Path, fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
+                 kubeconfigs: dict[str, str] | None = None, unprotect: bool = False):
         from pulumi import automation as auto
 
         self.auto = auto
@@ -64,6 +101,8 @@ class PulumiRunner:
                 raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}") from None
         self.command = pulumi_command
         self.parallel = parallel
+        self.kubeconfigs = dict(kubeconfigs or {})  # Existing cluster -> kubeconfig file (read by the program)
+        self.unprotect = unprotect  # destroying a platform stack first lifts its deletion protection
         self._stacks: dict[str, object] = {}
         self._lock = threading.Lock()
 
@@ -83,7 +122,7 @@ class PulumiRunner:
             project_settings=auto.ProjectSettings(name=project, runtime="python",
                                                   backend=auto.ProjectBackend(url=self.backend),
                                                   description="modelplane: a fleet control plane for LLM inference"),
-            secrets_provider="passphrase" if "app.pulumi.com" not in self.backend else None,
+            secrets_provider=None if is_pulumi_cloud(self.backend) else "passphrase",
             env_vars=env,
             pulumi_command=self.command,
         )
@@ -96,7 +135,11 @@ class PulumiRunner:
         try:
             stack = auto.create_or_select_stack(stack_name=spec.name, project_name=project_of(spec.kind),
                                                 program=program_for(spec, self.fleet), opts=self.workspace_options(spec))
-            config = {k: auto.ConfigValue(value=v) for k, v in stack_config(spec).items()}
+            plain = dict(stack_config(spec))
+            cluster = plain.get("modelplane:cluster")
+            if spec.kind == "platform" and cluster in self.kubeconfigs:
+                plain["modelplane:kubeconfigFile"] = self.kubeconfigs[cluster]  # a path: the value is never on argv
+            config = {k: auto.ConfigValue(value=v) for k, v in plain.items()}
             config.update({k: auto.ConfigValue(value=v, secret=True) for k, v in secret_values(spec).items()})
             if config:
                 stack.set_all_config(config)
@@ -133,6 +176,10 @@ class PulumiRunner:
                 result = stack.up(on_event=forward, parallel=self.parallel, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes), _plain(result.outputs))
             if operation == "destroy":
+                if self.unprotect and spec.kind == "platform":
+                    # Protected clusters and networks: an update with protection off first, then the destroy.
+                    stack.set_config("modelplane:deletionProtection", auto.ConfigValue(value="false"))
+                    stack.up(on_event=forward, parallel=self.parallel, color="never")
                 result = stack.destroy(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
             if operation == "refresh":
@@ -144,7 +191,11 @@ class PulumiRunner:
                              error=f"stack {spec.name} is locked by another update (another `modelplane up`, "
                                    "or a crashed one: run `pulumi cancel` in its workspace to release it)")
         except auto.errors.CommandError as exc:
-            return RunResult(spec.name, operation, False, error=_first_error(exc))
+            error = _first_error(exc)
+            if operation == "destroy" and "protected" in error:
+                error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
+                         "run `modelplane destroy --unprotect` to lift the protection and destroy it")
+            return RunResult(spec.name, operation, False, error=error)
         except CLIMissing:
             raise
         except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)

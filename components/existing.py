@@ -3,8 +3,10 @@
 Its kubeconfig is a Pulumi secret config value named after the cluster's
 `existing.secretRef.name` (`pulumi config set --secret modelplane:<secretRef name> "$(cat kubeconfig)"`),
 or a kubeconfig file and context named in stack config
-(`modelplane:kubeconfigFiles: {<cluster>: {path: ..., context: ...}}`). The value is kept a
-Pulumi secret end to end.
+(`modelplane:kubeconfigFiles: {<cluster>: {path: ..., context: ...}}`, or, in the automation
+layer's one-cluster platform stack, `modelplane:kubeconfigFile`). Only the path is config: the
+file is read by the program, so the kubeconfig never appears on a command line, and it is kept
+a Pulumi secret end to end (in state, only as the stack's secret `kubeconfig` output).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def read_kubeconfig(args: ClusterArgs, config: pulumi.Config) -> pulumi.Output[s
     if args.name in files:
         entry = files[args.name]
         return pulumi.Output.secret(_from_file(entry["path"], entry.get("context")))
+    if config.get("cluster") == args.name and config.get("kubeconfigFile"):  # the automation layer's platform stack
+        return pulumi.Output.secret(_from_file(config.require("kubeconfigFile"), config.get("kubeconfigContext")))
     value = config.get_secret(args.kubeconfig_secret) if args.kubeconfig_secret else None
     if value is None:
         raise MissingKubeconfig(

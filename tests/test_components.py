@@ -280,3 +280,42 @@ def test_deletion_order_is_explicit(example_fleet):
     # the Kubernetes provider is built from the cluster's kubeconfig: everything on it goes before the cluster
     provider_deps = deps[("pulumi:providers:kubernetes", "gke-us-central-k8s")]
     assert "gke-us-central" in provider_deps
+
+
+@pytest.mark.parametrize("pool,expected", [
+    # fleet totals -> what GKE is told (node_count and initial_node_count are per zone; total_* are totals)
+    ({"node_count": 4, "zones": ["a", "b"]}, {"node_count": 2}),
+    ({"node_count": 3, "zones": []}, {"autoscaling": {"total_min_node_count": 3, "total_max_node_count": 3,
+                                                     "location_policy": "BALANCED"}}),
+    ({"node_count": 3, "min_nodes": 1, "max_nodes": 8, "zones": ["a", "b"]},
+     {"initial_node_count": 2, "autoscaling": {"total_min_node_count": 1, "total_max_node_count": 8, "location_policy": "ANY"}}),
+])
+def test_gke_counts_are_translated_from_totals(pool, expected):
+    from components.args import GpuPoolArgs
+    from components.gke import pool_sizing
+
+    assert pool_sizing(GpuPoolArgs(name="p", class_name="c", **pool)) == expected
+
+
+def test_gke_pools_are_never_replaced_for_a_count_change(example_fleet):
+    args = cluster_args(example_fleet, "gke-us-central")
+    resources = registered(lambda: GkeInferenceCluster("gke-us-central", args, project="p-1234"))
+    pool = named(resources, "gke-us-central-l4")
+    assert "initialNodeCount" in pool.options["ignoreChanges"]  # initialNodeCount forces replacement
+    assert pool.options["customTimeouts"] == {"create": "60m", "update": "60m", "delete": "60m"}
+    cluster = of_type(resources, "gcp:container/cluster:Cluster")[0]
+    assert cluster.options["protect"] is True and named(resources, "gke-us-central-vpc").options["protect"] is True
+    assert inputs(cluster)["addonsConfig"]["gcpFilestoreCsiDriverConfig"] == {"enabled": True}
+
+
+def test_eks_control_plane_gets_two_zones_even_when_every_pool_sits_in_one(example_fleet):
+    from components.eks import zones_of
+
+    args = cluster_args(example_fleet, "eks-us-west")
+    one_zone = args.model_copy(update={"pools": [p.model_copy(update={"zones": ["us-west-2c"]}) for p in args.pools]})
+    assert zones_of(one_zone) == ["us-west-2c", "us-west-2a"]
+    resources = registered(lambda: EksInferenceCluster("eks-us-west", one_zone))
+    subnets = sorted(inputs(s)["availabilityZone"] for s in of_type(resources, "aws:ec2/subnet:Subnet"))
+    assert subnets == ["us-west-2a", "us-west-2c"]
+    h100 = inputs(named(resources, "eks-us-west-h100", "aws:eks/nodeGroup:NodeGroup"))
+    assert len(h100["subnetIds"]) == 1  # the pool itself stays in its zone

@@ -23,6 +23,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
 
 
+HISTORY = ('[{"kind": "update", "startTime": "2026-11-30T00:00:00.000Z", "message": "", "environment": {}, '
+           '"config": {}, "result": "succeeded", "endTime": "2026-11-30T00:00:01.000Z", "resourceChanges": {"same": 1}}]')
+
+
 class FakeCommand(auto.PulumiCommand):
     def __init__(self, fail_with: str | None = None):  # no CLI is looked for
         self.command = "pulumi"
@@ -36,6 +40,8 @@ class FakeCommand(auto.PulumiCommand):
             raise create_command_error(CommandResult("", self.fail_with, 255))
         if args[:2] == ["stack", "output"]:
             return CommandResult("{}", "", 0)
+        if args[:2] == ["stack", "history"]:  # what the automation API reads after an update
+            return CommandResult(HISTORY, "", 0)
         if args[:1] == ["whoami"]:
             return CommandResult('{"user": "offline", "url": "file://x"}', "", 0)
         return CommandResult("", "", 0)
@@ -120,3 +126,71 @@ def test_cli_commands_without_the_pulumi_cli(tmp_path, monkeypatch, capsys):
     assert main(["plan", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
     assert main(["render", "-f", str(ROOT / "examples"), "--out", str(tmp_path / "r")]) == 0
     assert not (tmp_path / ".modelplane" / "state.json").exists()  # nothing was recorded
+
+
+def test_pulumi_cloud_backends_need_no_passphrase(tmp_path, specs, monkeypatch):
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
+    fleet, desired = specs
+    for url in ("https://api.pulumi.com", "https://pulumi.example.internal"):
+        check_passphrase(url)  # the service encrypts secrets
+        options = PulumiRunner(tmp_path, fleet, backend=url, pulumi_command=FakeCommand()).workspace_options(desired["gateway"])
+        assert options.secrets_provider is None and options.project_settings.backend.url == url
+    for url in ("s3://bucket/fleet", "gs://bucket", "azblob://container", "file:///tmp/x"):
+        with pytest.raises(CLIMissing, match="PULUMI_CONFIG_PASSPHRASE"):
+            check_passphrase(url)
+
+
+def test_existing_cluster_kubeconfig_reaches_the_program_as_a_path_never_on_argv(tmp_path, specs, monkeypatch):
+    from automation.pulumi_runner import existing_kubeconfigs, missing_kubeconfigs
+
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
+    fleet, desired = specs
+    secret = "apiVersion: v1\nkind: Config\nusers: [{name: u, user: {token: s3cr3t-token}}]\n"
+    path = tmp_path / "byo.yaml"
+    path.write_text(secret)
+    assert missing_kubeconfigs(fleet, {}, ["platform-byo-eu"], tmp_path) == [
+        "InferenceCluster/byo-eu is Existing: give its kubeconfig with --kubeconfig byo-eu=PATH, "
+        f"$MODELPLANE_KUBECONFIG_BYO_EU=PATH, or the file {tmp_path}/kubeconfigs/byo-eu-kubeconfig"]
+    monkeypatch.setenv("MODELPLANE_KUBECONFIG_BYO_EU", str(path))
+    found = existing_kubeconfigs(fleet, {}, tmp_path)
+    assert found == {"byo-eu": str(path.resolve())} and missing_kubeconfigs(fleet, found, ["platform-byo-eu"], tmp_path) == []
+    monkeypatch.delenv("MODELPLANE_KUBECONFIG_BYO_EU")
+    (tmp_path / "kubeconfigs").mkdir()
+    (tmp_path / "kubeconfigs" / "byo-eu-kubeconfig").write_text(secret)  # named after existing.secretRef.name
+    assert existing_kubeconfigs(fleet, {}, tmp_path) == {"byo-eu": str((tmp_path / "kubeconfigs" / "byo-eu-kubeconfig").resolve())}
+    command = FakeCommand()
+    runner = PulumiRunner(tmp_path, fleet, pulumi_command=command, kubeconfigs={"byo-eu": str(path)})
+    runner.stack(desired["platform-byo-eu"])
+    config = next(c[0] for c in command.calls if c[0][:2] == ["config", "set-all"])
+    assert f"modelplane:kubeconfigFile={path}" in config
+    assert not any("s3cr3t-token" in arg for c in command.calls for arg in c[0])
+
+
+def test_destroying_a_platform_stack_lifts_protection_only_when_asked(tmp_path, specs, monkeypatch):
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
+    fleet, desired = specs
+
+    class Protected(FakeCommand):
+        def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+            if args[:1] == ["destroy"] and not any(a[:2] == ["config", "set"] and "modelplane:deletionProtection" in a
+                                                   for a, _, _ in self.calls):
+                self.calls.append((list(args), cwd, dict(additional_env)))
+                raise create_command_error(CommandResult("", "error: resource urn:pulumi:...::gke-us-central cannot be "
+                                                             "deleted because it is protected", 255))
+            if args[:1] in (["destroy"], ["up"]):
+                self.calls.append((list(args), cwd, dict(additional_env)))
+                return CommandResult("", "", 0)
+            return super().run(args, cwd, additional_env, on_output, on_error)
+
+    refused = PulumiRunner(tmp_path, fleet, pulumi_command=Protected()).run("destroy", desired["platform-gke-us-central"],
+                                                                         lambda e: None)
+    assert refused.ok is False and "modelplane destroy --unprotect" in refused.error
+    command = Protected()
+    runner = PulumiRunner(tmp_path / "b", fleet, pulumi_command=command, unprotect=True)
+    result = runner.run("destroy", desired["platform-gke-us-central"], lambda e: None)
+    assert result.ok, result.error
+    verbs = [c[0][0] if c[0][0] != "config" else " ".join(c[0][:2]) for c in command.calls]
+    unprotect = next(i for i, c in enumerate(command.calls) if "modelplane:deletionProtection" in c[0])
+    assert "false" in " ".join(command.calls[unprotect][0])
+    assert unprotect < verbs.index("up") < verbs.index("destroy")

@@ -28,7 +28,8 @@ def test_native_deployment_exact():
     deployment_obj = [d for d in find(result, "Deployment", stack="model-ml-team-qwen") if d["metadata"]["name"] == workload][0]
     assert deployment_obj == {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": workload, "namespace": "default", "labels": labels},
+        "metadata": {"name": workload, "namespace": "default", "labels": labels,
+                     "annotations": {"pulumi.com/timeoutSeconds": "3600"}},  # GPU scale-up and weights take long
         "spec": {"replicas": 2, "selector": {"matchLabels": {"modelplane.ai/workload": workload}}, "template": {
             "metadata": {"labels": {"team": "nlp", **labels, "modelplane.ai/serving": replica, "modelplane.ai/workload": workload}},
             "spec": {

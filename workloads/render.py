@@ -55,6 +55,20 @@ class Rendered:
                     yield stack, target, obj
 
 
+# GPU scale-up plus image pull plus weight loading takes far longer than Pulumi's 10-minute default wait for a
+# workload to become ready: the Kubernetes provider reads this annotation as the object's own timeout.
+READY_TIMEOUT = {"pulumi.com/timeoutSeconds": "3600"}
+WAITED_KINDS = ("Deployment", "LeaderWorkerSet", "DynamoGraphDeployment", "StatefulSet")
+
+
+def with_ready_timeout(objects: list[dict]) -> list[dict]:
+    for obj in objects:
+        if obj["kind"] in WAITED_KINDS:
+            meta = obj["metadata"]
+            meta["annotations"] = {**READY_TIMEOUT, **(meta.get("annotations") or {})}
+    return objects
+
+
 def compose_replica(ctx: ReplicaContext) -> list[dict]:
     """All of one replica's objects on its cluster: one dispatch per engine, then routing and scaling."""
     objects: list[dict] = []
@@ -67,7 +81,7 @@ def compose_replica(ctx: ReplicaContext) -> list[dict]:
             objects += native.build(ctx, engine) if engine.backend == "native" else llmd.build_lws(ctx, engine)
     objects += routing.replica_surface(ctx)
     objects += autoscaling.scaled_objects(ctx)
-    return objects
+    return with_ready_timeout(objects)
 
 
 def _replica_ready(fleet) -> dict[tuple[str, str], bool]:

@@ -1,0 +1,114 @@
+"""The automation layer's inline programs, as the engine would run them (under mocks): references, hosts, owners."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from automation import offline
+from automation.offline import run, unwrap
+from automation.offline_preview import all_stacks
+from automation.programs import program_for, project_of, stack_config
+from automation.stacks import desired_state
+from fleet.validate import load_fleet
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def examples():
+    fleet = load_fleet([str(ROOT / "examples")]).fleet
+    return fleet, desired_state(fleet).specs
+
+
+def _run(spec, fleet, organization="organization", config=None, secrets=None):
+    config = {**stack_config(spec), **(config or {}), **(secrets or {})}
+    return run(program_for(spec, fleet), project_of(spec.kind), spec.name, config, list(secrets or {}),
+               organization=organization)
+
+
+def test_stack_references_name_the_backends_organization(examples):
+    fleet, specs = examples
+    resources = _run(specs["model-ml-team-qwen3-8b"], fleet, organization="acme")
+    references = sorted(unwrap(r.inputs)["name"] for r in resources if r.type == "pulumi:pulumi:StackReference")
+    assert references == ["acme/modelplane-platform/platform-eks-us-west", "acme/modelplane-platform/platform-gke-us-central"]
+    diy = _run(specs["model-ml-team-qwen3-8b"], fleet)  # DIY backends: the literal `organization`
+    assert all(unwrap(r.inputs)["name"].startswith("organization/") for r in diy if r.type == "pulumi:pulumi:StackReference")
+
+
+def test_first_preview_of_a_fresh_fleet_needs_no_platform_outputs(examples, monkeypatch):
+    """Before any platform stack applied, its outputs do not exist: downstream programs must still run."""
+    fleet, specs = examples
+    original = offline.Recorder.new_resource
+
+    def no_outputs(self, args):
+        if args.typ == "pulumi:pulumi:StackReference":
+            self._last[__import__("threading").get_ident()] = args
+            return f"{args.name}-id", {**args.inputs, "outputs": {}}
+        return original(self, args)
+
+    monkeypatch.setattr(offline.Recorder, "new_resource", no_outputs)
+    from automation.offline_preview import preview_stack
+
+    for name in ("gateway", "model-ml-team-qwen3-8b", "service-ml-team-qwen3-8b", "cache-ml-team-qwen3-coder"):
+        preview = preview_stack(specs[name], fleet)
+        assert preview.error is None and preview.resources, (name, preview.error)
+
+
+def test_gateway_on_a_fleet_cluster_creates_nothing_its_serving_stack_owns(examples):
+    fleet, specs = examples
+    everything = _run(specs["gateway"], fleet)
+    gateway = [r for r in everything if r.type.startswith("kubernetes:")]
+    namespaces = [unwrap(r.inputs)["metadata"]["name"] for r in gateway if r.type == "kubernetes:core/v1:Namespace"]
+    assert namespaces == ["ml-team"]  # the ModelServices' namespace; modelplane-system is the serving stack's
+    assert not [r for r in gateway if r.type == "kubernetes:yaml/v2:ConfigGroup"]  # no CRDs: the serving stack's
+    provider = next(r for r in everything if r.type == "pulumi:providers:kubernetes")
+    assert unwrap(provider.inputs)["clusterIdentifier"] == "byo-eu"
+
+
+def test_gateway_on_a_separate_control_plane_creates_its_own_basics(examples):
+    fleet, specs = examples
+    secret = {"modelplane:controlPlaneKubeconfig": "apiVersion: v1\nkind: Config\n"}
+    gateway = _run(specs["gateway"], fleet, secrets=secret)
+    types = {r.type for r in gateway}
+    assert {"kubernetes:yaml/v2:ConfigGroup", "kubernetes:core/v1:Namespace"} <= types
+    assert not [r for r in gateway if r.type == "pulumi:pulumi:StackReference"]
+    provider = next(r for r in gateway if r.type == "pulumi:providers:kubernetes")
+    assert unwrap(provider.inputs)["clusterIdentifier"] == "control-plane"
+
+
+def _metallb_fleet(tmp_path):
+    text = (ROOT / "stacks" / "fleets" / "existing" / "fleet.yaml").read_text()
+    assert "MetalLB" in text
+    (tmp_path / "fleet.yaml").write_text(text)
+    return load_fleet([str(tmp_path)]).fleet
+
+
+def test_metallb_comes_with_the_hosts_platform_stack_so_nothing_waits_on_a_later_stack(tmp_path):
+    """Regression: the serving Gateway waited for an address that only the later gateway stack's MetalLB gave."""
+    fleet = _metallb_fleet(tmp_path)
+    previews = {p.name: p for p in all_stacks(fleet)}
+    platform = previews["platform-onprem"].resources
+    pools = [r for r in platform if r.type == "kubernetes:metallb.io/v1beta1:IPAddressPool"]
+    assert pools and not [r for r in previews["gateway"].resources if "metallb" in r.type or "metallb" in r.name]
+    gateway = next(r for r in platform if r.type == "kubernetes:gateway.networking.k8s.io/v1:Gateway")
+    assert unwrap(gateway.inputs)["metadata"]["annotations"]["pulumi.com/waitFor"].startswith("jsonpath=")
+    assert {"onprem-serving-address-pool", "onprem-serving-l2"} <= set(gateway.depends_on)
+
+
+def test_without_any_load_balancer_the_serving_gateway_does_not_wait_for_an_address(examples):
+    fleet, specs = examples
+    platform = _run(specs["platform-byo-eu"], fleet, secrets={"modelplane:byo-eu-kubeconfig": "apiVersion: v1\n"})
+    gateway = next(r for r in platform if r.type == "kubernetes:gateway.networking.k8s.io/v1:Gateway")
+    annotations = unwrap(gateway.inputs)["metadata"]["annotations"]
+    assert annotations == {"pulumi.com/skipAwait": "true"}
+
+
+def test_control_plane_must_be_a_cluster_that_can_host_it(tmp_path, capsys):
+    from automation.cli import main
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text((ROOT / "tests" / "data" / "reference" / "concepts.yaml").read_text())
+    assert main(["preview", "--offline", "-f", str(path), "--control-plane", "aks-westeurope"]) == 2
+    assert "is a AKS cluster, which this project does not provision" in capsys.readouterr().err
