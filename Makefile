@@ -20,6 +20,8 @@ demo: $(STAMP)
 	$(BIN)/modelplane plan -f examples/
 	@echo
 	$(BIN)/modelplane render -f examples/ --out out/render
+	@echo
+	$(BIN)/modelplane preview --offline -f examples/ > out/preview.txt && tail -n 1 out/preview.txt
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .

@@ -332,3 +332,21 @@ def test_unprovisioned_sources_fail_the_check_naming_what_to_do():
     programs = [v for v in violations if ": program: " in v]
     assert {v.split(":")[0] for v in programs} >= {"platform-aks-westeurope", "platform-nebius-eu-north", "platform-vultr-ewr"}
     assert all("bring them as source Existing" in v or "gke.project" in v for v in programs)
+
+
+@pytest.mark.parametrize("stack_name", ["gcp-dev", "aws-prod", "existing"])
+def test_the_laptop_stacks_are_deployable(stack_name):
+    """`pulumi up` from a laptop runs the whole fleet as one stack: the same rules hold inside it."""
+    from automation.offline import run
+    from automation.offline_preview import expand, locate
+    from infra.program import main
+
+    config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack_name}.yaml").read_text())["config"]
+    config = {k: v if isinstance(v, (dict, list)) else str(v) for k, v in config.items()}
+    secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack_name == "existing" else {}
+    resources = run(main, "modelplane-platform", stack_name, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
+    fleet = load_fleet([str(ROOT / config["modelplane:fleet"])]).fleet
+    cluster = next(c.name for c in fleet.of("InferenceCluster"))
+    preview = StackPreview(stack_name, locate(expand(resources)), None, "platform", [], cluster)
+    assert {r.type for r in preview.resources} >= {"kubernetes:helm.sh/v3:Release", "kubernetes:gateway.networking.k8s.io/v1:Gateway"}
+    assert [str(v) for v in check_fleet(fleet, [preview])] == []
