@@ -175,15 +175,17 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def _apply(operation: str, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
-           kubeconfig: tuple[str, ...] = (), unprotect: bool = False) -> None:
+           kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
+           destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False) -> None:
     from pathlib import Path
 
+    from automation.migration import migrate, plan_renames
     from automation.orchestrator import Orchestrator
     from automation.pulumi_runner import (PulumiRunner, check_passphrase, default_backend, existing_kubeconfigs,
                                           missing_kubeconfigs)
     from automation.runner import AutomationError
     from automation.session import prepare, run_interruptibly, selected
-    from automation.state import STATE_DIR, StateLocked
+    from automation.state import STATE_DIR, StateLocked, StateStore
 
     loaded = _load(paths)
     given = _kubeconfig_pairs(kubeconfig)
@@ -192,27 +194,50 @@ def _apply(operation: str, paths, output: str, backend: str | None, parallel: in
         click.echo(f"error: --kubeconfig names {', '.join(unknown)}, not an InferenceCluster of the fleet", err=True)
         raise SystemExit(2)
     root = Path(STATE_DIR)
-    prepared = prepare(loaded.fleet, root, _control_plane(loaded.fleet, control_plane))
+    host = _control_plane(loaded.fleet, control_plane)
+    renames = plan_renames(StateStore(root), loaded.fleet)
+    prepared = prepare(loaded.fleet, root, host)
     if prepared.problems:
         for line in prepared.problems:
             click.echo(line, err=True)
         click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
         raise SystemExit(EXIT_INVALID)
-    items = selected(prepared, operation)
-    if not items:
-        click.echo(f"nothing to {operation}: every stack is up to date with the manifests")
+    unknown_force = sorted(set(force) - set(prepared.specs))
+    if unknown_force:
+        click.echo(f"error: --force names {', '.join(unknown_force)}, not a stack of these manifests", err=True)
+        raise SystemExit(2)
+    items = selected(prepared, operation, prune=prune, force=set(force))
+    kept = prepared.kept_by_default(operation, prune)
+    for change in kept:
+        click.echo(f"kept: {change.name} is recorded but not in the input; `{operation} --prune` would destroy it",
+                   err=True)
+    doomed = sorted(c.name for c in items if c.change == "delete" and c.kind == "platform")
+    if doomed and not destroy_clusters and not _confirm(f"destroy the cluster stack(s) {', '.join(doomed)}?"):
+        click.echo(f"error: this would destroy {', '.join(doomed)} (clusters and their GPU pools): pass "
+                   "--yes-destroy-clusters to confirm", err=True)
+        raise SystemExit(2)
+    if not items and not renames:
+        click.echo(f"nothing to {operation}: " + ("nothing is applied" if operation in ("destroy", "refresh")
+                                                  and not prepared.store.fingerprints()
+                                                  else "every stack is up to date with the manifests"))
         return
     kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
     try:
         runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
-                              unprotect=unprotect)  # says so if the CLI is missing
+                              unprotect=unprotect, refresh=refresh)  # says so if the CLI is missing
         check_passphrase(backend or default_backend(root))
         missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
         if missing and operation != "destroy":
             raise AutomationError("; ".join(missing))
-        if operation != "preview":
+        if operation != "preview" or renames:
             prepared.store.lock()
+        if renames:  # stacks recorded under the first, ambiguous names move first, then the plan is made again
+            for done in migrate(prepared.store, loaded.fleet, runner.rename):
+                click.echo(f"renamed stack {done.old} to {done.new}", err=True)
+            prepared = prepare(loaded.fleet, root, host)
+            items = selected(prepared, operation, prune=prune, force=set(force))
     except (AutomationError, StateLocked) as exc:
+        prepared.store.unlock()
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     emit = _progress(output)
@@ -232,6 +257,13 @@ def _apply(operation: str, paths, output: str, backend: str | None, parallel: in
         raise SystemExit(EXIT_INVALID)
 
 
+def _confirm(question: str) -> bool:
+    """Ask on a terminal; never when input is not a terminal (CI, scripts): those must pass the flag."""
+    if not sys.stdin.isatty():
+        return False
+    return click.confirm(question, default=False, err=True)
+
+
 def _apply_options(function):
     function = click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
                             help="table: progress for people; json: one JSON event per line.")(function)
@@ -249,14 +281,23 @@ def _apply_options(function):
     return _paths_option(function)
 
 
+_PRUNE = click.option("--prune", is_flag=True,
+                      help="Also destroy recorded stacks whose objects are not in the input (without it, input that "
+                           "is a subset of the fleet never destroys the rest).")
+_DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", is_flag=True,
+                                 help="Confirm destroying platform stacks (clusters and their GPU pools).")
+
+
 @cli.command()
 @_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
-def preview(paths, output, backend, parallel, control_plane, kubeconfig, offline) -> None:
+@_PRUNE
+def preview(paths, output, backend, parallel, control_plane, kubeconfig, offline, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     if not offline:
-        _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig)
+        _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
+               destroy_clusters=True)  # a preview destroys nothing
         return
     from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
@@ -292,15 +333,23 @@ def _control_plane(fleet, chosen: str | None) -> str | None:
         raise SystemExit(2) from None
 
 
-def _operation_command(operation: str, summary: str) -> None:
-    def command(paths, output, backend, parallel, control_plane, kubeconfig) -> None:
-        _apply(operation, paths, output, backend, parallel, control_plane, kubeconfig)
+@cli.command()
+@_apply_options
+@_PRUNE
+@_DESTROY_CLUSTERS
+@click.option("--force", multiple=True, metavar="STACK", help="Rerun this stack even if its fingerprint did not change. Repeatable.")
+@click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
+def up(paths, output, backend, parallel, control_plane, kubeconfig, prune, destroy_clusters, force, refresh) -> None:
+    """Apply the changed stacks in dependency order; record each only once it succeeded."""
+    _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
+           destroy_clusters=destroy_clusters, force=force, refresh=refresh)
 
-    command.__doc__ = summary
-    cli.command(name=operation)(_apply_options(command))
 
-
-_operation_command("up", "Apply the changed stacks in dependency order; record each only once it succeeded.")
+@cli.command(name="refresh")
+@_apply_options
+def refresh_command(paths, output, backend, parallel, control_plane, kubeconfig) -> None:
+    """Refresh the applied stacks' state from the clouds and clusters."""
+    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig)
 
 
 @cli.command()
@@ -308,10 +357,11 @@ _operation_command("up", "Apply the changed stacks in dependency order; record e
 @click.option("--unprotect", is_flag=True,
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
-def destroy(paths, output, backend, parallel, control_plane, kubeconfig, unprotect) -> None:
+@_DESTROY_CLUSTERS
+def destroy(paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
-    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect)
-_operation_command("refresh", "Refresh the applied stacks' state from the clouds and clusters.")
+    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect,
+           destroy_clusters=destroy_clusters)
 
 
 @cli.command()
@@ -322,20 +372,34 @@ def status(paths, output, control_plane) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
     from pathlib import Path
 
+    from automation.migration import plan_renames
     from automation.session import prepare
     from automation.state import STATE_DIR
 
     loaded = _load(paths)
-    prepared = prepare(loaded.fleet, Path(STATE_DIR), control_plane)
+    prepared = prepare(loaded.fleet, Path(STATE_DIR), _control_plane(loaded.fleet, control_plane))
     applied = prepared.store.load()["stacks"]
-    rows = [{"name": c.name, "change": c.change, "appliedAt": (applied.get(c.name) or {}).get("appliedAt")}
-            for c in prepared.changes]
+    renames = {str(r.old): str(r.new) for r in plan_renames(prepared.store, loaded.fleet)}
+    reasons = {"create": "not applied yet", "update": "its manifests changed since it was applied",
+               "delete": "recorded but not in the input: `up --prune` destroys it", "none": ""}
+    rows = []
+    for c in prepared.changes:
+        if c.name in renames.values() and c.change == "create":
+            continue  # shown once, under its recorded legacy name
+        reason = reasons[c.change]
+        if c.name in renames:
+            reason = f"recorded under the legacy name; the next `up` renames it to {renames[c.name]}"
+        elif c.change == "delete" and c.kind == "platform":
+            reason += " (with --yes-destroy-clusters)"
+        rows.append({"name": c.name, "change": "rename" if c.name in renames else c.change,
+                     "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason})
     if output == "json":
         click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled]}, indent=2))
         return
     for row in rows:
         state = "up to date" if row["change"] == "none" else f"pending {row['change']}"
-        click.echo(f"{row['name']:<48} {state:<16} {row['appliedAt'] or 'never applied'}")
+        why = f"  {row['reason']}" if row["reason"] else ""
+        click.echo(f"{row['name']:<48} {state:<16} {row['appliedAt'] or 'never applied'}{why}")
     for u in prepared.plan.unscheduled:
         click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
 

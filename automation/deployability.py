@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 from automation.offline import Registered, unwrap
 from automation.offline_preview import StackPreview
 from components.versions import Chart, by_release_name
+from fleet.stack_id import StackId
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 BUILT_IN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
@@ -513,7 +514,7 @@ def stack_owners(fleet) -> dict[str, set[str]]:
         for obj in fleet.of(kind):
             owners.setdefault(name_of(obj.namespace, obj.name), set()).add(f"{kind}/{obj.namespace}/{obj.name}")
     for ic in fleet.of("InferenceCluster"):
-        owners.setdefault(f"platform-{ic.name}", set()).add(f"InferenceCluster/{ic.name}")
+        owners.setdefault(str(StackId.platform(ic.name)), set()).add(f"InferenceCluster/{ic.name}")
     return owners
 
 

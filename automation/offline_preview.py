@@ -93,7 +93,7 @@ def locate(resources: list[Registered]) -> list[Registered]:
 def preview_stack(spec: StackSpec, fleet) -> StackPreview:
     config = {**stack_config(spec), **_existing_kubeconfigs(fleet), **_workload_secrets(spec)}
     secret_keys = [k for k, v in config.items() if v == PLACEHOLDER]
-    cluster = spec.name.removeprefix("platform-") if spec.kind == "platform" else None
+    cluster = spec.id.cluster
     preview = StackPreview(spec.name, [], None, spec.kind, list(spec.depends_on), cluster)
     try:
         registered = run(program_for(spec, fleet), project_of(spec.kind), spec.name, config, secret_keys)

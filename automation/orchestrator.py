@@ -72,7 +72,7 @@ class Orchestrator:
         try:
             op = self._operation(operation, change)
             self.on_event({"stack": change.name, "type": "start", "operation": op})
-            result = self.runner.run(op, spec if spec is not None else change, self.on_event)
+            result = self.runner.run(op, spec if spec is not None else StackSpec.for_deletion(change.id), self.on_event)
         finally:
             with self._lock:
                 self._running.discard(change.name)

@@ -38,7 +38,7 @@ def stack_config(spec) -> dict[str, str]:
     """Plain config each stack's program reads."""
     host = spec.payload.get("host")
     if spec.kind == "platform":
-        config = {"modelplane:cluster": spec.name.removeprefix("platform-"), "modelplane:gateway": "false"}
+        config = {"modelplane:cluster": str(spec.id.cluster), "modelplane:gateway": "false"}
         return {**config, **({"modelplane:controlPlaneCluster": host} if host else {})}
     if spec.kind == "gateway":
         return {"modelplane:gatewayOnly": "true", **({"modelplane:controlPlaneCluster": host} if host else {})}

@@ -15,8 +15,10 @@ import threading
 from pathlib import Path
 
 from automation.programs import program_for, project_of, stack_config
-from automation.runner import CLIMissing, EventSink, RunResult, StackBusy
+from automation.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy
+from automation.stacks import StackSpec
 from components.workload_objects import is_placeholder_secret, secret_config_key
+from fleet.stack_id import StackId
 
 INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
                 "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
@@ -62,7 +64,7 @@ def missing_kubeconfigs(fleet, found: dict[str, str], stacks: list[str], root: P
     """One line per Existing cluster whose platform stack would run without a kubeconfig."""
     lines = []
     for ic in fleet.of("InferenceCluster"):
-        if ic.spec.cluster.source == "Existing" and f"platform-{ic.name}" in stacks and ic.name not in found:
+        if ic.spec.cluster.source == "Existing" and str(StackId.platform(ic.name)) in stacks and ic.name not in found:
             lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
                          f"${kubeconfig_env(ic.name)}=PATH, or the file "
                          f"{root / 'kubeconfigs' / ic.spec.cluster.existing.secretRef.name}")
@@ -85,7 +87,7 @@ def secret_values(spec) -> dict[str, str]:
 
 class PulumiRunner:
     def __init__(self, root: Path, fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
-                 kubeconfigs: dict[str, str] | None = None, unprotect: bool = False):
+                 kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False):
         from pulumi import automation as auto
 
         self.auto = auto
@@ -103,6 +105,7 @@ class PulumiRunner:
         self.parallel = parallel
         self.kubeconfigs = dict(kubeconfigs or {})  # Existing cluster -> kubeconfig file (read by the program)
         self.unprotect = unprotect  # destroying a platform stack first lifts its deletion protection
+        self.refresh = refresh  # `up --refresh`: read the clouds' state before updating
         self._stacks: dict[str, object] = {}
         self._lock = threading.Lock()
 
@@ -151,7 +154,7 @@ class PulumiRunner:
 
     # ---- the StackRunner interface ---------------------------------------------------------------
 
-    def run(self, operation: str, spec, on_event: EventSink) -> RunResult:
+    def run(self, operation: Operation, spec: StackSpec, on_event: EventSink) -> RunResult:
         auto = self.auto
 
         def forward(event) -> None:
@@ -173,7 +176,7 @@ class PulumiRunner:
                 result = stack.preview_destroy(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.change_summary))
             if operation == "up":
-                result = stack.up(on_event=forward, parallel=self.parallel, color="never")
+                result = stack.up(on_event=forward, parallel=self.parallel, color="never", refresh=self.refresh or None)
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes), _plain(result.outputs))
             if operation == "destroy":
                 if self.unprotect and spec.kind == "platform":
@@ -200,6 +203,22 @@ class PulumiRunner:
             raise
         except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
             return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+
+    def rename(self, old: StackId, new: StackId, kind_spec: StackSpec | None = None) -> None:
+        """Rename a stack in the backend, and move its workspace folder (its config and encryption salt)."""
+        auto = self.auto
+        spec = kind_spec or StackSpec.for_deletion(old)
+        old_dir, new_dir = self.root / "stacks" / str(old), self.root / "stacks" / str(new)
+        try:
+            stack = auto.select_stack(stack_name=str(old), project_name=project_of(old.kind),
+                                      program=lambda: None, opts=self.workspace_options(spec))
+            stack.rename(str(new))
+        except auto.errors.CommandError as exc:
+            raise AutomationError(f"could not rename stack {old} to {new}: {_first_error(exc)}") from None
+        if old_dir.exists() and not new_dir.exists():
+            old_dir.rename(new_dir)
+        with self._lock:
+            self._stacks.pop(str(old), None)
 
     def cancel(self, stack_name: str) -> None:
         stack = self._stacks.get(stack_name)

@@ -8,16 +8,20 @@ Python that never imports pulumi.automation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
-OPERATIONS = ("preview", "up", "destroy", "refresh")
-EventSink = Callable[[dict], None]  # one engine event, as plain data: {"stack", "type", ...}
+from automation.stacks import StackSpec
+from fleet.stack_id import StackId
+
+Operation = Literal["preview", "preview-destroy", "up", "destroy", "refresh"]
+OPERATIONS: tuple[Operation, ...] = ("preview", "preview-destroy", "up", "destroy", "refresh")
+EventSink = Callable[[dict[str, Any]], None]  # one engine event, as plain data: {"stack", "type", ...}
 
 
 @dataclass
 class RunResult:
     stack: str
-    operation: str
+    operation: Operation
     ok: bool
     changes: dict[str, int] = field(default_factory=dict)  # operation type -> count (create, update, same, ...)
     outputs: dict = field(default_factory=dict)  # plain (non-secret) stack outputs
@@ -37,8 +41,16 @@ class StackBusy(AutomationError):
 
 
 class StackRunner(Protocol):
-    def run(self, operation: str, stack, on_event: EventSink) -> RunResult:
-        """Run `operation` on the stack (a StackSpec); never raises for a failed update, only reports it."""
+    def run(self, operation: Operation, stack: StackSpec, on_event: EventSink) -> RunResult:
+        """Run `operation` on the stack; never raises for a failed update, only reports it.
+
+        A stack to destroy that is no longer desired is `StackSpec.for_deletion(id)`: its program never runs."""
+        ...
 
     def cancel(self, stack_name: str) -> None:
         """Ask a running operation on the stack to stop cleanly (Pulumi cancels at a safe point)."""
+        ...
+
+    def rename(self, old: StackId, new: StackId) -> None:
+        """Rename a stack in the backend (a migration of stack names); raises AutomationError on failure."""
+        ...

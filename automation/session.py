@@ -22,6 +22,12 @@ class Prepared:
     store: StateStore
     problems: list[str]
 
+    def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
+        """Recorded stacks not in the input that `operation` leaves alone without --prune."""
+        if prune or operation not in ("preview", "up"):
+            return []
+        return [c for c in self.changes if c.change == "delete"]
+
 
 def prepare(fleet, root: Path | None = None, control_plane: str | None = None) -> Prepared:
     store = StateStore(root or Path(STATE_DIR))
@@ -30,16 +36,27 @@ def prepare(fleet, root: Path | None = None, control_plane: str | None = None) -
                     desired.problems)
 
 
-def selected(prepared: Prepared, operation: str) -> list[StackChange]:
-    """The stacks an operation touches."""
+def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:
+    """The stacks an operation touches.
+
+    `preview`/`up`: the changed stacks, and those named in `force` even when unchanged. Recorded stacks that are
+    not in the input are destroyed only with `prune`: input that is a subset of the fleet never destroys the rest.
+    """
     if operation in ("preview", "up"):
-        return [c for c in prepared.changes if c.change != "none"]
+        force = force or set()
+        out = []
+        for c in prepared.changes:
+            if c.change == "none" and c.name in force:
+                out.append(StackChange(c.id, "update", c.depends_on))
+            elif c.change in ("create", "update") or (c.change == "delete" and prune):
+                out.append(c)
+        return out
     recorded = set(prepared.store.fingerprints())
     if operation == "refresh":
-        return [StackChange(c.name, c.kind, "update", c.depends_on) for c in prepared.changes
+        return [StackChange(c.id, "update", c.depends_on) for c in prepared.changes
                 if c.name in recorded and c.change != "delete"]
     if operation == "destroy":
-        return [StackChange(c.name, c.kind, "delete") for c in prepared.changes if c.name in recorded]
+        return [StackChange(c.id, "delete") for c in prepared.changes if c.name in recorded]
     raise ValueError(operation)
 
 

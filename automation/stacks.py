@@ -21,50 +21,72 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-
 from functools import cached_property
+from typing import Any, Literal
 
 from components.args import cluster_args, control_plane_cluster, gateway_args
 from fleet.plan import Plan
 from fleet.scheduler import schedule
+from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.render import Rendered, cache_stack, model_stack, render, service_stack
 from workloads.schemas import check
 
-ORDER = {"platform": 0, "gateway": 1, "cache": 2, "model": 3, "service": 4}
-CHANGES = ("create", "update", "delete", "none")
+Change = Literal["create", "update", "delete", "none"]
+CHANGES: tuple[Change, ...] = ("create", "update", "delete", "none")
 
 
 @dataclass
 class StackSpec:
-    name: str
-    kind: str  # platform | gateway | cache | model | service
+    """A desired stack: what its program needs (payload), and the fingerprint of what it would register."""
+
+    id: StackId
     fingerprint: str
-    depends_on: list[str] = field(default_factory=list)
+    depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
     targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
-    payload: dict = field(default_factory=dict, repr=False)  # what the stack's program needs
+    payload: dict[str, Any] = field(default_factory=dict, repr=False)  # what the stack's program needs
+
+    @property
+    def name(self) -> str:
+        return str(self.id)
+
+    @property
+    def kind(self) -> StackKind:
+        return self.id.kind
 
     @property
     def rank(self) -> int:
         return ORDER[self.kind]
 
+    @classmethod
+    def for_deletion(cls, id: StackId) -> StackSpec:
+        """A recorded stack that is no longer desired: enough to select and destroy it (its program never runs)."""
+        return cls(id, "")
+
 
 @dataclass(frozen=True)
 class StackChange:
-    name: str
-    kind: str
-    change: str  # create | update | delete | none
+    id: StackId
+    change: Change
     depends_on: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    @property
+    def name(self) -> str:
+        return str(self.id)
+
+    @property
+    def kind(self) -> StackKind:
+        return self.id.kind
+
+    def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "change": self.change}
 
 
-def fingerprint(value) -> str:
+def fingerprint(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def kind_of(stack: str) -> str:
-    return "gateway" if stack == "gateway" else stack.split("-", 1)[0]
+def kind_of(stack: str) -> StackKind:
+    return StackId.parse(stack).kind
 
 
 def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
@@ -74,22 +96,22 @@ def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None 
     for ic in fleet.of("InferenceCluster"):
         args = cluster_args(fleet, ic.name)
         payload = {"cluster": args.model_dump(), "versions": versions or {}}
-        stacks[f"platform-{ic.name}"] = StackSpec(f"platform-{ic.name}", "platform", fingerprint(payload),
-                                                  targets=[ic.name], payload=payload)
+        platform = StackId.platform(ic.name)
+        stacks[str(platform)] = StackSpec(platform, fingerprint(payload), targets=[ic.name], payload=payload)
     gateway = gateway_args(fleet, host)
     if gateway is not None:
         payload = {"gateway": gateway.model_dump(), "versions": versions or {}, "host": host}
-        stacks["gateway"] = StackSpec("gateway", "gateway", fingerprint(payload),
-                                      depends_on=[f"platform-{host}"] if host else [], targets=["control-plane"],
+        stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(payload),
+                                      depends_on=[str(StackId.platform(host))] if host else [], targets=["control-plane"],
                                       payload=payload)
     for name, targets in rendered.stacks.items():
-        kind = kind_of(name)
-        payload = {"objects": {t: objs for t, objs in sorted(targets.items())}}
+        payload: dict[str, Any] = {"objects": {t: objs for t, objs in sorted(targets.items())}}
         if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it
             payload["host"] = host
         # every target's platform stack runs first; the control plane's is the host's
-        deps = [f"platform-{host if t == 'control-plane' else t}" for t in sorted(targets) if t != "control-plane" or host]
-        stacks[name] = StackSpec(name, kind, fingerprint(payload), deps, sorted(targets), payload)
+        deps = [str(StackId.platform(host if t == "control-plane" else t)) for t in sorted(targets)
+                if t != "control-plane" or host]
+        stacks[name] = StackSpec(StackId.parse(name), fingerprint(payload), deps, sorted(targets), payload)
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
         spec = stacks.get(model_stack(r.namespace, r.deployment))
         if spec is not None:
@@ -154,10 +176,10 @@ def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[Sta
     for spec in sorted(desired.values(), key=lambda s: (s.rank, s.name)):
         before = recorded.get(spec.name)
         change = "create" if before is None else "none" if before == spec.fingerprint else "update"
-        out.append(StackChange(spec.name, spec.kind, change, tuple(spec.depends_on)))
-    gone = [name for name in recorded if name not in desired]
-    for name in sorted(gone, key=lambda n: (-ORDER[kind_of(n)], n)):
-        out.append(StackChange(name, kind_of(name), "delete"))
+        out.append(StackChange(spec.id, change, tuple(spec.depends_on)))
+    gone = [StackId.parse(name) for name in recorded if name not in desired]
+    for id in sorted(gone, key=lambda i: (-i.rank, str(i))):
+        out.append(StackChange(id, "delete"))
     return out
 
 

@@ -72,6 +72,14 @@ class StateStore:
             }
             self._write(state)
 
+    def rename(self, old: str, new: str) -> None:
+        """Move a stack's record to its new name (a migration of stack names)."""
+        with self._mutex:
+            state = self.load()
+            if old in state["stacks"]:
+                state["stacks"][new] = state["stacks"].pop(old)
+                self._write(state)
+
     def forget(self, stack: str) -> None:
         with self._mutex:
             state = self.load()

@@ -33,8 +33,8 @@ def test_plan_against_json_lists_every_stack_and_replica_moves(tmp_path, capsys)
     out = json.loads(capsys.readouterr().out)
     stacks = {s["name"]: s["change"] for s in out["stacks"]}
     assert stacks["platform-byo-eu"] == "delete" and stacks["platform-gke-us-central"] == "none"
-    assert stacks["platform-eks-us-west"] == "update" and stacks["model-ml-team-kimi-k2"] == "none"
-    assert stacks["model-ml-team-qwen3-8b"] == "update" and stacks["model-ml-team-qwen3-coder"] == "update"
+    assert stacks["platform-eks-us-west"] == "update" and stacks["model-ml-team.kimi-k2"] == "none"
+    assert stacks["model-ml-team.qwen3-8b"] == "update" and stacks["model-ml-team.qwen3-coder"] == "update"
     assert set(out) >= {"replicas", "unscheduled", "stacks"}
     moved = out["replicas"]["moved"]
     assert [(m["deployment"], m["cluster"], m["to"]) for m in moved] == [("ml-team/qwen3-coder", "byo-eu", "eks-us-west")]
@@ -60,15 +60,15 @@ def test_markdown_needs_a_base(capsys):
 def test_offline_preview_covers_every_stack(capsys):
     assert main(["preview", "--offline", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
     stacks = {s["name"]: s for s in json.loads(capsys.readouterr().out)["stacks"]}
-    assert {"gateway", "cache-ml-team-qwen3-coder", "model-ml-team-qwen3-8b", "service-ml-team-qwen3-8b"} <= set(stacks)
-    model = stacks["model-ml-team-qwen3-8b"]["resources"]
+    assert {"gateway", "cache-ml-team.qwen3-coder", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b"} <= set(stacks)
+    model = stacks["model-ml-team.qwen3-8b"]["resources"]
     groups = [r for r in model if r["type"] == "kubernetes:yaml/v2:ConfigGroup"]
-    assert sorted(g["name"] for g in groups) == ["model-ml-team-qwen3-8b-eks-us-west", "model-ml-team-qwen3-8b-gke-us-central"]
+    assert sorted(g["name"] for g in groups) == ["model-ml-team.qwen3-8b-eks-us-west", "model-ml-team.qwen3-8b-gke-us-central"]
     deployments = [r for r in model if r["type"] == "kubernetes:apps/v1:Deployment"]
     assert {d["parent"] for d in deployments} == {g["name"] for g in groups}  # per target cluster
     providers = [r for r in model if r["type"] == "pulumi:providers:kubernetes"]
     assert providers and all(p["inputs"]["kubeconfig"] == "[secret]" for p in providers)
-    cache = stacks["cache-ml-team-qwen3-coder"]["resources"]
+    cache = stacks["cache-ml-team.qwen3-coder"]["resources"]
     secret = [r for r in cache if r["type"] == "kubernetes:core/v1:Secret"]
     assert secret and all(s["inputs"]["stringData"] == "[secret]" for s in secret)
 

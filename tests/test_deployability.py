@@ -219,8 +219,8 @@ ROWS = [
     ("pinned", _pinned, lambda: _pinned(region="eu-west-1"), "is for region eu-west-1, not the cluster's us-west-2"),
     ("pinned", _pinned, lambda: _pinned(k8s_cluster=None), "uses no explicit Kubernetes provider"),
     ("quota-before-release", lambda: _quota(True), lambda: _quota(False), "is not created before this release"),
-    ("stack-names", lambda: graph(owners={"model-ml-team-qwen": {"ModelDeployment/ml-team/qwen"}}),
-     lambda: graph(owners={"model-ml-team-qwen": {"ModelDeployment/ml-team/qwen", "ModelDeployment/ml/team-qwen"}}),
+    ("stack-names", lambda: graph(owners={"model-ml-team.qwen": {"ModelDeployment/ml-team/qwen"}}),
+     lambda: graph(owners={"model-ml-team.qwen": {"ModelDeployment/ml-team/qwen", "ModelDeployment/ml/team-qwen"}}),
      "one stack name for 2 objects"),
     ("program", lambda: graph(stack("s", [])), lambda: graph(stack("s", [], error="RunError: boom")), "boom"),
 ]

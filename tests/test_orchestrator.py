@@ -87,14 +87,14 @@ def test_records_only_successes_and_isolates_failures(tmp_path):
     assert status["platform-byo-eu"].status == "failed" and "quota exceeded" in status["platform-byo-eu"].reason
     # byo-eu hosts the gateway and the cache; everything behind them is skipped with the reason
     assert status["gateway"].status == "skipped" and "depends on platform-byo-eu, which failed" in status["gateway"].reason
-    assert status["model-ml-team-qwen3-coder"].status == "skipped"
-    assert status["service-ml-team-qwen3-8b"].status == "skipped"  # behind the gateway
+    assert status["model-ml-team.qwen3-coder"].status == "skipped"
+    assert status["service-ml-team.qwen3-8b"].status == "skipped"  # behind the gateway
     # independent stacks went on
-    assert status["platform-gke-us-central"].status == "succeeded" and status["model-ml-team-qwen3-8b"].status == "succeeded"
+    assert status["platform-gke-us-central"].status == "succeeded" and status["model-ml-team.qwen3-8b"].status == "succeeded"
     recorded = store.fingerprints()
     assert "platform-byo-eu" not in recorded and "gateway" not in recorded
     assert recorded["platform-gke-us-central"] == specs["platform-gke-us-central"].fingerprint
-    expected = {r.name for stack in ("model-ml-team-qwen3-8b", "model-ml-team-kimi-k2")  # the model stacks that applied
+    expected = {r.name for stack in ("model-ml-team.qwen3-8b", "model-ml-team.kimi-k2")  # the model stacks that applied
                 for r in specs[stack].payload["placements_recorded"]}
     assert {p.name for p in store.placements()} == expected
 
@@ -104,9 +104,9 @@ def test_rerun_converges_after_a_failure(tmp_path):
     store = StateStore(tmp_path)
     Orchestrator(FakeRunner(fail={"platform-byo-eu"}), store, lambda e: None).execute("up", changes(specs, {}), specs)
     pending = [c for c in changes(specs, store.fingerprints()) if c.change != "none"]
-    assert {c.name for c in pending} == {"platform-byo-eu", "gateway", "cache-ml-team-qwen3-coder",
-                                          "model-ml-team-qwen3-coder", "service-ml-team-kimi-k2",
-                                          "service-ml-team-qwen3-8b", "service-ml-team-qwen3-coder"}
+    assert {c.name for c in pending} == {"platform-byo-eu", "gateway", "cache-ml-team.qwen3-coder",
+                                          "model-ml-team.qwen3-coder", "service-ml-team.kimi-k2",
+                                          "service-ml-team.qwen3-8b", "service-ml-team.qwen3-coder"}
     second = FakeRunner()
     assert Orchestrator(second, store, lambda e: None).execute("up", pending, specs).ok
     assert {name for _, name in second.calls} == {c.name for c in pending}  # only what had not applied
@@ -118,12 +118,12 @@ def test_destroy_forgets_only_what_was_destroyed(tmp_path):
     store = StateStore(tmp_path)
     Orchestrator(FakeRunner(), store, lambda e: None).execute("up", changes(specs, {}), specs)
     deletes = changes({}, store.fingerprints())
-    runner = FakeRunner(fail={"model-ml-team-kimi-k2"})
+    runner = FakeRunner(fail={"model-ml-team.kimi-k2"})
     report = Orchestrator(runner, store, lambda e: None).execute("destroy", deletes, {})
     order = [name for _, name in runner.calls]
-    assert order.index("service-ml-team-kimi-k2") < order.index("model-ml-team-kimi-k2") < order.index("platform-eks-us-west")
+    assert order.index("service-ml-team.kimi-k2") < order.index("model-ml-team.kimi-k2") < order.index("platform-eks-us-west")
     assert all(op == "destroy" for op, _ in runner.calls)
-    assert set(store.fingerprints()) == {"model-ml-team-kimi-k2"}  # the one that failed stays recorded
+    assert set(store.fingerprints()) == {"model-ml-team.kimi-k2"}  # the one that failed stays recorded
     assert not report.ok
 
 

@@ -192,7 +192,7 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         client.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 2),)))
         assert client.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).status_code == 201
         queued = {r["stack"]: r["status"] for r in client.get("/runs").json()["items"]}
-        assert queued.get("model-team-a-qwen") == "queued"
+        assert queued.get("model-team-a.qwen") == "queued"
     finally:
         os.kill(slow.pid, signal.SIGKILL)  # no shutdown, no flush: a crash
         slow.wait(10)
@@ -207,7 +207,7 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         assert client.get(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 200  # the accepted write survived
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            run = next(r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a-qwen")
+            run = next(r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a.qwen")
             if run["status"] in ("succeeded", "failed"):
                 break
             time.sleep(0.3)

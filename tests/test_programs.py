@@ -30,10 +30,10 @@ def _run(spec, fleet, organization="organization", config=None, secrets=None):
 
 def test_stack_references_name_the_backends_organization(examples):
     fleet, specs = examples
-    resources = _run(specs["model-ml-team-qwen3-8b"], fleet, organization="acme")
+    resources = _run(specs["model-ml-team.qwen3-8b"], fleet, organization="acme")
     references = sorted(unwrap(r.inputs)["name"] for r in resources if r.type == "pulumi:pulumi:StackReference")
     assert references == ["acme/modelplane-platform/platform-eks-us-west", "acme/modelplane-platform/platform-gke-us-central"]
-    diy = _run(specs["model-ml-team-qwen3-8b"], fleet)  # DIY backends: the literal `organization`
+    diy = _run(specs["model-ml-team.qwen3-8b"], fleet)  # DIY backends: the literal `organization`
     assert all(unwrap(r.inputs)["name"].startswith("organization/") for r in diy if r.type == "pulumi:pulumi:StackReference")
 
 
@@ -51,7 +51,7 @@ def test_first_preview_of_a_fresh_fleet_needs_no_platform_outputs(examples, monk
     monkeypatch.setattr(offline.Recorder, "new_resource", no_outputs)
     from automation.offline_preview import preview_stack
 
-    for name in ("gateway", "model-ml-team-qwen3-8b", "service-ml-team-qwen3-8b", "cache-ml-team-qwen3-coder"):
+    for name in ("gateway", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b", "cache-ml-team.qwen3-coder"):
         preview = preview_stack(specs[name], fleet)
         assert preview.error is None and preview.resources, (name, preview.error)
 

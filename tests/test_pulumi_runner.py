@@ -65,7 +65,7 @@ def test_workspace_project_and_backend(tmp_path, specs, monkeypatch):
     assert options.project_settings.backend.url == f"file://{(tmp_path / 'backend').resolve()}"
     assert options.secrets_provider == "passphrase"
     assert options.env_vars["PULUMI_CONFIG_PASSPHRASE"] == "correct horse"
-    assert runner.workspace_options(desired["model-ml-team-qwen3-8b"]).project_settings.name == "modelplane-workloads"
+    assert runner.workspace_options(desired["model-ml-team.qwen3-8b"]).project_settings.name == "modelplane-workloads"
     assert PulumiRunner(tmp_path, fleet, backend="s3://bucket/fleet", pulumi_command=FakeCommand()).workspace_options(
         desired["gateway"]).project_settings.backend.url == "s3://bucket/fleet"
 
@@ -83,7 +83,7 @@ def test_stack_selection_and_config(tmp_path, specs, monkeypatch):
     config = next(a for a in argv if a[:2] == ["config", "set-all"])
     assert "modelplane:cluster=platform-eks-us-west".replace("platform-", "") in config
     assert "modelplane:gateway=false" in config
-    runner.stack(desired["cache-ml-team-qwen3-coder"])
+    runner.stack(desired["cache-ml-team.qwen3-coder"])
     config = [a for a in (c[0] for c in command.calls) if a[:2] == ["config", "set-all"]][-1]
     secret_at = config.index("--secret")
     assert config[secret_at + 1] == "modelplane:secret-modelcache-ml-team-qwen3-coder-auth-a73ec-hf_token=hf_abc"

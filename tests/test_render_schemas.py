@@ -88,11 +88,11 @@ def test_render_cli_writes_stacks_and_targets(tmp_path, capsys):
     stdout, err = capsys.readouterr()
     assert code == 0, err
     stacks = sorted(p.name for p in out.iterdir() if p.is_dir())
-    assert stacks == ["cache-ml-team-qwen3-coder", "model-ml-team-kimi-k2", "model-ml-team-qwen3-8b",
-                      "model-ml-team-qwen3-coder", "service-ml-team-kimi-k2", "service-ml-team-qwen3-8b",
-                      "service-ml-team-qwen3-coder"]
-    assert sorted(p.name for p in (out / "model-ml-team-qwen3-8b").iterdir()) == ["eks-us-west", "gke-us-central"]
-    assert (out / "service-ml-team-qwen3-8b" / "control-plane").is_dir()
+    assert stacks == ["cache-ml-team.qwen3-coder", "model-ml-team.kimi-k2", "model-ml-team.qwen3-8b",
+                      "model-ml-team.qwen3-coder", "service-ml-team.kimi-k2", "service-ml-team.qwen3-8b",
+                      "service-ml-team.qwen3-coder"]
+    assert sorted(p.name for p in (out / "model-ml-team.qwen3-8b").iterdir()) == ["eks-us-west", "gke-us-central"]
+    assert (out / "service-ml-team.qwen3-8b" / "control-plane").is_dir()
     files = list(out.rglob("*.yaml"))
     assert len(files) == int(stdout.split()[1])
     for f in files:
@@ -100,9 +100,9 @@ def test_render_cli_writes_stacks_and_targets(tmp_path, capsys):
         assert f.name == f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         assert "&id" not in f.read_text()
     # rendering again replaces the folder as a whole
-    (out / "model-ml-team-qwen3-8b" / "stale.yaml").write_text("x: 1\n")
+    (out / "model-ml-team.qwen3-8b" / "stale.yaml").write_text("x: 1\n")
     assert main(["render", "-f", str(ROOT / "examples"), "--out", str(out)]) == 0
-    assert not (out / "model-ml-team-qwen3-8b" / "stale.yaml").exists()
+    assert not (out / "model-ml-team.qwen3-8b" / "stale.yaml").exists()
 
 
 def test_render_refuses_invalid_objects_and_writes_nothing(tmp_path, capsys, monkeypatch):

@@ -9,6 +9,7 @@ import yaml
 from automation.compare import compare
 from automation.stacks import StackChange, changes, desired_stacks, waves
 from fleet.scheduler import schedule
+from fleet.stack_id import StackId
 from tests.manifests import run
 from workloads.render import render
 
@@ -59,11 +60,11 @@ def nothing(docs):
 # (edit, {stack: change} for every stack that changes)
 ROWS = [
     ("no change", nothing, {}),
-    ("edit one deployment's image", edit_image, {"model-ml-team-kimi-k2": "update"}),
-    ("add a replica", add_replica, {"model-ml-team-qwen3-8b": "update", "service-ml-team-qwen3-8b": "update"}),
-    ("add a cluster", add_cluster, {"platform-gke-eu-west": "create", "cache-ml-team-qwen3-coder": "update"}),
-    ("remove a service", remove_service, {"service-ml-team-kimi-k2": "delete"}),
-    ("add a deployment", add_deployment, {"model-ml-team-qwen3-8b-canary": "create"}),
+    ("edit one deployment's image", edit_image, {"model-ml-team.kimi-k2": "update"}),
+    ("add a replica", add_replica, {"model-ml-team.qwen3-8b": "update", "service-ml-team.qwen3-8b": "update"}),
+    ("add a cluster", add_cluster, {"platform-gke-eu-west": "create", "cache-ml-team.qwen3-coder": "update"}),
+    ("remove a service", remove_service, {"service-ml-team.kimi-k2": "delete"}),
+    ("add a deployment", add_deployment, {"model-ml-team.qwen3-8b-canary": "create"}),
     ("bump the fleet gateway", retag_gateway, {"gateway": "update"}),
 ]
 
@@ -82,23 +83,23 @@ def test_change_kinds_against_recorded_fingerprints():
     plan = schedule(loaded.fleet)
     desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
     recorded = {name: spec.fingerprint for name, spec in desired.items()}
-    recorded["model-ml-team-qwen3-8b"] = "stale"
-    recorded["model-ml-team-old"] = "abc"
+    recorded["model-ml-team.qwen3-8b"] = "stale"
+    recorded["model-ml-team.old"] = "abc"
     del recorded["gateway"]
     kinds = {c.name: c.change for c in changes(desired, recorded)}
-    assert kinds["model-ml-team-qwen3-8b"] == "update" and kinds["gateway"] == "create"
-    assert kinds["model-ml-team-old"] == "delete" and kinds["platform-byo-eu"] == "none"
+    assert kinds["model-ml-team.qwen3-8b"] == "update" and kinds["gateway"] == "create"
+    assert kinds["model-ml-team.old"] == "delete" and kinds["platform-byo-eu"] == "none"
 
 
 def test_dependencies_and_waves():
     loaded = run(*EXAMPLES)
     plan = schedule(loaded.fleet)
     desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
-    assert desired["model-ml-team-qwen3-coder"].depends_on == ["cache-ml-team-qwen3-coder", "platform-byo-eu"]
+    assert desired["model-ml-team.qwen3-coder"].depends_on == ["cache-ml-team.qwen3-coder", "platform-byo-eu"]
     # services land on the control plane: the host's platform stack (its CRDs), the gateway (its namespaces), their models
-    assert desired["service-ml-team-qwen3-8b"].depends_on == [
-        "gateway", "model-ml-team-qwen3-8b", "platform-byo-eu"]
-    assert set(desired["cache-ml-team-qwen3-coder"].depends_on) == {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}
+    assert desired["service-ml-team.qwen3-8b"].depends_on == [
+        "gateway", "model-ml-team.qwen3-8b", "platform-byo-eu"]
+    assert set(desired["cache-ml-team.qwen3-coder"].depends_on) == {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}
     groups = [[c.name for c in wave] for wave in waves(changes(desired, {}))]
     position = {name: i for i, wave in enumerate(groups) for name in wave}
     for spec in desired.values():
@@ -109,12 +110,12 @@ def test_dependencies_and_waves():
 
 
 def test_deletes_run_last_and_dependents_first():
-    items = [StackChange("platform-a", "platform", "delete"), StackChange("model-x-y", "model", "delete"),
-             StackChange("service-x-s", "service", "delete"), StackChange("model-x-z", "model", "update", ("platform-b",)),
-             StackChange("platform-b", "platform", "create")]
+    P, M, S = StackId.platform, StackId.model, StackId.service
+    items = [StackChange(P("a"), "delete"), StackChange(M("x", "y"), "delete"), StackChange(S("x", "s"), "delete"),
+             StackChange(M("x", "z"), "update", ("platform-b",)), StackChange(P("b"), "create")]
     assert [[c.name for c in w] for w in waves(items)] == [
-        ["platform-b"], ["model-x-z"], ["service-x-s"], ["model-x-y"], ["platform-a"]]
+        ["platform-b"], ["model-x.z"], ["service-x.s"], ["model-x.y"], ["platform-a"]]
 
 
 def test_none_changes_do_not_run():
-    assert waves([StackChange("platform-a", "platform", "none")]) == []
+    assert waves([StackChange(StackId.platform("a"), "none")]) == []

@@ -25,7 +25,7 @@ def test_native_deployment_exact():
     replica = replica_name("qwen", "a", 0)
     workload = child_name(replica, "vllm")
     labels = LABELS("qwen", "a")
-    deployment_obj = [d for d in find(result, "Deployment", stack="model-ml-team-qwen") if d["metadata"]["name"] == workload][0]
+    deployment_obj = [d for d in find(result, "Deployment", stack="model-ml-team.qwen") if d["metadata"]["name"] == workload][0]
     assert deployment_obj == {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": workload, "namespace": "default", "labels": labels,
@@ -144,7 +144,7 @@ def test_dynamo_graph_exact():
     assert main["name"] == "main" and main["resources"] == {"claims": [{"name": "devices"}]}
     assert worker["podTemplate"]["spec"]["nodeSelector"] == {"modelplane.ai/pool": "h"}
     assert not find(result, "LeaderWorkerSet") and not find(result, "InferencePool")
-    route = one(result, "HTTPRoute", stack="model-ml-team-dyn")
+    route = one(result, "HTTPRoute", stack="model-ml-team.dyn")
     assert route["spec"]["rules"][0]["backendRefs"] == [{"name": f"{replica}-frontend", "port": 8000}]
 
 
@@ -162,7 +162,7 @@ def test_workload_route_and_pool_exact():
     _, result = rendered(L4, cluster("a"), deployment("qwen"))
     replica = replica_name("qwen", "a", 0)
     labels = LABELS("qwen", "a")
-    assert one(result, "HTTPRoute", stack="model-ml-team-qwen") == {
+    assert one(result, "HTTPRoute", stack="model-ml-team.qwen") == {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": replica, "namespace": "default", "labels": labels},
         "spec": {"parentRefs": [{"name": "inference-gateway", "namespace": "modelplane-system"}], "rules": [{
@@ -214,7 +214,7 @@ def test_service_route_with_replicas_and_external_https():
     observed = {"gateway": {"address": "34.1.2.3"}, "conditions": [{"type": "Ready", "status": "True"}]}
     _, result = rendered(L4, cluster("a", status=observed), cluster("b", pools=(("gpu", "l4", 1),)),
                          deployment("qwen", replicas=2), svc, ext)
-    route = one(result, "HTTPRoute", stack="service-ml-team-qwen")
+    route = one(result, "HTTPRoute", stack="service-ml-team.qwen")
     assert route["spec"]["parentRefs"] == [{"name": "modelplane", "namespace": "modelplane-system"}]
     assert route["spec"]["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/ml-team/qwen/"}}]
     refs = {r["name"]: r for r in route["spec"]["rules"][0]["backendRefs"]}
@@ -234,7 +234,7 @@ def test_service_route_with_replicas_and_external_https():
     tls = one(result, "BackendTLSPolicy")
     assert tls["spec"] == {"targetRefs": [{"group": "", "kind": "Service", "name": "ep-together"}],
                            "validation": {"hostname": "api.together.xyz", "wellKnownCACertificates": "System"}}
-    assert result.addresses["service-ml-team-qwen"] == "http://fleet-gateway.pending.modelplane.invalid/ml-team/qwen"
+    assert result.addresses["service-ml-team.qwen"] == "http://fleet-gateway.pending.modelplane.invalid/ml-team/qwen"
 
 
 def test_endpoints_only_for_ready_replicas_on_clusters_with_a_gateway():
@@ -252,8 +252,8 @@ def test_endpoints_only_for_ready_replicas_on_clusters_with_a_gateway():
         "status": {"conditions": [{"type": "ModelReady", "status": "False", "reason": "ModelStarting"}]},
     }
     _, not_ready = rendered(L4, cluster("a"), deployment("qwen"), service("qwen"), replica_manifest)
-    assert find(not_ready, "Deployment", stack="model-ml-team-qwen")  # the workload is still there
-    route = one(not_ready, "HTTPRoute", stack="service-ml-team-qwen")
+    assert find(not_ready, "Deployment", stack="model-ml-team.qwen")  # the workload is still there
+    route = one(not_ready, "HTTPRoute", stack="service-ml-team.qwen")
     assert "backendRefs" not in route["spec"]["rules"][0] and not find(not_ready, "EndpointSlice")
     _, degraded = rendered(L4, cluster("a", status=no_gateway), deployment("qwen"), service("qwen"), replica_manifest)
     assert not find(degraded, "EndpointSlice")
@@ -270,7 +270,7 @@ def test_cache_objects_exact():
     hf_cache = cache()
     hf_cache["spec"]["huggingFace"].update(revision="abc123", authSecret={"name": "hf-token"})
     _, result = rendered(L4, cluster("a", cache_class="cephfs"), cluster("b", cache_class=None), hf_cache, md)
-    assert {t for s, t, _ in result.objects() if s == "cache-ml-team-weights"} == {"a"}
+    assert {t for s, t, _ in result.objects() if s == "cache-ml-team.weights"} == {"a"}
     pvc = one(result, "PersistentVolumeClaim")
     assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "cephfs",
                            "resources": {"requests": {"storage": "20Gi"}}}
@@ -340,4 +340,4 @@ def test_gateway_address_from_observed_inference_gateway():
     gw = gateway()
     gw["status"] = {"address": "203.0.113.7"}
     _, result = rendered(L4, cluster("a"), deployment("qwen"), service("qwen"), gw)
-    assert result.addresses["service-ml-team-qwen"] == "http://203.0.113.7/ml-team/qwen"
+    assert result.addresses["service-ml-team.qwen"] == "http://203.0.113.7/ml-team/qwen"

@@ -1,9 +1,9 @@
 """Everything each stack would create, as plain Kubernetes objects per target.
 
-Stacks (named as in docs/DESIGN.md):
-  model-<ns>-<deployment>   per placed replica, on its cluster: workloads, claims, routing, autoscaling
-  service-<ns>-<name>       on the control plane: backends and the route of a ModelService
-  cache-<ns>-<name>         per cluster the cache stages to: volume, hydration job, token Secret
+Stacks (named by fleet/stack_id.py):
+  model-<ns>.<deployment>   per placed replica, on its cluster: workloads, claims, routing, autoscaling
+  service-<ns>.<name>       on the control plane: backends and the route of a ModelService
+  cache-<ns>.<name>         per cluster the cache stages to: volume, hydration job, token Secret
 
 A target is a workload cluster's name or `control-plane`. Health: a replica gets an
 endpoint only when it is ready and its cluster has a gateway address. Rendering shows the
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from fleet.inventory import build_clusters
 from fleet.plan import Plan
 from fleet.problems import Problem
+from fleet.stack_id import StackId
 from workloads import autoscaling, dynamo, llmd, native, routing
 from workloads.cache import cache_objects
 from workloads.context import ReplicaContext, replica_context
@@ -28,15 +29,15 @@ CONTROL_PLANE = "control-plane"
 
 
 def model_stack(namespace: str, name: str) -> str:
-    return f"model-{namespace}-{name}"
+    return str(StackId.model(namespace, name))
 
 
 def service_stack(namespace: str, name: str) -> str:
-    return f"service-{namespace}-{name}"
+    return str(StackId.service(namespace, name))
 
 
 def cache_stack(namespace: str, name: str) -> str:
-    return f"cache-{namespace}-{name}"
+    return str(StackId.cache(namespace, name))
 
 
 @dataclass

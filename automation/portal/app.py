@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from automation.portal.auth import Principal, Tokens
 from automation.portal.service import MAX_BODY, PLURALS, ApiError, object_status, parse_body, replan
 from automation.portal.store import Store
+from fleet.stack_id import StackId, StackIdError
 
 API = "/apis/modelplane.ai/v1alpha1"
 COOKIE = "modelplane_token"
@@ -177,8 +178,11 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     def visible_stack(who: Principal, stack: str) -> bool:
         if who.admin:
             return True
-        parts = stack.split("-", 2)
-        return parts[0] in ("model", "service", "cache") and len(parts) > 1 and who.can_see(parts[1])
+        try:
+            id = StackId.parse(stack)
+        except StackIdError:
+            return False
+        return id.namespace is not None and who.can_see(id.namespace)  # legacy names: admins only
 
     @app.get("/plan")
     def get_plan(request: Request):

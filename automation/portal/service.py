@@ -15,6 +15,7 @@ from automation.state import replica_from_dict
 from fleet.api import KINDS
 from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
+from fleet.stack_id import StackId
 from fleet.validate import Fleet, validate_document
 
 MAX_BODY = 1024 * 1024
@@ -123,20 +124,20 @@ def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, di
         key = f"{ns}/{name}"
         replicas = [r for r in plan.get("replicas", []) if r["deployment"] == key]
         missing = next((u for u in plan.get("unscheduled", []) if u["deployment"] == key), None)
-        stack = f"model-{ns}-{name}"
+        stack = str(StackId.model(ns, name))
         return {"replicas": {"desired": body["spec"]["replicas"], "placed": len(replicas)},
                 "placement": [{**{k: r[k] for k in ("name", "cluster", "index", "engines")},
                                "endpoint": _endpoint(ns, r, cluster_gateways or {})} for r in replicas],
                 "unscheduled": {"missing": missing["missing"], "reasons": missing["reasons"]} if missing else None,
                 "stack": _stack_state(stack, runs_by_stack)}
     if kind == "ModelService":
-        stack = f"service-{ns}-{name}"
+        stack = str(StackId.service(ns, name))
         address = f"http://{gateway or 'fleet-gateway.pending.modelplane.invalid'}/{ns}/{name}"
         return {"address": address, "stack": _stack_state(stack, runs_by_stack)}
     if kind == "ModelCache":
-        return {"stack": _stack_state(f"cache-{ns}-{name}", runs_by_stack)}
+        return {"stack": _stack_state(str(StackId.cache(ns, name)), runs_by_stack)}
     if kind == "InferenceCluster":
-        return {"stack": _stack_state(f"platform-{name}", runs_by_stack)}
+        return {"stack": _stack_state(str(StackId.platform(name)), runs_by_stack)}
     return {}
 
 

@@ -22,7 +22,8 @@ from sqlalchemy import select
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, runs
 from automation.runner import AutomationError
-from automation.stacks import StackChange, desired_state, kind_of
+from automation.stacks import StackSpec, desired_state
+from fleet.stack_id import StackId
 from automation.state import replica_from_dict
 
 
@@ -75,9 +76,9 @@ class Worker(threading.Thread):
                 else:
                     applied[run["stack"]] = fingerprint
                 self.store.set_state(conn, "applied", json.dumps(applied))
-                if run["stack"].startswith("platform-"):  # the cluster's gateway: replica endpoints become real
+                cluster = StackId.parse(run["stack"]).cluster
+                if cluster is not None:  # a platform stack: its gateway makes replica endpoints real
                     gateways = json.loads(self.store.get_state(conn, "clusterGateways") or "{}")
-                    cluster = run["stack"].removeprefix("platform-")
                     address = (outputs or {}).get("gatewayAddress")
                     if run["operation"] == "destroy" or not address:
                         gateways.pop(cluster, None)
@@ -93,7 +94,7 @@ class Worker(threading.Thread):
             reserved = [replica_from_dict(p) for p in json.loads(self.store.get_state(conn, "placements") or "[]")]
         spec = desired_state(fleet, reserved).specs.get(run["stack"])
         operation = run["operation"]
-        target = spec if spec is not None and operation == "up" else StackChange(run["stack"], kind_of(run["stack"]), "delete")
+        target = spec if spec is not None and operation == "up" else StackSpec.for_deletion(StackId.parse(run["stack"]))
         pending: list[str] = []
         last_flush = time.monotonic()
 

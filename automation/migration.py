@@ -1,0 +1,65 @@
+"""Recorded stacks under the first, ambiguous stack names move to their one-to-one names.
+
+The first encoding named a stack `<kind>-<namespace>-<name>`; fleet/stack_id.py now names it
+`<kind>-<namespace>.<name>`. A recorded legacy name is resolved to the object it held by the
+objects of the fleet (the legacy name each would have had) or, for a model stack, by its own
+recorded placements (namespace and deployment). Each resolved stack is renamed in the Pulumi
+backend first (so its resources keep their one owner), then in the recorded state. A name that
+cannot be resolved (its object is gone and nothing recorded says which it was) stays as it is:
+it still parses, as a legacy id, and is destroyed under that name when it is pruned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from automation.state import StateStore
+from fleet.stack_id import StackId
+
+
+@dataclass(frozen=True)
+class Renamed:
+    old: StackId
+    new: StackId
+
+
+def legacy_names(fleet) -> dict[str, StackId]:
+    """legacy stack name -> the new id, for every workload object of the fleet."""
+    out: dict[str, StackId] = {}
+    for kind, make in (("ModelDeployment", StackId.model), ("ModelService", StackId.service), ("ModelCache", StackId.cache)):
+        for obj in fleet.of(kind):
+            new = make(obj.namespace, obj.name)
+            legacy = new.legacy_name()
+            if legacy is not None:
+                out.setdefault(legacy, new)
+    return out
+
+
+def plan_renames(store: StateStore, fleet) -> list[Renamed]:
+    """Which recorded stacks are legacy, and what each becomes (unresolvable ones are left out)."""
+    known = legacy_names(fleet)
+    out = []
+    for name, record in sorted(store.load()["stacks"].items()):
+        old = StackId.parse(name)
+        if old.legacy is None:
+            continue
+        new = known.get(name)
+        placements = record.get("placements") or []
+        if new is None and old.kind == "model" and placements:
+            first = placements[0]
+            candidate = StackId.model(first["namespace"], first["deployment"])
+            new = candidate if candidate.legacy_name() == name else None
+        if new is not None:
+            out.append(Renamed(old, new))
+    return out
+
+
+def migrate(store: StateStore, fleet, rename_backend: Callable[[StackId, StackId], None]) -> list[Renamed]:
+    """Rename every resolvable legacy stack, in the backend then in the state; returns what was renamed."""
+    done = []
+    for item in plan_renames(store, fleet):
+        rename_backend(item.old, item.new)
+        store.rename(str(item.old), str(item.new))
+        done.append(item)
+    return done

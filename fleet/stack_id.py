@@ -1,0 +1,105 @@
+"""The identity of a stack: what it stands for, rendered as a Pulumi stack name and parsed back.
+
+  platform-<cluster>          StackId("platform", name=cluster)
+  gateway                     StackId("gateway")
+  model-<namespace>.<name>    StackId("model", namespace, name)   (a ModelDeployment)
+  service-<namespace>.<name>  StackId("service", namespace, name) (a ModelService)
+  cache-<namespace>.<name>    StackId("cache", namespace, name)   (a ModelCache)
+
+One-to-one: a namespace is a DNS label, which has no `.`, so the first `.` after the kind
+separates namespace from name; `ml-team/qwen` is `model-ml-team.qwen` and `ml/team-qwen` is
+`model-ml.team-qwen`. (The first encoding, `model-<ns>-<name>`, gave both the same stack.)
+Names in that first encoding parse as *legacy* ids, which render back unchanged, so stacks
+recorded under them can still be found, renamed (automation/migration.py) or destroyed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, cast
+
+StackKind = Literal["platform", "gateway", "cache", "model", "service"]
+KINDS: tuple[StackKind, ...] = ("platform", "gateway", "cache", "model", "service")
+NAMESPACED: tuple[StackKind, ...] = ("cache", "model", "service")
+ORDER: dict[StackKind, int] = {"platform": 0, "gateway": 1, "cache": 2, "model": 3, "service": 4}
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Pulumi stack names: letters, digits, '-', '_', '.'; at most 100 characters.
+MAX_LENGTH = 100
+
+
+class StackIdError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, order=True)
+class StackId:
+    kind: StackKind
+    namespace: str | None = None
+    name: str | None = None  # the object's name, or the cluster of a platform stack
+    legacy: str | None = None  # a name in the first, ambiguous encoding, kept as written
+
+    @classmethod
+    def platform(cls, cluster: str) -> StackId:
+        return cls("platform", None, cluster)
+
+    @classmethod
+    def gateway(cls) -> StackId:
+        return cls("gateway")
+
+    @classmethod
+    def model(cls, namespace: str, name: str) -> StackId:
+        return cls("model", namespace, name)
+
+    @classmethod
+    def service(cls, namespace: str, name: str) -> StackId:
+        return cls("service", namespace, name)
+
+    @classmethod
+    def cache(cls, namespace: str, name: str) -> StackId:
+        return cls("cache", namespace, name)
+
+    @property
+    def cluster(self) -> str | None:
+        return self.name if self.kind == "platform" else None
+
+    @property
+    def rank(self) -> int:
+        return ORDER[self.kind]
+
+    def __str__(self) -> str:
+        if self.legacy is not None:
+            return self.legacy
+        if self.kind == "gateway":
+            return "gateway"
+        if self.kind == "platform":
+            return f"platform-{self.name}"
+        return f"{self.kind}-{self.namespace}.{self.name}"
+
+    @property
+    def stack_name(self) -> str:
+        return str(self)
+
+    def legacy_name(self) -> str | None:
+        """The name this stack had in the first encoding (None for platform and gateway stacks: unchanged)."""
+        return f"{self.kind}-{self.namespace}-{self.name}" if self.kind in NAMESPACED else None
+
+    @classmethod
+    def parse(cls, text: str) -> StackId:
+        if text == "gateway":
+            return cls.gateway()
+        kind, sep, rest = text.partition("-")
+        if not sep or not rest or kind not in KINDS or kind == "gateway":
+            raise StackIdError(f"{text!r} is not a modelplane stack name")
+        typed = cast(StackKind, kind)
+        if typed == "platform":
+            return cls.platform(rest)
+        namespace, dot, name = rest.partition(".")
+        if dot and _LABEL.match(namespace) and name:
+            return cls(typed, namespace, name)
+        if not dot or not _LABEL.match(namespace):  # the first encoding: <kind>-<ns>-<name>, ambiguous
+            return cls(typed, legacy=text)
+        raise StackIdError(f"{text!r} is not a modelplane stack name")
+
+    def too_long(self) -> bool:
+        return len(str(self)) > MAX_LENGTH
