@@ -25,6 +25,7 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The portal's browser and PostgreSQL tests need Debian's chromium, chromium-driver and postgresql;

@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import click
 import yaml
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet  # the automation layer is imported only by the commands that run stacks
+    from automation.runner import Operation
 
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import schedule
@@ -98,6 +103,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     elif output == "markdown":
         from automation.compare import markdown
 
+        assert comparison is not None  # -o markdown without --against was refused above
         click.echo(markdown(comparison), nl=False)
     else:
         plan_table(result, explain, stream=sys.stdout)
@@ -174,7 +180,7 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _apply(operation: str, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
+def _apply(operation: Operation, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
            kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
            destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False) -> None:
     from pathlib import Path
@@ -322,7 +328,7 @@ def preview(paths, output, backend, parallel, control_plane, kubeconfig, offline
         click.echo(f"deployability check: {len(stacks)} stack(s), 0 violations")
 
 
-def _control_plane(fleet, chosen: str | None) -> str | None:
+def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
     """The cluster hosting the fleet gateway, or exit 2 naming why the chosen one cannot."""
     from components.args import control_plane_cluster
 

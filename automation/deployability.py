@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TYPE_CHECKING
 
 from automation.offline import Registered, unwrap
 from automation.offline_preview import StackPreview
 from components.versions import Chart, by_release_name
 from fleet.stack_id import StackId
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 BUILT_IN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
@@ -370,7 +373,8 @@ def _is_default(node: Node) -> bool:
 
 def inference_routing(graph: Graph) -> Iterable[Violation]:
     """An HTTPRoute that sends traffic to an InferencePool lands on a Gateway whose controller can serve it."""
-    by_key = {(n.cluster, n.kind, n.namespace, n.name): n for n in graph.objects}
+    by_key: dict[tuple[str | None, str, str | None, str | None], Node] = {
+        (n.cluster, n.kind, n.namespace, n.name): n for n in graph.objects}
     for route in graph.objects:
         if route.kind != "HTTPRoute":
             continue
@@ -403,7 +407,7 @@ def _inference_controller_problem(graph: Graph, cluster: str | None, controller:
         return None
     if controller != ENVOY_CONTROLLER:
         return f"its controller {controller} cannot route to InferencePools"
-    releases = {(graph.chart(r).key if graph.chart(r) else None): r for r in graph.on(cluster, graph.releases)}
+    releases = {chart.key: r for r in graph.on(cluster, graph.releases) if (chart := graph.chart(r)) is not None}
     if "ai-gateway" not in releases:
         return f"Envoy Gateway serves InferencePools only with the Envoy AI Gateway controller, not installed on {cluster}"
     envoy = releases.get("envoy-gateway")
@@ -494,7 +498,7 @@ def check(graph: Graph, rules: Iterable[str] | None = None) -> list[Violation]:
 # ---- from a fleet ------------------------------------------------------------------------------------
 
 
-def cluster_facts(fleet) -> dict[str, ClusterFacts]:
+def cluster_facts(fleet: Fleet) -> dict[str, ClusterFacts]:
     from components.args import cluster_args
 
     out = {}
@@ -505,7 +509,7 @@ def cluster_facts(fleet) -> dict[str, ClusterFacts]:
     return out
 
 
-def stack_owners(fleet) -> dict[str, set[str]]:
+def stack_owners(fleet: Fleet) -> dict[str, set[str]]:
     """The stack each workload object's stack name maps to (a collision means two objects share a stack)."""
     from workloads.render import cache_stack, model_stack, service_stack
 
@@ -518,5 +522,5 @@ def stack_owners(fleet) -> dict[str, set[str]]:
     return owners
 
 
-def check_fleet(fleet, previews: list[StackPreview]) -> list[Violation]:
+def check_fleet(fleet: Fleet, previews: list[StackPreview]) -> list[Violation]:
     return check(Graph(previews, cluster_facts(fleet), stack_owners(fleet)))

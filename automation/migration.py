@@ -12,10 +12,13 @@ it still parses, as a legacy id, and is destroyed under that name when it is pru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from automation.state import StateStore
 from fleet.stack_id import StackId
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class Renamed:
     new: StackId
 
 
-def legacy_names(fleet) -> dict[str, StackId]:
+def legacy_names(fleet: Fleet) -> dict[str, StackId]:
     """legacy stack name -> the new id, for every workload object of the fleet."""
     out: dict[str, StackId] = {}
     for kind, make in (("ModelDeployment", StackId.model), ("ModelService", StackId.service), ("ModelCache", StackId.cache)):

@@ -114,12 +114,13 @@ class RecordingMonitor(MockMonitor):
 
     def __init__(self, mocks: Recorder):
         super().__init__(mocks)
+        self.recorder = mocks
         self.registered: list[Registered] = []
         self._names: dict[str, str] = {}
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
-        args = self.mocks.take_last()
+        args = self.recorder.take_last()
         if request.type != "pulumi:pulumi:Stack":
             self._names[response.urn] = request.name
             parent = self._names.get(request.parent) if request.parent else None
@@ -144,7 +145,7 @@ class RecordingMonitor(MockMonitor):
 
     def ReadResource(self, request):
         response = super().ReadResource(request)
-        args = self.mocks.take_last()
+        args = self.recorder.take_last()
         if request.type == "pulumi:pulumi:StackReference" and args is not None:  # what a program reads from others
             self._names[response.urn] = request.name
             self.registered.append(Registered(response.urn, request.type, request.name, None, True, dict(args.inputs),

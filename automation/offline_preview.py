@@ -12,11 +12,16 @@ deployability check (automation/deployability.py) then reads the whole graph.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 from automation.offline import Registered, run
 from automation.programs import project_of, program_for, stack_config
 from automation.stacks import DesiredState, StackSpec, desired_state
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 PLACEHOLDER = "offline preview: no kubeconfig is read"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
@@ -38,8 +43,8 @@ class StackPreview:
         return out
 
 
-def _existing_kubeconfigs(fleet) -> dict[str, str]:
-    return {f"modelplane:{ic.spec.cluster.existing.secretRef.name}": PLACEHOLDER
+def _existing_kubeconfigs(fleet: Fleet) -> dict[str, str]:
+    return {f"modelplane:{ic.existing_block.secretRef.name}": PLACEHOLDER
             for ic in fleet.of("InferenceCluster") if ic.spec.cluster.source == "Existing"}
 
 
@@ -103,6 +108,6 @@ def preview_stack(spec: StackSpec, fleet) -> StackPreview:
     return preview
 
 
-def all_stacks(fleet, control_plane: str | None = None, desired: DesiredState | None = None) -> list[StackPreview]:
+def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredState | None = None) -> list[StackPreview]:
     desired = desired or desired_state(fleet, control_plane=control_plane)
     return [preview_stack(spec, fleet) for spec in sorted(desired.specs.values(), key=lambda s: (s.rank, s.name))]

@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from automation.runner import EventSink, RunResult, StackRunner
+from automation.runner import EventSink, Operation, RunResult, StackRunner
 from automation.state import StateStore
 from automation.stacks import StackChange, StackSpec, waves
 
@@ -61,12 +61,12 @@ class Orchestrator:
         for name in running:
             self.runner.cancel(name)
 
-    def _operation(self, operation: str, change: StackChange) -> str:
+    def _operation(self, operation: Operation, change: StackChange) -> Operation:
         if change.change == "delete":
             return "preview-destroy" if operation == "preview" else "destroy"
         return operation
 
-    def _run_one(self, operation: str, change: StackChange, spec: StackSpec | None) -> Outcome:
+    def _run_one(self, operation: Operation, change: StackChange, spec: StackSpec | None) -> Outcome:
         with self._lock:
             self._running.add(change.name)
         try:
@@ -87,7 +87,7 @@ class Orchestrator:
         self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes})
         return Outcome(change.name, "succeeded", result)
 
-    def execute(self, operation: str, changes: list[StackChange], specs: dict[str, StackSpec]) -> Report:
+    def execute(self, operation: Operation, changes: list[StackChange], specs: dict[str, StackSpec]) -> Report:
         report = Report()
         broken: dict[str, str] = {}  # stack -> why it (or a dependency) did not succeed
         with ThreadPoolExecutor(max_workers=self.parallel) as pool:

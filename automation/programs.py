@@ -8,13 +8,17 @@ stack's outputs through a StackReference (the secret stays a secret).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 import pulumi
 
 from components.kubernetes import provider
 from components.workload_objects import WorkloadObjects
 from infra.program import platform
+
+if TYPE_CHECKING:
+    from automation.stacks import StackSpec
+    from fleet.validate import Fleet
 
 PLATFORM_PROJECT = "modelplane-platform"
 WORKLOAD_PROJECT = "modelplane-workloads"
@@ -51,7 +55,7 @@ def kubeconfig_of(reference_name: str, cluster: str) -> pulumi.Output:
     return pulumi.StackReference(reference_name, stack_name=platform_reference(cluster)).get_output("kubeconfig")
 
 
-def program_for(spec, fleet) -> Callable[[], None]:
+def program_for(spec: StackSpec, fleet: Fleet) -> Callable[[], None]:
     if spec.kind in ("platform", "gateway"):
         def run_platform() -> None:
             config = pulumi.Config("modelplane")
@@ -64,6 +68,9 @@ def program_for(spec, fleet) -> Callable[[], None]:
     def run_workloads() -> None:
         for target, objects in sorted(spec.payload["objects"].items()):
             cluster = spec.payload.get("host") if target == "control-plane" else target
+            if cluster is None:
+                raise pulumi.RunError(f"{spec.name}: no cluster of the fleet can host the control plane (a GKE, EKS or "
+                                      "Existing InferenceCluster)")
             kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster)
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster))
     return run_workloads

@@ -13,12 +13,16 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import Any, TYPE_CHECKING
 
 from automation.programs import program_for, project_of, stack_config
 from automation.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy
 from automation.stacks import StackSpec
 from components.workload_objects import is_placeholder_secret, secret_config_key
 from fleet.stack_id import StackId
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
                 "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
@@ -45,7 +49,7 @@ def kubeconfig_env(cluster: str) -> str:
     return "MODELPLANE_KUBECONFIG_" + cluster.upper().replace("-", "_").replace(".", "_")
 
 
-def existing_kubeconfigs(fleet, given: dict[str, str], root: Path) -> dict[str, str]:
+def existing_kubeconfigs(fleet: Fleet, given: dict[str, str], root: Path) -> dict[str, str]:
     """The kubeconfig file of every Existing cluster: `--kubeconfig CLUSTER=PATH`, else $MODELPLANE_KUBECONFIG_<CLUSTER>,
     else `<state dir>/kubeconfigs/<existing.secretRef.name>`. Absolute paths; missing ones are left out."""
     out = {}
@@ -53,21 +57,21 @@ def existing_kubeconfigs(fleet, given: dict[str, str], root: Path) -> dict[str, 
         if ic.spec.cluster.source != "Existing":
             continue
         candidates = [given.get(ic.name), os.environ.get(kubeconfig_env(ic.name)),
-                      str(root / "kubeconfigs" / ic.spec.cluster.existing.secretRef.name)]
+                      str(root / "kubeconfigs" / ic.existing_block.secretRef.name)]
         found = next((c for c in candidates if c and Path(c).expanduser().is_file()), None)
         if found:
             out[ic.name] = str(Path(found).expanduser().resolve())
     return out
 
 
-def missing_kubeconfigs(fleet, found: dict[str, str], stacks: list[str], root: Path) -> list[str]:
+def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], root: Path) -> list[str]:
     """One line per Existing cluster whose platform stack would run without a kubeconfig."""
     lines = []
     for ic in fleet.of("InferenceCluster"):
         if ic.spec.cluster.source == "Existing" and str(StackId.platform(ic.name)) in stacks and ic.name not in found:
             lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
                          f"${kubeconfig_env(ic.name)}=PATH, or the file "
-                         f"{root / 'kubeconfigs' / ic.spec.cluster.existing.secretRef.name}")
+                         f"{root / 'kubeconfigs' / ic.existing_block.secretRef.name}")
     return lines
 
 
@@ -86,7 +90,7 @@ def secret_values(spec) -> dict[str, str]:
 
 
 class PulumiRunner:
-    def __init__(self, root: Path, fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
+    def __init__(self, root: Path, fleet: Fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
                  kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False):
         from pulumi import automation as auto
 
@@ -106,7 +110,7 @@ class PulumiRunner:
         self.kubeconfigs = dict(kubeconfigs or {})  # Existing cluster -> kubeconfig file (read by the program)
         self.unprotect = unprotect  # destroying a platform stack first lifts its deletion protection
         self.refresh = refresh  # `up --refresh`: read the clouds' state before updating
-        self._stacks: dict[str, object] = {}
+        self._stacks: dict[str, Any] = {}  # name -> automation.Stack
         self._lock = threading.Lock()
 
     # ---- construction (checked in tests without running an engine) ----------------------------

@@ -6,16 +6,19 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from automation.orchestrator import Orchestrator, Report
+from automation.runner import Operation
 from automation.stacks import StackChange, StackSpec, changes, desired_state
 from automation.state import STATE_DIR, StateStore
 from fleet.plan import Plan
+from fleet.validate import Fleet
 
 
 @dataclass
 class Prepared:
-    fleet: object
+    fleet: Fleet
     plan: Plan
     specs: dict[str, StackSpec]
     changes: list[StackChange]
@@ -29,7 +32,7 @@ class Prepared:
         return [c for c in self.changes if c.change == "delete"]
 
 
-def prepare(fleet, root: Path | None = None, control_plane: str | None = None) -> Prepared:
+def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = None) -> Prepared:
     store = StateStore(root or Path(STATE_DIR))
     desired = desired_state(fleet, store.placements(), control_plane)
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, store.fingerprints()), store,
@@ -60,7 +63,8 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
     raise ValueError(operation)
 
 
-def run_interruptibly(orchestrator: Orchestrator, operation: str, items, specs, notify) -> Report:
+def run_interruptibly(orchestrator: Orchestrator, operation: Operation, items: list[StackChange],
+                      specs: dict[str, StackSpec], notify: Callable[[str], None]) -> Report:
     """Run in a worker thread so Ctrl-C reaches us: then cancel through the runner and wait, never kill."""
     result: dict = {}
     worker = threading.Thread(target=lambda: result.setdefault("report", orchestrator.execute(operation, items, specs)),

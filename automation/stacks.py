@@ -22,7 +22,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TYPE_CHECKING
 
 from components.args import cluster_args, control_plane_cluster, gateway_args
 from fleet.plan import Plan
@@ -30,6 +30,9 @@ from fleet.scheduler import schedule
 from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.render import Rendered, cache_stack, model_stack, render, service_stack
 from workloads.schemas import check
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 Change = Literal["create", "update", "delete", "none"]
 CHANGES: tuple[Change, ...] = ("create", "update", "delete", "none")
@@ -89,10 +92,11 @@ def kind_of(stack: str) -> StackKind:
     return StackId.parse(stack).kind
 
 
-def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
+def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
                    control_plane: str | None = None) -> dict[str, StackSpec]:
     stacks: dict[str, StackSpec] = {}
     host = control_plane_cluster(fleet, control_plane)
+    payload: dict[str, Any]
     for ic in fleet.of("InferenceCluster"):
         args = cluster_args(fleet, ic.name)
         payload = {"cluster": args.model_dump(), "versions": versions or {}}
@@ -105,12 +109,13 @@ def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None 
                                       depends_on=[str(StackId.platform(host))] if host else [], targets=["control-plane"],
                                       payload=payload)
     for name, targets in rendered.stacks.items():
-        payload: dict[str, Any] = {"objects": {t: objs for t, objs in sorted(targets.items())}}
+        payload = {"objects": {t: objs for t, objs in sorted(targets.items())}}
         if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it
             payload["host"] = host
         # every target's platform stack runs first; the control plane's is the host's
-        deps = [str(StackId.platform(host if t == "control-plane" else t)) for t in sorted(targets)
-                if t != "control-plane" or host]
+        deps = [str(StackId.platform(t)) for t in sorted(targets) if t != "control-plane"]
+        if host and "control-plane" in targets:
+            deps.append(str(StackId.platform(host)))
         stacks[name] = StackSpec(StackId.parse(name), fingerprint(payload), deps, sorted(targets), payload)
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
         spec = stacks.get(model_stack(r.namespace, r.deployment))
@@ -120,7 +125,7 @@ def desired_stacks(fleet, plan: Plan, rendered: Rendered, versions: dict | None 
     return stacks
 
 
-def _link(fleet, plan: Plan, stacks: dict[str, StackSpec]) -> None:
+def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec]) -> None:
     """Dependencies beyond targets: models wait for their caches, services for the gateway and their models."""
     for md in fleet.of("ModelDeployment"):
         spec = stacks.get(model_stack(md.namespace, md.name))
@@ -164,7 +169,7 @@ class DesiredState:
         return out
 
 
-def desired_state(fleet, recorded=(), control_plane: str | None = None, explain: bool = False) -> DesiredState:
+def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False) -> DesiredState:
     plan = schedule(fleet, list(recorded), explain=explain)
     rendered = render(fleet, plan)
     return DesiredState(plan, rendered, desired_stacks(fleet, plan, rendered, control_plane=control_plane))
@@ -175,7 +180,7 @@ def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[Sta
     out = []
     for spec in sorted(desired.values(), key=lambda s: (s.rank, s.name)):
         before = recorded.get(spec.name)
-        change = "create" if before is None else "none" if before == spec.fingerprint else "update"
+        change: Change = "create" if before is None else "none" if before == spec.fingerprint else "update"
         out.append(StackChange(spec.id, change, tuple(spec.depends_on)))
     gone = [StackId.parse(name) for name in recorded if name not in desired]
     for id in sorted(gone, key=lambda i: (-i.rank, str(i))):

@@ -16,6 +16,7 @@ import threading
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
 
@@ -37,7 +38,7 @@ class StateStore:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.path = self.root / "state.json"
-        self._lock_file = None
+        self._lock_file: IO[str] | None = None
         self._mutex = threading.Lock()  # stacks finish in parallel threads: one read-modify-write at a time
 
     def load(self) -> dict:

@@ -6,12 +6,15 @@ written down once, validated once, and easy to build in tests.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from fleet.backends import NVIDIA_DRIVER
 from fleet.inventory import cache_storage_class
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 
 class Args(BaseModel):
@@ -88,7 +91,7 @@ class GatewayArgs(Args):
 HOSTABLE = ("GKE", "EKS", "Existing")
 
 
-def control_plane_cluster(fleet, chosen: str | None = None) -> str | None:
+def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
     """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name that can host it.
 
     Raises ValueError when the chosen cluster is not in the fleet or cannot host it (a source this project
@@ -105,7 +108,7 @@ def control_plane_cluster(fleet, chosen: str | None = None) -> str | None:
     return next((name for name in sorted(sources) if sources[name] in HOSTABLE), None)
 
 
-def cluster_args(fleet, name: str) -> ClusterArgs:
+def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
     ic = next(c for c in fleet.of("InferenceCluster") if c.name == name)
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     source = ic.spec.cluster.source
@@ -123,7 +126,7 @@ def cluster_args(fleet, name: str) -> ClusterArgs:
             instance_type=eks.instanceType if eks else None,
             accelerator_type=accelerator.type if accelerator else None,
             accelerator_count=accelerator.count if accelerator else 1,
-            disk_size_gb=(gke or eks).diskSizeGb if (gke or eks) else 100,
+            disk_size_gb=gke.diskSizeGb if gke else eks.diskSizeGb if eks else 100,
             zones=list(np.zones or []), node_count=np.nodeCount, min_nodes=np.minNodeCount, max_nodes=np.maxNodeCount,
             spot=bool(np.spot), efa=bool(np.fabric and np.fabric.type == "EFA"),
             capacity_reservation_id=np.capacityBlock.capacityReservationId if np.capacityBlock else None,
@@ -136,12 +139,12 @@ def cluster_args(fleet, name: str) -> ClusterArgs:
         project=getattr(block, "project", None),
         kubernetes_version=getattr(block, "kubernetesVersion", None),
         labels=dict(ic.metadata.labels or {}), pools=pools,
-        kubeconfig_secret=ic.spec.cluster.existing.secretRef.name if source == "Existing" else None,
+        kubeconfig_secret=ic.existing_block.secretRef.name if source == "Existing" else None,
         cache_storage_class=cache_storage_class(ic),
     )
 
 
-def gateway_args(fleet, host: str | None = None) -> GatewayArgs | None:
+def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
     ig = next(iter(fleet.of("InferenceGateway")), None)
     if ig is None or ig.spec.traefik is None:
         return None

@@ -50,10 +50,10 @@ class FleetGateway(pulumi.ComponentResource):
             "service": {"nameOverride": "traefik"},
             "gateway": {"enabled": False}, "gatewayClass": {"enabled": False},
         }, provider, self, basics)
-        after = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[self.traefik, *basics])
+        later = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[self.traefik, *basics])
         gateway_class = k8s.apiextensions.CustomResource(
             f"{name}-gateway-class", api_version="gateway.networking.k8s.io/v1", kind="GatewayClass",
-            metadata={"name": "traefik"}, spec={"controllerName": "traefik.io/gateway-controller"}, opts=after)
+            metadata={"name": "traefik"}, spec={"controllerName": "traefik.io/gateway-controller"}, opts=later)
         self.gateway = Gateway(
             f"{name}-gateway", metadata={"name": "modelplane", "namespace": NAMESPACE},
             spec={"gatewayClassName": "traefik", "listeners": [

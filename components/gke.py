@@ -117,7 +117,7 @@ class GkeInferenceCluster(pulumi.ComponentResource):
                 "volume_binding_mode": "Immediate", "allow_volume_expansion": True}],
             storage_ready=[self.cluster],
             gpu_driver_installer=any(p.accelerator_type for p in args.pools))
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate,
         ).apply(lambda v: kubeconfig(v[0], v[1], v[2])))
         self.cluster_identifier = args.name

@@ -66,6 +66,6 @@ def parse(annotations: dict[str, str] | None) -> tuple[Autoscaling | None, list[
         errors.append((f"{PREFIX}-threshold", f"must be a positive number (found {threshold!r})"))
     if max_copies is not None and min_copies is not None and min_copies > max_copies:
         errors.append((f"{PREFIX}-min-copies", "is larger than the max copies"))
-    if errors:
+    if errors or max_copies is None or min_copies is None:  # a missing value was reported as an error
         return None, errors
     return Autoscaling(min_copies, max_copies, threshold, annotations.get(f"{PREFIX}-query")), []

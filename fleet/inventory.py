@@ -9,10 +9,15 @@ the devices of the pool's InferenceClass.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 from fleet.cel import DeviceFacts
 from fleet.quantity import QuantityError, parse_quantity
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ def cache_storage_class(ic) -> str | None:
     return CACHE_STORAGE_CLASSES.get(ic.spec.cluster.source)
 
 
-def build_clusters(fleet) -> list[ClusterView]:
+def build_clusters(fleet: Fleet) -> list[ClusterView]:
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     views = []
     for ic in sorted(fleet.of("InferenceCluster"), key=lambda c: c.name):

@@ -28,6 +28,13 @@ class MemberMatch:
     def fits(self) -> bool:
         return self.empty_node is not None
 
+    @property
+    def node(self) -> tuple[int, ...]:
+        """The empty-node assignment of a member that fits (check `fits` first)."""
+        if self.empty_node is None:
+            raise ValueError(f"the member does not fit: {self.reason}")
+        return self.empty_node
+
 
 def _selector_text(selectors: tuple[str, ...]) -> str:
     text = " && ".join(selectors)
@@ -48,12 +55,12 @@ def match_member(member: MemberShape, kind: PoolKind, cel: CelEvaluator) -> Memb
         # claimable (DRA) devices first, then the class's own order
         big_enough.sort(key=lambda i: (not kind.devices[i].claimable, i))
         candidates.append(tuple(big_enough))
-    candidates = tuple(candidates)
-    empty = assign(member, candidates, kind.full)
+    options = tuple(candidates)
+    empty = assign(member, options, kind.full)
     if empty is None:
         names = ", ".join(f"{r.name}x{r.count}" for r in member.requests)
-        return MemberMatch(candidates, None, f"requests {names} do not fit on one node together")
-    return MemberMatch(candidates, empty)
+        return MemberMatch(options, None, f"requests {names} do not fit on one node together")
+    return MemberMatch(options, empty)
 
 
 def assign(member: MemberShape, candidates: tuple[tuple[int, ...], ...], free: tuple[int, ...]) -> tuple[int, ...] | None:

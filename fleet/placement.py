@@ -16,6 +16,7 @@ states are computed once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleet.backends import NVIDIA_DRIVER
 from fleet.cel import CelEvaluator
@@ -79,7 +80,7 @@ class Placer:
 
     def member_claims(self, member: MemberShape, kind: PoolKind) -> bool:
         m = self.match(member, kind)
-        return m.fits and claims(member, kind, m.empty_node)
+        return m.fits and claims(member, kind, m.node)
 
     def static_problem(self, engine: EngineShape, pool: PoolView, claim_elsewhere: tuple[bool, ...]) -> str | None:
         """Why the engine can never run on this pool, capacity aside; None if it can."""
@@ -92,7 +93,7 @@ class Placer:
             m = self.match(member, pool.kind)
             if not m.fits:
                 return f"engine {engine.name}, {member.role.lower()}: {m.reason}"
-            if claims(member, pool.kind, m.empty_node):
+            if claims(member, pool.kind, m.node):
                 claiming = True
             elif member.requests and claim_elsewhere[i]:
                 return (f"engine {engine.name}, {member.role.lower()}: matches only placement-only devices here, "
@@ -129,18 +130,18 @@ class Placer:
         placed: dict[int, MemberPlacement] = {}
         order = sorted(
             range(len(engine.members)),
-            key=lambda i: (-sum(demand(engine.members[i], kind, self.match(engine.members[i], kind).empty_node)), i),
+            key=lambda i: (-sum(demand(engine.members[i], kind, self.match(engine.members[i], kind).node)), i),
         )
-        result = None
+        result: tuple[EnginePlacement | None, Any] | None = None
         for i in order:
             member = engine.members[i]
             m = self.match(member, kind)
             pods = member.pods * engine.copies
             dra = tuple((r.name, kind.devices[e].device_class or "", r.count)
-                        for r, e in zip(member.requests, m.empty_node) if kind.devices[e].claimable)
-            synthetic = tuple((r.name, r.count) for r, e in zip(member.requests, m.empty_node)
+                        for r, e in zip(member.requests, m.node) if kind.devices[e].claimable)
+            synthetic = tuple((r.name, r.count) for r, e in zip(member.requests, m.node)
                               if not kind.devices[e].claimable)
-            if not claims(member, kind, m.empty_node):
+            if not claims(member, kind, m.node):
                 placed[i] = MemberPlacement(member.role, pods, (), synthetic)
                 continue
             for n in range(pods):
@@ -156,7 +157,7 @@ class Placer:
                         best = candidate
                 if best is None:
                     need = ", ".join(f"{c} {kind.devices[e].name}" for c, e in
-                                     _per_entry(member, kind, m.empty_node))
+                                     _per_entry(member, kind, m.node))
                     result = (None, (f"engine {engine.name} needs {pods} {member.role.lower()} pod(s) with {need} "
                                      f"on one node each; {n} fit in the free capacity "
                                      f"({_free_text(state)})"))
@@ -207,6 +208,7 @@ class Placer:
                 else:
                     ok.append(name)
             candidates[engine.name] = ok
+        result: tuple[ReplicaPlacement | None, Any]
         if any(not names for names in candidates.values()):
             result = (None, rejection)
             self._replicas[key] = result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleet.plan import Plan
 
 
@@ -22,7 +24,7 @@ def plan_to_dict(plan: Plan, explain: bool = False) -> dict:
             })
         replicas.append({"deployment": r.key, "index": r.index, "name": r.name, "cluster": r.cluster,
                          "state": r.state, "engines": engines})
-    out = {
+    out: dict[str, Any] = {
         "replicas": replicas,
         "unscheduled": [{"deployment": u.deployment, "missing": u.missing, "reasons": list(u.reasons)}
                         for u in plan.unscheduled],

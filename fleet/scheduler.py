@@ -22,9 +22,12 @@ the reason it moved.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from fleet.api.deployment import ModelDeployment
 from fleet.cel import CelEvaluator
 from fleet.inventory import ClusterView, build_clusters
 from fleet.ledger import PoolState
@@ -35,6 +38,9 @@ from fleet.plan import Dropped, PlacedReplica, Plan, Unscheduled
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
 
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
+
 # ---- the scheduler -------------------------------------------------------------------------
 
 
@@ -43,7 +49,7 @@ class _Deployment:
     key: str
     namespace: str
     name: str
-    md: object
+    md: ModelDeployment
     engines: tuple[EngineShape, ...]
     mode: str
     selector: dict[str, str]
@@ -362,6 +368,6 @@ class Scheduler:
         return self.plan
 
 
-def schedule(fleet, recorded: list[RecordedReplica] | None = None, explain: bool = False,
+def schedule(fleet: Fleet, recorded: list[RecordedReplica] | None = None, explain: bool = False,
              cel: CelEvaluator | None = None) -> Plan:
     return Scheduler(fleet, recorded, cel, explain).run()

@@ -35,7 +35,7 @@ class EngineShape:
 
 
 def member_shape(member) -> MemberShape:
-    requests = ()
+    requests: tuple[Request, ...] = ()
     if getattr(member, "nodeSelector", None):
         requests = tuple(sorted(
             (Request(d.name, d.count, tuple(s.cel for s in d.selectors)) for d in member.nodeSelector.devices),

@@ -10,12 +10,13 @@ user input.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal, overload
 
 from pydantic import ValidationError
 
 from fleet import cel
-from fleet.api import KINDS, Resource
+from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
+                       ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
 from fleet.loader import Document, load_paths
 from fleet.problems import Problem, format_path
@@ -31,7 +32,27 @@ class Fleet:
     objects: list[Resource] = field(default_factory=list)
     origin: dict[str, Document] = field(default_factory=dict)
 
+    @overload
+    def of(self, kind: Literal["InferenceClass"]) -> list[InferenceClass]: ...
+    @overload
+    def of(self, kind: Literal["InferenceCluster"]) -> list[InferenceCluster]: ...
+    @overload
+    def of(self, kind: Literal["InferenceGateway"]) -> list[InferenceGateway]: ...
+    @overload
+    def of(self, kind: Literal["ModelCache"]) -> list[ModelCache]: ...
+    @overload
+    def of(self, kind: Literal["ModelDeployment"]) -> list[ModelDeployment]: ...
+    @overload
+    def of(self, kind: Literal["ModelReplica"]) -> list[ModelReplica]: ...
+    @overload
+    def of(self, kind: Literal["ModelEndpoint"]) -> list[ModelEndpoint]: ...
+    @overload
+    def of(self, kind: Literal["ModelService"]) -> list[ModelService]: ...
+    @overload
+    def of(self, kind: str) -> list[Resource]: ...
+
     def of(self, kind: str) -> list[Any]:
+        """The objects of one kind, typed by kind."""
         return [o for o in self.objects if o.kind == kind]
 
     def where(self, obj: Resource, path: Iterable[Any] = ()) -> tuple[str, int]:
@@ -93,7 +114,7 @@ def _label(data: dict) -> str:
 
 def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
     """Compile every device selector once; a compile error is a validation error."""
-    if obj.kind == "ModelDeployment":
+    if isinstance(obj, ModelDeployment):
         engines = obj.spec.template.spec.engines
         base = ("spec", "template", "spec", "engines")
         for i, engine in enumerate(engines):
@@ -102,11 +123,11 @@ def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
                     for s, selector in enumerate(request.selectors):
                         if error := cel.check_expression(selector.cel):
                             yield base + (i, "members", j, "nodeSelector", "devices", k, "selectors", s, "cel"), error
-    elif obj.kind == "ModelReplica":
-        for i, engine in enumerate(obj.spec.engines):
-            for j, member in enumerate(engine.members):
-                for k, request in enumerate(member.deviceRequests or []):
-                    for s, selector in enumerate(request.selectors or []):
+    elif isinstance(obj, ModelReplica):
+        for i, replica_engine in enumerate(obj.spec.engines):
+            for j, replica_member in enumerate(replica_engine.members):
+                for k, resolved in enumerate(replica_member.deviceRequests or []):
+                    for s, selector in enumerate(resolved.selectors or []):
                         if error := cel.check_expression(selector.cel):
                             yield ("spec", "engines", i, "members", j, "deviceRequests", k, "selectors", s, "cel"), error
 
@@ -117,9 +138,9 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
     if data is None:
         return None, [], None
     if not isinstance(data, dict):
-        found = type(data).__name__.replace("dict", "mapping").replace("str", "string")
+        what = type(data).__name__.replace("dict", "mapping").replace("str", "string")
         return None, [Problem(doc.source, doc.line, "", "",
-                              f"expected a Kubernetes object (a mapping with apiVersion and kind), found a {found}")], None
+                              f"expected a Kubernetes object (a mapping with apiVersion and kind), found a {what}")], None
     label = _label(data)
     api_version, kind = data.get("apiVersion"), data.get("kind")
     if not isinstance(api_version, str) or not api_version:
@@ -144,8 +165,8 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
         obj = model.model_validate(data)
     except ValidationError as exc:
         return None, _pydantic_problems(doc, label, exc), None
-    found = list(metadata_rules(obj.metadata, obj.namespaced)) + list(rules(obj)) + list(_cel_problems(obj))
-    problems = sorted(Problem(doc.source, doc.line_of(path), label, format_path(path), message) for path, message in found)
+    found: list[tuple[tuple, str]] = list(metadata_rules(obj.metadata, obj.namespaced)) + list(rules(obj)) + list(_cel_problems(obj))
+    problems = sorted(Problem(doc.source, doc.line_of(where), label, format_path(where), message) for where, message in found)
     return (None if problems else obj), problems, None
 
 

@@ -14,6 +14,8 @@ Stack outputs per cluster: kubeconfig (secret), gatewayAddress, pools (name, nod
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 from pathlib import Path
 
@@ -27,6 +29,9 @@ from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.validate import load_fleet
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 PROVISIONED = {"GKE", "EKS"}
 
@@ -74,7 +79,7 @@ def published_pools(args: ClusterArgs) -> list[dict]:
             for p in args.pools]
 
 
-def platform(fleet, config: pulumi.Config | None = None, gateway_kubeconfig=None) -> dict:
+def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconfig=None) -> dict:
     """Create every platform component of the fleet (or of one cluster); returns the outputs it exported.
 
     `gateway_kubeconfig` (an Output) hosts the fleet gateway on a cluster whose platform stack is another stack.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleet.api.deployment import Engine, ModelDeployment
 from fleet.names import child_name
 from workloads.pods import MemberContext
 
 
 @dataclass(frozen=True)
 class EngineContext:
-    spec: object  # fleet API Engine
+    spec: Engine
     pool: str
     backend: str
     members: tuple[MemberContext, ...]
@@ -26,7 +27,7 @@ class EngineContext:
 
 @dataclass(frozen=True)
 class ReplicaContext:
-    md: object  # fleet API ModelDeployment
+    md: ModelDeployment
     name: str  # the replica name
     index: int
     cluster: str

@@ -46,7 +46,7 @@ def build(ctx: ReplicaContext) -> list[dict]:
         template = pod_template(serving, {**ctx.labels, "modelplane.ai/workload": graph_name(ctx)}, container)
         component = {
             "name": engine.name,
-            "type": engine.spec.phase.lower() if ctx.mode == "PrefillDecode" else "worker",
+            "type": engine.spec.phase.lower() if ctx.mode == "PrefillDecode" and engine.spec.phase else "worker",
             "replicas": engine.spec.copies,
             "podTemplate": template,
         }

@@ -31,7 +31,7 @@ def workload_name(ctx: ReplicaContext, engine: EngineContext) -> str:
 
 def build_lws(ctx: ReplicaContext, engine: EngineContext, pod_labels: dict | None = None, shape=None) -> list[dict]:
     name = workload_name(ctx, engine)
-    leader = next((m for m in engine.members if m.role in ("Leader", "Standalone")), None)
+    leader = next(m for m in engine.members if m.role in ("Leader", "Standalone"))  # every engine has one (validated)
     worker = next((m for m in engine.members if m.role == "Worker"), None)
     serving_labels = {**ctx.labels, "modelplane.ai/serving": ctx.name, "modelplane.ai/workload": name,
                       "modelplane.ai/lws-role": "leader", **(pod_labels or {})}
@@ -116,7 +116,7 @@ def _decode_shape(port: int, image: str):
 def build_pd(ctx: ReplicaContext) -> list[dict]:
     objects = []
     for engine in ctx.engines:
-        phase = engine.spec.phase.lower()
+        phase = (engine.spec.phase or "").lower()  # both engines of a PrefillDecode replica have one (validated)
         labels = {"llm-d.ai/role": phase, "llm-d.ai/inference-serving": "true", "app": ctx.name}
         image = engine.members[0].spec.template.spec.containers[0].image
         shape = _decode_shape(decode_port(engine), image) if phase == "decode" else _nixl

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleet.api.deployment import Member
 from fleet.names import child_name
 
 REMOTE_NAMESPACE = "default"  # where replica objects live on a workload cluster (the reference's contract)
@@ -25,7 +26,7 @@ class MemberContext:
 
     replica: str
     engine: str
-    spec: object  # the fleet API Member (template, role, nodeSelector)
+    spec: Member
     pool: str
     devices: tuple[tuple[str, str, int], ...]  # claimed requests: (name, deviceClassName, count per pod)
     cache_pvc: str | None
@@ -43,7 +44,8 @@ def claim_template(member: MemberContext, labels: dict) -> dict | None:
     """The member's DRA ResourceClaimTemplate, or None if it claims nothing."""
     if not member.devices:
         return None
-    selectors = {d.name: [s.cel for s in d.selectors] for d in member.spec.nodeSelector.devices}
+    node_selector = member.spec.nodeSelector
+    selectors = {d.name: [s.cel for s in d.selectors] for d in (node_selector.devices if node_selector else [])}
     requests = []
     for name, device_class, count in member.devices:
         exactly = {"deviceClassName": device_class, "count": count}

@@ -14,6 +14,8 @@ marked placeholder that still validates.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 from fleet.inventory import build_clusters
@@ -24,6 +26,9 @@ from workloads import autoscaling, dynamo, llmd, native, routing
 from workloads.cache import cache_objects
 from workloads.context import ReplicaContext, replica_context
 from workloads.service_routing import Endpoint, service_objects
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 CONTROL_PLANE = "control-plane"
 
@@ -85,7 +90,7 @@ def compose_replica(ctx: ReplicaContext) -> list[dict]:
     return with_ready_timeout(objects)
 
 
-def _replica_ready(fleet) -> dict[tuple[str, str], bool]:
+def _replica_ready(fleet: Fleet) -> dict[tuple[str, str], bool]:
     """Observed readiness of ModelReplicas given as input: (namespace, name) -> ready."""
     out = {}
     for mr in fleet.of("ModelReplica"):
@@ -101,7 +106,7 @@ def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
-def render(fleet, plan: Plan) -> Rendered:
+def render(fleet: Fleet, plan: Plan) -> Rendered:
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
@@ -140,7 +145,7 @@ def render(fleet, plan: Plan) -> Rendered:
     return out
 
 
-def _collisions(fleet, out: Rendered) -> list[Problem]:
+def _collisions(fleet: Fleet, out: Rendered) -> list[Problem]:
     """Two stacks must never own the same object on the same target: refuse instead of fighting."""
     owners: dict[tuple, str] = {}
     problems = []

@@ -22,6 +22,7 @@ import copy
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import yaml
@@ -53,7 +54,7 @@ def to_json_schema(node, top: bool = True):
         return [to_json_schema(n, False) for n in node]
     if not isinstance(node, dict):
         return node
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in node.items():
         if key in ("properties", "patternProperties"):
             out[key] = {k: to_json_schema(v, False) for k, v in value.items()}

@@ -107,7 +107,7 @@ def backend_objects(ep: Endpoint) -> list[dict]:
     labels = {"modelplane.ai/endpoint": bounded(ep.name, 63)}
     annotations = {PLACEHOLDER_ANNOTATION: ep.placeholder} if ep.placeholder else None
     meta = {"name": name, "namespace": ep.namespace, "labels": labels, **({"annotations": annotations} if annotations else {})}
-    objects = [
+    objects: list[dict] = [
         {"apiVersion": "v1", "kind": "Service", "metadata": dict(meta),
          "spec": {"ports": [{"name": "backend", "port": ep.port, "targetPort": ep.port, "protocol": "TCP"}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",

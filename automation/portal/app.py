@@ -265,7 +265,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
             if not who.can_write(namespace):
                 raise ApiError(403, "Forbidden", f"{who.name} may not write {'in ' + namespace if namespace else plural}")
             name = meta.get("name") or ""
-            put(kind, namespace, name, manifest.encode())
+            put(str(kind), namespace, str(name), manifest.encode())
             message = f"Accepted {kind} {name}"
         except ApiError as exc:
             message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])

@@ -60,7 +60,7 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
         raise ApiError(400, "BadRequest", "the body must be an object")
     if data.get("kind") != kind:
         raise ApiError(400, "BadRequest", f"the body's kind {data.get('kind')!r} does not match the path ({kind})")
-    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    meta: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
     if meta.get("name") not in (None, name):
         raise ApiError(400, "BadRequest", f"metadata.name {meta.get('name')!r} does not match the path ({name!r})")
     if namespace is not None and meta.get("namespace") not in (None, namespace):

@@ -9,6 +9,8 @@ that was accepted.
 
 from __future__ import annotations
 
+import builtins
+
 import json
 import threading
 import uuid
@@ -165,7 +167,7 @@ class Store:
                                               status="queued", log="", created_at=now()))
 
     @staticmethod
-    def list_runs(conn: Connection, limit: int = 200) -> list[dict]:
+    def list_runs(conn: Connection, limit: int = 200) -> builtins.list[dict]:
         rows = conn.execute(select(runs).order_by(runs.c.id.desc()).limit(limit)).mappings()
         return [_run(r) for r in rows]
 

@@ -1,5 +1,7 @@
 """The modelplane.ai/v1alpha1 API: one module per kind, and the table of kinds."""
 
+from typing import Any, Callable, Iterable
+
 from fleet.api.cache import ModelCache, model_cache_rules
 from fleet.api.cluster import InferenceCluster, inference_cluster_rules
 from fleet.api.common import API_VERSION, GROUP, Resource
@@ -9,7 +11,8 @@ from fleet.api.inference_class import InferenceClass, inference_class_rules
 from fleet.api.service import ModelEndpoint, ModelService, model_endpoint_rules, model_service_rules
 
 # kind -> (model, cross-field rules). Order is the order summaries are printed in.
-KINDS = {
+# kind -> (model, rules yielding (field path, message) for every problem)
+KINDS: dict[str, tuple[type[Resource], Callable[[Any], Iterable[tuple[tuple, str]]]]] = {
     "InferenceClass": (InferenceClass, inference_class_rules),
     "InferenceCluster": (InferenceCluster, inference_cluster_rules),
     "InferenceGateway": (InferenceGateway, inference_gateway_rules),

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fleet.api.common import Int, MatchLabels, Resource, Rule, Str, Strict
 
 
 class AuthSecret(Strict):
-    name: Str(1)
+    name: Annotated[str, Str(1)]
     key: str = "HF_TOKEN"
 
 
 class HuggingFaceSource(Strict):
-    repo: Str(1)
+    repo: Annotated[str, Str(1)]
     revision: str | None = None
     authSecret: AuthSecret | None = None
-    sizeGiB: Int(1, 100_000)
+    sizeGiB: Annotated[int, Int(1, 100_000)]
 
 
 class ModelCacheSpec(Strict):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,12 +18,12 @@ class Credentials(Strict):
 
 
 class SecretKeyRef(Strict):
-    name: Str(1, 253)
+    name: Annotated[str, Str(1, 253)]
     key: str = "kubeconfig"
 
 
 class IdentitySecretRef(Strict):
-    name: Str(1, 253)
+    name: Annotated[str, Str(1, 253)]
     key: str = "private_key"
     type: Literal[
         "GoogleApplicationCredentials", "AWSWebIdentityCredentials", "NebiusServiceAccountCredentials"
@@ -31,7 +31,7 @@ class IdentitySecretRef(Strict):
 
 
 class CacheSettings(Strict):
-    storageClassName: Str(1, 253) | None = None
+    storageClassName: Annotated[str, Str(1, 253)] | None = None
 
 
 class ExistingCluster(Strict):
@@ -41,7 +41,7 @@ class ExistingCluster(Strict):
 
 
 class RegionalCluster(Strict):
-    region: Str(1, 32)
+    region: Annotated[str, Str(1, 32)]
     kubernetesVersion: str | None = None
     credentials: Credentials | None = None
 
@@ -50,21 +50,21 @@ class GKECluster(RegionalCluster):
     kubernetesVersion: str = "1.35"
     # Not in the reference's XRD (its design document shows it): the Google Cloud project to create the cluster
     # in. Without it, the platform stack's `gcp:project` config names it; never the ambient environment.
-    project: Str(6, 30, r"^[a-z][-a-z0-9]*[a-z0-9]$") | None = None
+    project: Annotated[str, Str(6, 30, r"^[a-z][-a-z0-9]*[a-z0-9]$")] | None = None
 
 
 class EKSCluster(RegionalCluster):
-    region: Str(1)
+    region: Annotated[str, Str(1)]
     kubernetesVersion: str = "1.36"
 
 
 class VultrCluster(RegionalCluster):
-    region: Str(1)
+    region: Annotated[str, Str(1)]
     kubernetesVersion: str = "v1.36.1+3"
 
 
 class AKSCluster(Strict):
-    location: Str(1)
+    location: Annotated[str, Str(1)]
     kubernetesVersion: str = "1.34"
     credentials: Credentials | None = None
 
@@ -85,12 +85,12 @@ class ClusterSource(Strict):
 
 
 class Taint(Strict):
-    key: Str(1)
+    key: Annotated[str, Str(1)]
     value: str | None = None
     effect: Literal["NoSchedule", "NoExecute"]
 
 
-ReservationId = Str(4, 64, r"^cr-[0-9a-f]+$")
+ReservationId = Annotated[str, Str(4, 64, r"^cr-[0-9a-f]+$")]
 
 
 class CapacityBlock(Strict):
@@ -98,7 +98,7 @@ class CapacityBlock(Strict):
 
 
 class InfiniBand(Strict):
-    fabric: Str(1, 63)
+    fabric: Annotated[str, Str(1, 63)]
 
 
 class Fabric(Strict):
@@ -107,11 +107,11 @@ class Fabric(Strict):
 
 
 class NodePool(Strict):
-    name: Str(1, 40)
-    className: Str(1, 253)
-    nodeCount: Int(0) = 1
-    minNodeCount: Int(0) | None = None
-    maxNodeCount: Int(1) | None = None
+    name: Annotated[str, Str(1, 40)]
+    className: Annotated[str, Str(1, 253)]
+    nodeCount: Annotated[int, Int(0)] = 1
+    minNodeCount: Annotated[int, Int(0)] | None = None
+    maxNodeCount: Annotated[int, Int(1)] | None = None
     zones: list[str] | None = None
     capacityBlock: CapacityBlock | None = None
     fabric: Fabric | None = None
@@ -135,7 +135,7 @@ class GatewayStatus(Strict):
 
 
 class GpuPool(Strict):
-    name: Str(1)
+    name: Annotated[str, Str(1)]
     nodes: int | None = None
     devices: list[Device] | None = Field(default=None, max_length=16)
 
@@ -157,6 +157,13 @@ class InferenceCluster(Resource):
     status: ClusterStatus | None = None
 
     namespaced: ClassVar[bool] = False
+
+    @property
+    def existing_block(self) -> ExistingCluster:
+        """The `existing` block of a cluster whose source is Existing (validation guarantees it is there)."""
+        if self.spec.cluster.existing is None:
+            raise ValueError(f"InferenceCluster/{self.name} has no existing block")
+        return self.spec.cluster.existing
 
 
 def inference_cluster_rules(ic: InferenceCluster) -> Rule:

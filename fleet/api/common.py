@@ -26,12 +26,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=False)
 
 
-def Str(min_length: int = 1, max_length: int | None = None, pattern: str | None = None):
-    return Annotated[str, Field(min_length=min_length, max_length=max_length, pattern=pattern)]
+def Str(min_length: int = 1, max_length: int | None = None, pattern: str | None = None) -> Any:
+    """String constraints, used as `Annotated[str, Str(1, 253)]` (a type checker reads the `str`)."""
+    return Field(min_length=min_length, max_length=max_length, pattern=pattern)
 
 
-def Int(ge: int | None = None, le: int | None = None):
-    return Annotated[int, Field(ge=ge, le=le)]
+def Int(ge: int | None = None, le: int | None = None) -> Any:
+    """Integer bounds, used as `Annotated[int, Int(1, 64)]`."""
+    return Field(ge=ge, le=le)
 
 
 Labels = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)]
@@ -41,8 +43,8 @@ Annotations = Annotated[dict[str, Annotated[str, Field(max_length=8192)]], Field
 class ObjectMeta(Strict):
     """Kubernetes ObjectMeta. Server-written fields are accepted so that `kubectl get -o yaml` output loads."""
 
-    name: Str(1, 253)
-    namespace: Str(1, 63) | None = None
+    name: Annotated[str, Str(1, 253)]
+    namespace: Annotated[str, Str(1, 63)] | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     generateName: str | None = None
@@ -77,7 +79,7 @@ class RequiredMatchLabels(Strict):
 
 
 class LocalRef(Strict):
-    name: Str(1)
+    name: Annotated[str, Str(1)]
 
 
 class Resource(Strict):

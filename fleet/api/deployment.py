@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,12 +25,12 @@ from fleet.api.common import (
 
 class KeyRef(Strict):
     name: str | None = None
-    key: Str(1)
+    key: Annotated[str, Str(1)]
     optional: bool | None = None
 
 
 class FieldRef(Strict):
-    fieldPath: Str(1)
+    fieldPath: Annotated[str, Str(1)]
     apiVersion: str | None = None
 
 
@@ -41,14 +41,14 @@ class EnvVarSource(Strict):
 
 
 class EnvVar(Strict):
-    name: Str(1)
+    name: Annotated[str, Str(1)]
     value: str | None = None
     valueFrom: EnvVarSource | None = None
 
 
 class Container(Strict):
-    name: Str(1)
-    image: Str(1)
+    name: Annotated[str, Str(1)]
+    image: Annotated[str, Str(1)]
     command: list[str] | None = None
     args: list[str] | None = None
     env: list[EnvVar] | None = None
@@ -87,12 +87,12 @@ Mode = Literal["Unified", "PrefillDecode"]
 
 class CelSelector(Strict):
     # `minProperties: 1` in the reference: an empty selector object is rejected.
-    cel: Str(1, 10240)
+    cel: Annotated[str, Str(1, 10240)]
 
 
 class DeviceRequest(Strict):
-    name: Str(1, 63)
-    count: Int(1, 64) = 1
+    name: Annotated[str, Str(1, 63)]
+    count: Annotated[int, Int(1, 64)] = 1
     selectors: list[CelSelector] = Field(min_length=1, max_length=8)
 
 
@@ -101,7 +101,7 @@ class NodeSelector(Strict):
 
 
 class WorkerSpec(Strict):
-    nodes: Int(1, 63)
+    nodes: Annotated[int, Int(1, 63)]
 
 
 class Member(Strict):
@@ -125,8 +125,8 @@ Capability = Literal["KVOffload", "WeightStreaming", "NVLinkDomain"]
 
 
 class Engine(Strict):
-    name: Str(1, 63)
-    copies: Int(1, 64) = 1
+    name: Annotated[str, Str(1, 63)]
+    copies: Annotated[int, Int(1, 64)] = 1
     phase: Phase | None = None
     capabilities: list[Capability] | None = Field(default=None, max_length=3)
     members: list[Member] = Field(min_length=1, max_length=2)
@@ -165,7 +165,7 @@ class DeploymentTemplate(Strict):
 
 
 class ModelDeploymentSpec(Strict):
-    replicas: Int(1, 10)
+    replicas: Annotated[int, Int(1, 10)]
     template: DeploymentTemplate
 
 
@@ -255,15 +255,15 @@ def model_deployment_rules(md: ModelDeployment) -> Rule:
 
 
 class ResolvedDeviceRequest(Strict):
-    name: Str(1, 63)
-    deviceClassName: Str(1, 253)
-    count: Int(1, 64) = 1
+    name: Annotated[str, Str(1, 63)]
+    deviceClassName: Annotated[str, Str(1, 253)]
+    count: Annotated[int, Int(1, 64)] = 1
     selectors: list[CelSelector] | None = Field(default=None, max_length=8)
 
 
 class ReplicaMember(Strict):
     role: Role = "Standalone"
-    nodePoolName: Str(1)
+    nodePoolName: Annotated[str, Str(1)]
     deviceRequests: list[ResolvedDeviceRequest] | None = Field(default=None, min_length=1, max_length=16)
     worker: WorkerSpec | None = None
     template: PodTemplate
@@ -272,14 +272,14 @@ class ReplicaMember(Strict):
 
 
 class ReplicaEngine(Strict):
-    name: Str(1, 63)
-    copies: Int(1, 64) = 1
+    name: Annotated[str, Str(1, 63)]
+    copies: Annotated[int, Int(1, 64)] = 1
     phase: Phase | None = None
     members: list[ReplicaMember] = Field(min_length=1, max_length=2)
 
 
 class ModelReplicaSpec(Strict):
-    clusterName: Str(1)
+    clusterName: Annotated[str, Str(1)]
     modelCacheRef: LocalRef | None = None
     serving: Serving | None = None
     engines: list[ReplicaEngine] = Field(min_length=1, max_length=8)

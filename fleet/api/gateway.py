@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from fleet.api.common import Resource, Rule, Str, Strict
 
 
 class MetalLB(Strict):
-    addressPool: Str(1)
+    addressPool: Annotated[str, Str(1)]
 
 
 class Traefik(Strict):
-    version: Str(1)
+    version: Annotated[str, Str(1)]
     loadBalancer: Literal["MetalLB"] | None = None
     metallb: MetalLB | None = None
 

@@ -14,38 +14,38 @@ Provider = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr"]
 
 
 class Accelerator(Strict):
-    type: Str(1, 63)
-    count: Int(1, 16) = 1
+    type: Annotated[str, Str(1, 63)]
+    count: Annotated[int, Int(1, 16)] = 1
 
 
 class GKEProvisioning(Strict):
-    machineType: Str(1)
-    diskSizeGb: Int(10) = 100
+    machineType: Annotated[str, Str(1)]
+    diskSizeGb: Annotated[int, Int(10)] = 100
     accelerator: Accelerator
 
 
 class EKSProvisioning(Strict):
-    instanceType: Str(1)
-    diskSizeGb: Int(10) = 100
+    instanceType: Annotated[str, Str(1)]
+    diskSizeGb: Annotated[int, Int(10)] = 100
     accelerator: Accelerator | None = None  # informational on EKS: the instance type decides
 
 
 class AKSProvisioning(Strict):
-    vmSize: Str(1)
-    diskSizeGb: Int(10) = 100
+    vmSize: Annotated[str, Str(1)]
+    diskSizeGb: Annotated[int, Int(10)] = 100
     accelerator: Accelerator | None = None
 
 
 class NebiusProvisioning(Strict):
-    platform: Str(1)
-    preset: Str(1)
-    diskSizeGb: Int(10) = 100
+    platform: Annotated[str, Str(1)]
+    preset: Annotated[str, Str(1)]
+    diskSizeGb: Annotated[int, Int(10)] = 100
     driversPreset: str = "cuda13.0"
     accelerator: Accelerator | None = None
 
 
 class VultrProvisioning(Strict):
-    plan: Str(1)
+    plan: Annotated[str, Str(1)]
     accelerator: Accelerator | None = None
 
 
@@ -59,8 +59,8 @@ class Provisioning(Strict):
 
 
 class Attribute(Strict):
-    string: Str(0, 253) | None = None
-    version: Str(0, 32) | None = None
+    string: Annotated[str, Str(0, 253)] | None = None
+    version: Annotated[str, Str(0, 32)] | None = None
     bool_: bool | None = Field(default=None, alias="bool")
     int_: int | None = Field(default=None, alias="int")
 
@@ -81,11 +81,11 @@ class CapacityValue(Strict):
 
 
 class Device(Strict):
-    name: Str(1, 63)
+    name: Annotated[str, Str(1, 63)]
     claim: Literal["DRA", "Synthetic"] = "DRA"
-    driver: Str(1, 253)
-    deviceClassName: Str(1, 253) | None = None
-    count: Int(1, 64) = 1
+    driver: Annotated[str, Str(1, 253)]
+    deviceClassName: Annotated[str, Str(1, 253)] | None = None
+    count: Annotated[int, Int(1, 64)] = 1
     attributes: dict[str, Attribute] | None = Field(default=None, max_length=32)
     capacity: dict[str, CapacityValue] | None = Field(default=None, max_length=32)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -10,7 +10,7 @@ from fleet.api.common import Int, RequiredMatchLabels, Resource, Rule, Str, Stri
 
 
 class ServiceEndpoint(Strict):
-    weight: Int(1, 1_000_000) = 1
+    weight: Annotated[int, Int(1, 1_000_000)] = 1
     selector: RequiredMatchLabels
 
 
@@ -25,7 +25,7 @@ class ModelService(Resource):
 
 
 class ModelEndpointSpec(Strict):
-    url: Str(1)
+    url: Annotated[str, Str(1)]
     rewritePath: str | None = None
 
 
