@@ -8,7 +8,7 @@ stack's outputs through a StackReference (the secret stays a secret).
 
 from __future__ import annotations
 
-from typing import Callable, TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import pulumi
 
@@ -55,7 +55,8 @@ def kubeconfig_of(reference_name: str, cluster: str) -> pulumi.Output:
     return pulumi.StackReference(reference_name, stack_name=platform_reference(cluster)).get_output("kubeconfig")
 
 
-def program_for(spec: StackSpec, fleet: Fleet) -> Callable[[], None]:
+def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None = None) -> Callable[[], None]:
+    """The stack's inline program. `secrets` (config key -> value) reach it in memory, never as CLI arguments."""
     if spec.kind in ("platform", "gateway"):
         def run_platform() -> None:
             config = pulumi.Config("modelplane")
@@ -72,5 +73,6 @@ def program_for(spec: StackSpec, fleet: Fleet) -> Callable[[], None]:
                 raise pulumi.RunError(f"{spec.name}: no cluster of the fleet can host the control plane (a GKE, EKS or "
                                       "Existing InferenceCluster)")
             kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster)
-            WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster))
+            WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster),
+                            secrets=secrets)
     return run_workloads

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
@@ -26,6 +28,53 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
                 "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
+
+
+def interruptible_command(auto: Any) -> Any:
+    """The automation API's PulumiCommand, able to interrupt the `pulumi` process of one stack.
+
+    On a DIY backend `pulumi cancel` only removes the stack's lock while the engine keeps going; the
+    clean stop is SIGINT to the process itself (the engine finishes the steps in flight, writes its
+    state, and exits). The SDK keeps no handle on its process, so this command starts it itself.
+    """
+
+    class InterruptibleCommand(auto.PulumiCommand):
+        def __init__(self) -> None:
+            super().__init__()
+            self._processes: dict[str, set[subprocess.Popen]] = {}
+            self._guard = threading.Lock()
+
+        def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+            argv = list(args)
+            if "--non-interactive" not in argv:
+                argv.insert(0, "--non-interactive")
+            stack = argv[argv.index("--stack") + 1] if "--stack" in argv[:-1] else ""
+            env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
+            process = subprocess.Popen([self.command, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, encoding="utf-8")
+            with self._guard:
+                self._processes.setdefault(stack, set()).add(process)
+            try:
+                out, err = process.communicate()
+            finally:
+                with self._guard:
+                    self._processes[stack].discard(process)
+            for callback, text in ((on_output, out), (on_error, err)):
+                for line in text.splitlines() if callback else ():
+                    callback(line)
+            result = auto._cmd.CommandResult(stdout=out.rstrip("\n"), stderr=err.rstrip("\n"), code=process.returncode)
+            if process.returncode != 0:
+                raise auto.errors.create_command_error(result)
+            return result
+
+        def interrupt(self, stack: str) -> bool:
+            with self._guard:
+                running = list(self._processes.get(stack, ()))
+            for process in running:
+                process.send_signal(signal.SIGINT)
+            return bool(running)
+
+    return InterruptibleCommand()
 
 
 def default_backend(root: Path) -> str:
@@ -75,8 +124,10 @@ def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], 
     return lines
 
 
-def secret_values(spec) -> dict[str, str]:
-    """Values of placeholder Secrets, from the environment: MODELPLANE_SECRET_<NAME>_<KEY> (upper case, - as _)."""
+def secret_values(spec: StackSpec) -> dict[str, str]:
+    """Values of placeholder Secrets, from the environment: MODELPLANE_SECRET_<NAME>_<KEY> (upper case, - as _).
+
+    Keyed by the config key the program would read; handed to the inline program in memory."""
     out = {}
     for objects in spec.payload.get("objects", {}).values():
         for obj in objects:
@@ -85,7 +136,7 @@ def secret_values(spec) -> dict[str, str]:
                     config_key = secret_config_key(obj, key)
                     env = "MODELPLANE_" + config_key.upper().replace("-", "_").replace(".", "_")
                     if env in os.environ:
-                        out[f"modelplane:{config_key}"] = os.environ[env]
+                        out[config_key] = os.environ[env]
     return out
 
 
@@ -102,7 +153,7 @@ class PulumiRunner:
             if shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME"):
                 raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}")
             try:
-                pulumi_command = auto.PulumiCommand()
+                pulumi_command = interruptible_command(auto)
             except (FileNotFoundError, OSError):
                 raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}") from None
         self.command = pulumi_command
@@ -141,13 +192,13 @@ class PulumiRunner:
                 return self._stacks[spec.name]
         try:
             stack = auto.create_or_select_stack(stack_name=spec.name, project_name=project_of(spec.kind),
-                                                program=program_for(spec, self.fleet), opts=self.workspace_options(spec))
+                                                program=program_for(spec, self.fleet, secret_values(spec)),
+                                                opts=self.workspace_options(spec))
             plain = dict(stack_config(spec))
             cluster = plain.get("modelplane:cluster")
             if spec.kind == "platform" and cluster in self.kubeconfigs:
                 plain["modelplane:kubeconfigFile"] = self.kubeconfigs[cluster]  # a path: the value is never on argv
-            config = {k: auto.ConfigValue(value=v) for k, v in plain.items()}
-            config.update({k: auto.ConfigValue(value=v, secret=True) for k, v in secret_values(spec).items()})
+            config = {k: auto.ConfigValue(value=v) for k, v in plain.items()}  # plain only: argv is visible to all
             if config:
                 stack.set_all_config(config)
         except auto.errors.CommandError as exc:
@@ -225,10 +276,14 @@ class PulumiRunner:
             self._stacks.pop(str(old), None)
 
     def cancel(self, stack_name: str) -> None:
+        """Stop a running operation cleanly: SIGINT to its `pulumi` process, which it waits for (never a kill)."""
+        interrupt = getattr(self.command, "interrupt", None)
+        if interrupt is not None and interrupt(stack_name):
+            return
         stack = self._stacks.get(stack_name)
-        if stack is not None:
+        if stack is not None:  # a command we cannot signal: ask the backend (on Pulumi Cloud this stops the update)
             try:
-                stack.cancel()  # the engine stops at a safe point; the update reports itself cancelled
+                stack.cancel()
             except Exception:
                 pass
 

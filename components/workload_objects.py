@@ -8,6 +8,8 @@ Pulumi secret instead, so its value is never in a manifest, a log or plain state
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -27,18 +29,22 @@ def secret_config_key(obj: dict, key: str) -> str:
 
 class WorkloadObjects(pulumi.ComponentResource):
     def __init__(self, name: str, objects: list[dict], provider: k8s.Provider, config: pulumi.Config | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 secrets: Mapping[str, str] | None = None, opts: pulumi.ResourceOptions | None = None):
+        """`secrets`: placeholder Secrets' values by config key, handed to the program in memory (the automation
+        layer's inline programs), so they are never on a command line; missing keys come from secret config."""
         super().__init__(TYPE, name, None, opts)
         child = pulumi.ResourceOptions(provider=provider, parent=self)
         plain = [o for o in objects if not is_placeholder_secret(o)]
-        secrets = []
+        created: list[k8s.core.v1.Secret] = []
         for obj in objects:
             if is_placeholder_secret(obj):
-                values = {key: (config or pulumi.Config("modelplane")).require_secret(secret_config_key(obj, key))
+                values = {key: pulumi.Output.secret(secrets[secret_config_key(obj, key)])
+                          if secrets and secret_config_key(obj, key) in secrets
+                          else (config or pulumi.Config("modelplane")).require_secret(secret_config_key(obj, key))
                           for key in obj.get("stringData", {})}
                 meta = {k: v for k, v in obj["metadata"].items() if k != "annotations"}
-                secrets.append(k8s.core.v1.Secret(f"{name}-{obj['metadata']['name']}", metadata=meta,
+                created.append(k8s.core.v1.Secret(f"{name}-{obj['metadata']['name']}", metadata=meta,
                                                   type=obj.get("type", "Opaque"), string_data=values, opts=child))
         self.objects = k8s.yaml.v2.ConfigGroup(name, objs=plain, opts=pulumi.ResourceOptions(
-            provider=provider, parent=self, depends_on=secrets))
+            provider=provider, parent=self, depends_on=created))
         self.register_outputs({})
