@@ -297,7 +297,8 @@ def _plain(outputs) -> dict:
     return {k: v.value for k, v in (outputs or {}).items() if not v.secret}
 
 
-def _first_error(exc) -> str:
+def _first_error(exc: Exception) -> str:
+    """The CLI's first `error:` line. A CommandError's text is `code: N / stdout: ... / stderr: ...`."""
     text = getattr(exc, "stderr", None) or str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip().startswith("error:")]
+    lines = [line[line.index("error:"):].strip() for line in text.splitlines() if "error:" in line]
     return (lines[0] if lines else text.strip().splitlines()[-1] if text.strip() else type(exc).__name__)[:400]

@@ -65,20 +65,30 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
 
 def run_interruptibly(orchestrator: Orchestrator, operation: Operation, items: list[StackChange],
                       specs: dict[str, StackSpec], notify: Callable[[str], None]) -> Report:
-    """Run in a worker thread so Ctrl-C reaches us: then cancel through the runner and wait, never kill."""
-    result: dict = {}
-    worker = threading.Thread(target=lambda: result.setdefault("report", orchestrator.execute(operation, items, specs)),
-                              daemon=True)
-    worker.start()
+    """Run in a worker thread so Ctrl-C reaches us: then cancel through the runner and wait, never kill.
+
+    Waiting is on an Event, not Thread.join: a KeyboardInterrupt inside join() can leave the thread marked
+    finished while it still runs (CPython before 3.13), and the report would be lost.
+    """
+    result: dict[str, Report] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            result["report"] = orchestrator.execute(operation, items, specs)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True, name="modelplane-orchestrator").start()
     try:
-        while worker.is_alive():
-            worker.join(0.2)
+        while not done.wait(0.2):
+            pass
     except KeyboardInterrupt:
         notify("cancelling: asking running stacks to stop at a safe point (Ctrl-C again does not skip this)")
         orchestrator.cancel()
-        while worker.is_alive():
+        while not done.is_set():
             try:
-                worker.join(0.2)
+                done.wait(0.2)
             except KeyboardInterrupt:
                 print("still waiting for running stacks to stop safely", file=sys.stderr)
     return result.get("report") or Report(cancelled=True)

@@ -3,8 +3,9 @@
 Installed as an executable named `pulumi` on PATH (`install(tmp_path)`), it answers the commands
 and files Pulumi's automation API uses: `version`; `stack select --create`, `stack init`,
 `stack output`, `stack history`, `stack rename`; `config set-all` / `config set`; `preview`,
-`up`, `destroy`, `refresh` (with `--preview-only`) writing an engine event log (prelude,
-resource steps, diagnostics, summary, cancel) to the `--event-log` file; `cancel`. Anything else
+`up`, `destroy`, `refresh` (with `--preview-only`) sending engine events (prelude, resource
+steps, diagnostics, summary, cancel) to `--event-log`: over gRPC to the automation API's event
+server for a `tcp://` address (what the SDK uses with a CLI newer than 3.205), else to a file; `cancel`. Anything else
 is refused, as an unknown command would be. It is a contract double: it records what the real
 CLI would be asked (every argv, working directory and environment key, in `calls.jsonl`) and
 keeps per-stack config, outputs and history, so that the runner, orchestrator, CLI and portal
@@ -155,10 +156,7 @@ class Double:
             raise Refused(f"error: --yes must be passed in to proceed when running in non-interactive mode ({verb})")
         if verb in ("up", "preview") and not any(a.startswith("--client=") for a in args):
             raise Refused("error: an inline program needs --client")
-        log = _flag(args, "--event-log")
-        if log is not None and not Path(log).parent.is_dir():
-            raise Refused(f"error: cannot write the event log {log}")
-        events = Events(log)
+        events = Events(_flag(args, "--event-log"))
         events.emit({"preludeEvent": {"config": {k: v["value"] if not v["secret"] else "[secret]"
                                                  for k, v in entry["config"].items()}}})
         failure = (self.control.get("fail") or {}).get(name)
@@ -215,16 +213,32 @@ class Double:
 
 
 class Events:
+    """The engine's event stream: to a file, or (CLI after 3.205, as here) over gRPC to `tcp://host:port`."""
+
     def __init__(self, path: str | None):
         self.path = path
         self.sequence = 0
+        self.stub = None
+        if path is not None and path.startswith("tcp://"):
+            import grpc
+            from pulumi.runtime.proto import events_pb2_grpc
+
+            self.stub = events_pb2_grpc.EventsStub(grpc.insecure_channel(path.removeprefix("tcp://")))
+        elif path is not None and not Path(path).parent.is_dir():
+            raise Refused(f"error: cannot write the event log {path}")
 
     def emit(self, event: dict) -> None:
         if self.path is None:
             return
         self.sequence += 1
+        line = json.dumps({"sequence": self.sequence, "timestamp": int(time.time()), **event})
+        if self.stub is not None:
+            from pulumi.runtime.proto import events_pb2
+
+            self.stub.StreamEvents(iter([events_pb2.EventRequest(event=line)]), timeout=30)
+            return
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"sequence": self.sequence, "timestamp": int(time.time()), **event}) + "\n")
+            f.write(line + "\n")
 
 
 def _now() -> str:

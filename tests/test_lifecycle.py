@@ -1,0 +1,251 @@
+"""Every lifecycle path of `modelplane up/destroy`, through the real CLI, orchestrator and PulumiRunner,
+against the Pulumi CLI double (tests/pulumi_double.py) on PATH.
+
+These are contract tests: they assert what the real CLI would be asked, in which order, and what
+is recorded; nothing is deployed and no program is run by the double.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from automation.cli import main
+from tests import pulumi_double
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+HF_TOKEN = "hf_never_on_argv_93f1"
+
+
+@pytest.fixture
+def double(tmp_path, monkeypatch):
+    """A working directory with the double on PATH; returns a helper to drive and inspect it."""
+    bin_dir = pulumi_double.install(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PULUMI_DOUBLE_DIR", str(tmp_path / "double"))
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "lifecycle-test")
+    monkeypatch.setenv("MODELPLANE_SECRET_MODELCACHE_ML_TEAM_QWEN3_CODER_AUTH_A73EC_HF_TOKEN", HF_TOKEN)
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    kubeconfig = tmp_path / "byo-eu.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    return Driver(tmp_path, work, kubeconfig)
+
+
+class Driver:
+    def __init__(self, root: pathlib.Path, work: pathlib.Path, kubeconfig: pathlib.Path):
+        self.root, self.work, self.kubeconfig = root, work, kubeconfig
+        self.docs = copy.deepcopy(EXAMPLES)
+
+    def fleet(self, docs=None) -> str:
+        path = self.work / "fleet.yaml"
+        path.write_text(yaml.safe_dump_all(docs if docs is not None else self.docs, sort_keys=False))
+        return str(path)
+
+    def args(self, *extra: str) -> list[str]:
+        return ["-f", self.fleet(), "--kubeconfig", f"byo-eu={self.kubeconfig}", *extra]
+
+    def up(self, *extra: str) -> int:
+        self.mark = len(self.calls())
+        return main(["up", *self.args(*extra)])
+
+    def calls(self) -> list[dict]:
+        return pulumi_double.calls(self.root / "double")
+
+    def ran(self, verb: str, since: int | None = None) -> list[str]:
+        """Stacks on which `verb` ran (in call order) since the last up (or `since`)."""
+        calls = self.calls()[self.mark if since is None else since:]
+        return [c["stack"] for c in calls if _verb(c["argv"]) == verb]
+
+    def control(self, **settings) -> None:
+        (self.root / "double" / "control.json").write_text(json.dumps(settings))
+
+    def recorded(self) -> dict:
+        path = self.work / ".modelplane" / "state.json"
+        return json.loads(path.read_text())["stacks"] if path.exists() else {}
+
+    def deployment(self, name: str) -> dict:
+        return next(d for d in self.docs if d["kind"] == "ModelDeployment" and d["metadata"]["name"] == name)
+
+
+def _verb(argv: list[str]) -> str:
+    args = [a for a in argv if a != "--non-interactive"]
+    if args[:1] == ["destroy"] and "--preview-only" in args:
+        return "preview-destroy"
+    return args[0] if args else ""
+
+
+EVERY_STACK = {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central", "gateway",
+               "cache-ml-team.qwen3-coder", "model-ml-team.kimi-k2", "model-ml-team.qwen3-8b",
+               "model-ml-team.qwen3-coder", "service-ml-team.kimi-k2", "service-ml-team.qwen3-8b",
+               "service-ml-team.qwen3-coder"}
+
+
+def test_first_up_runs_every_stack_in_dependency_order_and_records_each(double, capsys):
+    assert double.up() == 0, capsys.readouterr().err
+    order = double.ran("up")
+    assert set(order) == EVERY_STACK and len(order) == len(EVERY_STACK)
+    position = {name: i for i, name in enumerate(order)}
+    assert max(position[s] for s in EVERY_STACK if s.startswith("platform-")) < position["gateway"]
+    assert position["cache-ml-team.qwen3-coder"] < position["model-ml-team.qwen3-coder"]
+    assert position["model-ml-team.qwen3-8b"] < position["service-ml-team.qwen3-8b"]
+    assert set(double.recorded()) == EVERY_STACK
+    # each stack was created in its own workspace with its project, inline program and event log
+    up_calls = [c for c in double.calls() if _verb(c["argv"]) == "up"]
+    assert all(any(a.startswith("--client=") for a in c["argv"]) and "--event-log" in c["argv"] for c in up_calls)
+    assert {pathlib.Path(c["cwd"]).name for c in up_calls} == EVERY_STACK
+    # nothing left to do: a second up runs no stack
+    assert double.up() == 0 and double.ran("up") == []
+    assert "nothing to up" in capsys.readouterr().out
+
+
+def test_secrets_never_appear_on_a_command_line(double):
+    assert double.up() == 0
+    assert double.ran("up")
+    for call in double.calls():
+        assert not any(HF_TOKEN in arg for arg in call["argv"]), call
+        assert not any("apiVersion: v1" in arg for arg in call["argv"])  # the kubeconfig: only its path is config
+    config = [c["argv"] for c in double.calls() if c["argv"][1:3] == ["config", "set-all"] and c["stack"] == "platform-byo-eu"]
+    assert any(f"modelplane:kubeconfigFile={double.kubeconfig}" in a for a in config[0])
+
+
+def test_a_one_deployment_change_runs_only_its_stacks(double):
+    assert double.up() == 0
+    double.deployment("qwen3-8b")["spec"]["replicas"] = 3
+    assert double.up() == 0
+    assert sorted(double.ran("up")) == ["model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b"]
+
+
+def test_removing_a_deployment_destroys_exactly_its_stack_with_prune(double, capsys):
+    assert double.up() == 0
+    double.docs = [d for d in double.docs if not (d["kind"] in ("ModelDeployment", "ModelService")
+                                                     and d["metadata"]["name"] == "kimi-k2")]
+    # without --prune, input that lacks an object never destroys its stack
+    assert double.up() == 0
+    err = capsys.readouterr().err
+    assert double.ran("destroy") == [] and "kept: model-ml-team.kimi-k2 is recorded but not in the input" in err
+    assert "model-ml-team.kimi-k2" in double.recorded()
+    assert double.up("--prune") == 0, capsys.readouterr().err
+    assert double.ran("destroy") == ["service-ml-team.kimi-k2", "model-ml-team.kimi-k2"]  # dependents first
+    assert "model-ml-team.kimi-k2" not in double.recorded() and "service-ml-team.kimi-k2" not in double.recorded()
+
+
+def test_removing_a_cluster_destroys_its_workloads_first_and_only_when_confirmed(double, capsys):
+    assert double.up() == 0
+    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
+    assert double.up("--prune") == 2
+    assert "--yes-destroy-clusters" in capsys.readouterr().err and double.ran("destroy") == [] and double.ran("up") == []
+    assert double.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
+    ups, destroys = double.ran("up"), double.ran("destroy")
+    assert destroys[-1] == "platform-eks-us-west" and "platform-eks-us-west" not in double.recorded()
+    calls = double.calls()[double.mark:]
+    last_workload = max(i for i, c in enumerate(calls) if _verb(c["argv"]) == "up")
+    first_platform_destroy = next(i for i, c in enumerate(calls) if _verb(c["argv"]) == "destroy"
+                                  and c["stack"] == "platform-eks-us-west")
+    assert ups and last_workload < first_platform_destroy  # replicas moved off the cluster before it went
+
+
+def test_a_failing_stack_skips_only_its_dependents_and_a_rerun_converges(double, capsys):
+    double.control(fail={"platform-eks-us-west": "creating node group: InsufficientInstanceCapacity"})
+    assert double.up() == 1
+    err = capsys.readouterr().err
+    assert "failed: platform-eks-us-west: error: creating node group: InsufficientInstanceCapacity" in err
+    recorded = set(double.recorded())
+    assert "platform-eks-us-west" not in recorded
+    skipped = {line.split(": ")[1] for line in err.splitlines() if line.strip().startswith("skipped:")}
+    assert {"model-ml-team.qwen3-8b", "model-ml-team.kimi-k2", "cache-ml-team.qwen3-coder"} <= skipped
+    assert {"platform-gke-us-central", "platform-byo-eu", "gateway"} <= recorded  # the others went on
+    assert not skipped & recorded
+    double.control()
+    assert double.up() == 0, capsys.readouterr().err
+    assert set(double.ran("up")) == EVERY_STACK - recorded  # only what did not succeed
+    assert set(double.recorded()) == EVERY_STACK
+
+
+def test_destroy_needs_confirmation_for_clusters_and_forgets_every_stack(double, capsys):
+    assert double.up() == 0
+    double.mark = len(double.calls())
+    assert main(["destroy", *double.args()]) == 2
+    assert "--yes-destroy-clusters" in capsys.readouterr().err
+    assert main(["destroy", *double.args("--yes-destroy-clusters", "--unprotect")]) == 0, capsys.readouterr().err
+    destroys = double.ran("destroy")
+    assert set(destroys) == EVERY_STACK and destroys.index("service-ml-team.qwen3-8b") < destroys.index("gateway")
+    assert double.recorded() == {}
+
+
+def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(double, capsys):
+    assert double.up() == 0
+    state_path = double.work / ".modelplane" / "state.json"
+    state = json.loads(state_path.read_text())
+    state["stacks"]["model-ml-team-qwen3-8b"] = state["stacks"].pop("model-ml-team.qwen3-8b")
+    state_path.write_text(json.dumps(state))
+    backend = json.loads((double.root / "double" / "state.json").read_text())
+    key = "modelplane-workloads/model-ml-team.qwen3-8b"
+    backend["stacks"]["modelplane-workloads/model-ml-team-qwen3-8b"] = backend["stacks"].pop(key)
+    (double.root / "double" / "state.json").write_text(json.dumps(backend))
+    assert main(["status", "-f", double.fleet()]) == 0
+    assert "the next `up` renames it to model-ml-team.qwen3-8b" in capsys.readouterr().out
+    assert double.up() == 0, capsys.readouterr().err
+    renames = [c["argv"] for c in double.calls()[double.mark:] if c["argv"][1:3] == ["stack", "rename"]]
+    assert renames and renames[0][3] == "model-ml-team.qwen3-8b" and "model-ml-team-qwen3-8b" in renames[0]
+    assert double.ran("up") == [] and double.ran("destroy") == []  # renamed, not recreated nor destroyed
+    assert "model-ml-team.qwen3-8b" in double.recorded() and "model-ml-team-qwen3-8b" not in double.recorded()
+
+
+def _start_up(double, fleet: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([str(ROOT / ".venv" / "bin" / "modelplane") if (ROOT / ".venv" / "bin" / "modelplane").exists()
+                             else sys.executable, *([] if (ROOT / ".venv" / "bin" / "modelplane").exists()
+                                                    else ["-m", "automation.cli"]),
+                             "up", "-f", fleet, "--kubeconfig", f"byo-eu={double.kubeconfig}"],
+                            cwd=double.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: pathlib.Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_interrupts_running_engines_and_starts_nothing_new(double):
+    double.control(hang=["platform-gke-us-central"])
+    process = _start_up(double, double.fleet())
+    _wait_for(double.root / "double" / "hanging")
+    process.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches the modelplane process
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "cancelling" in err and "cancelled: platform-gke-us-central" in err
+    ups = [c["stack"] for c in double.calls() if _verb(c["argv"]) == "up"]
+    assert "gateway" not in ups and not [s for s in ups if s.startswith(("model-", "service-", "cache-"))]
+    assert "platform-gke-us-central" not in double.recorded()
+    assert not (double.root / "double" / "hanging").exists()  # the engine itself stopped (SIGINT), not only the lock
+    # the stacks that finished before the interrupt are recorded; a rerun converges
+    double.control()
+    assert main(["up", *double.args()]) == 0
+    assert set(double.recorded()) == EVERY_STACK
+
+
+def test_a_second_up_on_the_same_state_is_refused_while_one_runs(double, capsys):
+    double.control(hang=["platform-gke-us-central"])
+    process = _start_up(double, double.fleet())
+    try:
+        _wait_for(double.root / "double" / "hanging")
+        assert main(["up", *double.args()]) == 2
+        err = capsys.readouterr().err
+        assert "is changing the fleet in" in err and "wait for it to finish" in err
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
