@@ -223,7 +223,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
                    "--yes-destroy-clusters to confirm", err=True)
         raise SystemExit(2)
     if not items and not renames:
-        click.echo(f"nothing to {operation}: " + ("nothing is applied" if operation in ("destroy", "refresh")
+        click.echo(f"nothing to {operation}: " + ("nothing is applied" if operation in ("destroy", "refresh", "preview-refresh")
                                                   and not prepared.store.fingerprints()
                                                   else "every stack is up to date with the manifests"))
         return
@@ -261,6 +261,16 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
         raise SystemExit(130)
     if not report.ok:
         raise SystemExit(EXIT_INVALID)
+    if operation == "preview-refresh":
+        drifted = {o.stack: {k: v for k, v in o.result.changes.items() if k != "same" and v}
+                   for o in report.outcomes if o.result is not None}
+        drifted = {stack: found for stack, found in drifted.items() if found}
+        for stack, found in sorted(drifted.items()):
+            click.echo(f"drift: {stack}: " + ", ".join(f"{k} {v}" for k, v in sorted(found.items())))
+        click.echo(f"{len(drifted)} of {len(report.outcomes)} applied stack(s) no longer match the clouds and clusters"
+                   if drifted else f"no drift: {len(report.outcomes)} applied stack(s) match the clouds and clusters")
+        if drifted:
+            raise SystemExit(EXIT_INVALID)
 
 
 def _confirm(question: str) -> bool:
@@ -349,6 +359,13 @@ def up(paths, output, backend, parallel, control_plane, kubeconfig, prune, destr
     """Apply the changed stacks in dependency order; record each only once it succeeded."""
     _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
            destroy_clusters=destroy_clusters, force=force, refresh=refresh)
+
+
+@cli.command()
+@_apply_options
+def drift(paths, output, backend, parallel, control_plane, kubeconfig) -> None:
+    """Report applied stacks whose cloud or cluster state no longer matches (a refresh preview; exit 1 on drift)."""
+    _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig)
 
 
 @cli.command(name="refresh")

@@ -240,6 +240,9 @@ class PulumiRunner:
                     stack.up(on_event=forward, parallel=self.parallel, color="never")
                 result = stack.destroy(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
+            if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
+                drift = stack.preview_refresh(on_event=forward, color="never")
+                return RunResult(spec.name, operation, True, _counts(drift.change_summary))
             if operation == "refresh":
                 result = stack.refresh(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))

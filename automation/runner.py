@@ -13,8 +13,8 @@ from typing import Any, Callable, Literal, Protocol
 from automation.stacks import StackSpec
 from fleet.stack_id import StackId
 
-Operation = Literal["preview", "preview-destroy", "up", "destroy", "refresh"]
-OPERATIONS: tuple[Operation, ...] = ("preview", "preview-destroy", "up", "destroy", "refresh")
+Operation = Literal["preview", "preview-destroy", "up", "destroy", "refresh", "preview-refresh"]
+OPERATIONS: tuple[Operation, ...] = ("preview", "preview-destroy", "up", "destroy", "refresh", "preview-refresh")
 EventSink = Callable[[dict[str, Any]], None]  # one engine event, as plain data: {"stack", "type", ...}
 
 

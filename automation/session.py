@@ -55,7 +55,7 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
                 out.append(c)
         return out
     recorded = set(prepared.store.fingerprints())
-    if operation == "refresh":
+    if operation in ("refresh", "preview-refresh"):
         return [StackChange(c.id, "update", c.depends_on) for c in prepared.changes
                 if c.name in recorded and c.change != "delete"]
     if operation == "destroy":

@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any, Literal, TYPE_CHECKING
 
 from components.args import cluster_args, control_plane_cluster, gateway_args
+from components.versions import pinned, project_version
 from fleet.plan import Plan
 from fleet.scheduler import schedule
 from fleet.stack_id import ORDER, StackId, StackKind
@@ -97,19 +98,20 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     stacks: dict[str, StackSpec] = {}
     host = control_plane_cluster(fleet, control_plane)
     payload: dict[str, Any]
+    release = project_version()
     for ic in fleet.of("InferenceCluster"):
         args = cluster_args(fleet, ic.name)
-        payload = {"cluster": args.model_dump(), "versions": versions or {}}
+        payload = {"cluster": args.model_dump(), "versions": pinned(versions), "project": release}
         platform = StackId.platform(ic.name)
         stacks[str(platform)] = StackSpec(platform, fingerprint(payload), targets=[ic.name], payload=payload)
     gateway = gateway_args(fleet, host)
     if gateway is not None:
-        payload = {"gateway": gateway.model_dump(), "versions": versions or {}, "host": host}
+        payload = {"gateway": gateway.model_dump(), "versions": pinned(versions), "host": host, "project": release}
         stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(payload),
                                       depends_on=[str(StackId.platform(host))] if host else [], targets=["control-plane"],
                                       payload=payload)
     for name, targets in rendered.stacks.items():
-        payload = {"objects": {t: objs for t, objs in sorted(targets.items())}}
+        payload = {"objects": {t: objs for t, objs in sorted(targets.items())}, "project": release}
         if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it
             payload["host"] = host
         # every target's platform stack runs first; the control plane's is the host's

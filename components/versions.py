@@ -96,6 +96,22 @@ def chart(key: str, overrides: dict[str, str] | None = None) -> Chart:
     return Chart(spec.key, spec.chart, spec.repo, version, spec.namespace, spec.crds, spec.skip_crds, spec.needs_volumes)
 
 
+def pinned(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """Every chart's version in use (pins, with overrides): part of a platform stack's fingerprint, so that
+    upgrading a pin re-runs the stacks that install it."""
+    return {key: chart(key, overrides).version for key in sorted(CHARTS)}
+
+
+def project_version() -> str:
+    """This project's version: part of every stack's fingerprint (a new release may register other resources)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelplane-pulumi")
+    except PackageNotFoundError:  # pragma: no cover - running from a checkout that was never installed
+        return "0+unknown"
+
+
 def by_release_name(name: str) -> Chart | None:
     """The chart behind a release named `mp-<key>` (how every release of ours is named)."""
     return CHARTS.get(name.removeprefix("mp-")) if name.startswith("mp-") else None

@@ -249,3 +249,47 @@ def test_a_second_up_on_the_same_state_is_refused_while_one_runs(double, capsys)
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
+
+
+def test_drift_is_reported_for_ci_with_exit_code_1(double, capsys):
+    assert double.up() == 0
+    double.mark = len(double.calls())
+    assert main(["drift", *double.args()]) == 0
+    assert "no drift: 11 applied stack(s) match" in capsys.readouterr().out
+    assert set(double.ran("refresh")) == EVERY_STACK
+    assert all("--preview-only" in c["argv"] for c in double.calls()[double.mark:] if _verb(c["argv"]) == "refresh")
+    double.control(drift=["platform-gke-us-central"])
+    assert main(["drift", *double.args()]) == 1
+    out = capsys.readouterr().out
+    assert "drift: platform-gke-us-central: update 1" in out and "1 of 11 applied stack(s) no longer match" in out
+    assert double.recorded()["platform-gke-us-central"]  # a drift check changes nothing
+
+
+def test_force_reruns_an_unchanged_stack_and_refresh_reads_the_clouds_first(double, capsys):
+    assert double.up() == 0
+    assert double.up("--force", "model-ml-team.qwen3-8b", "--refresh") == 0
+    assert double.ran("up") == ["model-ml-team.qwen3-8b"]
+    up = next(c for c in double.calls()[double.mark:] if _verb(c["argv"]) == "up")
+    assert "--refresh" in up["argv"]
+    assert double.up("--force", "model-nope.x") == 2
+    assert "--force names model-nope.x, not a stack of these manifests" in capsys.readouterr().err
+
+
+def test_upgrading_a_pinned_chart_or_the_project_reruns_the_stacks_it_affects(monkeypatch):
+    from automation.stacks import desired_state
+    from components import versions
+    from fleet.validate import load_fleet
+
+    fleet = load_fleet([str(ROOT / "examples")]).fleet
+    before = {name: spec.fingerprint for name, spec in desired_state(fleet).specs.items()}
+    keda = versions.CHARTS["keda"]
+    monkeypatch.setitem(versions.CHARTS, "keda", versions.Chart(keda.key, keda.chart, keda.repo, "2.99.0", keda.namespace,
+                                                                 keda.crds))
+    after = {name: spec.fingerprint for name, spec in desired_state(fleet).specs.items()}
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {name for name in before if name.startswith("platform-") or name == "gateway"}
+    monkeypatch.setattr(versions, "project_version", lambda: "9.9.9")
+    import automation.stacks as stacks_module
+    monkeypatch.setattr(stacks_module, "project_version", lambda: "9.9.9")
+    again = {name: spec.fingerprint for name, spec in desired_state(fleet).specs.items()}
+    assert all(again[name] != after[name] for name in again)  # a new release re-runs every stack
