@@ -437,7 +437,11 @@ def status(paths, output, control_plane) -> None:
 @click.option("--no-apply", "no_apply", is_flag=True, help="Accept, validate and plan, but run no stacks.")
 @click.option("--worker-interval", "worker_interval", default=1.0, show_default=True, type=click.FloatRange(0.05, 3600),
               help="Seconds between looks at the run queue.")
-def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval) -> None:
+@click.option("--state", "state_dir", default=".modelplane", show_default=True, type=click.Path(file_okay=False),
+              help="The recorded state and default Pulumi backend, shared with `modelplane up` run in the same folder.")
+@click.option("--backend", metavar="URL", default=None,
+              help="Pulumi backend (default: file://<state>/backend, or PULUMI_BACKEND_URL), as for `modelplane up`.")
+def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend) -> None:
     """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
     from pathlib import Path
 
@@ -450,7 +454,8 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     click.echo(f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})")
-    run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval)
+    run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval, Path(state_dir),
+               backend)
 
 
 def main(argv: list[str] | None = None) -> int:

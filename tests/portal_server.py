@@ -78,7 +78,7 @@ def wait_until_up(url: str, seconds: float = 30) -> None:
 
 def start_process(folder: Path, port: int, extra: list[str]) -> subprocess.Popen:
     command = [sys.executable, "-m", "automation.cli", "serve", "--port", str(port), "--tokens",
-               str(write_tokens(folder)), "--data-dir", str(folder / "data"), *extra]
+               str(write_tokens(folder)), "--data-dir", str(folder / "data"), "--state", str(folder / "state"), *extra]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_until_up(f"http://127.0.0.1:{port}")
     return process

@@ -293,3 +293,84 @@ def test_upgrading_a_pinned_chart_or_the_project_reruns_the_stacks_it_affects(mo
     monkeypatch.setattr(stacks_module, "project_version", lambda: "9.9.9")
     again = {name: spec.fingerprint for name, spec in desired_state(fleet).specs.items()}
     assert all(again[name] != after[name] for name in again)  # a new release re-runs every stack
+
+
+# ---- the portal's worker: the same orchestrator, runner and state as the CLI --------------------------------
+
+def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_shared_state(double, capsys):
+    from automation.portal.worker import Worker
+    from tests.manifests import cluster, deployment, gpu_class
+    from tests.portal_server import ADMIN, API, ThreadServer
+
+    state = double.work / ".modelplane"
+    (state / "kubeconfigs").mkdir(parents=True)
+    (state / "kubeconfigs" / "c1-kubeconfig").write_text("apiVersion: v1\nkind: Config\n")  # its existing.secretRef
+    (double.root / "portal").mkdir(exist_ok=True)
+    with ThreadServer(double.root / "portal", apply=True) as server:
+        worker = Worker(server.store, state)
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
+            path = f"{API}/namespaces/team-a/modeldeployments/qwen"
+            assert admin.put(path, json=deployment("qwen", namespace="team-a")).status_code == 201
+            batch = worker.claim()
+            assert {r["stack"] for r in batch} == {"platform-c1", "model-team-a.qwen"}
+            worker.execute(batch)
+            runs = {r["stack"]: r for r in admin.get("/runs").json()["items"]}
+            assert runs["platform-c1"]["status"] == "succeeded" and runs["model-team-a.qwen"]["status"] == "succeeded"
+            ups = [c["stack"] for c in double.calls() if _verb(c["argv"]) == "up"]
+            assert ups == ["platform-c1", "model-team-a.qwen"]  # dependency order, through the orchestrator
+            # one state: the CLI sees what the portal applied, in the same backend (no second cluster)
+            assert set(double.recorded()) == {"platform-c1", "model-team-a.qwen"}
+            assert all(pathlib.Path(c["cwd"]).parent == state / "stacks" for c in double.calls() if _verb(c["argv"]) == "up")
+            # a DELETE is applied too: the stack is destroyed and forgotten (it used to crash in the runner)
+            assert admin.delete(path).status_code == 200
+            worker.execute(worker.claim())
+            assert double.ran("destroy", since=0) == ["model-team-a.qwen"]
+            assert set(double.recorded()) == {"platform-c1"}
+            deleted = next(r for r in admin.get("/runs").json()["items"] if r["operation"] == "destroy")
+            assert deleted["status"] == "succeeded"
+
+
+def test_portal_runs_wait_while_the_cli_holds_the_state(double):
+    from automation.portal.worker import Worker
+    from automation.state import StateStore
+    from tests.manifests import cluster, gpu_class
+    from tests.portal_server import ADMIN, API, ThreadServer
+
+    state = double.work / ".modelplane"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]);"
+                               "from automation.state import StateStore; s = StateStore(sys.argv[2]); s.lock();"
+                               "print('locked', flush=True); time.sleep(60)", str(ROOT), str(state)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        (double.root / "portal").mkdir(exist_ok=True)
+        with ThreadServer(double.root / "portal", apply=True) as server:
+            worker = Worker(server.store, state)
+            with server.client(ADMIN) as admin:
+                admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi"))
+                admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),)))
+                worker.execute(worker.claim())
+                run = admin.get("/runs").json()["items"][0]
+                assert run["status"] == "queued" and "is changing the fleet" in admin.get(f"/runs/{run['id']}").json()["log"]
+                assert double.ran("up", since=0) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert StateStore(state).fingerprints() == {}
+
+
+def test_run_visibility_follows_the_parsed_namespace_not_a_split_on_dashes():
+    """Team `ml` used to read `ml-team`'s runs (and `ml-team` none of its own): names were split on '-'."""
+    from automation.portal.auth import Principal
+    from fleet.stack_id import StackId
+
+    ml = Principal("ml", frozenset({"ml"}), False)
+    ml_team = Principal("ml-team", frozenset({"ml-team"}), False)
+    theirs = str(StackId.model("ml-team", "qwen"))
+    from automation.portal.app import stack_namespace
+
+    assert stack_namespace(theirs) == "ml-team" and stack_namespace(str(StackId.model("ml", "team-qwen"))) == "ml"
+    assert ml_team.can_see(stack_namespace(theirs)) and not ml.can_see(stack_namespace(theirs))
+    assert stack_namespace("platform-c1") is None and stack_namespace("model-ml-team-qwen") is None  # legacy: admins

@@ -225,7 +225,7 @@ def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
     worker = Worker(store, tmp_path)
     with store.write() as conn:
         store.enqueue(conn, "platform-c1", "up", "f1")
-    run = worker.claim()
+    [run] = worker.claim()
     worker._finish(run, True, "up succeeded", "f1", {"gatewayAddress": "34.1.2.3"})
     with store.read() as conn:
         assert json.loads(store.get_state(conn, "clusterGateways")) == {"c1": "34.1.2.3"}

@@ -19,6 +19,14 @@ COOKIE = "modelplane_token"
 templates = Environment(loader=PackageLoader("automation.portal", "templates"), autoescape=select_autoescape(["html"]))
 
 
+def stack_namespace(stack: str) -> str | None:
+    """The namespace a stack belongs to, parsed from its identity (None: platform, gateway, legacy names: admins')."""
+    try:
+        return StackId.parse(stack).namespace
+    except StackIdError:
+        return None
+
+
 def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     app = FastAPI(title="modelplane portal", version="v1alpha1",
                   description="Submit ModelDeployments and ModelServices, watch them land. Kubernetes-shaped API.")
@@ -178,11 +186,8 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     def visible_stack(who: Principal, stack: str) -> bool:
         if who.admin:
             return True
-        try:
-            id = StackId.parse(stack)
-        except StackIdError:
-            return False
-        return id.namespace is not None and who.can_see(id.namespace)  # legacy names: admins only
+        namespace = stack_namespace(stack)
+        return namespace is not None and who.can_see(namespace)
 
     @app.get("/plan")
     def get_plan(request: Request):
@@ -314,15 +319,15 @@ def _pools(clusters: list[dict], classes: dict, plan: dict) -> list[dict]:
 
 
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
-          worker_interval: float = 1.0) -> None:
+          worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None) -> None:
     import uvicorn
 
-    from automation.portal.worker import Worker
+    from automation.portal.worker import Worker, pulumi_runner
 
     data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(database or f"sqlite:///{(data_dir / 'portal.db').resolve()}")
     app = create_app(store, Tokens.load(tokens_file), apply)
-    worker = Worker(store, data_dir, interval=worker_interval) if apply else None
+    worker = Worker(store, state_dir, interval=worker_interval, runner=pulumi_runner(backend)) if apply else None
     if worker:
         worker.start()
     try:

@@ -1,10 +1,16 @@
-"""The apply worker: takes queued stack runs from the database, one at a time per stack.
+"""The apply worker: takes queued stack runs from the database and applies them through the orchestrator.
 
 Runs are queued inside the write that made them necessary, so an accepted change is never
 lost: after a crash, a restarted portal (or another portal process on the same database)
 picks the queued runs up, and runs left `running` by a dead process for longer than
 `stale_after` are queued again. Each run applies the latest desired state of its stack, so a
 stack converges to the newest accepted manifests.
+
+One state, one executor: the worker claims every queued run at once and runs them as one batch
+through the same Orchestrator the CLI uses (dependency waves, dependents of a failed stack
+skipped), with the same runner, Pulumi backend and recorded state (`--state`, default
+`.modelplane`) as `modelplane up` in that folder. It takes the state's lock for the batch: while
+the CLI changes the fleet, the runs wait, queued.
 """
 
 from __future__ import annotations
@@ -16,24 +22,44 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Callable
 
 from sqlalchemy import select
 
+from automation.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, runs
-from automation.runner import AutomationError
-from automation.stacks import StackSpec, desired_state
+from automation.runner import AutomationError, StackRunner
+from automation.stacks import StackChange, desired_state
+from automation.state import StateLocked, StateStore, replica_from_dict
 from fleet.stack_id import StackId
-from automation.state import replica_from_dict
+from fleet.validate import Fleet
+
+RunnerFactory = Callable[[Fleet, Path], StackRunner]
+
+
+def pulumi_runner(backend: str | None = None, parallel: int = 2) -> RunnerFactory:
+    """The real runner, on the shared state folder (its backend and workspaces), as `modelplane up` builds it."""
+    def build(fleet: Fleet, state_dir: Path) -> StackRunner:
+        from automation.pulumi_runner import PulumiRunner, check_passphrase, default_backend, existing_kubeconfigs
+
+        runner = PulumiRunner(state_dir, fleet, backend=backend, parallel=parallel,
+                              kubeconfigs=existing_kubeconfigs(fleet, {}, state_dir))  # says so if the CLI is missing
+        check_passphrase(backend or default_backend(state_dir))
+        return runner
+    return build
 
 
 class Worker(threading.Thread):
-    def __init__(self, store: Store, data_dir: Path, interval: float = 1.0, stale_after: float = 900.0):
+    def __init__(self, store: Store, state_dir: Path, interval: float = 1.0, stale_after: float = 900.0,
+                 runner: RunnerFactory | None = None, parallel: int = 2):
         super().__init__(daemon=True, name="modelplane-apply-worker")
         self.store = store
-        self.data_dir = Path(data_dir)
+        self.state_dir = Path(state_dir)
         self.interval = interval
         self.stale_after = stale_after
+        self.runner = runner or pulumi_runner(parallel=parallel)
+        self.parallel = parallel
         self.id = f"{socket.gethostname()}-{os.getpid()}"
         self.stopping = threading.Event()
 
@@ -48,21 +74,30 @@ class Worker(threading.Thread):
                                   .values(status="queued", worker=None, log=runs.c.log + "requeued: its worker stopped\n"))
             return result.rowcount or 0
 
-    def claim(self) -> dict | None:
+    def claim(self) -> list[dict[str, Any]]:
+        """Every queued run whose stack is not running elsewhere, marked running by this worker (one transaction)."""
+        claimed = []
         with self.store.write() as conn:
             busy = {r[0] for r in conn.execute(select(runs.c.stack).where(runs.c.status == "running"))}
             for row in conn.execute(select(runs).where(runs.c.status == "queued").order_by(runs.c.id)).mappings():
                 if row["stack"] in busy:
                     continue
+                busy.add(row["stack"])
                 conn.execute(runs.update().where(runs.c.id == row["id"]).values(
                     status="running", started_at=now(), worker=self.id))
-                return dict(row)
-        return None
+                claimed.append(dict(row))
+        return claimed
 
     def _append(self, run_id: int, lines: list[str]) -> None:
         if lines:
             with self.store.write() as conn:
                 conn.execute(runs.update().where(runs.c.id == run_id).values(log=runs.c.log + "".join(lines)))
+
+    def _requeue(self, batch: list[dict[str, Any]], why: str) -> None:
+        with self.store.write() as conn:
+            for run in batch:
+                conn.execute(runs.update().where(runs.c.id == run["id"]).values(
+                    status="queued", worker=None, log=runs.c.log + why + "\n"))
 
     def _finish(self, run: dict, ok: bool, message: str, fingerprint: str | None = None,
                 outputs: dict | None = None) -> None:
@@ -86,46 +121,71 @@ class Worker(threading.Thread):
                         gateways[cluster] = address
                     self.store.set_state(conn, "clusterGateways", json.dumps(gateways))
 
-    def execute(self, run: dict) -> None:
-        from automation.pulumi_runner import PulumiRunner
-
+    def execute(self, batch: list[dict[str, Any]]) -> None:
+        """Apply a batch of claimed runs through the orchestrator; every run ends succeeded, failed or queued again."""
         with self.store.read() as conn:
             fleet = load_fleet(self.store.list(conn))
             reserved = [replica_from_dict(p) for p in json.loads(self.store.get_state(conn, "placements") or "[]")]
-        spec = desired_state(fleet, reserved).specs.get(run["stack"])
-        operation = run["operation"]
-        target = spec if spec is not None and operation == "up" else StackSpec.for_deletion(StackId.parse(run["stack"]))
-        pending: list[str] = []
-        last_flush = time.monotonic()
-
-        def on_event(event: dict) -> None:
-            nonlocal last_flush
-            pending.append(json.dumps(event, default=str) + "\n")
-            if time.monotonic() - last_flush > 1.0:
-                self._append(run["id"], pending[:])
-                pending.clear()
-                last_flush = time.monotonic()
-
+        specs = desired_state(fleet, reserved).specs
+        by_stack = {run["stack"]: run for run in batch}
+        items = []
+        for run in batch:
+            spec = specs.get(run["stack"])
+            if run["operation"] == "up" and spec is not None:
+                items.append(StackChange(spec.id, "update", tuple(spec.depends_on)))
+            else:
+                items.append(StackChange(StackId.parse(run["stack"]), "delete"))
+        state = StateStore(self.state_dir)
+        finished: set[int] = set()
         try:
-            runner = PulumiRunner(self.data_dir, fleet)
-            result = runner.run(operation, target, on_event)
-        except AutomationError as exc:
-            self._append(run["id"], pending)
-            self._finish(run, False, f"error: {exc}")
+            state.lock()
+        except StateLocked as exc:
+            self._requeue(batch, f"waiting: {exc}")
             return
-        except Exception as exc:  # a bug of ours: the run fails with the reason, the worker goes on
-            self._append(run["id"], pending)
-            self._finish(run, False, f"internal error: {type(exc).__name__}: {exc}")
-            return
-        self._append(run["id"], pending)
-        if result.ok:
-            self._finish(run, True, f"{operation} succeeded: {result.changes}", spec.fingerprint if spec else None,
-                         result.outputs)
-        else:
-            self._finish(run, False, f"error: {result.error}")
+        try:
+            try:
+                runner = self.runner(fleet, self.state_dir)
+            except AutomationError as exc:
+                for run in batch:
+                    self._finish(run, False, f"error: {exc}")
+                return
+            pending: dict[int, list[str]] = {}
+            last_flush = [time.monotonic()]
+            guard = threading.Lock()
+
+            def on_event(event: dict) -> None:
+                run = by_stack.get(str(event.get("stack")))
+                if run is None:
+                    return
+                with guard:
+                    pending.setdefault(run["id"], []).append(json.dumps(event, default=str) + "\n")
+                    if time.monotonic() - last_flush[0] > 1.0:
+                        for run_id, lines in list(pending.items()):
+                            self._append(run_id, lines)
+                        pending.clear()
+                        last_flush[0] = time.monotonic()
+
+            report = Orchestrator(runner, state, on_event, self.parallel).execute("up", items, specs)
+            for run_id, lines in pending.items():
+                self._append(run_id, lines)
+            for outcome in report.outcomes:
+                run = by_stack[outcome.stack]
+                spec = specs.get(outcome.stack)
+                if outcome.status == "succeeded" and outcome.result is not None:
+                    self._finish(run, True, f"{run['operation']} succeeded: {outcome.result.changes}",
+                                 spec.fingerprint if spec else None, outcome.result.outputs)
+                else:
+                    self._finish(run, False, f"error: {outcome.reason}")
+                finished.add(run["id"])
+        except Exception as exc:  # a bug of ours: the runs fail with the reason, the worker goes on
+            for run in batch:
+                if run["id"] not in finished:
+                    self._finish(run, False, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            state.unlock()
 
     def run(self) -> None:
         self.recover()
         while not self.stopping.wait(self.interval):
-            while (job := self.claim()) is not None and not self.stopping.is_set():
-                self.execute(job)
+            while not self.stopping.is_set() and (batch := self.claim()):
+                self.execute(batch)
