@@ -39,15 +39,10 @@ Change = Literal["create", "update", "delete", "none"]
 CHANGES: tuple[Change, ...] = ("create", "update", "delete", "none")
 
 
-@dataclass
-class StackSpec:
-    """A desired stack: what its program needs (payload), and the fingerprint of what it would register."""
+class Named:
+    """What a stack is called, read from its identity (the one place names come from)."""
 
     id: StackId
-    fingerprint: str
-    depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
-    targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
-    payload: dict[str, Any] = field(default_factory=dict, repr=False)  # what the stack's program needs
 
     @property
     def name(self) -> str:
@@ -61,6 +56,17 @@ class StackSpec:
     def rank(self) -> int:
         return ORDER[self.kind]
 
+
+@dataclass
+class StackSpec(Named):
+    """A desired stack: what its program needs (payload), and the fingerprint of what it would register."""
+
+    id: StackId
+    fingerprint: str
+    depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
+    targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
+    payload: dict[str, Any] = field(default_factory=dict, repr=False)  # what the stack's program needs
+
     @classmethod
     def for_deletion(cls, id: StackId) -> StackSpec:
         """A recorded stack that is no longer desired: enough to select and destroy it (its program never runs)."""
@@ -68,18 +74,10 @@ class StackSpec:
 
 
 @dataclass(frozen=True)
-class StackChange:
+class StackChange(Named):
     id: StackId
     change: Change
     depends_on: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return str(self.id)
-
-    @property
-    def kind(self) -> StackKind:
-        return self.id.kind
 
     def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "change": self.change}

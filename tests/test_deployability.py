@@ -350,3 +350,11 @@ def test_the_laptop_stacks_are_deployable(stack_name):
     preview = StackPreview(stack_name, locate(expand(resources)), None, "platform", [], cluster)
     assert {r.type for r in preview.resources} >= {"kubernetes:helm.sh/v3:Release", "kubernetes:gateway.networking.k8s.io/v1:Gateway"}
     assert [str(v) for v in check_fleet(fleet, [preview])] == []
+
+
+def test_a_claim_without_a_class_uses_the_default_one():
+    eks = _storage(_pvc(None, "ReadWriteOnce"), _rwx_class())
+    assert [v.message for v in check(eks, ["storage"])] == ["the claim names no StorageClass and c1 has no default one"]
+    gke = _storage(_pvc(None, "ReadWriteOnce"))
+    assert check(Graph(gke.stacks, {"c1": ClusterFacts("GKE", "us-central1")}), ["storage"]) == []  # standard-rwo
+    assert check(Graph(gke.stacks, {"c1": ClusterFacts("Existing")}), ["storage"]) == []  # the admin's default
