@@ -182,7 +182,8 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _apply(operation: Operation, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
            kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
-           destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False) -> None:
+           destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False,
+           check: bool = True) -> None:
     from pathlib import Path
 
     from automation.migration import migrate, plan_renames
@@ -227,6 +228,8 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
                                                   and not prepared.store.fingerprints()
                                                   else "every stack is up to date with the manifests"))
         return
+    if check and operation in ("up", "preview") and items:
+        _refuse_undeployable(loaded.fleet, prepared.specs)
     kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
     try:
         runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
@@ -271,6 +274,22 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
                    if drifted else f"no drift: {len(report.outcomes)} applied stack(s) match the clouds and clusters")
         if drifted:
             raise SystemExit(EXIT_INVALID)
+
+
+def _refuse_undeployable(fleet, specs) -> None:
+    """The deployability check over every desired stack (the graph, not only what changes): a fleet a real API
+    server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
+    from automation.deployability import check_fleet
+    from automation.offline_preview import preview_stack
+
+    previews = [preview_stack(spec, fleet) for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name))]
+    violations = check_fleet(fleet, previews)
+    if violations:
+        for v in violations:
+            click.echo(str(v), err=True)
+        click.echo(f"{len(violations)} deployability violation(s); nothing was applied (see `modelplane preview "
+                   "--offline`; --skip-check to apply anyway)", err=True)
+        raise SystemExit(EXIT_INVALID)
 
 
 def _confirm(question: str) -> bool:
@@ -355,10 +374,15 @@ def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
 @_DESTROY_CLUSTERS
 @click.option("--force", multiple=True, metavar="STACK", help="Rerun this stack even if its fingerprint did not change. Repeatable.")
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
-def up(paths, output, backend, parallel, control_plane, kubeconfig, prune, destroy_clusters, force, refresh) -> None:
-    """Apply the changed stacks in dependency order; record each only once it succeeded."""
+@click.option("--skip-check", "skip_check", is_flag=True,
+              help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
+def up(paths, output, backend, parallel, control_plane, kubeconfig, prune, destroy_clusters, force, refresh,
+       skip_check) -> None:
+    """Apply the changed stacks in dependency order; record each only once it succeeded.
+
+    Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
-           destroy_clusters=destroy_clusters, force=force, refresh=refresh)
+           destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check)
 
 
 @cli.command()

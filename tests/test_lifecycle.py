@@ -374,3 +374,13 @@ def test_run_visibility_follows_the_parsed_namespace_not_a_split_on_dashes():
     assert stack_namespace(theirs) == "ml-team" and stack_namespace(str(StackId.model("ml", "team-qwen"))) == "ml"
     assert ml_team.can_see(stack_namespace(theirs)) and not ml.can_see(stack_namespace(theirs))
     assert stack_namespace("platform-c1") is None and stack_namespace("model-ml-team-qwen") is None  # legacy: admins
+
+
+def test_up_refuses_a_fleet_that_would_not_apply_and_applies_nothing(double, capsys):
+    """The deployability check runs before anything: a GKE cluster with no project would fail at its provider."""
+    cluster = next(d for d in double.docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")
+    del cluster["spec"]["cluster"]["gke"]["project"]
+    assert double.up() == 1
+    err = capsys.readouterr().err
+    assert "platform-gke-us-central: -: program: " in err and "gke.project" in err and "nothing was applied" in err
+    assert double.ran("up") == [] and double.recorded() == {}
