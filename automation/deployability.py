@@ -40,13 +40,19 @@ CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "Clus
                   "ClusterTriggerAuthentication", "ClusterTopology", "CSIDriver", "ResourceSlice"}
 # StorageClasses a cloud creates itself, and which of them is its default.
 CLOUD_STORAGE = {"GKE": {"standard-rwo": "pd.csi.storage.gke.io", "premium-rwo": "pd.csi.storage.gke.io",
-                         "standard": "kubernetes.io/gce-pd"}}
-CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo"}
+                         "standard": "kubernetes.io/gce-pd"},
+                 "AKS": {"managed-csi": "disk.csi.azure.com", "managed-csi-premium": "disk.csi.azure.com",
+                         "azurefile-csi": "file.csi.azure.com", "azurefile-csi-premium": "file.csi.azure.com"}}
+CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo", "AKS": "managed-csi"}
+# Sources whose clusters bring a default StorageClass this check cannot name: an existing cluster's admin's,
+# Nebius Managed Kubernetes' own.
+TRUSTED_DEFAULT_CLASS = {"Existing", "Nebius"}
 RWX_PROVISIONERS = {"filestore.csi.storage.gke.io", "efs.csi.aws.com", "file.csi.azure.com", "nfs.csi.k8s.io",
                     "cephfs.csi.ceph.com", "lustre.csi.aws.com", "lustre.csi.storage.gke.io"}
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
-CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:")
-CLOUD_PROVIDERS = {"pulumi:providers:gcp", "pulumi:providers:aws", "pulumi:providers:azure-native"}
+CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:", "nebius:")
+CLOUD_PROVIDERS = {"pulumi:providers:gcp", "pulumi:providers:aws", "pulumi:providers:azure-native",
+                   "pulumi:providers:nebius"}
 
 
 def _eks_addon(name: str) -> Callable[[Registered], bool]:
@@ -339,7 +345,7 @@ def storage(graph: Graph) -> Iterable[Violation]:
             name = CLOUD_DEFAULT_CLASS.get(source) or next((c.name for c in graph.objects if c.kind == "StorageClass"
                                                             and c.cluster == node.cluster and _is_default(c)), None)
             if name is None:
-                if source != "Existing":  # an existing cluster's admin is trusted to have a default class
+                if source not in TRUSTED_DEFAULT_CLASS:
                     yield violation(node, "storage", f"the claim names no StorageClass and {node.cluster} has no default one")
                 continue
         if created:
@@ -359,8 +365,8 @@ def storage(graph: Graph) -> Iterable[Violation]:
         if chart is None or not chart.needs_volumes:
             continue
         facts = graph.clusters.get(node.cluster or "")
-        if facts is None or facts.source == "Existing" or facts.source in CLOUD_DEFAULT_CLASS:
-            continue  # the cloud has a default class; an existing cluster's admin is trusted to
+        if facts is None or facts.source in TRUSTED_DEFAULT_CLASS or facts.source in CLOUD_DEFAULT_CLASS:
+            continue  # the cloud (or the cluster's admin) has a default class
         defaults = [c for c in graph.objects if c.kind == "StorageClass" and c.cluster == node.cluster and _is_default(c)]
         if not graph.exists_before(defaults, node):
             yield violation(node, "storage", f"chart {chart.chart} claims volumes, but {node.cluster} has no default "
@@ -444,9 +450,10 @@ def pinned(graph: Graph) -> Iterable[Violation]:
                                                               "credentials would come from the environment")
                 continue
             inputs = unwrap(provider.inputs)
-            if facts and facts.region and inputs.get("region") != facts.region:
+            region = inputs.get("location" if provider.type == "pulumi:providers:azure-native" else "region")
+            if facts and facts.region and region != facts.region:
                 yield Violation(stack.name, r.name, "pinned", f"its provider {provider.name} is for region "
-                                                              f"{inputs.get('region')}, not the cluster's {facts.region}")
+                                                              f"{region}, not the cluster's {facts.region}")
             if provider.type == "pulumi:providers:gcp" and not inputs.get("project"):
                 yield Violation(stack.name, r.name, "pinned", f"its provider {provider.name} names no project")
 

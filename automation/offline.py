@@ -29,6 +29,14 @@ FAKE_OUTPUTS: dict[str, dict] = {
     "aws:ec2/launchTemplate:LaunchTemplate": {"latestVersion": 1},
     "kubernetes:gateway.networking.k8s.io/v1:Gateway": {"status": {"addresses": [{"type": "IPAddress",
                                                                                   "value": "203.0.113.20"}]}},
+    "nebius:index/mk8sV1Cluster:Mk8sV1Cluster": {"status": {"controlPlane": {
+        "endpoints": {"publicEndpoint": "https://203.0.113.30"},
+        "auth": {"clusterCaCertificate": "-----BEGIN CERTIFICATE-----\nb2ZmbGluZQ==\n-----END CERTIFICATE-----\n"}}}},
+}
+# Results of provider functions (invokes) that programs read.
+FAKE_CALLS: dict[str, dict] = {
+    "azure-native:containerservice:listManagedClusterUserCredentials": {"kubeconfigs": [{
+        "name": "clusterUser", "value": "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg=="}]},  # "apiVersion: v1\nkind: Config\n"
 }
 
 
@@ -103,7 +111,7 @@ class Recorder(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append(args)
-        return {}
+        return dict(FAKE_CALLS.get(args.token, {}))
 
     def take_last(self):
         return self._last.pop(threading.get_ident(), None)

@@ -33,6 +33,11 @@ class GpuPoolArgs(Args):
     class_name: str
     machine_type: str | None = None  # GKE
     instance_type: str | None = None  # EKS
+    vm_size: str | None = None  # AKS
+    platform: str | None = None  # Nebius: the compute platform (gpu-h100-sxm) ...
+    preset: str | None = None  # ... and its preset (8gpu-128vcpu-1600gb)
+    drivers_preset: str | None = None  # Nebius: the GPU drivers image preset
+    infiniband_fabric: str | None = None  # AKS, Nebius: the InfiniBand fabric of the pool's GPU cluster
     accelerator_type: str | None = None
     accelerator_count: int = 1
     disk_size_gb: int = 100
@@ -88,7 +93,7 @@ class GatewayArgs(Args):
 
 
 # Sources whose clusters this project creates or connects to: only these can host the fleet gateway.
-HOSTABLE = ("GKE", "EKS", "Existing")
+HOSTABLE = ("GKE", "EKS", "AKS", "Nebius", "Existing")
 
 
 def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
@@ -119,14 +124,22 @@ def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
         prov = icl.spec.provisioning if icl else None
         gke = prov.gke if prov else None
         eks = prov.eks if prov else None
-        accelerator = (gke.accelerator if gke else None) or (eks.accelerator if eks else None)
+        aks = prov.aks if prov else None
+        nebius = prov.nebius if prov else None
+        recipe = gke or eks or aks or nebius
+        accelerator = recipe.accelerator if recipe else None
         pools.append(GpuPoolArgs(
             name=np.name, class_name=np.className,
             machine_type=gke.machineType if gke else None,
             instance_type=eks.instanceType if eks else None,
+            vm_size=aks.vmSize if aks else None,
+            platform=nebius.platform if nebius else None,
+            preset=nebius.preset if nebius else None,
+            drivers_preset=nebius.driversPreset if nebius else None,
+            infiniband_fabric=np.fabric.infiniband.fabric if np.fabric and np.fabric.infiniband else None,
             accelerator_type=accelerator.type if accelerator else None,
             accelerator_count=accelerator.count if accelerator else 1,
-            disk_size_gb=gke.diskSizeGb if gke else eks.diskSizeGb if eks else 100,
+            disk_size_gb=recipe.diskSizeGb if recipe else 100,
             zones=list(np.zones or []), node_count=np.nodeCount, min_nodes=np.minNodeCount, max_nodes=np.maxNodeCount,
             spot=bool(np.spot), efa=bool(np.fabric and np.fabric.type == "EFA"),
             capacity_reservation_id=np.capacityBlock.capacityReservationId if np.capacityBlock else None,
@@ -136,7 +149,7 @@ def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
     return ClusterArgs(
         name=ic.name, source=source,
         region=getattr(block, "region", None) or getattr(block, "location", None),
-        project=getattr(block, "project", None),
+        project=getattr(block, "project", None) or getattr(block, "projectId", None),
         kubernetes_version=getattr(block, "kubernetesVersion", None),
         labels=dict(ic.metadata.labels or {}), pools=pools,
         kubeconfig_secret=ic.existing_block.secretRef.name if source == "Existing" else None,

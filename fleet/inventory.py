@@ -107,8 +107,8 @@ def _readiness(status) -> tuple[bool, str | None, str | None]:
 
 # The RWX StorageClass each platform stack creates for model caches (the reference's names).
 # Vultr has none, and an existing cluster has one only if its admin names it.
-CACHE_STORAGE_CLASSES = {"GKE": "modelplane-rwx", "EKS": "modelplane-rwx-efs", "AKS": "modelplane-rwx-fs",
-                         "Nebius": "modelplane-rwx-fs"}
+# The RWX StorageClass each cloud's platform stack creates for model caches (Nebius: none yet).
+CACHE_STORAGE_CLASSES = {"GKE": "modelplane-rwx", "EKS": "modelplane-rwx-efs", "AKS": "modelplane-rwx-fs"}
 
 
 def cache_storage_class(ic) -> str | None:

@@ -7,6 +7,7 @@ are not checked (new families appear often); the table lists the common GPU fami
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -55,15 +56,43 @@ EKS: dict[str, Machine] = {
 }
 
 
+AKS: dict[str, Machine] = {
+    "Standard_NC24ads_A100_v4": Machine("a100", 1), "Standard_NC48ads_A100_v4": Machine("a100", 2),
+    "Standard_NC96ads_A100_v4": Machine("a100", 4), "Standard_ND96asr_v4": Machine("a100", 8),
+    "Standard_ND96amsr_A100_v4": Machine("a100", 8), "Standard_NC40ads_H100_v5": Machine("h100", 1),
+    "Standard_NC80adis_H100_v5": Machine("h100", 2), "Standard_ND96isr_H100_v5": Machine("h100", 8),
+    "Standard_ND96isr_H200_v5": Machine("h200", 8), "Standard_NV36ads_A10_v5": Machine("a10", 1),
+    "Standard_NC4as_T4_v3": Machine("t4", 1), "Standard_NC8as_T4_v3": Machine("t4", 1),
+    "Standard_NC16as_T4_v3": Machine("t4", 1), "Standard_NC64as_T4_v3": Machine("t4", 4),
+}
+_NEBIUS_PRESET = re.compile(r"^(\d+)gpu-")
+_NEBIUS_PLATFORM = re.compile(r"^gpu-([a-z0-9]+)")
+
+
+def nebius_machine(platform: str | None, preset: str | None) -> Machine | None:
+    """A Nebius GPU platform and preset: `gpu-h100-sxm` + `8gpu-128vcpu-1600gb` is 8 x H100."""
+    model, count = _NEBIUS_PLATFORM.match(platform or ""), _NEBIUS_PRESET.match(preset or "")
+    return Machine(model.group(1), int(count.group(1))) if model and count else None
+
+
+FIELDS = {"GKE": "machineType", "EKS": "instanceType", "AKS": "vmSize", "Nebius": "preset"}
+
+
 def shape_problems(provider: str, machine_type: str | None, accelerator_type: str | None,
-                   accelerator_count: int | None, gpu_devices: int | None) -> list[tuple[str, str]]:
-    """(field, message) for every way the class disagrees with its machine type; [] when it agrees or is unknown."""
-    table = GKE if provider == "GKE" else EKS if provider == "EKS" else {}
-    machine = table.get(machine_type or "")
+                   accelerator_count: int | None, gpu_devices: int | None,
+                   platform: str | None = None) -> list[tuple[str, str]]:
+    """(field, message) for every way the class disagrees with its machine type; [] when it agrees or is unknown.
+
+    `machine_type` is the GKE machine type, EKS instance type, AKS VM size, or the Nebius preset (with `platform`)."""
+    if provider == "Nebius":
+        machine = nebius_machine(platform, machine_type)
+        machine_type = f"{platform} {machine_type}"
+    else:
+        machine = {"GKE": GKE, "EKS": EKS, "AKS": AKS}.get(provider, {}).get(machine_type or "")
     if machine is None:
         return []
     out = []
-    field = "machineType" if provider == "GKE" else "instanceType"
+    field = FIELDS[provider]
     if accelerator_type is not None:
         if machine.gke_accelerator and accelerator_type != machine.gke_accelerator:
             out.append(("accelerator.type", f"{machine_type} carries {machine.gke_accelerator}, not {accelerator_type}"))

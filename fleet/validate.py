@@ -9,6 +9,8 @@ user input.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, overload
 
@@ -170,10 +172,12 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
     return (None if problems else obj), problems, None
 
 
-UNPROVISIONED = {source: (f"{source} clusters are not provisioned by this project yet: its platform stack will fail. "
-                           "Create the cluster yourself and bring it as `source: Existing` with "
-                           "`existing.secretRef.name` naming its kubeconfig")
-                  for source in ("AKS", "Nebius", "Vultr")}
+UNPROVISIONED = {"Vultr": ("Vultr clusters are not provisioned by this project (no Pulumi SDK for Vultr in the package "
+                           "registries): its platform stack will fail. Create the cluster in Vultr, then replace "
+                           "`source: Vultr` and the `vultr` block with `source: Existing` and "
+                           "`existing: {secretRef: {name: <cluster>-kubeconfig}}`, and give its kubeconfig with "
+                           "`--kubeconfig <cluster>=PATH`")}
+AKS_POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 
 
 def pool_shape_problems(source: str, pool) -> list[tuple[str, str]]:
@@ -182,6 +186,9 @@ def pool_shape_problems(source: str, pool) -> list[tuple[str, str]]:
     if pool.capacityBlock is not None and source not in ("EKS", "Existing"):
         out.append(("capacityBlock", f"capacity blocks are EC2 reservations (EKS only); a {source} pool cannot use "
                                      "one (GKE reservations are not supported yet: remove it, or use EKS)"))
+    if source == "AKS" and not AKS_POOL_NAME.match(pool.name):
+        out.append(("name", f"AKS node pool names are 1 to 12 lowercase letters and digits, starting with a letter "
+                            f"({pool.name!r} is not)"))
     zones = len(pool.zones or [])
     if source == "GKE" and pool.maxNodeCount is None and zones and pool.nodeCount % zones:
         out.append(("nodeCount", f"GKE creates nodeCount nodes in every zone: {pool.nodeCount} nodes over {zones} "

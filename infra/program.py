@@ -33,7 +33,7 @@ from fleet.validate import load_fleet
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-PROVISIONED = {"GKE", "EKS"}
+PROVISIONED = {"GKE", "EKS", "AKS", "Nebius"}
 
 
 class InvalidFleet(pulumi.RunError):
@@ -67,10 +67,19 @@ def cluster_component(args: ClusterArgs, config: pulumi.Config):
         return GkeInferenceCluster(args.name, args, deletion_protection=protect, project=project)
     if args.source == "EKS":
         return EksInferenceCluster(args.name, args, deletion_protection=protect)
+    if args.source == "AKS":
+        from components.aks import AksInferenceCluster  # the Azure SDK is large: imported only where used
+
+        return AksInferenceCluster(args.name, args, deletion_protection=protect)
+    if args.source == "Nebius":
+        from components.nebius import NebiusInferenceCluster
+
+        return NebiusInferenceCluster(args.name, args, deletion_protection=protect,
+                                      project=pulumi.Config("nebius").get("parentId"))
     if args.source == "Existing":
         return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config))
     raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.source: {args.source} clusters cannot be "
-                       "provisioned by this project yet; bring them as source Existing")
+                       "provisioned by this project yet; bring them as source Existing")  # Vultr
 
 
 def published_pools(args: ClusterArgs) -> list[dict]:

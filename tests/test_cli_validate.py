@@ -219,13 +219,15 @@ def test_defaults_are_applied():
 def test_unprovisioned_source_is_a_warning_that_says_what_to_do(tmp_path, capsys):
     from tests.manifests import cluster, gpu_class
 
-    ic = cluster(source="GKE")
-    ic["spec"]["cluster"] = {"source": "AKS", "aks": {"location": "eastus"}}
-    path = tmp_path / "aks.yaml"
+    ic = cluster("ewr", source="GKE")
+    ic["spec"]["cluster"] = {"source": "Vultr", "vultr": {"region": "ewr"}}
+    path = tmp_path / "vultr.yaml"
     icl = gpu_class()
-    icl["spec"]["provisioning"] = {"provider": "AKS", "aks": {"vmSize": "Standard_NC24ads_A100_v4"}}
+    icl["spec"]["provisioning"] = {"provider": "Vultr", "vultr": {"plan": "vcg-l40s-16c-180g-48vram"}}
     path.write_text(yaml.safe_dump_all([icl, ic]))
     code = main(["validate", "-f", str(path)])
     _, err = capsys.readouterr()
     assert code == 0
-    assert "warning: AKS clusters are not provisioned by this project yet" in err and "source: Existing" in err
+    assert "warning: Vultr clusters are not provisioned by this project" in err
+    assert "replace `source: Vultr` and the `vultr` block with `source: Existing`" in err
+    assert "`existing: {secretRef: {name: <cluster>-kubeconfig}}`" in err and "--kubeconfig <cluster>=PATH" in err

@@ -110,5 +110,5 @@ def test_control_plane_must_be_a_cluster_that_can_host_it(tmp_path, capsys):
 
     path = tmp_path / "fleet.yaml"
     path.write_text((ROOT / "tests" / "data" / "reference" / "concepts.yaml").read_text())
-    assert main(["preview", "--offline", "-f", str(path), "--control-plane", "aks-westeurope"]) == 2
-    assert "is a AKS cluster, which this project does not provision" in capsys.readouterr().err
+    assert main(["preview", "--offline", "-f", str(path), "--control-plane", "vultr-ewr"]) == 2
+    assert "is a Vultr cluster, which this project does not provision" in capsys.readouterr().err

@@ -72,6 +72,9 @@ class AKSCluster(Strict):
 class NebiusCluster(Strict):
     kubernetesVersion: str = "1.34"
     credentials: Credentials | None = None
+    # Not in the reference's API: the Nebius project (parent ID) to create the cluster in; without it the stack's
+    # nebius:parentId config, or the Nebius CLI profile's project.
+    projectId: Annotated[str, Str(1, 64)] | None = None
 
 
 class ClusterSource(Strict):

@@ -130,13 +130,14 @@ def machine_shape_rules(icl: InferenceClass) -> Rule:
 
     prov = icl.spec.provisioning
     block = getattr(prov, prov.provider.lower(), None) if prov else None
-    if prov is None or block is None or prov.provider not in ("GKE", "EKS"):
+    if prov is None or block is None or prov.provider not in ("GKE", "EKS", "AKS", "Nebius"):
         return
-    machine = block.machineType if prov.provider == "GKE" else block.instanceType
+    machine = {"GKE": "machineType", "EKS": "instanceType", "AKS": "vmSize", "Nebius": "preset"}[prov.provider]
     accelerator = block.accelerator
     gpus = [d.count for d in icl.spec.devices if d.driver == NVIDIA_DRIVER and d.claim == "DRA"]
-    for field, message in shape_problems(prov.provider, machine, accelerator.type if accelerator else None,
-                                         accelerator.count if accelerator else None, gpus[0] if len(gpus) == 1 else None):
+    for field, message in shape_problems(prov.provider, getattr(block, machine), accelerator.type if accelerator else None,
+                                         accelerator.count if accelerator else None, gpus[0] if len(gpus) == 1 else None,
+                                         getattr(block, "platform", None)):
         yield ("spec", "provisioning", prov.provider.lower(), *field.split(".")), message
 
 

@@ -1,0 +1,131 @@
+"""A Nebius InferenceCluster: a VPC network and subnet, a Managed Kubernetes (mk8s) cluster with a
+public endpoint, a system node group, a GPU node group per node pool, and a GPU cluster (an
+InfiniBand fabric) per fabric the pools name (pulumi-nebius).
+
+Every resource uses an explicit Nebius provider; the project is `spec.cluster.nebius.projectId`
+(an optional addition to the reference's API), else the stack's `nebius:parentId` config, else the
+project of the Nebius CLI profile (as the reference takes it from its ProviderConfig). GPU node
+groups take the class's platform and preset (e.g. `gpu-h100-sxm` / `8gpu-128vcpu-1600gb`), the
+drivers preset, and Nebius's own DRA support (`gpuSettings.dra`), carry the
+`nvidia.com/gpu=true:NoSchedule` taint and the `modelplane.ai/pool` label, use preemptible
+capacity where asked, and autoscale between the pool's bounds (Nebius scales node groups
+itself). The kubeconfig authenticates with the `nebius` CLI, as `nebius mk8s cluster
+get-credentials` writes it (no long-lived credential inside). Model caches do not stage on
+Nebius clusters yet (no ReadWriteMany class is provisioned). The network and cluster are
+protected unless `modelplane:deletionProtection` is false.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_nebius as nebius
+
+from components.args import ClusterArgs, GpuPoolArgs
+from components.serving_stack import ClusterFacts
+
+TYPE = "modelplane:nebius:InferenceCluster"
+SYSTEM_PLATFORM, SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
+POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
+
+
+def kubeconfig(name: str, endpoint: str, ca: str) -> str:
+    ca_data = ca if "BEGIN CERTIFICATE" not in ca else __import__("base64").b64encode(ca.encode()).decode()
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: {endpoint if endpoint.startswith("https://") else "https://" + endpoint}
+    certificate-authority-data: {ca_data}
+contexts:
+- name: {name}
+  context: {{cluster: {name}, user: {name}}}
+current-context: {name}
+users:
+- name: {name}
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: nebius
+      args: [mk8s, cluster, get-token, --format, json]
+      provideClusterInfo: false
+      installHint: Install the Nebius CLI (https://docs.nebius.com/cli) and sign in
+"""
+
+
+def _get(value, snake: str):
+    """A field of a provider output, whether it arrives with Python (snake) or wire (camel) keys."""
+    if not value:
+        return None
+    found = getattr(value, snake, None)  # an output type's property
+    if found is None and isinstance(value, dict):  # plain data (dict.get: the output types warn on their own get)
+        camel = snake.split("_")[0] + "".join(part.title() for part in snake.split("_")[1:])
+        found = dict.get(value, snake, dict.get(value, camel))
+    return found
+
+
+def _endpoint(status) -> str:
+    return _get(_get(_get(status, "control_plane"), "endpoints"), "public_endpoint") or ""
+
+
+def _ca(status) -> str:
+    return _get(_get(_get(status, "control_plane"), "auth"), "cluster_ca_certificate") or ""
+
+
+class NebiusInferenceCluster(pulumi.ComponentResource):
+    """Outputs: kubeconfig (secret), cluster_identifier, facts."""
+
+    def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True, project: str | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE, name, None, opts)
+        parent_id = args.project or project
+        self.provider = nebius.Provider(f"{name}-nebius", parent_id=parent_id, opts=pulumi.ResourceOptions(parent=self))
+        child = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        protected = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=deletion_protection))
+        labels = {"modelplane.ai/cluster": args.name}
+        self.network = nebius.VpcV1Network(f"{name}-network", name=f"{args.name}-network", parent_id=parent_id,
+                                           labels=labels, opts=protected)
+        self.subnet = nebius.VpcV1Subnet(f"{name}-nodes", name=f"{args.name}-nodes", network_id=self.network.id,
+                                         parent_id=parent_id, labels=labels, opts=child)
+        self.cluster = nebius.Mk8sV1Cluster(
+            name, name=args.name, parent_id=parent_id, labels=labels,
+            control_plane=nebius.Mk8sV1ClusterControlPlaneArgs(
+                subnet_id=self.subnet.id, version=args.kubernetes_version,
+                endpoints=nebius.Mk8sV1ClusterControlPlaneEndpointsArgs(
+                    public_endpoint=nebius.Mk8sV1ClusterControlPlaneEndpointsPublicEndpointArgs())),
+            opts=protected)
+        after = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(custom_timeouts=POOL_TIMEOUTS))
+        self.system_group = nebius.Mk8sV1NodeGroup(
+            f"{name}-system", name="system", parent_id=self.cluster.id, labels=labels,
+            autoscaling=nebius.Mk8sV1NodeGroupAutoscalingArgs(min_node_count=1, max_node_count=2),
+            template=nebius.Mk8sV1NodeGroupTemplateArgs(
+                resources=nebius.Mk8sV1NodeGroupTemplateResourcesArgs(platform=SYSTEM_PLATFORM, preset=SYSTEM_PRESET),
+                metadata=nebius.Mk8sV1NodeGroupTemplateMetadataArgs(labels={"modelplane.ai/role": "system"})),
+            opts=after)
+        fabrics = sorted({p.infiniband_fabric for p in args.pools if p.infiniband_fabric})
+        self.gpu_clusters = {fabric: nebius.ComputeV1GpuCluster(
+            f"{name}-{fabric}", name=f"{args.name}-{fabric}", infiniband_fabric=fabric, parent_id=parent_id,
+            labels=labels, opts=child) for fabric in fabrics}
+        self.gpu_pools = [self._gpu_group(name, pool, labels, after) for pool in args.pools]
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.status.apply(
+            lambda status: kubeconfig(args.name, _endpoint(status), _ca(status))))
+        self.cluster_identifier = args.name
+        self.facts = ClusterFacts()  # no ReadWriteMany class yet; the cluster's default class backs charts' volumes
+        self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})
+
+    def _gpu_group(self, name: str, pool: GpuPoolArgs, labels: dict, opts: pulumi.ResourceOptions):
+        gpu_cluster = self.gpu_clusters.get(pool.infiniband_fabric or "")
+        template = nebius.Mk8sV1NodeGroupTemplateArgs(
+            resources=nebius.Mk8sV1NodeGroupTemplateResourcesArgs(platform=pool.platform or "", preset=pool.preset),
+            boot_disk=nebius.Mk8sV1NodeGroupTemplateBootDiskArgs(size_gibibytes=pool.disk_size_gb, type="NETWORK_SSD"),
+            gpu_settings=nebius.Mk8sV1NodeGroupTemplateGpuSettingsArgs(dra=True, drivers_preset=pool.drivers_preset),
+            gpu_cluster=nebius.Mk8sV1NodeGroupTemplateGpuClusterArgs(id=gpu_cluster.id) if gpu_cluster else None,
+            preemptible=nebius.Mk8sV1NodeGroupTemplatePreemptibleArgs() if pool.spot else None,
+            taints=[nebius.Mk8sV1NodeGroupTemplateTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")],
+            metadata=nebius.Mk8sV1NodeGroupTemplateMetadataArgs(labels={"modelplane.ai/pool": pool.name}))
+        sizing: dict = ({"autoscaling": nebius.Mk8sV1NodeGroupAutoscalingArgs(min_node_count=pool.min_nodes or 0,
+                                                                              max_node_count=pool.max_nodes)}
+                        if pool.autoscaled else {"fixed_node_count": pool.node_count})
+        return nebius.Mk8sV1NodeGroup(f"{name}-{pool.name}", name=pool.name, parent_id=self.cluster.id,
+                                      labels={**labels, "modelplane.ai/pool": pool.name}, template=template,
+                                      **sizing, opts=opts)
