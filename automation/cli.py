@@ -33,6 +33,32 @@ def _paths_option(function):
     )(function)
 
 
+def _state_option(function):
+    return click.option("--state", "state", default=".modelplane", show_default=True, type=click.Path(file_okay=False),
+                        metavar="DIR", help="The recorded state (what `up` applied): placements are read from it, so "
+                                            "replicas stay where `up` put them.")(function)
+
+
+def _fresh_option(function):
+    return click.option("--fresh", is_flag=True,
+                        help="Ignore the recorded placements: plan as if nothing were applied.")(function)
+
+
+def _recorded(state: str, fresh: bool) -> list:
+    """The placements `up` recorded in `state` (none with --fresh); says on stderr what was read."""
+    from pathlib import Path
+
+    from automation.state import StateStore
+
+    store = StateStore(Path(state))
+    if fresh or not store.path.exists():
+        return []
+    placements = store.placements()
+    click.echo(f"note: placements: {len(placements)} recorded replica(s) read from {store.path} "
+               "(what `up` applied; --fresh to ignore them)", err=True)
+    return placements
+
+
 def _load(paths: tuple[str, ...]) -> Loaded:
     loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
     for note in loaded.notes:
@@ -75,11 +101,16 @@ def validate(paths: tuple[str, ...]) -> None:
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown"]), default="table", show_default=True,
               help="table for people; json and yaml are the stable machine interface (see README); markdown (with --against) for a pull-request comment.")
 @click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
-def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool) -> None:
-    """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas."""
+@_state_option
+@_fresh_option
+def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, state: str, fresh: bool) -> None:
+    """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
+
+    Reads the placements `up` recorded (--state), so the plan shows what `up` will do."""
     from automation.output import plan_table
 
     loaded = _load(paths)
+    recorded = _recorded(state, fresh)
     if output == "markdown" and not against:
         click.echo("error: -o markdown summarises a change: give the base manifests with --against", err=True)
         raise SystemExit(2)
@@ -87,10 +118,10 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     if against:
         from automation.compare import compare
 
-        comparison = compare(_load(against).fleet, loaded.fleet, explain)
+        comparison = compare(_load(against).fleet, loaded.fleet, explain, recorded)
         result = comparison.plan
     else:
-        result = schedule(loaded.fleet, explain=explain)
+        result = schedule(loaded.fleet, recorded, explain=explain)
     document = plan_to_dict(result, explain)
     if comparison is not None:
         from automation.compare import to_dict
@@ -118,7 +149,9 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
 @_paths_option
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Folder to write to: DIR/<stack>/<cluster or control-plane>/<kind>-<name>.yaml (replaced as a whole).")
-def render(paths: tuple[str, ...], out: str) -> None:
+@_state_option
+@_fresh_option
+def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
     """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
     from pathlib import Path
 
@@ -126,7 +159,7 @@ def render(paths: tuple[str, ...], out: str) -> None:
     from workloads.output import OutputError, write
 
     loaded = _load(paths)
-    desired = desired_state(loaded.fleet)
+    desired = desired_state(loaded.fleet, _recorded(state, fresh))
     result, problems = desired.rendered, desired.problems
     if problems:
         for line in problems:

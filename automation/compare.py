@@ -9,9 +9,13 @@ again elsewhere).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from automation.stacks import StackChange, changes, desired_state
 from fleet.plan import Plan
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 
 @dataclass
@@ -31,8 +35,9 @@ def _brief(r) -> dict:
     return {"deployment": r.key, "name": r.name, "cluster": r.cluster}
 
 
-def compare(base_fleet, head_fleet, explain: bool = False) -> Comparison:
-    base = desired_state(base_fleet)
+def compare(base_fleet: Fleet, head_fleet: Fleet, explain: bool = False, recorded: list | None = None) -> Comparison:
+    """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would)."""
+    base = desired_state(base_fleet, recorded or [])
     base_plan = base.plan
     head = desired_state(head_fleet, [r.recorded() for r in base_plan.replicas], explain=explain)
     head_plan = head.plan

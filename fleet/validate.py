@@ -9,7 +9,9 @@ user input.
 
 from __future__ import annotations
 
+import difflib
 import re
+import typing
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, overload
@@ -87,12 +89,44 @@ _MESSAGES = {
 }
 
 
-def _pydantic_problems(doc: Document, label: str, exc: ValidationError) -> list[Problem]:
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the nearest choice, or nothing when none is near."""
+    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def _fields_at(model: Any, path: tuple) -> list[str]:
+    """The field names of the model reached by `path` from `model` (list indexes and Optional unwrapped)."""
+    for step in path:
+        if isinstance(step, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(step)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _pydantic_problems(doc: Document, label: str, exc: ValidationError, model: Any = None) -> list[Problem]:
     out: list[Problem] = []
     seen: set = set()
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("[")))
         message = _MESSAGES.get(err["type"]) or err["msg"].replace("Input should be", "must be")
+        if err["type"] == "extra_forbidden" and model is not None and loc and isinstance(loc[-1], str):
+            message += did_you_mean(loc[-1], _fields_at(model, loc[:-1]))
         if err["type"] in ("too_short", "too_long"):
             least = err["type"] == "too_short"
             bound = err.get("ctx", {}).get("min_length" if least else "max_length")
@@ -161,12 +195,13 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
                               f"unsupported version {api_version!r} (supported: modelplane.ai/v1alpha1)")], None
     if kind not in KINDS:
         return None, [Problem(doc.source, doc.line_of(("kind",)), label, "kind",
-                              f"unknown kind {kind!r} in modelplane.ai/v1alpha1 (known: {', '.join(KINDS)})")], None
+                              f"unknown kind {kind!r} in modelplane.ai/v1alpha1{did_you_mean(kind, KINDS)} "
+                              f"(known: {', '.join(KINDS)})")], None
     model, rules = KINDS[kind]
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
-        return None, _pydantic_problems(doc, label, exc), None
+        return None, _pydantic_problems(doc, label, exc, model), None
     found: list[tuple[tuple, str]] = list(metadata_rules(obj.metadata, obj.namespaced)) + list(rules(obj)) + list(_cel_problems(obj))
     problems = sorted(Problem(doc.source, doc.line_of(where), label, format_path(where), message) for where, message in found)
     return (None if problems else obj), problems, None
@@ -208,9 +243,14 @@ def _cross_object_problems(fleet: Fleet) -> list[Problem]:
                 out.append(fleet.problem(ic, ("spec", "nodePools", i, name), message))
             path = ("spec", "nodePools", i, "className")
             icl = classes.get(pool.className)
-            if icl is None:
-                out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} is not among the given manifests; "
-                                         "the pool offers no devices until it exists", warning=True))
+            if icl is None and source != "Existing":  # a provisioned pool without its recipe: no machine type, no GPUs
+                out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} is not among the given manifests"
+                                         f"{did_you_mean(pool.className, classes)}: a {source} pool cannot be created "
+                                         "without its machine type and accelerators"))
+            elif icl is None:
+                out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} is not among the given manifests"
+                                         f"{did_you_mean(pool.className, classes)}; the pool offers no devices until it "
+                                         "exists", warning=True))
             elif source != "Existing":
                 prov = icl.spec.provisioning
                 if prov is None:

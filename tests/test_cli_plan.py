@@ -129,3 +129,35 @@ def test_observed_replicas_as_input_are_kept(tmp_path, capsys):
     replicas = [r for r in json.loads(out)["replicas"] if r["deployment"] == "ml-team/qwen3-coder"]
     assert [(r["name"], r["cluster"], r["state"]) for r in replicas] == [("qwen3-coder-old01", "eks-us-west", "kept")]
     assert coder["cluster"] == "byo-eu"  # without the observation it would have gone elsewhere
+
+
+def test_plan_and_render_read_what_up_recorded_unless_fresh(tmp_path, monkeypatch, capsys):
+    """A pull-request preview must show the placements `up` will keep, not a fresh plan's."""
+    import json as _json
+
+    import yaml as _yaml
+
+    from automation.state import StateStore
+    from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
+    from fleet.names import replica_name
+    from tests.manifests import cluster, deployment, gpu_class
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(_yaml.safe_dump_all([gpu_class(), cluster("c1"), cluster("c2"), deployment()]))
+    assert main(["plan", "-f", str(path), "-o", "json"]) == 0
+    fresh = _json.loads(capsys.readouterr().out)["replicas"]
+    first = fresh[0]["cluster"]
+    other = "c2" if first == "c1" else "c1"
+    member = RecordedMember("Standalone", "gpu", 1, (("gpu", 1),))
+    kept = RecordedReplica("ml-team", "qwen", replica_name("qwen", other, 0), other, 0,
+                           (RecordedEngine("vllm", 1, (member,)),))
+    StateStore(tmp_path / ".modelplane").record("model-ml-team.qwen", "fingerprint", [kept])
+    assert main(["plan", "-f", str(path), "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["cluster"] for r in _json.loads(out)["replicas"]] == [other]  # where `up` put it
+    assert "1 recorded replica(s) read from" in err
+    assert main(["plan", "-f", str(path), "-o", "json", "--fresh"]) == 0
+    assert [r["cluster"] for r in _json.loads(capsys.readouterr().out)["replicas"]] == [first]
+    assert main(["render", "-f", str(path), "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "model-ml-team.qwen" / other).is_dir()

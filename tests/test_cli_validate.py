@@ -201,7 +201,15 @@ spec:
     code, _, err = run_cli(capsys, "validate", "-f", path)
     assert code == 1
     assert f"{path}:14: InferenceCluster/gke: spec.nodePools[0].className: InferenceClass 'l4' provisions for EKS, but this cluster's source is GKE" in err
-    assert f"{path}:15: InferenceCluster/gke: spec.nodePools[1].className: warning: InferenceClass 'missing'" in err
+    # a provisioned pool without its class is an error (it would be a GPU-less pool you pay for), with a suggestion
+    assert (f"{path}:15: InferenceCluster/gke: spec.nodePools[1].className: InferenceClass 'missing' is not among the "
+            "given manifests: a GKE pool cannot be created without its machine type and accelerators") in err
+    typo = write(tmp_path, "typo.yaml", text.replace("className: missing", "className: l4x"))
+    code, _, err = run_cli(capsys, "validate", "-f", typo)
+    assert code == 1 and "InferenceClass 'l4x' is not among the given manifests (did you mean 'l4'?)" in err
+    field = write(tmp_path, "field.yaml", text.replace("- {name: a, className: l4}", "- {name: a, className: l4, nodeCout: 2}"))
+    code, _, err = run_cli(capsys, "validate", "-f", field)
+    assert code == 1 and "spec.nodePools[0].nodeCout: unknown field (did you mean 'nodeCount'?)" in err
 
 
 def test_defaults_are_applied():

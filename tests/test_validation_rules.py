@@ -282,11 +282,30 @@ ROWS = [
 ]
 
 
+PROVISIONING = {"GKE": None, "EKS": None,
+                "AKS": {"provider": "AKS", "aks": {"vmSize": "Standard_NV36ads_A10_v5"}},
+                "Nebius": {"provider": "Nebius", "nebius": {"platform": "gpu-l40s-a", "preset": "1gpu-8vcpu-32gb"}}}
+
+
+def support(obj: dict) -> list[dict]:
+    """A provisioned cluster's pools need their class (a missing one is an error): give them one for its cloud."""
+    if obj["kind"] != "InferenceCluster":
+        return []
+    source = obj["spec"].get("cluster", {}).get("source")
+    if source not in PROVISIONING:
+        return []
+    icl = gpu_class(provider=source if source in ("GKE", "EKS") else None)
+    if PROVISIONING[source]:
+        icl["spec"]["provisioning"] = PROVISIONING[source]
+    return [icl]
+
+
 @pytest.mark.parametrize("factory,path,value,expected", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_rule(factory, path, value, expected):
     base = factory()
-    assert errors(base) == [], "the base manifest itself must be valid"
-    found = errors(mutate(base, path, value))
+    assert errors(base, *support(base)) == [], "the base manifest itself must be valid"
+    mutated = mutate(base, path, value)
+    found = [e for e in errors(mutated, *support(mutated))]
     if expected is None:
         assert found == []
     else:
