@@ -150,6 +150,49 @@ def device_activation(device: DeviceFacts) -> dict[str, Any]:
 
 # ---- compile and evaluate -----------------------------------------------------------
 
+ORDERING = {"relation_lt": "<", "relation_le": "<=", "relation_gt": ">", "relation_ge": ">="}
+ORDERING_HINT = ("Kubernetes' DRA CEL has no ordering operators on quantities or semantic versions: use "
+                 "compareTo (x.compareTo(quantity(\"20Gi\")) >= 0) or isGreaterThan / isLessThan")
+
+
+def _is_quantity_or_semver(tree: Any) -> bool:
+    """Is this operand's value a quantity or semver: a quantity()/semver() call, a device capacity, or add/sub on one?
+    (A method result such as compareTo(...) is an int, and fine to order.)"""
+    node = tree
+    while isinstance(node, lark.Tree) and len(node.children) == 1 and node.data not in ("primary",):
+        node = node.children[0]
+    if not isinstance(node, lark.Tree):
+        return False
+    if node.data == "member_dot_arg":  # a method call: quantity arithmetic keeps a quantity, the rest do not
+        return str(node.children[1]) in ("add", "sub") and _is_quantity_or_semver(node.children[0])
+    if node.data == "primary":
+        inner = node.children[0]
+        return isinstance(inner, lark.Tree) and inner.data == "ident_arg" and str(inner.children[0]) in ("quantity", "semver")
+    if node.data in ("member_dot", "member_index"):
+        return any(n.data == "member_dot" and len(n.children) > 1 and str(n.children[1]) == "capacity"
+                   for n in node.iter_subtrees())
+    return False
+
+
+def _ordered_quantities(tree: lark.Tree) -> str | None:
+    """The first `<`, `<=`, `>` or `>=` applied to a quantity or semver (Kubernetes refuses those), if any."""
+    for node in tree.iter_subtrees_topdown():
+        if node.data != "relation" or len(node.children) != 2 or not isinstance(node.children[0], lark.Tree):
+            continue
+        op = node.children[0]
+        if op.data in ORDERING and any(_is_quantity_or_semver(side) for side in (op.children[0], node.children[1])):
+            return ORDERING[op.data]
+    return None
+
+
+def _caret(expression: str, column: int | None) -> str:
+    """The expression on one line with a marker where the parser stopped."""
+    if not column:
+        return expression
+    at = max(0, min(column - 1, len(expression)))
+    return f"{expression[:at]} ^ {expression[at:]}".strip()
+
+
 def _called_functions(tree: lark.Tree) -> Iterable[str]:
     for node in tree.iter_subtrees():
         if node.data == "ident_arg":
@@ -180,10 +223,13 @@ class CelEvaluator:
         except Exception as exc:  # celpy raises CELParseError and sometimes lark errors
             column = getattr(exc, "column", None)
             where = f" at column {column}" if column else ""
-            raise CelCompileError(f"CEL syntax error{where}") from None
+            raise CelCompileError(f"CEL syntax error{where}: {_caret(expression, column)}") from None
         unknown = sorted({f for f in _called_functions(tree) if f not in KNOWN_FUNCTIONS})
         if unknown:
             raise CelCompileError(f"unknown function {unknown[0]!r}")
+        ordered = _ordered_quantities(tree)
+        if ordered:
+            raise CelCompileError(f"`{ordered}` on a quantity or semver: {ORDERING_HINT}")
         with self._lock:
             program = self.environment.program(tree, functions=FUNCTIONS)
             self.programs[expression] = program

@@ -99,3 +99,29 @@ def test_each_pair_is_evaluated_once_and_each_expression_compiled_once():
     twin = DeviceFacts("gpu.nvidia.com", (), (("memory", "80Gi"),))
     evaluator.matches(expression, twin)
     assert evaluator.evaluations == 2
+
+
+@pytest.mark.parametrize("expression,refused", [
+    ('device.capacity["gpu.nvidia.com"].memory >= quantity("20Gi")', ">="),
+    ('quantity("1Gi").add(1) < device.capacity["gpu.nvidia.com"].memory', "<"),
+    ('semver("1.2.3") <= semver("2.0.0")', "<="),
+    ('device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0', None),
+    ('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("20Gi"))', None),
+    ('device.attributes["gpu.nvidia.com"].index > 2', None),
+])
+def test_ordering_operators_on_quantities_are_refused_as_kubernetes_does(expression, refused):
+    """Kubernetes' DRA CEL has no <, <=, >, >= on quantities or semvers: such a selector never matches there."""
+    from fleet.cel import check_expression
+
+    error = check_expression(expression)
+    if refused is None:
+        assert error is None
+    else:
+        assert error.startswith(f"`{refused}` on a quantity or semver") and "compareTo" in error
+
+
+def test_a_syntax_error_shows_where_the_parser_stopped():
+    from fleet.cel import check_expression
+
+    error = check_expression('device.driver >>= "x"')
+    assert error.startswith("CEL syntax error at column") and 'device.driver > ^ >= "x"' in error
