@@ -241,6 +241,10 @@ def _cross_object_problems(fleet: Fleet) -> list[Problem]:
         for i, pool in enumerate(ic.spec.nodePools):
             for name, message in pool_shape_problems(source, pool):
                 out.append(fleet.problem(ic, ("spec", "nodePools", i, name), message))
+            if source == "AKS" and pool.fabric is not None and pool.fabric.type == "InfiniBand":
+                out.append(fleet.problem(ic, ("spec", "nodePools", i, "fabric"), "InfiniBand on AKS is not set up by this "
+                                         "project yet (no network operator is installed): the pool is created without "
+                                         "it", warning=True))
             path = ("spec", "nodePools", i, "className")
             icl = classes.get(pool.className)
             if icl is None and source != "Existing":  # a provisioned pool without its recipe: no machine type, no GPUs
