@@ -126,7 +126,10 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     if comparison is not None:
         from automation.compare import to_dict
 
-        document.update(to_dict(comparison))
+        # keys are added, never changed: `replicas` stays the head's placements, the comparison is under `changes`
+        compared = to_dict(comparison)
+        document["stacks"] = compared["stacks"]  # as before, for existing readers
+        document["changes"] = compared
     if output == "json":
         click.echo(json.dumps(document, indent=2))
     elif output == "yaml":

@@ -35,11 +35,14 @@ def test_plan_against_json_lists_every_stack_and_replica_moves(tmp_path, capsys)
     assert stacks["platform-byo-eu"] == "delete" and stacks["platform-gke-us-central"] == "none"
     assert stacks["platform-eks-us-west"] == "update" and stacks["model-ml-team.kimi-k2"] == "none"
     assert stacks["model-ml-team.qwen3-8b"] == "update" and stacks["model-ml-team.qwen3-coder"] == "update"
-    assert set(out) >= {"replicas", "unscheduled", "stacks"}
-    moved = out["replicas"]["moved"]
+    assert set(out) >= {"replicas", "unscheduled", "stacks", "changes"}
+    # the plan's own contract holds: `replicas` is the head's placements, as `plan -o json` prints them
+    assert isinstance(out["replicas"], list) and {r["deployment"] for r in out["replicas"]} >= {"ml-team/qwen3-8b"}
+    assert out["changes"]["stacks"] == out["stacks"]
+    moved = out["changes"]["replicas"]["moved"]
     assert [(m["deployment"], m["cluster"], m["to"]) for m in moved] == [("ml-team/qwen3-coder", "byo-eu", "eks-us-west")]
     assert moved[0]["reason"] == "cluster byo-eu no longer exists"
-    assert [a["deployment"] for a in out["replicas"]["added"]] == ["ml-team/qwen3-8b"]
+    assert [a["deployment"] for a in out["changes"]["replicas"]["added"]] == ["ml-team/qwen3-8b"]
 
 
 def test_plan_against_markdown_is_a_pr_comment(tmp_path, capsys):
