@@ -24,6 +24,7 @@ from fleet.validate import Loaded, load_fleet
 
 EXIT_INVALID = 1
 EXIT_INTERNAL = 3
+EXIT_UNSCHEDULED = 4  # plan --fail-on-unscheduled
 
 
 def _paths_option(function):
@@ -101,9 +102,14 @@ def validate(paths: tuple[str, ...]) -> None:
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown"]), default="table", show_default=True,
               help="table for people; json and yaml are the stable machine interface (see README); markdown (with --against) for a pull-request comment.")
 @click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
+@click.option("-n", "--namespace", default=None, help="Show only this namespace's deployments (placement still sees the fleet).")
+@click.option("--deployment", default=None, metavar="NAME", help="Show only this deployment (NAME or NAMESPACE/NAME).")
+@click.option("--fail-on-unscheduled", "fail_on_unscheduled", is_flag=True,
+              help="Exit 4 when a replica (of what is shown) cannot be placed: a CI gate.")
 @_state_option
 @_fresh_option
-def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, state: str, fresh: bool) -> None:
+def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, namespace: str | None,
+         deployment: str | None, fail_on_unscheduled: bool, state: str, fresh: bool) -> None:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
     Reads the placements `up` recorded (--state), so the plan shows what `up` will do."""
@@ -122,6 +128,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         result = comparison.plan
     else:
         result = schedule(loaded.fleet, recorded, explain=explain)
+    if namespace or deployment:
+        result = result.only(namespace, deployment)
     document = plan_to_dict(result, explain)
     if comparison is not None:
         from automation.compare import to_dict
@@ -146,6 +154,11 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
             click.echo(f"\n{len(changed)} stack(s) change" + (":" if changed else ""))
             for s in changed:
                 click.echo(f"  {s.change:<7} {s.name}")
+    if fail_on_unscheduled and result.unscheduled:
+        missing = sum(u.missing for u in result.unscheduled)
+        click.echo(f"error: {missing} replica(s) of {len(result.unscheduled)} deployment(s) cannot be placed "
+                   "(--fail-on-unscheduled)", err=True)
+        raise SystemExit(EXIT_UNSCHEDULED)
 
 
 @cli.command()

@@ -61,3 +61,12 @@ class Plan:
     dropped: list[Dropped] = field(default_factory=list)
     explain: dict[str, list[str]] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
+
+    def only(self, namespace: str | None = None, deployment: str | None = None) -> Plan:
+        """The same plan, showing only one namespace's (and/or one deployment's) replicas; placement is unchanged."""
+        def keep(key: str) -> bool:
+            ns, _, name = key.partition("/")
+            return (namespace is None or ns == namespace) and (deployment is None or name == deployment or key == deployment)
+
+        return Plan([r for r in self.replicas if keep(r.key)], [u for u in self.unscheduled if keep(u.deployment)],
+                    [d for d in self.dropped if keep(d.deployment)], {k: v for k, v in self.explain.items() if keep(k)})

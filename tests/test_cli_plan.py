@@ -7,6 +7,7 @@ import random
 import yaml
 
 from automation.cli import main
+from tests.manifests import deployment, member
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -161,3 +162,23 @@ def test_plan_and_render_read_what_up_recorded_unless_fresh(tmp_path, monkeypatc
     assert [r["cluster"] for r in _json.loads(capsys.readouterr().out)["replicas"]] == [first]
     assert main(["render", "-f", str(path), "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "model-ml-team.qwen" / other).is_dir()
+
+
+def test_plan_filters_and_the_unscheduled_gate(tmp_path, capsys):
+    import json as _json
+
+    examples = str(pathlib.Path(__file__).resolve().parent.parent / "examples")
+    assert main(["plan", "-f", examples, "-o", "json", "--fresh"]) == 0
+    everything = _json.loads(capsys.readouterr().out)
+    assert main(["plan", "-f", examples, "-o", "json", "--fresh", "-n", "ml-team", "--deployment", "qwen3-8b"]) == 0
+    only = _json.loads(capsys.readouterr().out)
+    assert {r["deployment"] for r in only["replicas"]} == {"ml-team/qwen3-8b"}
+    assert only["replicas"] == [r for r in everything["replicas"] if r["deployment"] == "ml-team/qwen3-8b"]
+    assert main(["plan", "-f", examples, "-o", "json", "--fresh", "-n", "nobody"]) == 0
+    assert _json.loads(capsys.readouterr().out)["replicas"] == []
+    assert main(["plan", "-f", examples, "--fresh", "--fail-on-unscheduled"]) == 0  # everything placed
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(yaml.safe_dump(deployment("huge", replicas=10, engines=[{"name": "vllm", "members": [member(gpus=8)]}])))
+    assert main(["plan", "-f", examples, "-f", str(huge), "--fresh", "--fail-on-unscheduled", "-o", "json"]) == 4
+    assert "cannot be placed (--fail-on-unscheduled)" in capsys.readouterr().err
+    assert main(["plan", "-f", examples, "-f", str(huge), "--fresh", "--fail-on-unscheduled", "-n", "other"]) == 0
