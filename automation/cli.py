@@ -164,7 +164,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
 @cli.command()
 @_paths_option
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="Folder to write to: DIR/<stack>/<cluster or control-plane>/<kind>-<name>.yaml (replaced as a whole).")
+              help="Folder to write to: DIR/<stack>/<cluster or control-plane>/<kind>-<name>.yaml (replaced as a whole); "
+                   "- for one YAML stream on standard output.")
 @_state_option
 @_fresh_option
 def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
@@ -182,6 +183,11 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
             click.echo(line, err=True)
         click.echo(f"{len(problems)} invalid object(s); nothing was written", err=True)
         raise SystemExit(EXIT_INVALID)
+    if out == "-":
+        from workloads.output import stream
+
+        click.echo(stream(result), nl=False)
+        return
     try:
         count = write(result, Path(out))
     except (OutputError, OSError) as exc:
@@ -268,7 +274,14 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
         click.echo(f"kept: {change.name} is recorded but not in the input; `{operation} --prune` would destroy it",
                    err=True)
     doomed = sorted(c.name for c in items if c.change == "delete" and c.kind == "platform")
-    if doomed and not destroy_clusters and not _confirm(f"destroy the cluster stack(s) {', '.join(doomed)}?"):
+    if operation == "destroy" and items and not destroy_clusters:
+        if not _confirm(f"destroy {len(items)} stack(s)" + (f", clusters included ({', '.join(doomed)})" if doomed
+                                                             else "") + "?"):
+            click.echo(f"error: this would destroy {len(items)} stack(s)"
+                       + (f", clusters included ({', '.join(doomed)})" if doomed else "")
+                       + ": pass --yes to confirm", err=True)
+            raise SystemExit(2)
+    elif doomed and not destroy_clusters and not _confirm(f"destroy the cluster stack(s) {', '.join(doomed)}?"):
         click.echo(f"error: this would destroy {', '.join(doomed)} (clusters and their GPU pools): pass "
                    "--yes-destroy-clusters to confirm", err=True)
         raise SystemExit(2)
@@ -453,11 +466,10 @@ def refresh_command(paths, output, backend, parallel, control_plane, kubeconfig)
 @click.option("--unprotect", is_flag=True,
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
-@_DESTROY_CLUSTERS
-def destroy(paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters) -> None:
+@click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
+def destroy(paths, output, backend, parallel, control_plane, kubeconfig, unprotect, yes) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
-    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect,
-           destroy_clusters=destroy_clusters)
+    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes)
 
 
 @cli.command()
@@ -473,7 +485,8 @@ def status(paths, output, control_plane) -> None:
     from automation.state import STATE_DIR
 
     loaded = _load(paths)
-    prepared = prepare(loaded.fleet, Path(STATE_DIR), _control_plane(loaded.fleet, control_plane))
+    host = _control_plane(loaded.fleet, control_plane)
+    prepared = prepare(loaded.fleet, Path(STATE_DIR), host)
     applied = prepared.store.load()["stacks"]
     renames = {str(r.old): str(r.new) for r in plan_renames(prepared.store, loaded.fleet)}
     reasons = {"create": "not applied yet", "update": "its manifests changed since it was applied",
@@ -490,8 +503,10 @@ def status(paths, output, control_plane) -> None:
         rows.append({"name": c.name, "change": "rename" if c.name in renames else c.change,
                      "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason})
     if output == "json":
-        click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled]}, indent=2))
+        click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled],
+                               "controlPlane": host}, indent=2))
         return
+    click.echo(f"fleet gateway host: {host or 'none (no GKE, EKS, AKS, Nebius or Existing cluster)'}")
     for row in rows:
         state = "up to date" if row["change"] == "none" else f"pending {row['change']}"
         why = f"  {row['reason']}" if row["reason"] else ""

@@ -112,12 +112,18 @@ def _decode(raw: bytes, source: str) -> tuple[str | None, list[Problem]]:
         return None, [Problem(source, line, "", "", "file is not UTF-8 text")]
 
 
+RENDER_MARKER = ".modelplane-render"  # the file `render --out` writes into its folder (workloads/output.py)
+
+
 def _expand(path: str) -> tuple[list[Path], list[Problem]]:
     p = Path(path)
     if p.is_dir():
+        # folders `modelplane render` wrote (they hold its marker file) are output, not manifests: skipped
+        rendered = {m.parent for m in p.rglob(RENDER_MARKER)}
         files = sorted(
             f for f in p.rglob("*")
             if f.is_file() and f.suffix in (".yaml", ".yml") and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            and not any(folder == f.parent or folder in f.parents for folder in rendered)
         )
         return files, []
     if p.is_file():

@@ -182,3 +182,18 @@ def test_plan_filters_and_the_unscheduled_gate(tmp_path, capsys):
     assert main(["plan", "-f", examples, "-f", str(huge), "--fresh", "--fail-on-unscheduled", "-o", "json"]) == 4
     assert "cannot be placed (--fail-on-unscheduled)" in capsys.readouterr().err
     assert main(["plan", "-f", examples, "-f", str(huge), "--fresh", "--fail-on-unscheduled", "-n", "other"]) == 0
+
+
+def test_render_to_stdout_and_rendered_folders_are_not_read_back_as_manifests(tmp_path, capsys):
+    examples = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    assert main(["render", "-f", str(examples), "--out", "-"]) == 0
+    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert len(docs) == 63 and {d["kind"] for d in docs} >= {"Deployment", "HTTPRoute", "LeaderWorkerSet"}
+    tree = tmp_path / "fleet"
+    import shutil
+
+    shutil.copytree(examples, tree)
+    assert main(["render", "-f", str(tree), "--out", str(tree / "rendered")]) == 0
+    capsys.readouterr()
+    assert main(["validate", "-f", str(tree)]) == 0  # the rendered objects beside the manifests are skipped
+    assert capsys.readouterr().out.strip().endswith("14 objects valid")

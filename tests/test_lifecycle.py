@@ -178,8 +178,9 @@ def test_destroy_needs_confirmation_for_clusters_and_forgets_every_stack(double,
     assert double.up() == 0
     double.mark = len(double.calls())
     assert main(["destroy", *double.args()]) == 2
-    assert "--yes-destroy-clusters" in capsys.readouterr().err
-    assert main(["destroy", *double.args("--yes-destroy-clusters", "--unprotect")]) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "this would destroy 11 stack(s), clusters included" in err and "--yes" in err and double.ran("destroy") == []
+    assert main(["destroy", *double.args("--yes", "--unprotect")]) == 0, capsys.readouterr().err
     destroys = double.ran("destroy")
     assert set(destroys) == EVERY_STACK and destroys.index("service-ml-team.qwen3-8b") < destroys.index("gateway")
     assert double.recorded() == {}

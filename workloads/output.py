@@ -10,9 +10,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from fleet.loader import RENDER_MARKER
 from workloads.yamlio import dump
 
-MARKER = ".modelplane-render"
+MARKER = RENDER_MARKER
 
 
 class OutputError(Exception):
@@ -21,6 +22,11 @@ class OutputError(Exception):
 
 def file_name(obj: dict) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def stream(rendered) -> str:
+    """Every object as one YAML stream (`render --out -`), in the order of the folder layout."""
+    return "".join(f"---\n# {stack} / {target}\n{dump(obj)}" for stack, target, obj in rendered.objects())
 
 
 def write(rendered, out: Path) -> int:
