@@ -238,7 +238,7 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 def _apply(operation: Operation, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
            kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
            destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False,
-           check: bool = True) -> None:
+           check: bool = True, fleet_name: str | None = None) -> None:
     from pathlib import Path
 
     from automation.migration import migrate, plan_renames
@@ -249,6 +249,13 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     from automation.session import prepare, run_interruptibly, selected
     from automation.state import STATE_DIR, StateLocked, StateStore
 
+    from fleet.stack_id import StackIdError, backend_name
+
+    try:
+        backend_name("gateway", fleet_name)
+    except StackIdError as exc:
+        click.echo(f"error: --fleet: {exc}", err=True)
+        raise SystemExit(2) from None
     loaded = _load(paths)
     given = _kubeconfig_pairs(kubeconfig)
     unknown = sorted(set(given) - {c.name for c in loaded.fleet.of("InferenceCluster")})
@@ -295,7 +302,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
     try:
         runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
-                              unprotect=unprotect, refresh=refresh)  # says so if the CLI is missing
+                              unprotect=unprotect, refresh=refresh, fleet_name=fleet_name)  # says so if no CLI
         check_passphrase(backend or default_backend(root))
         missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
         if missing and operation != "destroy":
@@ -371,6 +378,9 @@ def _apply_options(function):
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
                             help="The InferenceCluster hosting the fleet gateway (default: the first by name that this "
                                  "project provisions or connects to).")(function)
+    function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
+                            help="Several fleets on one backend: stacks are named <NAME>_<stack> there "
+                                 "(default: $MODELPLANE_FLEET, else unprefixed).")(function)
     function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
                             help="The kubeconfig file of an Existing cluster (else $MODELPLANE_KUBECONFIG_<CLUSTER>, or "
                                  ".modelplane/kubeconfigs/<existing.secretRef.name>). Read by the program, kept a "
@@ -389,12 +399,12 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
 @_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
 @_PRUNE
-def preview(paths, output, backend, parallel, control_plane, kubeconfig, offline, prune) -> None:
+def preview(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig, offline, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     if not offline:
         _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
-               destroy_clusters=True)  # a preview destroys nothing
+               destroy_clusters=True, fleet_name=fleet_name)  # a preview destroys nothing
         return
     from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
@@ -438,27 +448,27 @@ def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(paths, output, backend, parallel, control_plane, kubeconfig, prune, destroy_clusters, force, refresh,
+def up(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig, prune, destroy_clusters, force, refresh,
        skip_check) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
-           destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check)
+           destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check, fleet_name=fleet_name)
 
 
 @cli.command()
 @_apply_options
-def drift(paths, output, backend, parallel, control_plane, kubeconfig) -> None:
+def drift(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig) -> None:
     """Report applied stacks whose cloud or cluster state no longer matches (a refresh preview; exit 1 on drift)."""
-    _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig)
+    _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name)
 
 
 @cli.command(name="refresh")
 @_apply_options
-def refresh_command(paths, output, backend, parallel, control_plane, kubeconfig) -> None:
+def refresh_command(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig) -> None:
     """Refresh the applied stacks' state from the clouds and clusters."""
-    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig)
+    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name)
 
 
 @cli.command()
@@ -467,9 +477,10 @@ def refresh_command(paths, output, backend, parallel, control_plane, kubeconfig)
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
-def destroy(paths, output, backend, parallel, control_plane, kubeconfig, unprotect, yes) -> None:
+def destroy(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig, unprotect, yes) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
-    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes)
+    _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes,
+           fleet_name=fleet_name)
 
 
 @cli.command()

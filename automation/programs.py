@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import pulumi
 
 from components.kubernetes import provider
+from fleet.stack_id import StackId, backend_name
 from components.workload_objects import WorkloadObjects
 from infra.program import platform
 
@@ -33,9 +34,9 @@ def organization() -> str:
     return pulumi.get_organization() or "organization"
 
 
-def platform_reference(cluster: str, org: str | None = None) -> str:
-    """The fully qualified name of a platform stack."""
-    return f"{org or organization()}/{PLATFORM_PROJECT}/platform-{cluster}"
+def platform_reference(cluster: str, org: str | None = None, fleet_name: str | None = None) -> str:
+    """The fully qualified name of a platform stack (in the fleet `fleet_name`, when several share a backend)."""
+    return f"{org or organization()}/{PLATFORM_PROJECT}/{backend_name(StackId.platform(cluster), fleet_name)}"
 
 
 def stack_config(spec) -> dict[str, str]:
@@ -49,20 +50,22 @@ def stack_config(spec) -> dict[str, str]:
     return {}
 
 
-def kubeconfig_of(reference_name: str, cluster: str) -> pulumi.Output:
+def kubeconfig_of(reference_name: str, cluster: str, fleet_name: str | None = None) -> pulumi.Output:
     """A platform stack's kubeconfig output (a secret). `get_output`, not `require_output`: during the first
     preview of a fleet the platform stack has no outputs yet, and the value is simply unknown."""
-    return pulumi.StackReference(reference_name, stack_name=platform_reference(cluster)).get_output("kubeconfig")
+    return pulumi.StackReference(reference_name, stack_name=platform_reference(cluster, None, fleet_name)).get_output(
+        "kubeconfig")
 
 
-def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None = None) -> Callable[[], None]:
+def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None = None,
+                fleet_name: str | None = None) -> Callable[[], None]:
     """The stack's inline program. `secrets` (config key -> value) reach it in memory, never as CLI arguments."""
     if spec.kind in ("platform", "gateway"):
         def run_platform() -> None:
             config = pulumi.Config("modelplane")
             kubeconfig = None
             if spec.kind == "gateway" and spec.payload.get("host") and config.get_secret("controlPlaneKubeconfig") is None:
-                kubeconfig = kubeconfig_of("gateway-host-platform", spec.payload["host"])
+                kubeconfig = kubeconfig_of("gateway-host-platform", spec.payload["host"], fleet_name)
             platform(fleet, config, kubeconfig)
         return run_platform
 
@@ -72,7 +75,7 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
             if cluster is None:
                 raise pulumi.RunError(f"{spec.name}: no cluster of the fleet can host the control plane (a GKE, EKS or "
                                       "Existing InferenceCluster)")
-            kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster)
+            kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster, fleet_name)
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster),
                             secrets=secrets)
     return run_workloads

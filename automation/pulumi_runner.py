@@ -21,7 +21,7 @@ from automation.programs import program_for, project_of, stack_config
 from automation.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy
 from automation.stacks import StackSpec
 from components.workload_objects import is_placeholder_secret, secret_config_key
-from fleet.stack_id import StackId
+from fleet.stack_id import StackId, backend_name
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -142,7 +142,8 @@ def secret_values(spec: StackSpec) -> dict[str, str]:
 
 class PulumiRunner:
     def __init__(self, root: Path, fleet: Fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
-                 kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False):
+                 kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False,
+                 fleet_name: str | None = None):
         from pulumi import automation as auto
 
         self.auto = auto
@@ -161,6 +162,7 @@ class PulumiRunner:
         self.kubeconfigs = dict(kubeconfigs or {})  # Existing cluster -> kubeconfig file (read by the program)
         self.unprotect = unprotect  # destroying a platform stack first lifts its deletion protection
         self.refresh = refresh  # `up --refresh`: read the clouds' state before updating
+        self.fleet_name = fleet_name  # `--fleet`: stacks are <fleet>_<stack> in the backend
         self._stacks: dict[str, Any] = {}  # name -> automation.Stack
         self._lock = threading.Lock()
 
@@ -168,7 +170,7 @@ class PulumiRunner:
 
     def workspace_options(self, spec):
         auto = self.auto
-        work_dir = self.root / "stacks" / spec.name
+        work_dir = self.root / "stacks" / backend_name(spec.id, self.fleet_name)
         work_dir.mkdir(parents=True, exist_ok=True)
         project = project_of(spec.kind)
         env = {"PULUMI_BACKEND_URL": self.backend, "PULUMI_SKIP_UPDATE_CHECK": "true"}
@@ -191,8 +193,9 @@ class PulumiRunner:
             if spec.name in self._stacks:
                 return self._stacks[spec.name]
         try:
-            stack = auto.create_or_select_stack(stack_name=spec.name, project_name=project_of(spec.kind),
-                                                program=program_for(spec, self.fleet, secret_values(spec)),
+            stack = auto.create_or_select_stack(stack_name=backend_name(spec.id, self.fleet_name),
+                                                project_name=project_of(spec.kind),
+                                                program=program_for(spec, self.fleet, secret_values(spec), self.fleet_name),
                                                 opts=self.workspace_options(spec))
             plain = dict(stack_config(spec))
             cluster = plain.get("modelplane:cluster")
@@ -266,11 +269,12 @@ class PulumiRunner:
         """Rename a stack in the backend, and move its workspace folder (its config and encryption salt)."""
         auto = self.auto
         spec = kind_spec or StackSpec.for_deletion(old)
-        old_dir, new_dir = self.root / "stacks" / str(old), self.root / "stacks" / str(new)
+        old_name, new_name = backend_name(old, self.fleet_name), backend_name(new, self.fleet_name)
+        old_dir, new_dir = self.root / "stacks" / old_name, self.root / "stacks" / new_name
         try:
-            stack = auto.select_stack(stack_name=str(old), project_name=project_of(old.kind),
+            stack = auto.select_stack(stack_name=old_name, project_name=project_of(old.kind),
                                       program=lambda: None, opts=self.workspace_options(spec))
-            stack.rename(str(new))
+            stack.rename(new_name)
         except auto.errors.CommandError as exc:
             raise AutomationError(f"could not rename stack {old} to {new}: {_first_error(exc)}") from None
         if old_dir.exists() and not new_dir.exists():
@@ -281,7 +285,7 @@ class PulumiRunner:
     def cancel(self, stack_name: str) -> None:
         """Stop a running operation cleanly: SIGINT to its `pulumi` process, which it waits for (never a kill)."""
         interrupt = getattr(self.command, "interrupt", None)
-        if interrupt is not None and interrupt(stack_name):
+        if interrupt is not None and interrupt(backend_name(stack_name, self.fleet_name)):
             return
         stack = self._stacks.get(stack_name)
         if stack is not None:  # a command we cannot signal: ask the backend (on Pulumi Cloud this stops the update)

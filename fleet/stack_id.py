@@ -103,3 +103,12 @@ class StackId:
 
     def too_long(self) -> bool:
         return len(str(self)) > MAX_LENGTH
+
+
+def backend_name(stack: StackId | str, fleet: str | None = None) -> str:
+    """The stack's name in the Pulumi backend: `<fleet>_<stack>` when several fleets share a backend (`--fleet`).
+
+    `_` cannot occur in a DNS name, so the prefix never collides with a stack name of another fleet."""
+    if fleet is not None and not _LABEL.match(fleet):
+        raise StackIdError(f"fleet name {fleet!r} must be a DNS label (lowercase letters, digits and '-')")
+    return f"{fleet}_{stack}" if fleet else str(stack)

@@ -385,3 +385,18 @@ def test_up_refuses_a_fleet_that_would_not_apply_and_applies_nothing(double, cap
     err = capsys.readouterr().err
     assert "platform-gke-us-central: -: program: " in err and "gke.project" in err and "nothing was applied" in err
     assert double.ran("up") == [] and double.recorded() == {}
+
+
+def test_two_fleets_share_one_backend_without_colliding(double, capsys):
+    """--fleet prefixes every backend stack name (and the platform references), so staging and production
+    never both own `gateway`."""
+    assert double.up("--fleet", "staging") == 0, capsys.readouterr().err
+    staging = set(double.ran("up"))
+    assert staging == {f"staging_{name}" for name in EVERY_STACK}
+    state = double.work / ".modelplane"
+    (state / "state.json").rename(double.root / "staging-state.json")  # production keeps its own recorded state
+    assert double.up("--fleet", "production") == 0, capsys.readouterr().err
+    assert set(double.ran("up")) == {f"production_{name}" for name in EVERY_STACK}
+    backend = json.loads((double.root / "double" / "state.json").read_text())["stacks"]
+    assert {k.split("/", 1)[1] for k in backend} == staging | {f"production_{name}" for name in EVERY_STACK}
+    assert main(["up", *double.args("--fleet", "Not_A_Label")]) == 2

@@ -112,3 +112,12 @@ def test_control_plane_must_be_a_cluster_that_can_host_it(tmp_path, capsys):
     path.write_text((ROOT / "tests" / "data" / "reference" / "concepts.yaml").read_text())
     assert main(["preview", "--offline", "-f", str(path), "--control-plane", "vultr-ewr"]) == 2
     assert "is a Vultr cluster, which this project does not provision" in capsys.readouterr().err
+
+
+def test_stack_references_follow_the_fleet_prefix(examples):
+    fleet, specs = examples
+    spec = specs["model-ml-team.qwen3-8b"]
+    resources = run(program_for(spec, fleet, None, "staging"), project_of(spec.kind), spec.name, stack_config(spec), [])
+    references = sorted(unwrap(r.inputs)["name"] for r in resources if r.type == "pulumi:pulumi:StackReference")
+    assert references == ["organization/modelplane-platform/staging_platform-eks-us-west",
+                          "organization/modelplane-platform/staging_platform-gke-us-central"]
