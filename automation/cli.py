@@ -83,8 +83,22 @@ def cli() -> None:
 
 @cli.command()
 @_paths_option
-def validate(paths: tuple[str, ...]) -> None:
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table: a summary per kind, problems on stderr; json: objects and problems as one document.")
+def validate(paths: tuple[str, ...], output: str) -> None:
     """Check manifests: exit 0 with a summary per kind, or 1 with one located line per problem."""
+    if output == "json":
+        found = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
+        click.echo(json.dumps({
+            "valid": not found.errors and bool(found.fleet.objects),
+            "objects": [{"kind": o.kind, "name": o.name, **({"namespace": o.namespace} if o.namespaced else {})}
+                        for o in found.fleet.objects],
+            "problems": [{"source": p.source, "line": p.line, "object": p.object, "path": p.path, "message": p.message,
+                          "severity": "warning" if p.warning else "error"} for p in found.problems],
+            "notes": list(found.notes)}, indent=2))
+        if found.errors or not found.fleet.objects:
+            raise SystemExit(EXIT_INVALID)
+        return
     loaded = _load(paths)
     counts = Counter(o.kind for o in loaded.fleet.objects)
     for kind, count in counts.items():

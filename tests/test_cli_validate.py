@@ -239,3 +239,19 @@ def test_unprovisioned_source_is_a_warning_that_says_what_to_do(tmp_path, capsys
     assert "warning: Vultr clusters are not provisioned by this project" in err
     assert "replace `source: Vultr` and the `vultr` block with `source: Existing`" in err
     assert "`existing: {secretRef: {name: <cluster>-kubeconfig}}`" in err and "--kubeconfig <cluster>=PATH" in err
+
+
+def test_validate_json_lists_objects_and_located_problems(tmp_path, capsys):
+    import json
+
+    good = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    assert main(["validate", "-f", str(good), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] is True and len(out["objects"]) == 14 and out["problems"] == []
+    assert {"kind": "ModelDeployment", "name": "qwen3-8b", "namespace": "ml-team"} in out["objects"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: modelplane.ai/v1alpha1\\nkind: ModelDeploymnt\\nmetadata: {name: x, namespace: a}\\n")
+    assert main(["validate", "-f", str(bad), "-o", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] is False and out["problems"][0]["severity"] == "error" and out["problems"][0]["line"] >= 1
+    assert "did you mean 'ModelDeployment'?" in out["problems"][0]["message"]
