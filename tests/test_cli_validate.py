@@ -250,8 +250,8 @@ def test_validate_json_lists_objects_and_located_problems(tmp_path, capsys):
     assert out["valid"] is True and len(out["objects"]) == 14 and out["problems"] == []
     assert {"kind": "ModelDeployment", "name": "qwen3-8b", "namespace": "ml-team"} in out["objects"]
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: modelplane.ai/v1alpha1\\nkind: ModelDeploymnt\\nmetadata: {name: x, namespace: a}\\n")
+    bad.write_text("apiVersion: modelplane.ai/v1alpha1\nkind: ModelDeploymnt\nmetadata: {name: x, namespace: a}\n")
     assert main(["validate", "-f", str(bad), "-o", "json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["valid"] is False and out["problems"][0]["severity"] == "error" and out["problems"][0]["line"] >= 1
+    assert out["valid"] is False and out["problems"][0]["severity"] == "error" and out["problems"][0]["line"] == 2
     assert "did you mean 'ModelDeployment'?" in out["problems"][0]["message"]
