@@ -241,3 +241,16 @@ def test_a_change_that_renders_invalid_objects_is_refused_whole(portal):
         assert refused.status_code == 422 and "already creates this object" in json.dumps(refused.json())
         assert admin.get(OBJ_PATH.format(ns="team-b", name="qwen")).status_code == 404  # rolled back, not half-stored
         assert {r["deployment"] for r in admin.get("/plan").json()["replicas"]} == {"team-a/qwen"}
+
+
+def test_health_and_readiness_need_no_token(portal, tmp_path):
+    import httpx
+
+    assert httpx.get(portal.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(portal.url + "/readyz").json() == {"status": "ok"}
+    portal.store.engine.dispose()
+    (tmp_path / "portal.db").unlink()
+    (tmp_path / "portal.db").mkdir()  # the database file is gone and cannot be recreated: not ready
+    response = httpx.get(portal.url + "/readyz")
+    assert response.status_code == 503 and response.json()["kind"] == "Status"
+    assert httpx.get(portal.url + "/healthz").status_code == 200

@@ -35,6 +35,21 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     async def api_error(_: Request, exc: ApiError):
         return JSONResponse(exc.status(), status_code=exc.code)
 
+    @app.get("/healthz", include_in_schema=False)
+    def healthz():
+        """The process answers (liveness): no database, no token."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz():
+        """The portal can serve (readiness): its database answers."""
+        try:
+            with store.read() as conn:
+                store.get_state(conn, "plan")
+        except Exception as exc:  # any database failure: not ready, said as a Kubernetes Status
+            raise ApiError(503, "ServiceUnavailable", f"the database does not answer: {type(exc).__name__}") from None
+        return {"status": "ok"}
+
     def principal(request: Request) -> Principal:
         header = request.headers.get("authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
