@@ -541,6 +541,28 @@ def status(paths, output, control_plane) -> None:
 
 
 @cli.command()
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="Write DIR/modelplane.ai/v1alpha1/<Kind>.json (default: print the schema of KIND).")
+@click.argument("kind", required=False)
+def schema(out, kind) -> None:
+    """JSON Schemas of the modelplane.ai kinds, for editors: `modelplane schema ModelDeployment`, or --out DIR."""
+    from pathlib import Path
+
+    from fleet.api import KINDS
+    from fleet.json_schema import schema as schema_of
+    from fleet.json_schema import write
+
+    if out:
+        for path in write(Path(out)):
+            click.echo(f"wrote {path}")
+        return
+    if kind not in KINDS:
+        click.echo(f"error: give a kind ({', '.join(KINDS)}) or --out DIR", err=True)
+        raise SystemExit(2)
+    click.echo(json.dumps(schema_of(kind), indent=2, sort_keys=True))
+
+
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--data-dir", "data_dir", default=".modelplane/portal", show_default=True, type=click.Path(file_okay=False))
