@@ -231,7 +231,7 @@ def pool_shape_problems(source: str, pool) -> list[tuple[str, str]]:
     return out
 
 
-def _cross_object_problems(fleet: Fleet) -> list[Problem]:
+def cross_object_problems(fleet: Fleet) -> list[Problem]:
     out: list[Problem] = []
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     for ic in fleet.of("InferenceCluster"):
@@ -304,7 +304,7 @@ def validate_documents(documents: list[Document]) -> Loaded:
         fleet.origin[obj.ref] = doc
         fleet.objects.append(obj)
     fleet.objects.sort(key=lambda o: (list(KINDS).index(o.kind), o.namespace, o.name))
-    problems += _cross_object_problems(fleet)
+    problems += cross_object_problems(fleet)
     return Loaded(fleet, problems, notes)
 
 

@@ -254,3 +254,14 @@ def test_health_and_readiness_need_no_token(portal, tmp_path):
     response = httpx.get(portal.url + "/readyz")
     assert response.status_code == 503 and response.json()["kind"] == "Status"
     assert httpx.get(portal.url + "/healthz").status_code == 200
+
+
+def test_validation_warnings_come_back_as_warning_headers(portal):
+    with portal.client(ADMIN) as admin:
+        response = admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4x", 2),)))
+        assert response.status_code == 201
+        warning = response.headers["warning"]
+        assert warning.startswith('299 - "spec.nodePools[0].className: InferenceClass ') and "'l4x'" in warning
+        assert admin.put(f"{API}/inferenceclasses/l4x", json=gpu_class("l4x", 1, "23034Mi")).status_code == 201
+        again = admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4x", 2),)))
+        assert again.status_code == 200 and "warning" not in again.headers

@@ -19,6 +19,21 @@ COOKIE = "modelplane_token"
 templates = Environment(loader=PackageLoader("automation.portal", "templates"), autoescape=select_autoescape(["html"]))
 
 
+def warning_header(message: str) -> str:
+    """One RFC 7234 warning value, as the Kubernetes API server sends validation warnings (`299 - "text"`)."""
+    text = message.replace("\\", "\\\\").replace('"', '\\"').encode("ascii", "replace").decode()
+    return f'299 - "{text}"'
+
+
+def fleet_warnings(stored: list[dict], kind: str, name: str) -> list[str]:
+    """The validation warnings about one object, seen with the whole stored fleet (a missing class, a cache...)."""
+    from automation.portal.service import load_fleet
+    from fleet.validate import cross_object_problems
+
+    return [f"{p.path}: {p.message}" for p in cross_object_problems(load_fleet(stored))
+            if p.warning and p.object == f"{kind}/{name}"]
+
+
 def stack_namespace(stack: str) -> str | None:
     """The namespace a stack belongs to, parsed from its identity (None: platform, gateway, legacy names: admins')."""
     try:
@@ -118,7 +133,12 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
                 raise ApiError(413, "RequestEntityTooLarge", f"the body is larger than {MAX_BODY} bytes")
         return raw
 
-    def put(kind: str, namespace: str | None, name: str, raw: bytes) -> tuple[dict, int]:
+    def respond(body: dict, code: int, warnings: list[str]) -> JSONResponse:
+        """The object, with its validation warnings in a Warning header, as the Kubernetes API server says them."""
+        headers = {"Warning": ", ".join(warning_header(w) for w in warnings)} if warnings else None
+        return JSONResponse(body, status_code=code, headers=headers)
+
+    def put(kind: str, namespace: str | None, name: str, raw: bytes) -> tuple[dict, int, list[str]]:
         body = parse_body(raw, kind, namespace, name)
         sent_version = body["metadata"].pop("resourceVersion", None)
         with store.write() as conn:
@@ -133,15 +153,14 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
             if replanned.problems:  # the change would make an object the cluster rejects: refuse it whole
                 raise ApiError(422, "Invalid", "the change renders invalid objects",
                                [{"message": p} for p in replanned.problems[:20]])
-            return with_status(saved, conn), (200 if existing else 201)
+            return with_status(saved, conn), (200 if existing else 201), fleet_warnings(store.list(conn), kind, name)
 
     @app.put(API + "/namespaces/{namespace}/{plural}/{name}")
     async def put_namespaced(namespace: str, plural: str, name: str, request: Request):
         who, kind = principal(request), kind_of(plural, True)
         if not who.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace!r}")
-        body, code = put(kind, namespace, name, await read_body(request))
-        return JSONResponse(body, status_code=code)
+        return respond(*put(kind, namespace, name, await read_body(request)))
 
     def delete(kind: str, namespace: str, name: str) -> dict:
         with store.write() as conn:
@@ -186,8 +205,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         who, kind = principal(request), kind_of(plural, False)
         if not who.can_write(None):
             raise ApiError(403, "Forbidden", f"only admins change {plural}")
-        body, code = put(kind, None, name, await read_body(request))
-        return JSONResponse(body, status_code=code)
+        return respond(*put(kind, None, name, await read_body(request)))
 
     @app.delete(API + "/{plural}/{name}")
     def delete_cluster(plural: str, name: str, request: Request):
