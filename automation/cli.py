@@ -541,6 +541,32 @@ def status(paths, output, control_plane) -> None:
 
 
 @cli.command()
+@_paths_option
+@click.option("--server", required=True, metavar="URL", help="The portal, e.g. https://modelplane.example.internal")
+@click.option("--token-file", "token_file", default=None, type=click.Path(dir_okay=False),
+              help="A file holding the bearer token (default: $MODELPLANE_TOKEN). Never on the command line.")
+def apply(paths, server, token_file) -> None:
+    """Push manifests to a portal (validated here first; nothing is sent if any is invalid)."""
+    import os
+
+    from automation.apply_remote import PushError, push
+
+    loaded = _load(paths)
+    token = (open(token_file).read().strip() if token_file else os.environ.get("MODELPLANE_TOKEN", "")).strip()
+    if not token:
+        click.echo("error: no token: set MODELPLANE_TOKEN or give --token-file", err=True)
+        raise SystemExit(2)
+    try:
+        for pushed in push(loaded.fleet, server, token):
+            click.echo(f"{pushed.ref} {pushed.verb}")
+            for warning in pushed.warnings:
+                click.echo(f"Warning: {warning}", err=True)
+    except PushError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_INVALID) from None
+
+
+@cli.command()
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write DIR/modelplane.ai/v1alpha1/<Kind>.json (default: print the schema of KIND).")
 @click.argument("kind", required=False)

@@ -4,6 +4,7 @@ concurrency against scarce capacity, and crash safety."""
 import concurrent.futures
 import json
 import os
+import pathlib
 import signal
 import time
 
@@ -265,3 +266,26 @@ def test_validation_warnings_come_back_as_warning_headers(portal):
         assert admin.put(f"{API}/inferenceclasses/l4x", json=gpu_class("l4x", 1, "23034Mi")).status_code == 201
         again = admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4x", 2),)))
         assert again.status_code == 200 and "warning" not in again.headers
+
+
+def test_apply_pushes_manifests_to_a_portal(portal, tmp_path, monkeypatch, capsys):
+    from automation.cli import main
+
+    examples = str(pathlib.Path(__file__).resolve().parent.parent / "examples")
+    monkeypatch.delenv("MODELPLANE_TOKEN", raising=False)
+    assert main(["apply", "-f", examples, "--server", portal.url]) == 2
+    assert "no token" in capsys.readouterr().err
+    monkeypatch.setenv("MODELPLANE_TOKEN", ADMIN)
+    assert main(["apply", "-f", examples, "--server", portal.url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "InferenceClass/eks-h100-8x-p5 created" and "ModelService/ml-team/qwen3-8b created" in out
+    assert len(out) == 14
+    with portal.client(ADMIN) as admin:
+        assert admin.get(f"{API}/namespaces/ml-team/modeldeployments/qwen3-8b").status_code == 200
+    assert main(["apply", "-f", examples, "--server", portal.url]) == 0
+    assert all(line.endswith(" configured") for line in capsys.readouterr().out.splitlines())
+    token = tmp_path / "token"
+    token.write_text(TEAM_A + "\n")
+    monkeypatch.delenv("MODELPLANE_TOKEN")
+    assert main(["apply", "-f", examples, "--server", portal.url, "--token-file", str(token)]) == 1
+    assert "error: InferenceClass/eks-h100-8x-p5: 403" in capsys.readouterr().err  # teams do not change the fleet

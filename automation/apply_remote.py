@@ -1,0 +1,71 @@
+"""`modelplane apply -f PATH --server URL`: push manifests to a portal, as `kubectl apply` pushes to an API server.
+
+Every modelplane.ai object is validated locally first (nothing is sent if any is invalid), then PUT
+to its path, fleet kinds before workloads (classes, clusters, gateways, caches, deployments,
+endpoints, services), so a portal sees them in an order it can plan. The token comes from
+$MODELPLANE_TOKEN or a file (`--token-file`), never from the command line; the portal's Warning
+headers are printed. The first refusal stops the push and is reported with the portal's message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
+
+API = "/apis/modelplane.ai/v1alpha1"
+ORDER = ["InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache", "ModelDeployment", "ModelEndpoint",
+         "ModelService"]
+
+
+@dataclass
+class Pushed:
+    ref: str
+    status: int
+    warnings: list[str]
+
+    @property
+    def verb(self) -> str:
+        return "created" if self.status == 201 else "configured"
+
+
+class PushError(Exception):
+    pass
+
+
+def path_of(kind: str, namespace: str | None, name: str) -> str:
+    from automation.portal.service import PLURALS
+
+    plural, namespaced = next((p, ns) for p, (k, ns) in PLURALS.items() if k == kind)
+    return f"{API}/namespaces/{namespace}/{plural}/{name}" if namespaced else f"{API}/{plural}/{name}"
+
+
+def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = None) -> list[Pushed]:
+    """PUT every object (ModelReplicas, which the portal composes, are skipped); raises PushError on a refusal."""
+    http = client or httpx.Client(base_url=server.rstrip("/"), timeout=60)
+    out = []
+    objects = sorted((o for o in fleet.objects if o.kind in ORDER), key=lambda o: (ORDER.index(o.kind), o.ref))
+    for obj in objects:
+        body = obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+        namespace = obj.namespace if obj.namespaced else None
+        try:
+            response = http.put(path_of(obj.kind, namespace, obj.name), json=body,
+                                headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as exc:
+            raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
+        ref = f"{obj.kind}/{obj.name}" if namespace is None else f"{obj.kind}/{namespace}/{obj.name}"
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("message") or response.text
+                causes = "; ".join(c.get("text") or c.get("message", "") for c in response.json().get("details", {})
+                                   .get("causes", []))
+            except ValueError:
+                message, causes = response.text[:300], ""
+            raise PushError(f"{ref}: {response.status_code} {message}" + (f": {causes}" if causes else ""))
+        warnings = [w.strip() for w in response.headers.get_list("warning")] if "warning" in response.headers else []
+        out.append(Pushed(ref, response.status_code, warnings))
+    return out
