@@ -375,6 +375,25 @@ def _refuse_undeployable(fleet, specs) -> None:
         raise SystemExit(EXIT_INVALID)
 
 
+def _service_addresses(prepared, applied: dict) -> list[dict]:
+    """Each ModelService's OpenAI-compatible base address, once the fleet gateway's address is known."""
+    from fleet.stack_id import StackId
+
+    gateway = ((applied.get("gateway") or {}).get("outputs") or {}).get("address")
+    out = []
+    for stack, rendered in sorted(prepared.addresses.items()):
+        id = StackId.parse(stack)
+        path = f"/{id.namespace}/{id.name}"
+        if gateway:
+            out.append({"name": f"{id.namespace}/{id.name}", "address": f"http://{gateway}{path}", "pending": None})
+        elif ".pending.modelplane.invalid" not in rendered:  # the InferenceGateway's observed status gives it
+            out.append({"name": f"{id.namespace}/{id.name}", "address": rendered, "pending": None})
+        else:
+            out.append({"name": f"{id.namespace}/{id.name}", "address": None,
+                        "pending": "known once the gateway stack applied"})
+    return out
+
+
 def _confirm(question: str) -> bool:
     """Ask on a terminal; never when input is not a terminal (CI, scripts): those must pass the flag."""
     if not sys.stdin.isatty():
@@ -527,11 +546,15 @@ def status(paths, output, control_plane) -> None:
             reason += " (with --yes-destroy-clusters)"
         rows.append({"name": c.name, "change": "rename" if c.name in renames else c.change,
                      "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason})
+    services = _service_addresses(prepared, applied)
     if output == "json":
         click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled],
-                               "controlPlane": host}, indent=2))
+                               "controlPlane": host, "services": services}, indent=2))
         return
     click.echo(f"fleet gateway host: {host or 'none (no GKE, EKS, AKS, Nebius or Existing cluster)'}")
+    for service in services:
+        where = service["address"] or f"pending ({service['pending']})"
+        click.echo(f"service {service['name']}: {where}")
     for row in rows:
         state = "up to date" if row["change"] == "none" else f"pending {row['change']}"
         why = f"  {row['reason']}" if row["reason"] else ""

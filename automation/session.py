@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ class Prepared:
     changes: list[StackChange]
     store: StateStore
     problems: list[str]
+    addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
 
     def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
@@ -36,7 +37,7 @@ def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = 
     store = StateStore(root or Path(STATE_DIR))
     desired = desired_state(fleet, store.placements(), control_plane)
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, store.fingerprints()), store,
-                    desired.problems)
+                    desired.problems, dict(desired.rendered.addresses))
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:

@@ -400,3 +400,14 @@ def test_two_fleets_share_one_backend_without_colliding(double, capsys):
     backend = json.loads((double.root / "double" / "state.json").read_text())["stacks"]
     assert {k.split("/", 1)[1] for k in backend} == staging | {f"production_{name}" for name in EVERY_STACK}
     assert main(["up", *double.args("--fleet", "Not_A_Label")]) == 2
+
+
+def test_status_shows_each_service_address_once_the_gateway_is_known(double, capsys):
+    assert main(["status", "-f", double.fleet()]) == 0
+    assert "service ml-team/qwen3-8b: pending (known once the gateway stack applied)" in capsys.readouterr().out
+    double.control(outputs={"gateway": {"address": "203.0.113.7"}})
+    assert double.up() == 0
+    capsys.readouterr()
+    assert main(["status", "-f", double.fleet(), "-o", "json"]) == 0
+    services = {s["name"]: s["address"] for s in json.loads(capsys.readouterr().out)["services"]}
+    assert services["ml-team/qwen3-8b"] == "http://203.0.113.7/ml-team/qwen3-8b"
