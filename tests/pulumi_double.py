@@ -128,9 +128,11 @@ class Double:
                 raise Refused("error: config set takes a key and a value")
             entry["config"][positional[0]] = {"value": positional[1], "secret": "--secret" in args}
             return "", 0
-        if args[:2] == ["stack", "output"]:
+        if args[:2] == ["stack", "output"]:  # plain values; secrets masked unless --show-secrets, as the CLI does
             _, entry = self.stack(args)
-            return json.dumps(entry["outputs"]), 0
+            shown = "--show-secrets" in args
+            return json.dumps({k: v["value"] if shown or not v["secret"] else "[secret]"
+                               for k, v in entry["outputs"].items()}), 0
         if args[:2] == ["stack", "history"]:
             _, entry = self.stack(args)
             return json.dumps(entry["history"][-1:][::-1]), 0
@@ -182,7 +184,7 @@ class Double:
                                                            "provider": ""}}})
             if verb == "up":
                 entry["resources"] = 1
-                entry["outputs"] = {k: {"value": v, "secret": False}
+                entry["outputs"] = {k: {"value": v, "secret": k == "kubeconfig"}  # the programs export it as a secret
                                     for k, v in ((self.control.get("outputs") or {}).get(name) or {}).items()}
             return {op: 1}
         if verb == "destroy":

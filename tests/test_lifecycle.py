@@ -411,3 +411,11 @@ def test_status_shows_each_service_address_once_the_gateway_is_known(double, cap
     assert main(["status", "-f", double.fleet(), "-o", "json"]) == 0
     services = {s["name"]: s["address"] for s in json.loads(capsys.readouterr().out)["services"]}
     assert services["ml-team/qwen3-8b"] == "http://203.0.113.7/ml-team/qwen3-8b"
+
+
+def test_secret_outputs_never_reach_the_recorded_state(double):
+    double.control(outputs={"platform-byo-eu": {"kubeconfig": "apiVersion: v1 # SECRET-KC", "gatewayAddress": "198.51.100.4"}})
+    assert double.up() == 0
+    state_text = (double.work / ".modelplane" / "state.json").read_text()
+    assert double.recorded()["platform-byo-eu"]["outputs"] == {"gatewayAddress": "198.51.100.4"}
+    assert "SECRET-KC" not in state_text
