@@ -113,8 +113,9 @@ def validate(paths: tuple[str, ...], output: str) -> None:
 @_paths_option
 @click.option("--against", "against", multiple=True, metavar="PATH",
               help="The base desired state (e.g. the target branch's manifests): show stack changes and replica moves. Repeatable.")
-@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown"]), default="table", show_default=True,
-              help="table for people; json and yaml are the stable machine interface (see README); markdown (with --against) for a pull-request comment.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown", "name"]), default="table",
+              show_default=True, help="table for people; json and yaml are the stable machine interface (see README); "
+                                      "markdown (with --against) for a pull-request comment; name: one replica per line.")
 @click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
 @click.option("-n", "--namespace", default=None, help="Show only this namespace's deployments (placement still sees the fleet).")
 @click.option("--deployment", default=None, metavar="NAME", help="Show only this deployment (NAME or NAMESPACE/NAME).")
@@ -156,6 +157,9 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         click.echo(json.dumps(document, indent=2))
     elif output == "yaml":
         click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
+    elif output == "name":
+        for r in result.replicas:
+            click.echo(f"modelreplica/{r.namespace}/{r.name}")
     elif output == "markdown":
         from automation.compare import markdown
 

@@ -12,9 +12,10 @@ from fleet.plan import Plan
 
 
 def _console(stream) -> Console:
-    # A pipe gets a wide, colourless table so that nothing is cut or wrapped mid-cell.
+    # A pipe gets a colourless table as wide as its content, so that nothing is ever cut; a terminal folds long
+    # cells onto more lines (never an ellipsis: identifiers are copied from here).
     tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(file=stream, width=None if tty else 200, no_color=not tty, highlight=False, soft_wrap=False)
+    return Console(file=stream, width=None if tty else 100_000, no_color=not tty, highlight=False, soft_wrap=False)
 
 
 def plan_table(plan: Plan, explain: bool = False, stream=None) -> str:
@@ -22,7 +23,7 @@ def plan_table(plan: Plan, explain: bool = False, stream=None) -> str:
     console = _console(stream if stream is not None else buffer)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column in ("DEPLOYMENT", "REPLICA", "CLUSTER", "ENGINE", "BACKEND", "ROLE", "POOL", "PODS", "DEVICES/POD", "STATE"):
-        table.add_column(column, no_wrap=True)
+        table.add_column(column, overflow="fold")
     for r in plan.replicas:
         backends = {name: backend for name, backend, _ in r.backends}
         for e in r.placement.engines:
@@ -63,7 +64,7 @@ def preview_table(stacks, stream=None) -> str:
             continue
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for column in ("TYPE", "NAME", "PARENT"):
-            table.add_column(column, no_wrap=True)
+            table.add_column(column, overflow="fold")
         for r in stack.resources:
             table.add_row(r.type, r.name, r.parent or "-")
         console.print(table)

@@ -197,3 +197,17 @@ def test_render_to_stdout_and_rendered_folders_are_not_read_back_as_manifests(tm
     capsys.readouterr()
     assert main(["validate", "-f", str(tree)]) == 0  # the rendered objects beside the manifests are skipped
     assert capsys.readouterr().out.strip().endswith("14 objects valid")
+
+
+def test_tables_never_cut_identifiers(tmp_path, capsys):
+    from tests.manifests import cluster, gpu_class
+
+    long_name = "a-deployment-with-a-rather-long-name-" + "x" * 150
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([gpu_class(), cluster("c1"), deployment(long_name)]))
+    assert main(["plan", "-f", str(path), "--fresh"]) == 0
+    out = capsys.readouterr().out
+    assert f"ml-team/{long_name}" in out and "…" not in out
+    assert main(["plan", "-f", str(path), "--fresh", "-o", "name"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("modelreplica/ml-team/a-deployment-with-a-rather-long-name-")
