@@ -594,6 +594,20 @@ def apply(paths, server, token_file) -> None:
 
 
 @cli.command()
+@click.argument("target", metavar="KIND[.FIELD.PATH]")
+def explain(target) -> None:
+    """What a kind or field is: type, default, allowed values, sub-fields. Example: explain ModelDeployment.spec.replicas"""
+    from fleet.explain import ExplainError
+    from fleet.explain import explain as explain_field
+
+    try:
+        click.echo(explain_field(target), nl=False)
+    except ExplainError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+@cli.command()
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write DIR/modelplane.ai/v1alpha1/<Kind>.json (default: print the schema of KIND).")
 @click.argument("kind", required=False)

@@ -42,3 +42,17 @@ def test_the_schema_refuses_what_validate_refuses():
     assert "11 is greater than the maximum of 10" in messages
     typo = {**bad, "spec": {"replicas": 1, "replicaz": 1, "template": {"spec": {"engines": []}}}}
     assert any("replicaz" in e.message for e in jsonschema.Draft202012Validator(deployment).iter_errors(typo))
+
+
+def test_explain_describes_fields_from_the_models(capsys):
+    from automation.cli import main
+
+    assert main(["explain", "ModelDeployment.spec.replicas"]) == 0
+    assert "FIELD:    spec.replicas <integer> (required) (>= 1, <= 10)" in capsys.readouterr().out
+    assert main(["explain", "InferenceCluster.spec.nodePools"]) == 0
+    out = capsys.readouterr().out
+    assert "nodeCount <integer> (>= 0, default 1)" in out and "name <string> (required)" in out
+    assert main(["explain", "ModelDeployment.spec.replicaz"]) == 2
+    assert "has no field 'replicaz' (did you mean 'replicas'?)" in capsys.readouterr().err
+    assert main(["explain", "ModelDeploymnt"]) == 2
+    assert "did you mean 'ModelDeployment'?" in capsys.readouterr().err
