@@ -75,7 +75,19 @@ def _load(paths: tuple[str, ...]) -> Loaded:
     return loaded
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "status", "up", "drift", "refresh",
+            "destroy", "apply", "serve"]
+
+
+class WorkflowGroup(click.Group):
+    """Lists commands in the order one uses them, not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = super().list_commands(ctx)
+        return [n for n in WORKFLOW if n in names] + [n for n in names if n not in WORKFLOW]
+
+
+@click.group(cls=WorkflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="modelplane-pulumi", prog_name="modelplane")
 def cli() -> None:
     """A fleet control plane for LLM inference on Pulumi (modelplane.ai/v1alpha1 manifests)."""

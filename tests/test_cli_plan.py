@@ -211,3 +211,10 @@ def test_tables_never_cut_identifiers(tmp_path, capsys):
     assert main(["plan", "-f", str(path), "--fresh", "-o", "name"]) == 0
     [line] = capsys.readouterr().out.splitlines()
     assert line.startswith("modelreplica/ml-team/a-deployment-with-a-rather-long-name-")
+
+
+def test_commands_are_listed_in_workflow_order(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed[:4] == ["validate", "explain", "schema", "plan"] and listed.index("up") < listed.index("destroy")
