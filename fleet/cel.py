@@ -208,6 +208,7 @@ class CelEvaluator:
     environment: celpy.Environment = field(default_factory=celpy.Environment)
     programs: dict[str, Any] = field(default_factory=dict)
     results: dict[tuple[str, DeviceFacts], bool] = field(default_factory=dict)
+    errors: dict[tuple[str, DeviceFacts], str] = field(default_factory=dict)  # why an evaluation failed (a non-match)
     activations: dict[DeviceFacts, dict | None] = field(default_factory=dict)
     evaluations: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -261,9 +262,28 @@ class CelEvaluator:
         self.evaluations += 1
         try:
             value = program.evaluate(activation)
-        except Exception:  # any evaluation error is a non-match, by definition of the dialect
+        except Exception as exc:  # any evaluation error is a non-match, by definition of the dialect; remember why
+            self.errors[(expression, device)] = _error_text(exc)
             return False
-        return isinstance(value, ct.BoolType) and bool(value)
+        if not isinstance(value, ct.BoolType):
+            self.errors[(expression, device)] = f"the selector gives a {type(value).__name__}, not a bool"
+            return False
+        return bool(value)
+
+    def error(self, expressions: Iterable[str], device: DeviceFacts) -> str | None:
+        """Why the selectors could not be evaluated on this device (None: they were, and did not match)."""
+        return next((self.errors[(e, device)] for e in expressions if (e, device) in self.errors), None)
+
+
+def _error_text(exc: Exception) -> str:
+    """celpy wraps the cause as (message, type, args): say the cause's own words."""
+    args = getattr(exc, "args", ())
+    if len(args) >= 3 and args[2]:
+        cause = args[2][0] if isinstance(args[2], tuple) else args[2]
+        return str(cause)[:160]
+    if args and isinstance(args[0], str):
+        return args[0][:160]
+    return (str(exc) or type(exc).__name__)[:160]
 
 
 def check_expression(expression: str, evaluator: CelEvaluator | None = None) -> str | None:
@@ -276,3 +296,61 @@ def check_expression(expression: str, evaluator: CelEvaluator | None = None) -> 
 
 
 DEFAULT = CelEvaluator()
+
+
+# ---- what a selector refers to (for validate's warnings) -----------------------------------------
+
+def _descend(node: Any) -> Any:
+    while isinstance(node, lark.Tree) and len(node.children) == 1:
+        node = node.children[0]
+    return node
+
+
+def _literal_string(node: Any) -> str | None:
+    node = _descend(node)
+    if isinstance(node, lark.Token) and node.type in ("STRING_LIT", "MLSTRING_LIT") or (
+            isinstance(node, lark.Token) and str(node).startswith(('"', "'"))):
+        text = str(node)
+        return text[1:-1] if len(text) >= 2 else None
+    return None
+
+
+def _parse(expression: str) -> lark.Tree | None:
+    try:
+        return DEFAULT.environment.compile(expression)
+    except Exception:  # syntax errors are validate's errors already
+        return None
+
+
+def referenced_attributes(expression: str) -> set[str]:
+    """Attribute ids a selector reads as device.attributes[<domain>].<id> (qualified as `<domain>/<id>`)."""
+    tree = _parse(expression)
+    found: set[str] = set()
+    for node in tree.iter_subtrees() if tree is not None else ():
+        if node.data != "member_dot" or len(node.children) < 2:
+            continue
+        index = _descend(node.children[0])
+        if not isinstance(index, lark.Tree) or index.data != "member_index":
+            continue
+        base = _descend(index.children[0])
+        if isinstance(base, lark.Tree) and base.data == "member_dot" and str(base.children[1]) == "attributes":
+            domain = _literal_string(index.children[1]) if len(index.children) > 1 else None
+            found.add(f"{domain}/{node.children[1]}" if domain else str(node.children[1]))
+    return found
+
+
+def literal_problems(expression: str) -> list[str]:
+    """quantity("...") and semver("...") literals that do not parse: such a selector can never match."""
+    tree = _parse(expression)
+    out = []
+    for node in tree.iter_subtrees() if tree is not None else ():
+        if node.data != "ident_arg" or str(node.children[0]) not in ("quantity", "semver") or len(node.children) < 2:
+            continue
+        literal = _literal_string(node.children[1])
+        if literal is None:
+            continue
+        try:
+            parse_quantity(literal) if str(node.children[0]) == "quantity" else parse_semver(literal)
+        except (QuantityError, SemverError) as exc:
+            out.append(f'{node.children[0]}("{literal}") is not valid ({exc}): the selector never matches')
+    return out

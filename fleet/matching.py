@@ -46,6 +46,10 @@ def match_member(member: MemberShape, kind: PoolKind, cel: CelEvaluator) -> Memb
     for request in member.requests:
         matching = [i for i, d in enumerate(kind.devices) if cel.matches_all(request.selectors, d.facts)]
         if not matching:
+            failed = [e for e in (cel.error(request.selectors, d.facts) for d in kind.devices) if e]
+            if failed and len(failed) == len(kind.devices):
+                return MemberMatch((), None, f"request {request.name}: the selector could not be evaluated on this "
+                                             f"pool's devices ({failed[0]}): {_selector_text(request.selectors)}")
             return MemberMatch((), None, f"no device matches request {request.name} ({_selector_text(request.selectors)})")
         big_enough = [i for i in matching if kind.devices[i].count >= request.count]
         if not big_enough:

@@ -231,6 +231,39 @@ def pool_shape_problems(source: str, pool) -> list[tuple[str, str]]:
     return out
 
 
+def _published_attributes(classes: dict) -> set[str]:
+    """Every attribute any class publishes, as `<domain>/<id>` (a bare key lives in the device's driver domain)."""
+    out = set()
+    for icl in classes.values():
+        for device in icl.spec.devices:
+            for key in device.attributes or {}:
+                out.add(key if "/" in key else f"{device.driver}/{key}")
+    return out
+
+
+def _selector_warnings(fleet: Fleet, classes: dict) -> list[Problem]:
+    """Selectors that validate but can never match as written: bad literals, attributes no class publishes."""
+    published = _published_attributes(classes)
+    ids = {key.split("/", 1)[1] for key in published}
+    out = []
+    for md in fleet.of("ModelDeployment"):
+        for i, engine in enumerate(md.spec.template.spec.engines):
+            for j, member in enumerate(engine.members):
+                for k, request in enumerate(member.nodeSelector.devices if member.nodeSelector else []):
+                    for s, selector in enumerate(request.selectors):
+                        path = ("spec", "template", "spec", "engines", i, "members", j, "nodeSelector", "devices", k,
+                                "selectors", s, "cel")
+                        for message in cel.literal_problems(selector.cel):
+                            out.append(fleet.problem(md, path, message, warning=True))
+                        for name in sorted(cel.referenced_attributes(selector.cel)) if classes else []:
+                            if name not in published and name.split("/", 1)[-1] not in ids:
+                                attribute = name.split("/", 1)[-1]
+                                out.append(fleet.problem(md, path, f"no InferenceClass publishes the attribute "
+                                                         f"{attribute!r}{did_you_mean(attribute, ids)}: the selector "
+                                                         "never matches", warning=True))
+    return out
+
+
 def cross_object_problems(fleet: Fleet) -> list[Problem]:
     out: list[Problem] = []
     classes = {c.name: c for c in fleet.of("InferenceClass")}
@@ -263,6 +296,7 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
                 elif prov.provider != source:
                     out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} provisions for "
                                              f"{prov.provider}, but this cluster's source is {source}"))
+    out += _selector_warnings(fleet, classes)
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
     for md in fleet.of("ModelDeployment"):
         ref = md.spec.template.spec.modelCacheRef

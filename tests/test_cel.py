@@ -125,3 +125,27 @@ def test_a_syntax_error_shows_where_the_parser_stopped():
 
     error = check_expression('device.driver >>= "x"')
     assert error.startswith("CEL syntax error at column") and 'device.driver > ^ >= "x"' in error
+
+
+def test_selectors_that_can_never_match_are_warnings_and_plan_says_why(tmp_path, capsys):
+    import json as _json
+
+    import yaml as _yaml
+
+    from automation.cli import main
+    from tests.manifests import cluster, deployment, gpu_class, member
+
+    bad = member(cel='device.attributes["gpu.nvidia.com"].architecure == "Hopper"')
+    literal = member(cel='device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20GB")) >= 0')
+    path = tmp_path / "f.yaml"
+    path.write_text(_yaml.safe_dump_all([gpu_class(), cluster("c1"),
+                                         deployment("typo", engines=[{"name": "vllm", "members": [bad]}]),
+                                         deployment("units", engines=[{"name": "vllm", "members": [literal]}])]))
+    assert main(["validate", "-f", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no InferenceClass publishes the attribute 'architecure' (did you mean 'architecture'?)" in err
+    assert 'warning: quantity("20GB") is not valid' in err
+    assert main(["plan", "-f", str(path), "-o", "json", "--fresh"]) == 0
+    reasons = {u["deployment"]: " ".join(u["reasons"]) for u in _json.loads(capsys.readouterr().out)["unscheduled"]}
+    assert "could not be evaluated on this pool's devices (no such member in mapping: 'architecure')" in reasons["ml-team/typo"]
+    assert "could not be evaluated" in reasons["ml-team/units"] and "invalid quantity '20GB'" in reasons["ml-team/units"]

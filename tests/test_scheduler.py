@@ -90,7 +90,7 @@ CASES = [
     Case("more devices per node than a node has", [H100, c("a", ("h", "h100", 4)), md(gpus=16, cel=arch("Hopper"))], [], {"m": 1},
          ["a/h: engine e, standalone: request gpu needs 16 devices per node, a node has 8"]),
     Case("unknown attribute domain is a non-match", [L4, c("a"), md(cel='device.attributes["amd.com"].family == "x"')],
-         [], {"m": 1}, ["no device matches request gpu"]),
+         [], {"m": 1}, ["request gpu: the selector could not be evaluated"]),
     Case("missing class means no devices", [c("a", ("gpu", "nope", 3)), md()], [], {"m": 1},
          ["a/gpu: InferenceClass 'nope' not found"]),
     # ---- gangs, engines and pools --------------------------------------------------------------------
