@@ -277,7 +277,7 @@ class CelEvaluator:
 
 def _error_text(exc: Exception) -> str:
     """celpy wraps the cause as (message, type, args): say the cause's own words."""
-    args = getattr(exc, "args", ())
+    args: tuple[Any, ...] = tuple(exc.args)
     if len(args) >= 3 and args[2]:
         cause = args[2][0] if isinstance(args[2], tuple) else args[2]
         return str(cause)[:160]
