@@ -6,6 +6,7 @@ ours becomes one line and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections import Counter
@@ -125,9 +126,10 @@ def validate(paths: tuple[str, ...], output: str) -> None:
 @_paths_option
 @click.option("--against", "against", multiple=True, metavar="PATH",
               help="The base desired state (e.g. the target branch's manifests): show stack changes and replica moves. Repeatable.")
-@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown", "name"]), default="table",
-              show_default=True, help="table for people; json and yaml are the stable machine interface (see README); "
-                                      "markdown (with --against) for a pull-request comment; name: one replica per line.")
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json", "yaml", "markdown", "name"]), default="table",
+              show_default=True, help="table for people (wide: with each replica's index and why each backend); json "
+                                      "and yaml are the stable machine interface (see README); markdown (with "
+                                      "--against) for a pull-request comment; name: one replica per line.")
 @click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
 @click.option("-n", "--namespace", default=None, help="Show only this namespace's deployments (placement still sees the fleet).")
 @click.option("--deployment", default=None, metavar="NAME", help="Show only this deployment (NAME or NAMESPACE/NAME).")
@@ -178,7 +180,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         assert comparison is not None  # -o markdown without --against was refused above
         click.echo(markdown(comparison), nl=False)
     else:
-        plan_table(result, explain, stream=sys.stdout)
+        plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
         if comparison is not None:
             changed = comparison.changed
             click.echo(f"\n{len(changed)} stack(s) change" + (":" if changed else ""))
@@ -534,8 +536,10 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, kubecon
 
 @cli.command()
 @_paths_option
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table for people; json: stacks, unscheduled deployments, the gateway's host and service addresses.")
+@click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
+              help="The InferenceCluster hosting the fleet gateway (default: the first by name that can host it).")
 def status(paths, output, control_plane) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
     from pathlib import Path
@@ -608,7 +612,7 @@ def apply(paths, server, token_file) -> None:
 @cli.command()
 @click.argument("target", metavar="KIND[.FIELD.PATH]")
 def explain(target) -> None:
-    """What a kind or field is: type, default, allowed values, sub-fields. Example: explain ModelDeployment.spec.replicas"""
+    """What a kind or field is: type, default, allowed values, bounds and sub-fields, from the API models."""
     from fleet.explain import ExplainError
     from fleet.explain import explain as explain_field
 
@@ -642,9 +646,10 @@ def schema(out, kind) -> None:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--data-dir", "data_dir", default=".modelplane/portal", show_default=True, type=click.Path(file_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535), help="The port to listen on.")
+@click.option("--data-dir", "data_dir", default=".modelplane/portal", show_default=True, type=click.Path(file_okay=False),
+              help="Where the portal keeps its SQLite database (unless --database).")
 @click.option("--tokens", "tokens_file", required=True, type=click.Path(dir_okay=False),
               help="YAML list of {name, token | tokenSha256, namespaces, admin}.")
 @click.option("--database", default=None, metavar="URL", help="SQLAlchemy URL (default: SQLite under --data-dir); postgresql+psycopg://... for several portal processes.")
@@ -670,6 +675,25 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     click.echo(f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})")
     run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval, Path(state_dir),
                backend)
+
+
+EXAMPLES = {
+    "validate": "modelplane validate -f examples/",
+    "explain": "modelplane explain ModelDeployment.spec.template.spec.engines",
+    "schema": "modelplane schema --out schemas",
+    "plan": "modelplane plan -f examples/ --explain -n ml-team",
+    "render": "modelplane render -f examples/ --out out/render",
+    "preview": "modelplane preview --offline -f examples/",
+    "status": "modelplane status -f examples/",
+    "up": "modelplane up -f examples/ --kubeconfig byo-eu=$HOME/.kube/byo-eu",
+    "drift": "modelplane drift -f examples/",
+    "refresh": "modelplane refresh -f examples/",
+    "destroy": "modelplane destroy -f examples/ --unprotect --yes",
+    "apply": "MODELPLANE_TOKEN=... modelplane apply -f examples/models --server https://portal.example.internal",
+    "serve": "modelplane serve --tokens tokens.yaml --no-apply",
+}
+for _name, _example in EXAMPLES.items():  # one example per command, shown by --help
+    cli.commands[_name].help = f"{inspect.cleandoc(cli.commands[_name].help or '')}\n\n\b\nExample:\n  {_example}"
 
 
 def main(argv: list[str] | None = None) -> int:

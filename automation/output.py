@@ -18,19 +18,22 @@ def _console(stream) -> Console:
     return Console(file=stream, width=None if tty else 100_000, no_color=not tty, highlight=False, soft_wrap=False)
 
 
-def plan_table(plan: Plan, explain: bool = False, stream=None) -> str:
+def plan_table(plan: Plan, explain: bool = False, stream=None, wide: bool = False) -> str:
+    """`wide` adds why each engine got its backend and each replica's index (`plan -o wide`)."""
     buffer = io.StringIO()
     console = _console(stream if stream is not None else buffer)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("DEPLOYMENT", "REPLICA", "CLUSTER", "ENGINE", "BACKEND", "ROLE", "POOL", "PODS", "DEVICES/POD", "STATE"):
+    columns = ["DEPLOYMENT", "REPLICA", "CLUSTER", "ENGINE", "BACKEND", "ROLE", "POOL", "PODS", "DEVICES/POD", "STATE"]
+    for column in columns + (["INDEX", "WHY THIS BACKEND"] if wide else []):
         table.add_column(column, overflow="fold")
     for r in plan.replicas:
         backends = {name: backend for name, backend, _ in r.backends}
+        reasons = {name: reason for name, _, reason in r.backends}
         for e in r.placement.engines:
             for m in e.members:
                 devices = ",".join(f"{n}={c}" for n, _, c in m.devices) or "-"
-                table.add_row(r.key, r.name, r.cluster, e.engine, backends[e.engine], m.role, e.pool,
-                              str(m.pods), devices, r.state)
+                row = [r.key, r.name, r.cluster, e.engine, backends[e.engine], m.role, e.pool, str(m.pods), devices, r.state]
+                table.add_row(*row, *([str(r.index), reasons[e.engine]] if wide else []))
     if plan.replicas:
         console.print(table)
     else:

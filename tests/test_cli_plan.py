@@ -218,3 +218,15 @@ def test_commands_are_listed_in_workflow_order(capsys):
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.strip()]
     assert listed[:4] == ["validate", "explain", "schema", "plan"] and listed.index("up") < listed.index("destroy")
+
+
+def test_every_command_has_an_example_and_every_option_a_description(capsys):
+    from automation.cli import cli
+
+    for name, command in cli.commands.items():
+        assert main([name, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "Example:" in out and f"modelplane {name}" in out.split("Example:")[1], name
+        for param in command.params:
+            if isinstance(param, __import__("click").Option):
+                assert param.help, f"{name} {param.opts}: no description"
