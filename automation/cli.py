@@ -270,7 +270,7 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 def _apply(operation: Operation, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
            kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
            destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False,
-           check: bool = True, fleet_name: str | None = None) -> None:
+           check: bool = True, fleet_name: str | None = None, state: str = ".modelplane") -> None:
     from pathlib import Path
 
     from automation.migration import migrate, plan_renames
@@ -279,7 +279,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
                                           missing_kubeconfigs)
     from automation.runner import AutomationError
     from automation.session import prepare, run_interruptibly, selected
-    from automation.state import STATE_DIR, StateLocked, StateStore
+    from automation.state import StateLocked, StateStore
 
     from fleet.stack_id import StackIdError, backend_name
 
@@ -294,7 +294,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     if unknown:
         click.echo(f"error: --kubeconfig names {', '.join(unknown)}, not an InferenceCluster of the fleet", err=True)
         raise SystemExit(2)
-    root = Path(STATE_DIR)
+    root = Path(state)
     host = _control_plane(loaded.fleet, control_plane)
     renames = plan_renames(StateStore(root), loaded.fleet)
     prepared = prepare(loaded.fleet, root, host)
@@ -429,6 +429,7 @@ def _apply_options(function):
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
                             help="The InferenceCluster hosting the fleet gateway (default: the first by name that this "
                                  "project provisions or connects to).")(function)
+    function = _state_option(function)
     function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
                             help="Several fleets on one backend: stacks are named <NAME>_<stack> there "
                                  "(default: $MODELPLANE_FLEET, else unprefixed).")(function)
@@ -450,12 +451,12 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
 @_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
 @_PRUNE
-def preview(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig, offline, prune) -> None:
+def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, offline, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     if not offline:
         _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
-               destroy_clusters=True, fleet_name=fleet_name)  # a preview destroys nothing
+               destroy_clusters=True, fleet_name=fleet_name, state=state)  # a preview destroys nothing
         return
     from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
@@ -499,27 +500,29 @@ def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig, prune, destroy_clusters, force, refresh,
+def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, prune, destroy_clusters, force, refresh,
        skip_check) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
-           destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check, fleet_name=fleet_name)
+           destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check, fleet_name=fleet_name,
+           state=state)
 
 
 @cli.command()
 @_apply_options
-def drift(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig) -> None:
+def drift(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig) -> None:
     """Report applied stacks whose cloud or cluster state no longer matches (a refresh preview; exit 1 on drift)."""
-    _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name)
+    _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name,
+           state=state)
 
 
 @cli.command(name="refresh")
 @_apply_options
-def refresh_command(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig) -> None:
+def refresh_command(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig) -> None:
     """Refresh the applied stacks' state from the clouds and clusters."""
-    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name)
+    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name, state=state)
 
 
 @cli.command()
@@ -528,10 +531,10 @@ def refresh_command(paths, output, backend, parallel, control_plane, fleet_name,
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
-def destroy(paths, output, backend, parallel, control_plane, fleet_name, kubeconfig, unprotect, yes) -> None:
+def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, unprotect, yes) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
     _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes,
-           fleet_name=fleet_name)
+           fleet_name=fleet_name, state=state)
 
 
 @cli.command()
@@ -540,17 +543,17 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, kubecon
               help="table for people; json: stacks, unscheduled deployments, the gateway's host and service addresses.")
 @click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
               help="The InferenceCluster hosting the fleet gateway (default: the first by name that can host it).")
-def status(paths, output, control_plane) -> None:
+@_state_option
+def status(paths, output, control_plane, state) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
     from pathlib import Path
 
     from automation.migration import plan_renames
     from automation.session import prepare
-    from automation.state import STATE_DIR
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
-    prepared = prepare(loaded.fleet, Path(STATE_DIR), host)
+    prepared = prepare(loaded.fleet, Path(state), host)
     applied = prepared.store.load()["stacks"]
     renames = {str(r.old): str(r.new) for r in plan_renames(prepared.store, loaded.fleet)}
     reasons = {"create": "not applied yet", "update": "its manifests changed since it was applied",
