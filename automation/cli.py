@@ -478,6 +478,7 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
                    err=True)
         raise SystemExit(EXIT_INVALID)
     if output != "json":
+        click.echo(f"fleet gateway host: {host or 'none'}")
         click.echo(f"deployability check: {len(stacks)} stack(s), 0 violations")
 
 
