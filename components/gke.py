@@ -24,6 +24,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.args import ClusterArgs, GpuPoolArgs
+from components.kubernetes import exec_kubeconfig
 from components.serving_stack import ClusterFacts
 
 TYPE = "modelplane:gke:InferenceCluster"
@@ -49,27 +50,9 @@ def pool_sizing(pool: GpuPoolArgs) -> dict:
 
 
 def kubeconfig(name: str, endpoint: str, ca: str) -> str:
-    """A kubeconfig for GKE using gke-gcloud-auth-plugin (no long-lived credential inside)."""
-    return f"""apiVersion: v1
-kind: Config
-clusters:
-- name: {name}
-  cluster:
-    server: https://{endpoint}
-    certificate-authority-data: {ca}
-contexts:
-- name: {name}
-  context: {{cluster: {name}, user: {name}}}
-current-context: {name}
-users:
-- name: {name}
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1beta1
-      command: gke-gcloud-auth-plugin
-      provideClusterInfo: true
-      installHint: Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)
-"""
+    """A kubeconfig for GKE using gke-gcloud-auth-plugin."""
+    return exec_kubeconfig(name, endpoint, ca, "gke-gcloud-auth-plugin", provide_cluster_info=True,
+                           install_hint="Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)")
 
 
 class GkeInferenceCluster(pulumi.ComponentResource):

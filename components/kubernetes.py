@@ -22,3 +22,32 @@ def provider(name: str, kubeconfig: pulumi.Input[str], parent: pulumi.Resource |
         enable_server_side_apply=True,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
     )
+
+
+def exec_kubeconfig(name: str, server: str, ca_data: str, command: str, args: list[str] | None = None,
+                    provide_cluster_info: bool = False, install_hint: str = "") -> str:
+    """A kubeconfig whose user authenticates through a CLI plugin (no long-lived credential inside).
+
+    `ca_data` is the base64 of the PEM certificate, as `certificate-authority-data` takes it."""
+    server = server if server.startswith("https://") else f"https://{server}"
+    arguments = f"\n      args: [{', '.join(args)}]" if args else ""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca_data}
+contexts:
+- name: {name}
+  context: {{cluster: {name}, user: {name}}}
+current-context: {name}
+users:
+- name: {name}
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: {command}{arguments}
+      provideClusterInfo: {"true" if provide_cluster_info else "false"}
+      installHint: {install_hint}
+"""

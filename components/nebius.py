@@ -17,10 +17,13 @@ protected unless `modelplane:deletionProtection` is false.
 
 from __future__ import annotations
 
+import base64
+
 import pulumi
 import pulumi_nebius as nebius
 
 from components.args import ClusterArgs, GpuPoolArgs
+from components.kubernetes import exec_kubeconfig
 from components.serving_stack import ClusterFacts
 
 TYPE = "modelplane:nebius:InferenceCluster"
@@ -29,28 +32,10 @@ POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
 
 
 def kubeconfig(name: str, endpoint: str, ca: str) -> str:
-    ca_data = ca if "BEGIN CERTIFICATE" not in ca else __import__("base64").b64encode(ca.encode()).decode()
-    return f"""apiVersion: v1
-kind: Config
-clusters:
-- name: {name}
-  cluster:
-    server: {endpoint if endpoint.startswith("https://") else "https://" + endpoint}
-    certificate-authority-data: {ca_data}
-contexts:
-- name: {name}
-  context: {{cluster: {name}, user: {name}}}
-current-context: {name}
-users:
-- name: {name}
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1beta1
-      command: nebius
-      args: [mk8s, cluster, get-token, --format, json]
-      provideClusterInfo: false
-      installHint: Install the Nebius CLI (https://docs.nebius.com/cli) and sign in
-"""
+    """A kubeconfig authenticating with the `nebius` CLI, as `nebius mk8s cluster get-credentials` writes it."""
+    ca_data = base64.b64encode(ca.encode()).decode() if "BEGIN CERTIFICATE" in ca else ca
+    return exec_kubeconfig(name, endpoint, ca_data, "nebius", ["mk8s", "cluster", "get-token", "--format", "json"],
+                           install_hint="Install the Nebius CLI (https://docs.nebius.com/cli) and sign in")
 
 
 def _get(value, snake: str):
