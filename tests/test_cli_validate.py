@@ -35,7 +35,11 @@ def test_examples_validate(capsys):
     assert code == 0, err
     assert re.search(r"^InferenceCluster:\s+3 valid", out, re.M)
     assert re.search(r"^ModelDeployment:\s+3 valid", out, re.M)
-    assert out.strip().endswith("14 objects valid")
+    # an example of every kind, ModelEndpoint and (observed) ModelReplica included
+    assert {line.split(":")[0] for line in out.splitlines() if " valid " in line} == {
+        "InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache", "ModelDeployment", "ModelReplica",
+        "ModelEndpoint", "ModelService"}
+    assert out.strip().endswith("16 objects valid")
 
 
 BAD_DEPLOYMENT = """\
@@ -247,7 +251,7 @@ def test_validate_json_lists_objects_and_located_problems(tmp_path, capsys):
     good = pathlib.Path(__file__).resolve().parent.parent / "examples"
     assert main(["validate", "-f", str(good), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["valid"] is True and len(out["objects"]) == 14 and out["problems"] == []
+    assert out["valid"] is True and len(out["objects"]) == 16 and out["problems"] == []
     assert {"kind": "ModelDeployment", "name": "qwen3-8b", "namespace": "ml-team"} in out["objects"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: modelplane.ai/v1alpha1\nkind: ModelDeploymnt\nmetadata: {name: x, namespace: a}\n")
