@@ -24,7 +24,7 @@ from typing import Callable, Iterable, TYPE_CHECKING
 from automation.offline import Registered, unwrap
 from automation.offline_preview import StackPreview
 from components.versions import Chart, by_release_name
-from fleet.stack_id import StackId
+from fleet.stack_id import MAX_LENGTH, StackId
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -472,6 +472,9 @@ def quota_before_release(graph: Graph) -> Iterable[Violation]:
 def stack_names(graph: Graph) -> Iterable[Violation]:
     """One stack stands for one object: two objects that map to one stack name would share (and fight over) it."""
     for stack, owners in sorted(graph.owners.items()):
+        if len(stack) > MAX_LENGTH:  # the backend refuses the stack before anything is created
+            yield Violation(stack, "-", "stack-names", f"the stack name has {len(stack)} characters; Pulumi accepts at "
+                                                       f"most {MAX_LENGTH}: shorten {', '.join(sorted(owners))}")
         if len(owners) > 1:
             yield Violation(stack, "-", "stack-names", f"one stack name for {len(owners)} objects: {', '.join(sorted(owners))}")
 

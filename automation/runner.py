@@ -14,7 +14,6 @@ from automation.stacks import StackSpec
 from fleet.stack_id import StackId
 
 Operation = Literal["preview", "preview-destroy", "up", "destroy", "refresh", "preview-refresh"]
-OPERATIONS: tuple[Operation, ...] = ("preview", "preview-destroy", "up", "destroy", "refresh", "preview-refresh")
 EventSink = Callable[[dict[str, Any]], None]  # one engine event, as plain data: {"stack", "type", ...}
 
 

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from fleet.validate import Fleet
 
 Change = Literal["create", "update", "delete", "none"]
-CHANGES: tuple[Change, ...] = ("create", "update", "delete", "none")
 
 
 class Named:

@@ -76,10 +76,6 @@ class StackId:
             return f"platform-{self.name}"
         return f"{self.kind}-{self.namespace}.{self.name}"
 
-    @property
-    def stack_name(self) -> str:
-        return str(self)
-
     def legacy_name(self) -> str | None:
         """The name this stack had in the first encoding (None for platform and gateway stacks: unchanged)."""
         return f"{self.kind}-{self.namespace}-{self.name}" if self.kind in NAMESPACED else None
@@ -100,9 +96,6 @@ class StackId:
         if not dot or not _LABEL.match(namespace):  # the first encoding: <kind>-<ns>-<name>, ambiguous
             return cls(typed, legacy=text)
         raise StackIdError(f"{text!r} is not a modelplane stack name")
-
-    def too_long(self) -> bool:
-        return len(str(self)) > MAX_LENGTH
 
 
 def backend_name(stack: StackId | str, fleet: str | None = None) -> str:

@@ -222,6 +222,9 @@ ROWS = [
     ("stack-names", lambda: graph(owners={"model-ml-team.qwen": {"ModelDeployment/ml-team/qwen"}}),
      lambda: graph(owners={"model-ml-team.qwen": {"ModelDeployment/ml-team/qwen", "ModelDeployment/ml/team-qwen"}}),
      "one stack name for 2 objects"),
+    ("stack-names", lambda: graph(owners={"model-ml-team.qwen": {"ModelDeployment/ml-team/qwen"}}),
+     lambda: graph(owners={"model-ml-team." + "q" * 90: {"ModelDeployment/ml-team/" + "q" * 90}}),
+     "Pulumi accepts at most 100"),
     ("program", lambda: graph(stack("s", [])), lambda: graph(stack("s", [], error="RunError: boom")), "boom"),
 ]
 
