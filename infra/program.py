@@ -95,13 +95,13 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     """
     config = config or pulumi.Config("modelplane")
     versions = config.get_object("versions") or {}
-    only = config.get("cluster")
+    only = config.get("cluster") or None  # Pulumi.yaml declares "" as the default: every cluster
     names = [c.name for c in fleet.of("InferenceCluster")]
     if only and only not in names:
         raise InvalidFleet(f"modelplane:cluster names {only!r}, which is not an InferenceCluster in the fleet")
     separate = config.get_secret("controlPlaneKubeconfig")
     try:
-        host = None if separate is not None else control_plane_cluster(fleet, config.get("controlPlaneCluster"))
+        host = None if separate is not None else control_plane_cluster(fleet, config.get("controlPlaneCluster") or None)
     except ValueError as exc:
         raise InvalidFleet(f"modelplane:controlPlaneCluster: {exc}") from None
     gateway = gateway_args(fleet, host)

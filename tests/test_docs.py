@@ -74,3 +74,40 @@ def test_console_block_runs_as_written(doc, line, block, tmp_path):
 def test_there_are_runnable_blocks_in_the_readme_and_the_tutorial():
     names = {doc for doc, _, _ in blocks()}
     assert {"README.md", "tutorial.md"} <= names
+
+
+SYNOPSIS = re.compile(r"`modelplane ([a-z]+)((?: [^`|]*?)?)`")
+
+
+def synopses() -> list[tuple[str, str, str]]:
+    """(doc, command, the options a one-command synopsis like `modelplane serve --tokens FILE [--port N]` names)."""
+    out = []
+    for path in DOCS:
+        for match in SYNOPSIS.finditer(path.read_text()):
+            out.append((path.name, match.group(1), match.group(2)))
+    return out
+
+
+def test_every_option_a_doc_names_exists_on_its_command():
+    from automation.cli import cli
+
+    stale = []
+    for doc, name, rest in synopses():
+        command = cli.commands.get(name)
+        if command is None:
+            stale.append(f"{doc}: `modelplane {name}` is not a command")
+            continue
+        known = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
+        stale += [f"{doc}: `modelplane {name}` has no option {option}"
+                  for option in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest) if option not in known]
+    assert not stale, "\n".join(stale)
+
+
+def test_the_serve_synopsis_names_every_serve_option():
+    from automation.cli import cli
+
+    options = {param.opts[0] for param in cli.commands["serve"].params if param.opts[0].startswith("--")}
+    for doc in ("README.md", "portal.md"):
+        heading = next(rest for d, name, rest in synopses() if d == doc and name == "serve" and "--tokens" in rest)
+        missing = options - set(re.findall(r"--[\w-]+", heading))
+        assert not missing, f"{doc}: the serve synopsis misses {sorted(missing)}"
