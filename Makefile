@@ -41,6 +41,7 @@ browser:
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cel_bench.py
 	$(BIN)/python benchmarks/plan_bench.py --scaling
+	$(BIN)/python benchmarks/portal_load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

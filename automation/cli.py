@@ -668,6 +668,7 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
     from pathlib import Path
 
+    from automation.portal.app import StartupError
     from automation.portal.app import serve as run_portal
     from automation.portal.auth import Tokens, TokensFileError
 
@@ -677,8 +678,12 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     click.echo(f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})")
-    run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval, Path(state_dir),
-               backend)
+    try:
+        run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
+                   Path(state_dir), backend)
+    except (StartupError, TokensFileError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 EXAMPLES = {

@@ -183,6 +183,22 @@ class OfflineRunError(Exception):
     pass
 
 
+def _ensure_event_loop() -> None:
+    """Pulumi's mock runtime runs on the thread's current event loop; a caller that used asyncio.run() before
+    (a portal test, a library) leaves none set, and the program would fail with "no current event loop"."""
+    import asyncio
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+    if loop is None or loop.is_closed():
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def run(program: Callable[[], Any], project: str, stack: str, config: dict[str, Any] | None = None,
         secret_keys: list[str] | None = None, root_directory: str | None = None,
         organization: str = "organization") -> list[Registered]:
@@ -193,6 +209,7 @@ def run(program: Callable[[], Any], project: str, stack: str, config: dict[str, 
     """
     mocks = Recorder()
     monitor = RecordingMonitor(mocks)
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor,
                              organization=organization)
     pulumi.runtime.settings.SETTINGS.root_directory = root_directory

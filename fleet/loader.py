@@ -19,6 +19,9 @@ from fleet.problems import Problem, format_path
 
 Path_ = tuple[Any, ...]
 MAX_BYTES = 16 * 1024 * 1024  # one manifest file; a fleet folder may hold many
+# The size a document may reach once its aliases are expanded (the "billion laughs" bound): a few aliases
+# that repeat a block are fine, a 1 KB document that expands to gigabytes is refused before it is built.
+MAX_EXPANDED = MAX_BYTES
 # libyaml's parser when PyYAML was built with it (about 10x faster); same nodes, same marks.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -64,8 +67,25 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: 
             _walk_lines(item, path + (index,), lines, seen, problems, source)
 
 
-def parse_text(text: str, source: str) -> tuple[list[Document], list[Problem]]:
-    """Parse multi-document YAML text into documents; never raises."""
+def expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Roughly the bytes of the document's JSON once every alias is expanded, without expanding anything:
+    each node's size is computed once and shared by the aliases that repeat it."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    if isinstance(node, yaml.MappingNode):
+        size = 2 + sum(expanded_size(k, sizes) + expanded_size(v, sizes) + 2 for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size = 2 + sum(expanded_size(item, sizes) + 1 for item in node.value)
+    else:
+        size = len(node.value) + 2
+    sizes[id(node)] = size
+    return size
+
+
+def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tuple[list[Document], list[Problem]]:
+    """Parse multi-document YAML text into documents; never raises. A document whose aliases expand it beyond
+    `max_expanded` bytes is a problem, found before any of it is built."""
     problems: list[Problem] = []
     documents: list[Document] = []
     loader = None
@@ -74,6 +94,12 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[Problem]]:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
+                continue
+            size = expanded_size(node, {})
+            if size > max_expanded:
+                problems.append(Problem(source, node.start_mark.line + 1, "", "",
+                                        f"the document expands to about {size:,} bytes through YAML aliases "
+                                        f"(at most {max_expanded:,}): refused"))
                 continue
             lines: dict[Path_, int] = {}
             _walk_lines(node, (), lines, set(), problems, source)

@@ -60,3 +60,9 @@ def engine_shapes(md) -> tuple[EngineShape, ...]:
                     d.backend, d.reason, d.needs_nvidia)
         for e, d in zip(md.spec.template.spec.engines, decisions)
     )
+
+
+def replica_devices(md) -> int:
+    """The devices one replica of a (validated) ModelDeployment claims, at its largest (autoscaled) size."""
+    return sum(engine.copies * sum(member.pods * sum(r.count for r in member.requests) for member in engine.members)
+               for engine in engine_shapes(md))

@@ -14,7 +14,7 @@ import uvicorn
 import yaml
 
 from automation.portal.app import create_app
-from automation.portal.auth import Tokens
+from automation.portal.auth import TokensFile
 from automation.portal.store import Store
 
 ADMIN, TEAM_A, TEAM_B = "admin-token-0001", "team-a-token-0002", "team-b-token-0003"
@@ -32,18 +32,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_tokens(folder: Path) -> Path:
+def write_tokens(folder: Path, document=None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tokens.yaml"
-    path.write_text(yaml.safe_dump(TOKENS))
+    path.write_text(yaml.safe_dump(TOKENS if document is None else document))
+    path.chmod(0o600)  # plaintext tokens: readable by their owner only, as the portal asks
     return path
 
 
 class ThreadServer:
-    def __init__(self, folder: Path, apply: bool = False):
+    def __init__(self, folder: Path, apply: bool = False, tokens=None, check_every: float = 1.0, limiter=None):
         self.port = free_port()
         self.store = Store(f"sqlite:///{folder / 'portal.db'}")
-        app = create_app(self.store, Tokens.load(write_tokens(folder)), apply)
+        self.tokens_path = write_tokens(folder, tokens)
+        self.tokens = TokensFile(self.tokens_path, check_every=check_every)
+        app = create_app(self.store, self.tokens, apply, limiter=limiter)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -76,9 +79,19 @@ def wait_until_up(url: str, seconds: float = 30) -> None:
     raise RuntimeError(f"portal at {url} did not start")
 
 
-def start_process(folder: Path, port: int, extra: list[str]) -> subprocess.Popen:
+def start_process(folder: Path, port: int, extra: list[str], tokens=None) -> subprocess.Popen:
     command = [sys.executable, "-m", "automation.cli", "serve", "--port", str(port), "--tokens",
-               str(write_tokens(folder)), "--data-dir", str(folder / "data"), "--state", str(folder / "state"), *extra]
+               str(write_tokens(folder, tokens)), "--data-dir", str(folder / "data"), "--state", str(folder / "state"), *extra]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_until_up(f"http://127.0.0.1:{port}")
     return process
+
+
+def put_retrying(client: httpx.Client, url: str, body: dict) -> httpx.Response:
+    """PUT as a Kubernetes client does: a 503 (the portal's backpressure) is retried after its Retry-After."""
+    while True:
+        response = client.put(url, json=body)
+        if response.status_code != 503:
+            return response
+        assert response.json()["kind"] == "Status" and "Retry-After" in response.headers
+        time.sleep(float(response.headers["Retry-After"]) / 10)

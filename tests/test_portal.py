@@ -5,6 +5,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import re
 import signal
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from tests.manifests import cluster, deployment, gpu_class, service
-from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer, free_port, start_process
+from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer, free_port, put_retrying, start_process
 
 
 @pytest.fixture
@@ -127,8 +128,8 @@ def test_fifty_parallel_submissions_against_scarce_capacity(portal):
 
     def submit(i):
         ns, token = ("team-a", TEAM_A) if i % 2 == 0 else ("team-b", TEAM_B)
-        with portal.client(token) as client:
-            return client.put(OBJ_PATH.format(ns=ns, name=f"m{i}"), json=deployment(f"m{i}", namespace=ns)).status_code
+        with portal.client(token) as client:  # 503s (backpressure, a Status with Retry-After) are retried
+            return put_retrying(client, OBJ_PATH.format(ns=ns, name=f"m{i}"), deployment(f"m{i}", namespace=ns)).status_code
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=25) as pool:
         codes = list(pool.map(submit, range(50)))
@@ -156,23 +157,32 @@ def test_tenants_see_only_their_plan_and_page(portal):
     assert "http://fleet-gateway.pending.modelplane.invalid/team-a/a1" in page
 
 
-def test_page_sign_in_and_submit_with_a_cookie(portal):
+def form_token(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+
+
+def test_page_sign_in_and_submit_with_a_session_cookie(portal):
     seed_fleet(portal)
     with portal.client(None) as browser:
-        assert "Sign in" in browser.get("/").text
-        bad = browser.post("/ui/signin", data={"token": "nope"}, follow_redirects=True)
+        browser.headers["Origin"] = portal.url  # as a browser sends it with every form post
+        signin = browser.get("/")
+        assert "Sign in" in signin.text
+        bad = browser.post("/ui/signin", data={"token": "nope", "csrf": form_token(signin.text)}, follow_redirects=True)
         assert "not valid" in bad.text
-        signed = browser.post("/ui/signin", data={"token": TEAM_A}, follow_redirects=False)
-        assert signed.status_code == 303 and "httponly" in signed.headers["set-cookie"].lower()
-        browser.cookies.set("modelplane_token", TEAM_A)
-        page = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-a"))},
-                            follow_redirects=True)
-        assert "Accepted ModelDeployment web" in page.text and "team-a/web" in page.text
-        refused = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-b"))},
-                               follow_redirects=True)
+        signed = browser.post("/ui/signin", data={"token": TEAM_A, "csrf": form_token(bad.text)}, follow_redirects=False)
+        cookie = signed.headers["set-cookie"].lower()
+        assert signed.status_code == 303 and "httponly" in cookie and "samesite=strict" in cookie
+        assert TEAM_A not in signed.headers["set-cookie"]  # the cookie holds a session id, never the token
+        page = browser.get("/")
+        csrf = form_token(page.text)
+        applied = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-a")),
+                                                  "csrf": csrf}, follow_redirects=True)
+        assert "Accepted ModelDeployment web" in applied.text and "team-a/web" in applied.text
+        refused = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-b")),
+                                                  "csrf": csrf}, follow_redirects=True)
         assert "may not write in team-b" in refused.text
-        gone = browser.post("/ui/delete", data={"kind": "ModelDeployment", "namespace": "team-a", "name": "web"},
-                            follow_redirects=True)
+        gone = browser.post("/ui/delete", data={"kind": "ModelDeployment", "namespace": "team-a", "name": "web",
+                                                "csrf": csrf}, follow_redirects=True)
         assert "Deleted ModelDeployment team-a/web" in gone.text
 
 

@@ -5,7 +5,7 @@ import concurrent.futures
 import httpx
 
 from tests.manifests import cluster, deployment, gpu_class
-from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, free_port, start_process
+from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, free_port, put_retrying, start_process
 from tests.postgres_server import PostgresServer
 
 
@@ -24,7 +24,7 @@ def test_two_portal_processes_share_one_ledger(tmp_path):
                 with httpx.Client(base_url=f"http://127.0.0.1:{ports[i % 2]}", timeout=60,
                                   headers={"Authorization": f"Bearer {token}"}) as client:
                     url = f"{API}/namespaces/{ns}/modeldeployments/m{i}"
-                    return client.put(url, json=deployment(f"m{i}", namespace=ns)).status_code
+                    return put_retrying(client, url, deployment(f"m{i}", namespace=ns)).status_code
 
             with concurrent.futures.ThreadPoolExecutor(max_workers=20) as pool:
                 codes = list(pool.map(submit, range(40)))

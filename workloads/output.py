@@ -1,11 +1,14 @@
 """Write rendered stacks to a folder: DIR/<stack>/<target>/<kind>-<name>.yaml, all or nothing.
 
 The folder is replaced as a whole (written beside it, then swapped in), so a reader never
-sees a mix of two renders; a folder that modelplane did not write is never overwritten.
+sees a mix of two renders; a folder that modelplane did not write is never overwritten, and the
+only folders ever removed are the ones this render created (never a sibling that merely has a
+telling name). The result has the mode a `mkdir` would give it, not the 0700 of a temporary folder.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,6 +38,9 @@ def write(rendered, out: Path) -> int:
         raise OutputError(f"{out} exists and was not written by modelplane render; choose an empty or new folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    staging.chmod(0o777 & ~mask)
     count = 0
     try:
         (staging / MARKER).write_text("written by modelplane render; the whole folder is replaced on each render\n")
@@ -47,11 +53,10 @@ def write(rendered, out: Path) -> int:
             path.write_text(dump(obj))
             count += 1
         if out.exists():
-            old = out.with_name(out.name + ".old-render")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
+            graveyard = Path(tempfile.mkdtemp(prefix=".render-old-", dir=out.parent))  # ours alone to remove
+            out.rename(graveyard / "previous")
             staging.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(graveyard, ignore_errors=True)
         else:
             staging.rename(out)
     finally:

@@ -1,21 +1,42 @@
-"""The portal's HTTP API (shaped like Kubernetes' own) and its server-rendered page."""
+"""The portal's HTTP API (shaped like Kubernetes' own) and its server-rendered page.
+
+Security model (docs/portal.md has it in full): every unsafe request passes `guard.Guard` first (same
+origin, authenticated before its body is read, bodies capped); browsers hold a server-side session id in
+an HttpOnly SameSite=Strict cookie and send a CSRF token with every form; every error is a Kubernetes
+`Status`; database work and the fleet replan run on worker threads, so reads never wait on writes.
+"""
 
 from __future__ import annotations
 
+import hmac
 import json
+import logging
+import re
+import secrets
 from pathlib import Path
 
 from fastapi import FastAPI, Form, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy.exc import DBAPIError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from automation.portal.auth import Principal, Tokens
-from automation.portal.service import MAX_BODY, PLURALS, ApiError, object_status, parse_body, replan
-from automation.portal.store import Store
+from automation.portal.auth import Principal, Tokens, TokensFile, digest
+from automation.portal.guard import Caller, Guard, SignInLimiter, status_body
+from automation.portal.service import PLURALS, ApiError, object_status, parse_body, quota_problem, replan
+from automation.portal.store import Store, StoreBusy
 from fleet.stack_id import StackId, StackIdError
 
 API = "/apis/modelplane.ai/v1alpha1"
-COOKIE = "modelplane_token"
+COOKIE = "modelplane_session"  # a random session id; the token itself never leaves the sign-in form
+SIGNIN_COOKIE = "modelplane_signin"  # the sign-in form's CSRF token (double submit: login CSRF)
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+MAX_RUN_ID = 2 ** 63 - 1
+log = logging.getLogger("modelplane.portal")
 templates = Environment(loader=PackageLoader("automation.portal", "templates"), autoescape=select_autoescape(["html"]))
 
 
@@ -42,13 +63,99 @@ def stack_namespace(stack: str) -> str | None:
         return None
 
 
-def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
+class ReplanWorker:
+    """The fleet replan in a process of its own: planning is CPU-bound Python, and in the portal's process it
+    would hold the interpreter lock that reads need (measured: reads 2x slower under 4 writers without it).
+    A worker that dies is replaced, and that one replan runs in the calling thread."""
+
+    def __init__(self):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._new = lambda: ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_import_planner)
+        self._pool = self._new()
+        self._pool.submit(int)  # start the process (and its imports) now, not on the first write
+
+    def __call__(self, *inputs):
+        from concurrent.futures.process import BrokenProcessPool
+
+        from automation.portal.service import compute_replan
+
+        try:
+            return self._pool.submit(compute_replan, *inputs).result()
+        except BrokenProcessPool:
+            log.error("the replan worker died; starting another")
+            self._pool = self._new()
+            return compute_replan(*inputs)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _import_planner() -> None:
+    import automation.portal.service  # noqa: F401  (the planner's imports, paid once per worker process)
+
+
+def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
+               limiter: SignInLimiter | None = None, replan_worker: ReplanWorker | None = None) -> FastAPI:
     app = FastAPI(title="modelplane portal", version="v1alpha1",
                   description="Submit ModelDeployments and ModelServices, watch them land. Kubernetes-shaped API.")
 
+    def authenticate(headers: Headers, cookies: dict[str, str]) -> Caller | None:
+        header = headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            who = tokens.resolve(header[7:].strip())
+            return Caller(who, "bearer") if who else None
+        session_id = cookies.get(COOKIE)
+        if not session_id or len(session_id) > 100:
+            return None
+        with store.read() as conn:
+            session = store.get_session(conn, session_id)
+        who = tokens.by_digest(session["token_sha256"]) if session else None  # a revoked token ends its sessions
+        return Caller(who, "session", session["csrf"]) if who and session else None
+
+    app.add_middleware(Guard, authenticate=authenticate, limiter=limiter)
+
+    # ---- every error is a Kubernetes Status -----------------------------------------------------------
+
+    def status_response(code: int, reason: str, message: str, headers: dict | None = None) -> Response:
+        return Response(status_body(code, reason, message), status_code=code, media_type="application/json",
+                        headers=headers)
+
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError):
-        return JSONResponse(exc.status(), status_code=exc.code)
+        return JSONResponse(exc.status(), status_code=exc.code, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException):
+        reasons = {404: "NotFound", 405: "MethodNotAllowed", 413: "RequestEntityTooLarge", 400: "BadRequest"}
+        message = {404: "the server could not find the requested resource",
+                   405: "the method is not allowed on this resource"}.get(exc.status_code, str(exc.detail))
+        return status_response(exc.status_code, reasons.get(exc.status_code, "Failure"), message,
+                               dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError):
+        causes = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()[:20]]
+        return JSONResponse(ApiError(422, "Invalid", "the request is malformed", causes).status(), status_code=422)
+
+    @app.exception_handler(StoreBusy)
+    async def busy(_: Request, exc: StoreBusy):
+        return status_response(503, "ServiceUnavailable", f"the portal is busy writing ({exc}); retry",
+                               {"Retry-After": "1"})
+
+    @app.exception_handler(DBAPIError)
+    async def database_down(_: Request, exc: DBAPIError):
+        log.error("database error: %s", type(exc.orig).__name__)
+        return status_response(503, "ServiceUnavailable", "the database does not answer; retry", {"Retry-After": "5"})
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception):
+        log.exception("internal error")
+        return status_response(500, "InternalError", f"internal error ({type(exc).__name__}); it is logged")
+
+    # ---- health -----------------------------------------------------------------------------------------
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():
@@ -65,19 +172,32 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
             raise ApiError(503, "ServiceUnavailable", f"the database does not answer: {type(exc).__name__}") from None
         return {"status": "ok"}
 
-    def principal(request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
-        who = tokens.resolve(token)
+    @app.get("/portal.css", include_in_schema=False)
+    def stylesheet():
+        return Response((Path(__file__).parent / "templates" / "portal.css").read_text(), media_type="text/css")
+
+    def caller(request: Request) -> Caller:
+        known = request.scope.get("state", {}).get("caller")  # unsafe methods: the guard checked already
+        who = known or authenticate(request.headers, request.cookies)
         if who is None:
             raise ApiError(401, "Unauthorized", "a valid bearer token is required")
         return who
 
+    def principal(request: Request) -> Principal:
+        return caller(request).principal
+
     def kind_of(plural: str, namespaced: bool) -> str:
         entry = PLURALS.get(plural)
         if entry is None or entry[1] != namespaced:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural[:100]})")
         return entry[0]
+
+    def checked_names(namespace: str | None, name: str) -> None:
+        """Names in a write's path are Kubernetes names (a 422, as the API server says it)."""
+        if namespace is not None and not NAMESPACE.match(namespace):
+            raise ApiError(422, "Invalid", f"namespace {namespace[:80]!r} is not a DNS-1123 label")
+        if not NAME.match(name):
+            raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
 
     def context(conn):
         plan = json.loads(store.get_state(conn, "plan") or "{}")
@@ -107,7 +227,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     def list_namespaced(namespace: str, plural: str, request: Request):
         who, kind = principal(request), kind_of(plural, True)
         if not who.can_see(namespace):
-            raise ApiError(404, "NotFound", f"namespace {namespace!r} not found")
+            raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
         with store.read() as conn:
             items = statuses(store.list(conn, kind, namespace), conn)
             version = store.get_state(conn, "resourceVersion") or "0"
@@ -118,20 +238,12 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     def get_namespaced(namespace: str, plural: str, name: str, request: Request):
         who, kind = principal(request), kind_of(plural, True)
         if not who.can_see(namespace):
-            raise ApiError(404, "NotFound", f"{plural} {name!r} not found")
+            raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
         with store.read() as conn:
             body = store.get(conn, kind, namespace, name)
             if body is None:
-                raise ApiError(404, "NotFound", f"{plural} {name!r} not found")
+                raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
             return with_status(body, conn)
-
-    async def read_body(request: Request) -> bytes:
-        raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_BODY:
-                raise ApiError(413, "RequestEntityTooLarge", f"the body is larger than {MAX_BODY} bytes")
-        return raw
 
     def respond(body: dict, code: int, warnings: list[str]) -> JSONResponse:
         """The object, with its validation warnings in a Warning header, as the Kubernetes API server says them."""
@@ -139,6 +251,8 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         return JSONResponse(body, status_code=code, headers=headers)
 
     def put(kind: str, namespace: str | None, name: str, raw: bytes) -> tuple[dict, int, list[str]]:
+        """Validate, store, check the team's quota, replan; one transaction (runs on a worker thread)."""
+        checked_names(namespace, name)
         body = parse_body(raw, kind, namespace, name)
         sent_version = body["metadata"].pop("resourceVersion", None)
         with store.write() as conn:
@@ -149,7 +263,9 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
             for key in ("uid", "generation", "creationTimestamp"):
                 body["metadata"].pop(key, None)
             saved = store.put(conn, kind, namespace or "", body, existing)
-            replanned = replan(store, conn, apply)
+            if namespace is not None and (exceeded := quota_problem(store, conn, namespace, tokens.quotas.get(namespace))):
+                raise ApiError(403, "Forbidden", exceeded)  # rolled back with the rest of the transaction
+            replanned = replan(store, conn, apply, replan_worker)
             if replanned.problems:  # the change would make an object the cluster rejects: refuse it whole
                 raise ApiError(422, "Invalid", "the change renders invalid objects",
                                [{"message": p} for p in replanned.problems[:20]])
@@ -159,25 +275,26 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
     async def put_namespaced(namespace: str, plural: str, name: str, request: Request):
         who, kind = principal(request), kind_of(plural, True)
         if not who.can_write(namespace):
-            raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace!r}")
-        return respond(*put(kind, namespace, name, await read_body(request)))
+            raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+        return respond(*await run_in_threadpool(put, kind, namespace, name, await request.body()))
 
     def delete(kind: str, namespace: str, name: str) -> dict:
+        checked_names(namespace or None, name)
         with store.write() as conn:
             existing = store.get(conn, kind, namespace, name)
             if existing is None:
                 raise ApiError(404, "NotFound", f"{kind} {name!r} not found")
             store.delete(conn, kind, namespace, name)
-            replan(store, conn, apply)
+            replan(store, conn, apply, replan_worker)
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": kind}}
 
     @app.delete(API + "/namespaces/{namespace}/{plural}/{name}")
     def delete_namespaced(namespace: str, plural: str, name: str, request: Request):
         who, kind = principal(request), kind_of(plural, True)
         if not who.can_see(namespace):
-            raise ApiError(404, "NotFound", f"{plural} {name!r} not found")
+            raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
         if not who.can_write(namespace):
-            raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace!r}")
+            raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
         return delete(kind, namespace, name)
 
     # ---- cluster-scoped kinds (the fleet: everyone reads, admins write) ----------------------------------
@@ -197,7 +314,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         with store.read() as conn:
             body = store.get(conn, kind, "", name)
             if body is None:
-                raise ApiError(404, "NotFound", f"{plural} {name!r} not found")
+                raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
             return with_status(body, conn)
 
     @app.put(API + "/{plural}/{name}")
@@ -205,7 +322,7 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
         who, kind = principal(request), kind_of(plural, False)
         if not who.can_write(None):
             raise ApiError(403, "Forbidden", f"only admins change {plural}")
-        return respond(*put(kind, None, name, await read_body(request)))
+        return respond(*await run_in_threadpool(put, kind, None, name, await request.body()))
 
     @app.delete(API + "/{plural}/{name}")
     def delete_cluster(plural: str, name: str, request: Request):
@@ -239,81 +356,106 @@ def create_app(store: Store, tokens: Tokens, apply: bool = True) -> FastAPI:
             return {"items": [r for r in store.list_runs(conn) if visible_stack(who, r["stack"])]}
 
     @app.get("/runs/{run_id}")
-    def get_run(run_id: int, request: Request):
+    def get_run(run_id: str, request: Request):
         who = principal(request)
+        number = int(run_id) if run_id.isdigit() and len(run_id) < 20 else 0
+        if not 0 < number <= MAX_RUN_ID:  # not a run id at all: as unknown as one that was never issued
+            raise ApiError(404, "NotFound", f"run {run_id[:40]} not found")
         with store.read() as conn:
-            run = store.get_run(conn, run_id)
+            run = store.get_run(conn, number)
         if run is None or not visible_stack(who, run["stack"]):
-            raise ApiError(404, "NotFound", f"run {run_id} not found")
+            raise ApiError(404, "NotFound", f"run {number} not found")
         return run
 
     # ---- the page --------------------------------------------------------------------------------------
 
-    def page_principal(request: Request) -> Principal | None:
-        try:
-            return principal(request)
-        except ApiError:
-            return None
+    def cookie_options(request: Request) -> dict:
+        return {"httponly": True, "samesite": "strict", "secure": request.url.scheme == "https", "path": "/"}
+
+    def checked_form(request: Request, csrf: str) -> Caller:
+        """A form post from the page: signed in, and carrying this session's CSRF token (scripts use bearer)."""
+        who = caller(request)
+        if who.how == "session" and not (who.csrf and hmac.compare_digest(csrf.encode(), who.csrf.encode())):
+            raise ApiError(403, "Forbidden", "the form's CSRF token does not match this session; reload the page")
+        return who
 
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request, message: str | None = None):
-        who = page_principal(request)
+        who = authenticate(request.headers, request.cookies)
         if who is None:
-            return HTMLResponse(templates.get_template("signin.html").render(message=message))
+            form_token = secrets.token_urlsafe(32)
+            response = HTMLResponse(templates.get_template("signin.html").render(message=message, csrf=form_token))
+            response.set_cookie(SIGNIN_COOKIE, form_token, max_age=3600, **cookie_options(request))
+            return response
+        person = who.principal
         with store.read() as conn:
             plan, latest, gateway = context(conn)
             clusters = store.list(conn, "InferenceCluster")
             classes = {c["metadata"]["name"]: c for c in store.list(conn, "InferenceClass")}
-            deployments = statuses([o for o in store.list(conn, "ModelDeployment") if who.can_see(o["metadata"]["namespace"])], conn)
-            services = statuses([o for o in store.list(conn, "ModelService") if who.can_see(o["metadata"]["namespace"])], conn)
-            run_rows = [r for r in store.list_runs(conn, 50) if visible_stack(who, r["stack"])]
+            deployments = statuses([o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])], conn)
+            services = statuses([o for o in store.list(conn, "ModelService") if person.can_see(o["metadata"]["namespace"])], conn)
+            run_rows = [r for r in store.list_runs(conn, 50) if visible_stack(person, r["stack"])]
         return HTMLResponse(templates.get_template("fleet.html").render(
-            who=who, pools=_pools(clusters, classes, plan), deployments=deployments, services=services,
-            runs=run_rows, message=message, gateway=gateway))
+            who=person, pools=_pools(clusters, classes, plan), deployments=deployments, services=services,
+            runs=run_rows, message=message, gateway=gateway, csrf=who.csrf or ""))
 
     @app.post("/ui/signin")
-    def signin(token: str = Form(...)):
+    def signin(request: Request, token: str = Form(..., max_length=4096), csrf: str = Form(..., max_length=100)):
+        expected = request.cookies.get(SIGNIN_COOKIE, "")
+        if not expected or not hmac.compare_digest(csrf.encode(), expected.encode()):
+            raise ApiError(403, "Forbidden", "the sign-in form's CSRF token does not match; reload the page")
         if tokens.resolve(token) is None:
             return RedirectResponse("/?message=That+token+is+not+valid", status_code=303)
+        with store.write() as conn:
+            session_id, _ = store.create_session(conn, digest(token))
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        response.set_cookie(COOKIE, session_id, **cookie_options(request))
+        response.delete_cookie(SIGNIN_COOKIE, path="/")
         return response
 
     @app.post("/ui/signout")
-    def signout():
+    def signout(request: Request, csrf: str = Form("", max_length=100)):
+        checked_form(request, csrf)
+        session_id = request.cookies.get(COOKIE)
+        if session_id:
+            with store.write() as conn:
+                store.delete_session(conn, session_id)  # the cookie's id stops working, even if it was copied
         response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(COOKIE)
+        response.delete_cookie(COOKIE, path="/")
         return response
 
     @app.post("/ui/apply")
-    def ui_apply(request: Request, manifest: str = Form(...)):
-        who = principal(request)
+    def ui_apply(request: Request, manifest: str = Form(...), csrf: str = Form("", max_length=100)):
+        who = checked_form(request, csrf).principal
         try:
-            import yaml
-            data = yaml.safe_load(manifest)
+            from fleet.loader import parse_text
+
+            documents, problems = parse_text(manifest, "manifest")
+            if problems:
+                raise ApiError(400, "BadRequest", str(problems[0]))
+            data = documents[0].data if len(documents) == 1 else None
             if not isinstance(data, dict):
                 raise ApiError(400, "BadRequest", "paste one object (a YAML mapping)")
             kind = data.get("kind")
             plural = next((p for p, (k, _) in PLURALS.items() if k == kind), None)
             if plural is None:
-                raise ApiError(400, "BadRequest", f"unknown kind {kind!r}")
+                raise ApiError(400, "BadRequest", f"unknown kind {str(kind)[:80]!r}")
             namespaced = PLURALS[plural][1]
-            meta = data.get("metadata") or {}
-            namespace = (meta.get("namespace") or "default") if namespaced else None
+            meta: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+            namespace = str(meta.get("namespace") or "default") if namespaced else None
             if not who.can_write(namespace):
                 raise ApiError(403, "Forbidden", f"{who.name} may not write {'in ' + namespace if namespace else plural}")
-            name = meta.get("name") or ""
-            put(str(kind), namespace, str(name), manifest.encode())
+            name = str(meta.get("name") or "")
+            put(str(kind), namespace, name, manifest.encode())
             message = f"Accepted {kind} {name}"
         except ApiError as exc:
             message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])
-        except Exception as exc:  # YAML errors and the like: said, not raised
-            message = f"Could not read the manifest: {' '.join(str(exc).split())[:200]}"
         return RedirectResponse("/?" + _query(message), status_code=303)
 
     @app.post("/ui/delete")
-    def ui_delete(request: Request, kind: str = Form(...), namespace: str = Form(...), name: str = Form(...)):
-        who = principal(request)
+    def ui_delete(request: Request, kind: str = Form(..., max_length=64), namespace: str = Form(..., max_length=63),
+                  name: str = Form(..., max_length=253), csrf: str = Form("", max_length=100)):
+        who = checked_form(request, csrf).principal
         try:
             if kind not in ("ModelDeployment", "ModelService") or not who.can_write(namespace):
                 raise ApiError(403, "Forbidden", f"{who.name} may not delete {kind} {namespace}/{name}")
@@ -351,20 +493,53 @@ def _pools(clusters: list[dict], classes: dict, plan: dict) -> list[dict]:
     return rows
 
 
+class StartupError(Exception):
+    """The portal cannot start for a reason the user fixes (a busy port, a bad database URL): one line, exit 2."""
+
+
+def listening_socket(host: str, port: int):
+    """Bind before anything else starts, so a busy port is a clear message, not a server log line."""
+    import socket
+
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+        sock.listen(2048)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
           worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None) -> None:
+    import signal
+
     import uvicorn
 
+    from automation.portal.store import StoreError
     from automation.portal.worker import Worker, pulumi_runner
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(database or f"sqlite:///{(data_dir / 'portal.db').resolve()}")
-    app = create_app(store, Tokens.load(tokens_file), apply)
+    tokens = TokensFile(tokens_file)
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        store = Store(database or f"sqlite:///{(data_dir / 'portal.db').resolve()}")
+    except (OSError, StoreError) as exc:
+        raise StartupError(str(exc)) from None
+    sock = listening_socket(host, port)
+    if hasattr(signal, "SIGHUP"):  # `kill -HUP` reloads the tokens file (a revoked token stops working at once)
+        signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
+    replanner = ReplanWorker()
+    app = create_app(store, tokens, apply, replan_worker=replanner)
     worker = Worker(store, state_dir, interval=worker_interval, runner=pulumi_runner(backend)) if apply else None
     if worker:
         worker.start()
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        # uvicorn handles SIGINT and SIGTERM (a graceful stop) and leaves SIGHUP to us
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
+        replanner.close()
         if worker:
             worker.stop()

@@ -1,22 +1,70 @@
-"""Bearer tokens: who is calling, which namespaces they own, whether they are an admin.
+"""Bearer tokens: who is calling, which namespaces they own, whether they are an admin, their teams' quotas.
 
-The tokens file is a YAML list of `{name, token | tokenSha256, namespaces, admin}`. Prefer
-`tokenSha256` (the hex SHA-256 of the token): then the file holds no usable secret. Tokens are
-compared in constant time; a token is never logged or returned.
+The tokens file is YAML, either a list of entries or `{tokens: [entries], quotas: {namespace: quota}}`:
+
+    tokens:
+      - {name: platform, tokenSha256: <hex sha256 of the token>, admin: true}
+      - {name: team-a, token: <the token>, namespaces: [team-a]}
+    quotas:
+      team-a: {maxGPUs: 16, maxDeployments: 10}
+
+It is parsed with a strict schema: booleans are booleans (`admin: "false"` is an error, not an
+admin), unknown keys, empty or duplicate tokens, malformed `tokenSha256` and entries with both
+`token` and `tokenSha256` are errors naming the entry. Prefer `tokenSha256`: then the file holds no
+usable secret. Tokens are compared in constant time; a token is never logged or returned.
+`TokensFile` reloads the file when it changes (or on SIGHUP); a bad reload keeps the old tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import os
+import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
+
+log = logging.getLogger("modelplane.portal")
+
+NAMESPACE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
 class TokensFileError(Exception):
     pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TokenEntry(_Strict):
+    name: Annotated[StrictStr, Field(min_length=1, max_length=253)]
+    token: Annotated[StrictStr, Field(min_length=16, max_length=4096)] | None = None
+    tokenSha256: Annotated[StrictStr, Field(pattern=r"^[0-9a-fA-F]{64}$")] | None = None
+    namespaces: list[Annotated[StrictStr, Field(pattern=NAMESPACE)]] = []
+    admin: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> TokenEntry:
+        if (self.token is None) == (self.tokenSha256 is None):
+            raise ValueError("give exactly one of token and tokenSha256")
+        return self
+
+
+class Quota(_Strict):
+    maxGPUs: Annotated[int, Field(ge=0)] | None = None
+    maxDeployments: Annotated[int, Field(ge=0)] | None = None
+
+
+class TokensDocument(_Strict):
+    tokens: Annotated[list[TokenEntry], Field(min_length=1)]
+    quotas: dict[Annotated[StrictStr, Field(pattern=NAMESPACE)], Quota] = {}
 
 
 @dataclass(frozen=True)
@@ -37,37 +85,143 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _entry_label(data: object, index: int) -> str:
+    items = data.get("tokens") if isinstance(data, dict) else data
+    item = items[index] if isinstance(items, list) and index < len(items) else None
+    name = item.get("name") if isinstance(item, dict) else None
+    return f"entry {index} ({name})" if isinstance(name, str) else f"entry {index}"
+
+
 class Tokens:
-    def __init__(self, entries: list[tuple[str, Principal]]):
+    def __init__(self, entries: list[tuple[str, Principal]], quotas: dict[str, Quota] | None = None):
         self._entries = entries  # (sha256 hex, principal)
+        self.quotas = dict(quotas or {})
+
+    @classmethod
+    def parse(cls, text: str, path: str | Path = "tokens") -> Tokens:
+        try:
+            data = yaml.load(text, Loader=_NoAliasLoader)
+        except yaml.YAMLError as exc:
+            raise TokensFileError(f"{path}: not readable as YAML: {' '.join(str(exc).split())[:200]}") from None
+        document = {"tokens": data} if isinstance(data, list) else data
+        try:
+            parsed = TokensDocument.model_validate(document)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = list(error["loc"])
+            if not isinstance(data, list) and not isinstance(data, dict):
+                raise TokensFileError(f"{path}: expected a list of tokens or {{tokens: [...], quotas: {{...}}}}") from None
+            if len(where) >= 2 and where[0] == "tokens" and isinstance(where[1], int):
+                field = ".".join(str(p) for p in where[2:]) or "entry"
+                raise TokensFileError(f"{path}: {_entry_label(data, where[1])}: {field}: {error['msg']}") from None
+            raise TokensFileError(f"{path}: {'.'.join(str(p) for p in where) or 'file'}: {error['msg']}") from None
+        entries: list[tuple[str, Principal]] = []
+        seen: dict[str, str] = {}
+        for entry in parsed.tokens:
+            secret = (entry.tokenSha256 or digest(entry.token or "")).lower()
+            if secret in seen:
+                raise TokensFileError(f"{path}: entry {entry.name}: the same token as entry {seen[secret]}")
+            seen[secret] = entry.name
+            entries.append((secret, Principal(entry.name, frozenset(entry.namespaces), entry.admin)))
+        return cls(entries, parsed.quotas)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokens:
         try:
-            data = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
             raise TokensFileError(f"{path}: cannot read tokens file: {exc}") from None
-        if not isinstance(data, list) or not data:
-            raise TokensFileError(f"{path}: expected a non-empty YAML list of {{name, token, namespaces, admin}}")
-        entries = []
-        for i, item in enumerate(data):
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise TokensFileError(f"{path}: entry {i}: needs a name")
-            secret = item.get("tokenSha256") or (digest(item["token"]) if isinstance(item.get("token"), str) else None)
-            if not secret or len(secret) != 64:
-                raise TokensFileError(f"{path}: entry {item['name']}: needs token or tokenSha256 (64 hex characters)")
-            namespaces = item.get("namespaces") or []
-            if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-                raise TokensFileError(f"{path}: entry {item['name']}: namespaces must be a list of names")
-            entries.append((secret.lower(), Principal(item["name"], frozenset(namespaces), bool(item.get("admin")))))
-        return cls(entries)
+        tokens = cls.parse(text, path)
+        if tokens.has_plaintext(text) and readable_by_others(path):
+            log.warning("%s holds plaintext tokens and is readable by other users: chmod 600 it, or use tokenSha256",
+                        path)
+        return tokens
+
+    @staticmethod
+    def has_plaintext(text: str) -> bool:
+        data = yaml.load(text, Loader=_NoAliasLoader)
+        items = data.get("tokens") if isinstance(data, dict) else data
+        return any(isinstance(i, dict) and "token" in i for i in items or [])
 
     def resolve(self, token: str | None) -> Principal | None:
-        if not token:
-            return None
-        candidate = digest(token)
+        return self.by_digest(digest(token)) if token else None
+
+    def by_digest(self, candidate: str) -> Principal | None:
         found = None
         for secret, principal in self._entries:  # compare against every entry: no timing hint about which matched
             if hmac.compare_digest(secret, candidate):
                 found = principal
         return found
+
+
+def readable_by_others(path: str | Path) -> bool:
+    try:
+        return bool(os.stat(path).st_mode & (stat.S_IRGRP | stat.S_IROTH))
+    except OSError:
+        return False
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """The tokens file needs no anchors or aliases; refusing them closes the alias-expansion attack."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases are not allowed in the tokens file",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+class TokensFile:
+    """The current tokens of a file: reloaded when the file changes (looked at once a second) or on SIGHUP.
+    A reload that fails keeps the tokens in force and logs why, so a typo never locks everyone out."""
+
+    def __init__(self, path: str | Path, check_every: float = 1.0):
+        import time
+
+        self.path = Path(path)
+        self._clock = time.monotonic
+        self._check_every = check_every
+        self._lock = threading.Lock()
+        self._current = Tokens.load(self.path)
+        self._stamp = self._stat()
+        self._checked = self._clock()
+        self.last_error: str | None = None
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            info = os.stat(self.path)
+            return info.st_mtime_ns, info.st_size, info.st_ino
+        except OSError:
+            return None
+
+    def reload(self) -> bool:
+        """Load the file now; True when the new tokens are in force."""
+        with self._lock:
+            self._stamp, self._checked = self._stat(), self._clock()
+            try:
+                self._current = Tokens.load(self.path)
+            except TokensFileError as exc:
+                self.last_error = str(exc)
+                log.error("tokens not reloaded, the previous ones stay in force: %s", exc)
+                return False
+            self.last_error = None
+            log.warning("tokens reloaded from %s", self.path)
+            return True
+
+    def current(self) -> Tokens:
+        if self._clock() - self._checked >= self._check_every:
+            self._checked = self._clock()
+            if self._stat() != self._stamp:
+                self.reload()
+        return self._current
+
+    def resolve(self, token: str | None) -> Principal | None:
+        return self.current().resolve(token)
+
+    def by_digest(self, candidate: str) -> Principal | None:
+        return self.current().by_digest(candidate)
+
+    @property
+    def quotas(self) -> dict[str, Quota]:
+        return self.current().quotas

@@ -18,7 +18,8 @@ from fleet.plan_output import plan_to_dict
 from fleet.stack_id import StackId
 from fleet.validate import Fleet, validate_document
 
-MAX_BODY = 1024 * 1024
+MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
+MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
 PLURALS = {
     "modeldeployments": ("ModelDeployment", True), "modelservices": ("ModelService", True),
     "modelcaches": ("ModelCache", True), "modelendpoints": ("ModelEndpoint", True),
@@ -28,9 +29,11 @@ PLURALS = {
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, causes: list[dict] | None = None):
+    def __init__(self, code: int, reason: str, message: str, causes: list[dict] | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
+        self.headers = headers
 
     def status(self) -> dict:
         out = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": self.message,
@@ -48,7 +51,7 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "BadRequest", "the body is not UTF-8 text") from None
-    documents, problems = parse_text(text, "request")
+    documents, problems = parse_text(text, "request", max_expanded=MAX_OBJECT)
     documents = [d for d in documents if d.data is not None]
     if problems:
         raise ApiError(400, "BadRequest", str(problems[0]))
@@ -58,6 +61,10 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
     data = doc.data
     if not isinstance(data, dict):
         raise ApiError(400, "BadRequest", "the body must be an object")
+    if "metadata" in data and not isinstance(data["metadata"], dict):
+        raise ApiError(400, "BadRequest", "metadata must be an object")
+    if len(json.dumps(data)) > MAX_OBJECT:
+        raise ApiError(413, "RequestEntityTooLarge", f"the object is larger than {MAX_OBJECT} bytes")
     if data.get("kind") != kind:
         raise ApiError(400, "BadRequest", f"the body's kind {data.get('kind')!r} does not match the path ({kind})")
     meta: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
@@ -77,6 +84,28 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
     return data
 
 
+def quota_problem(store, conn, namespace: str, quota) -> str | None:
+    """Why the namespace's stored ModelDeployments exceed its team's quota (checked inside the write), or None."""
+    if quota is None:
+        return None
+    from fleet.api import ModelDeployment
+    from fleet.shapes import replica_devices
+
+    deployments = store.list(conn, "ModelDeployment", namespace)
+    if quota.maxDeployments is not None and len(deployments) > quota.maxDeployments:
+        return (f"quota of namespace {namespace!r} exceeded: {len(deployments)} ModelDeployments, "
+                f"at most {quota.maxDeployments} (maxDeployments)")
+    if quota.maxGPUs is not None:
+        devices = 0
+        for body in deployments:
+            md = ModelDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
+            devices += md.spec.replicas * replica_devices(md)
+        if devices > quota.maxGPUs:
+            return (f"quota of namespace {namespace!r} exceeded: its ModelDeployments ask for {devices} devices "
+                    f"(replicas x devices per replica), at most {quota.maxGPUs} (maxGPUs)")
+    return None
+
+
 def load_fleet(stored: list[dict]) -> Fleet:
     fleet = Fleet()
     for body in stored:
@@ -92,28 +121,41 @@ class Replanned:
     problems: list[str]
 
 
-def replan(store, conn, apply: bool) -> Replanned:
-    """Plan the whole fleet with the stored reservations, store the new ones, queue what must change."""
-    fleet = load_fleet(store.list(conn))
-    reserved = [replica_from_dict(p) for p in json.loads(store.get_state(conn, "placements") or "[]")]
+def compute_replan(stored: list[dict], placements: str, desired_before: str, applied: str, apply: bool) -> dict:
+    """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
+    process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
+    answers reads)."""
+    fleet = load_fleet(stored)
+    reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
     desired = desired_state(fleet, reserved)
     plan, specs = desired.plan, desired.specs
     fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
-    before = json.loads(store.get_state(conn, "desired") or "{}")
+    before = json.loads(desired_before or "{}")
     # objects of unchanged stacks were checked when they were accepted: check only what this write changed
     problems = desired.problems_in({name for name, fp in fingerprints.items() if before.get(name) != fp})
-    store.set_state(conn, "placements", json.dumps([asdict(r.recorded()) for r in plan.replicas]))
-    document = plan_to_dict(plan)
-    store.set_state(conn, "plan", json.dumps(document))
-    store.set_state(conn, "desired", json.dumps(fingerprints))
+    runs: list[tuple[str, str, str]] = []
     if apply and not problems:
-        applied = json.loads(store.get_state(conn, "applied") or "{}")
-        for change in changes(specs, applied):
+        for change in changes(specs, json.loads(applied or "{}")):
             if change.change in ("create", "update"):
-                store.enqueue(conn, change.name, "up", fingerprints[change.name])
+                runs.append((change.name, "up", fingerprints[change.name]))
             elif change.change == "delete":
-                store.enqueue(conn, change.name, "destroy", "")
-    return Replanned(document, fingerprints, problems)
+                runs.append((change.name, "destroy", ""))
+    return {"placements": json.dumps([asdict(r.recorded()) for r in plan.replicas]), "plan": plan_to_dict(plan),
+            "fingerprints": fingerprints, "problems": problems, "runs": runs}
+
+
+def replan(store, conn, apply: bool, compute=None) -> Replanned:
+    """Plan the whole fleet with the stored reservations, store the new ones, queue what must change.
+    `compute` runs compute_replan (in the calling thread by default, or in a worker process)."""
+    inputs = (store.list(conn), store.get_state(conn, "placements") or "[]", store.get_state(conn, "desired") or "{}",
+              store.get_state(conn, "applied") or "{}", apply)
+    result = compute(*inputs) if compute else compute_replan(*inputs)
+    store.set_state(conn, "placements", result["placements"])
+    store.set_state(conn, "plan", json.dumps(result["plan"]))
+    store.set_state(conn, "desired", json.dumps(result["fingerprints"]))
+    for stack, operation, fingerprint in result["runs"]:
+        store.enqueue(conn, stack, operation, fingerprint)
+    return Replanned(result["plan"], result["fingerprints"], result["problems"])
 
 
 def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, dict], gateway: str | None,

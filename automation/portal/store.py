@@ -10,16 +10,23 @@ that was accepted.
 from __future__ import annotations
 
 import builtins
-
+import hashlib
 import json
+import os
+import secrets
 import threading
 import uuid
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import (Column, DateTime, Integer, MetaData, String, Table, Text, UniqueConstraint, create_engine,
                         event, select, text)
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+
+WRITE_WAIT = 5.0  # seconds a write waits for the fleet-wide write lock before it is answered 503
+MAX_WAITING_WRITES = 8  # writes queued at once; more are answered 503 at once (threads stay free for reads)
+SESSION_HOURS = 12
 
 metadata = MetaData()
 objects = Table(
@@ -50,6 +57,23 @@ runs = Table(
     Column("worker", String(64)),
 )
 
+sessions = Table(
+    "sessions", metadata,
+    Column("id_sha256", String(64), primary_key=True),  # the cookie holds the id; the database only its hash
+    Column("token_sha256", String(64), nullable=False),  # whose token: revoking the token ends the session
+    Column("csrf", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+
+class StoreError(Exception):
+    """The database cannot be opened (a user error at startup: a bad URL, an unreachable server)."""
+
+
+class StoreBusy(Exception):
+    """The write lock was not free in time: the request is answered 503 with Retry-After."""
+
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -58,8 +82,19 @@ def now() -> datetime:
 class Store:
     def __init__(self, url: str):
         sqlite = url.startswith("sqlite")
-        self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True,
-                                            connect_args={"timeout": 30, "check_same_thread": False} if sqlite else {})
+        try:
+            shown = make_url(url).render_as_string(hide_password=True)
+        except ArgumentError:
+            raise StoreError("the database URL is not a URL (expected sqlite:///PATH or "
+                             "postgresql+psycopg://USER@HOST/DB)") from None
+        if sqlite:
+            _private_sqlite_file(make_url(url).database)
+        try:
+            self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True,
+                                                connect_args={"timeout": WRITE_WAIT, "check_same_thread": False}
+                                                if sqlite else {})
+        except (ArgumentError, NoSuchModuleError) as exc:
+            raise StoreError(f"cannot use database {shown}: {' '.join(str(exc).split())[:200]}") from None
         self.sqlite = sqlite
         if sqlite:
             @event.listens_for(self.engine, "connect")
@@ -67,27 +102,52 @@ class Store:
                 dbapi.isolation_level = None
                 dbapi.execute("PRAGMA journal_mode=WAL")
                 dbapi.execute("PRAGMA synchronous=FULL")
-                dbapi.execute("PRAGMA busy_timeout=30000")
+                dbapi.execute(f"PRAGMA busy_timeout={int(WRITE_WAIT * 1000)}")
 
             @event.listens_for(self.engine, "begin")
             def _begin(conn):
                 conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
-        metadata.create_all(self.engine)
+        try:
+            metadata.create_all(self.engine)
+        except DBAPIError as exc:
+            raise StoreError(f"cannot open database {shown}: {' '.join(str(exc.orig).split())[:200]}") from None
         self._local = threading.Lock()
+        self._waiting = threading.BoundedSemaphore(MAX_WAITING_WRITES)
 
     @contextmanager
     def write(self):
-        """One serialized write transaction (committed on success, rolled back on error)."""
-        with self._local:
-            with self.engine.connect() as conn:
+        """One serialized write transaction (committed on success, rolled back on error). Raises StoreBusy when
+        the lock is not free within WRITE_WAIT seconds, or when too many writes already wait for it."""
+        if not self._waiting.acquire(blocking=False):
+            raise StoreBusy(f"{MAX_WAITING_WRITES} writes are already waiting")
+        try:
+            if not self._local.acquire(timeout=WRITE_WAIT):
+                raise StoreBusy(f"the write lock was not free within {WRITE_WAIT:g} s")
+        finally:
+            self._waiting.release()
+        try:
+            with self._busy_as_store_busy(), self.engine.connect() as conn:
                 conn.info["write"] = True
                 try:
                     with conn.begin():
-                        if not self.sqlite:
+                        if not self.sqlite:  # the lock other portal processes hold, waited for as long as ours
+                            conn.execute(text(f"SET LOCAL lock_timeout = '{int(WRITE_WAIT * 1000)}ms'"))
                             conn.execute(text("SELECT pg_advisory_xact_lock(7347)"))
                         yield conn
                 finally:
                     conn.info["write"] = False
+        finally:
+            self._local.release()
+
+    @staticmethod
+    @contextmanager
+    def _busy_as_store_busy():
+        try:
+            yield
+        except OperationalError as exc:
+            if any(word in str(exc.orig) for word in ("locked", "busy", "lock timeout")):  # another process writes
+                raise StoreBusy("the database is locked by another writer") from None
+            raise
 
     @contextmanager
     def read(self):
@@ -155,6 +215,29 @@ class Store:
         else:
             conn.execute(state.insert().values(key=key, value=value))
 
+    # ---- sign-in sessions (server-side: the cookie holds a random id, never the token) ----------------
+
+    @staticmethod
+    def create_session(conn: Connection, token_sha256: str) -> tuple[str, str]:
+        """(session id for the cookie, CSRF token for the forms)."""
+        session_id, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        created = now()
+        conn.execute(sessions.delete().where(sessions.c.expires_at < created))  # expired ones go on each sign-in
+        conn.execute(sessions.insert().values(id_sha256=_sha256(session_id), token_sha256=token_sha256, csrf=csrf,
+                                              created_at=created, expires_at=created + timedelta(hours=SESSION_HOURS)))
+        return session_id, csrf
+
+    @staticmethod
+    def get_session(conn: Connection, session_id: str) -> dict | None:
+        row = conn.execute(select(sessions).where(sessions.c.id_sha256 == _sha256(session_id))).mappings().first()
+        if row is None or _aware(row["expires_at"]) < now():
+            return None
+        return {"token_sha256": row["token_sha256"], "csrf": row["csrf"]}
+
+    @staticmethod
+    def delete_session(conn: Connection, session_id: str) -> None:
+        conn.execute(sessions.delete().where(sessions.c.id_sha256 == _sha256(session_id)))
+
     # ---- runs ---------------------------------------------------------------------------------------
 
     @staticmethod
@@ -175,6 +258,28 @@ class Store:
     def get_run(conn: Connection, run_id: int) -> dict | None:
         row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
         return _run(row) if row else None
+
+
+def _sha256(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives naive datetimes back: they were written in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _private_sqlite_file(database: str | None) -> None:
+    """The portal's SQLite file (objects, sessions) is readable by its owner only, as is its folder."""
+    if not database or database == ":memory:":
+        return
+    folder = os.path.dirname(os.path.abspath(database))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    try:
+        os.close(os.open(database, os.O_CREAT | os.O_WRONLY, 0o600))
+        os.chmod(database, 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot create the database file {database}: {exc.strerror}") from None
 
 
 def _object(row) -> dict:

@@ -10,6 +10,7 @@ kind as plain functions yielding (path, message), so each is one table row in te
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, ClassVar, Iterator, Literal
 
@@ -36,6 +37,7 @@ def Int(ge: int | None = None, le: int | None = None) -> Any:
     return Field(ge=ge, le=le)
 
 
+MAX_ANNOTATIONS = 256 * 1024  # Kubernetes' TotalAnnotationSizeLimitB; managedFields get the same bound
 Labels = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)]
 Annotations = Annotated[dict[str, Annotated[str, Field(max_length=8192)]], Field(max_length=32)]
 
@@ -129,6 +131,10 @@ def metadata_rules(meta: ObjectMeta, namespaced: bool) -> Rule:
     if namespaced and meta.namespace is not None and not is_dns_label(meta.namespace):
         yield ("metadata", "namespace"), f"{meta.namespace!r} is not a valid namespace name (a DNS-1123 label)"
     yield from label_rules(meta.labels or {}, ("metadata", "labels"), reserved=False)
+    for field, limit in (("annotations", MAX_ANNOTATIONS), ("managedFields", MAX_ANNOTATIONS)):
+        value = getattr(meta, field)
+        if value and (size := len(json.dumps(value))) > limit:
+            yield ("metadata", field), f"is {size:,} bytes; at most {limit:,} (the Kubernetes API server's limit)"
 
 
 def key_problem(key: str) -> str | None:

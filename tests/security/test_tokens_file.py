@@ -1,0 +1,143 @@
+"""Finding 1: the tokens file is strict, a plaintext file readable by others is warned about, and a changed
+file takes effect without a restart (a bad change keeps the tokens in force)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import yaml
+
+from automation.portal.auth import Tokens, TokensFile, TokensFileError, digest
+from tests.portal_server import ADMIN, API, TEAM_A, TOKENS, ThreadServer, free_port, start_process
+
+GOOD_SHA = digest("a-token-of-enough-length")
+BAD_FILES = [
+    # (file content, what the one line must name)
+    ([{"name": "ops", "token": "ops-token-00000001", "admin": "false"}], "entry 0 (ops): admin: Input should be a valid boolean"),
+    ([{"name": "ops", "token": "ops-token-00000001", "admin": 1}], "entry 0 (ops): admin"),
+    ([{"name": "ops", "token": "ops-token-00000001", "amdin": True}], "entry 0 (ops): amdin: Extra inputs are not permitted"),
+    ([{"name": "ops", "token": ""}], "entry 0 (ops): token"),
+    ([{"name": "ops", "tokenSha256": "abc"}], "entry 0 (ops): tokenSha256"),
+    ([{"name": "ops", "tokenSha256": "z" * 64}], "entry 0 (ops): tokenSha256"),
+    ([{"name": "ops", "token": "ops-token-00000001", "tokenSha256": GOOD_SHA}], "entry 0 (ops): entry: Value error, give exactly one"),
+    ([{"name": "ops"}], "give exactly one of token and tokenSha256"),
+    ([{"name": "a", "token": "same-token-0000001"}, {"name": "b", "token": "same-token-0000001"}], "entry b: the same token as entry a"),
+    ([{"name": "a", "tokenSha256": digest("same-token-0000001")}, {"name": "b", "token": "same-token-0000001"}], "entry b: the same token as entry a"),
+    ([{"name": "ops", "token": "ops-token-00000001", "namespaces": "team-a"}], "entry 0 (ops): namespaces"),
+    ([{"name": "ops", "token": "ops-token-00000001", "namespaces": ["Team_A"]}], "entry 0 (ops): namespaces.0"),
+    ([{"token": "ops-token-00000001"}], "entry 0: name: Field required"),
+    ([], "tokens: List should have at least 1 item"),
+    ({"tokens": [{"name": "a", "token": "ops-token-00000001"}], "quotas": {"team-a": {"maxGPUs": -1}}}, "quotas.team-a.maxGPUs"),
+    ({"tokens": [{"name": "a", "token": "ops-token-00000001"}], "quota": {}}, "quota: Extra inputs"),
+    ("just text", "expected a list of tokens"),
+]
+
+
+@pytest.mark.parametrize("content,message", BAD_FILES, ids=[m for _, m in BAD_FILES])
+def test_a_bad_tokens_file_is_refused_with_one_line_naming_the_entry(tmp_path, content, message):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    with pytest.raises(TokensFileError) as caught:
+        Tokens.load(path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert "ops-token-00000001" not in str(caught.value) and "same-token" not in str(caught.value)  # never the secret
+
+
+def test_admin_is_granted_only_by_a_real_boolean(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001", "admin": True},
+                                    {"name": "dev", "tokenSha256": digest("dev-token-00000001")}]))
+    tokens = Tokens.load(path)
+    assert tokens.resolve("ops-token-00000001").admin is True
+    assert tokens.resolve("dev-token-00000001").admin is False
+
+
+def test_yaml_aliases_are_refused_in_the_tokens_file(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text("- &a {name: a, token: alias-token-000001}\n- *a\n")
+    with pytest.raises(TokensFileError, match="aliases are not allowed"):
+        Tokens.load(path)
+
+
+def test_serve_refuses_to_start_on_a_bad_tokens_file_with_exit_2(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001", "admin": "false"}]))
+    result = subprocess.run([sys.executable, "-m", "automation.cli", "serve", "--tokens", str(path), "--port",
+                             str(free_port()), "--data-dir", str(tmp_path / "d")], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {path}: entry 0 (ops): admin: Input should be a valid boolean"]
+
+
+def test_plaintext_tokens_readable_by_others_are_warned_about(tmp_path, caplog):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001"}]))
+    path.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="modelplane.portal"):
+        Tokens.load(path)
+    assert "readable by other users" in caplog.text and "ops-token-00000001" not in caplog.text
+    caplog.clear()
+    path.chmod(0o600)
+    with caplog.at_level(logging.WARNING, logger="modelplane.portal"):
+        Tokens.load(path)
+    assert "readable by other users" not in caplog.text
+    hashed = tmp_path / "hashed.yaml"  # digests only: nothing usable to protect
+    hashed.write_text(yaml.safe_dump([{"name": "ops", "tokenSha256": GOOD_SHA}]))
+    hashed.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="modelplane.portal"):
+        Tokens.load(hashed)
+    assert "readable by other users" not in caplog.text
+
+
+def test_a_revoked_token_stops_working_without_a_restart_and_a_bad_edit_keeps_the_old_tokens(tmp_path):
+    with ThreadServer(tmp_path, check_every=0.05) as portal:
+        with portal.client(TEAM_A) as team:
+            assert team.get(API + "/namespaces/team-a/modeldeployments").status_code == 200
+            portal.tokens_path.write_text(yaml.safe_dump([t for t in TOKENS if t["name"] != "team-a"]))
+            time.sleep(0.2)
+            assert team.get(API + "/namespaces/team-a/modeldeployments").status_code == 401
+        portal.tokens_path.write_text("- {name: ops, admin: maybe}\n")  # a typo while editing
+        time.sleep(0.2)
+        with portal.client(ADMIN) as admin:
+            assert admin.get("/plan").status_code == 200  # the tokens in force stay in force
+        assert "admin" in (portal.tokens.last_error or "")
+
+
+def test_sighup_reloads_the_tokens_file_of_a_running_portal(tmp_path):
+    port = free_port()
+    process = start_process(tmp_path, port, ["--no-apply"])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        new = "a-new-token-after-sighup"
+        assert httpx.get(url + "/plan", headers={"Authorization": f"Bearer {new}"}).status_code == 401
+        (tmp_path / "tokens.yaml").write_text(yaml.safe_dump([*TOKENS, {"name": "new", "token": new}]))
+        os.kill(process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if httpx.get(url + "/plan", headers={"Authorization": f"Bearer {new}"}).status_code == 200:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the new token was not accepted after SIGHUP")
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_the_tokens_file_holder_reloads_only_when_the_file_changed(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001"}]))
+    holder = TokensFile(path, check_every=0)
+    first = holder.current()
+    assert holder.current() is first
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000002"}]))
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert holder.resolve("ops-token-00000002") is not None and holder.resolve("ops-token-00000001") is None
