@@ -28,10 +28,21 @@ EXIT_INTERNAL = 3
 EXIT_UNSCHEDULED = 4  # plan --fail-on-unscheduled
 
 
+def _remember_secrets_dir(ctx: click.Context, _param, value: str | None) -> None:
+    ctx.meta["secrets_dir"] = value
+
+
 def _paths_option(function):
+    function = click.option(
+        "--secrets-dir", metavar="DIR", default=None, envvar="MODELPLANE_SECRETS_DIR", expose_value=False,
+        type=click.Path(file_okay=False), callback=_remember_secrets_dir,
+        help="Secret values as files DIR/<namespace>/<name>/<key> (else $MODELPLANE_SECRETS_DIR). Secrets also come "
+             "from v1/Secret manifests given with -f and from $MODELPLANE_SECRET_<NAMESPACE>_<NAME>_<KEY>; they "
+             "are never printed.")(function)
     return click.option(
         "-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
-        help="A manifest file, a folder (searched recursively for *.yaml and *.yml) or - for stdin. Repeatable.",
+        help="A manifest file, a folder (searched recursively for *.yaml and *.yml) or - for stdin; v1/Secrets among "
+             "them are read as secret values. Repeatable.",
     )(function)
 
 
@@ -62,7 +73,11 @@ def _recorded(state: str, fresh: bool) -> list:
 
 
 def _load(paths: tuple[str, ...]) -> Loaded:
-    loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
+    from pathlib import Path
+
+    secrets_dir = click.get_current_context().meta.get("secrets_dir")
+    loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None,
+                        secrets_dir=Path(secrets_dir) if secrets_dir else None)
     for note in loaded.notes:
         click.echo(f"note: {note}", err=True)
     for problem in loaded.problems:
@@ -275,6 +290,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
 
     from automation.migration import migrate, plan_renames
     from automation.orchestrator import Orchestrator
+    from automation.programs import missing_secrets
     from automation.pulumi_runner import (PulumiRunner, check_passphrase, default_backend, existing_kubeconfigs,
                                           missing_kubeconfigs)
     from automation.runner import AutomationError
@@ -337,6 +353,8 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
                               unprotect=unprotect, refresh=refresh, fleet_name=fleet_name)  # says so if no CLI
         check_passphrase(backend or default_backend(root))
         missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
+        missing += [line for c in items if c.change in ("create", "update") and c.name in prepared.specs
+                    for line in missing_secrets(prepared.specs[c.name], loaded.fleet)]
         if missing and operation != "destroy":
             raise AutomationError("; ".join(missing))
         if operation != "preview" or renames:

@@ -379,7 +379,8 @@ def _is_default(node: Node) -> bool:
 
 
 def inference_routing(graph: Graph) -> Iterable[Violation]:
-    """An HTTPRoute that sends traffic to an InferencePool lands on a Gateway whose controller can serve it."""
+    """Every HTTPRoute attaches to a Gateway created on its cluster (else it is accepted and routes nothing), and one
+    that sends traffic to an InferencePool lands on a Gateway whose controller can serve it."""
     by_key: dict[tuple[str | None, str, str | None, str | None], Node] = {
         (n.cluster, n.kind, n.namespace, n.name): n for n in graph.objects}
     for route in graph.objects:
@@ -388,14 +389,14 @@ def inference_routing(graph: Graph) -> Iterable[Violation]:
         spec = route.inputs.get("spec") or {}
         pools = [ref for rule in spec.get("rules") or [] for ref in rule.get("backendRefs") or []
                  if ref.get("kind") == "InferencePool"]
-        if not pools:
-            continue
         for parent in spec.get("parentRefs") or []:
             key = (route.cluster, "Gateway", parent.get("namespace") or route.namespace, parent.get("name"))
             gateway = by_key.get(key)
             if gateway is None:
                 yield violation(route, "inference-routing", f"its parent Gateway {key[2]}/{key[3]} is not created on "
-                                                            f"{route.cluster}")
+                                                            f"{route.cluster}: the route would route nothing")
+                continue
+            if not pools:
                 continue
             class_name = (gateway.inputs.get("spec") or {}).get("gatewayClassName")
             gateway_class = by_key.get((route.cluster, "GatewayClass", None, class_name))

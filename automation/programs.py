@@ -14,7 +14,8 @@ import pulumi
 
 from components.kubernetes import provider
 from fleet.stack_id import StackId, backend_name
-from components.workload_objects import WorkloadObjects
+from components.workload_objects import WorkloadObjects, secret_config_key
+from workloads.cache import secret_refs
 from infra.program import platform
 
 if TYPE_CHECKING:
@@ -57,6 +58,29 @@ def kubeconfig_of(reference_name: str, cluster: str, fleet_name: str | None = No
         "kubeconfig")
 
 
+def stack_secrets(spec: StackSpec, fleet: Fleet) -> dict[str, str]:
+    """The values of the stack's placeholder Secrets that the fleet's secret store has (config key -> value)."""
+    out = {}
+    for objects in spec.payload.get("objects", {}).values():
+        for obj in objects:
+            for key, ref in secret_refs(obj).items():
+                value = fleet.secrets.get(ref)
+                if value is not None:
+                    out[secret_config_key(obj, key)] = value.reveal()
+    return out
+
+
+def missing_secrets(spec: StackSpec, fleet: Fleet) -> list[str]:
+    """What the stack needs and nothing provides, each with where to give it (never a value)."""
+    out = []
+    for objects in spec.payload.get("objects", {}).values():
+        for obj in objects:
+            for ref in secret_refs(obj).values():
+                if fleet.secrets.get(ref) is None:
+                    out.append(f"{spec.name}: Secret {ref} has no value: give {fleet.secrets.where_to_put(ref)}")
+    return out
+
+
 def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None = None,
                 fleet_name: str | None = None) -> Callable[[], None]:
     """The stack's inline program. `secrets` (config key -> value) reach it in memory, never as CLI arguments."""
@@ -69,6 +93,8 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
             platform(fleet, config, kubeconfig)
         return run_platform
 
+    values = {**stack_secrets(spec, fleet), **(secrets or {})}
+
     def run_workloads() -> None:
         for target, objects in sorted(spec.payload["objects"].items()):
             cluster = spec.payload.get("host") if target == "control-plane" else target
@@ -77,5 +103,5 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
                                       "Existing InferenceCluster)")
             kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster, fleet_name)
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster),
-                            secrets=secrets)
+                            secrets=values)
     return run_workloads

@@ -20,7 +20,6 @@ from typing import Any, TYPE_CHECKING
 from automation.programs import program_for, project_of, stack_config
 from automation.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy
 from automation.stacks import StackSpec
-from components.workload_objects import is_placeholder_secret, secret_config_key
 from fleet.stack_id import StackId, backend_name
 
 if TYPE_CHECKING:
@@ -115,29 +114,17 @@ def existing_kubeconfigs(fleet: Fleet, given: dict[str, str], root: Path) -> dic
 
 def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], root: Path) -> list[str]:
     """One line per Existing cluster whose platform stack would run without a kubeconfig."""
+    from fleet.secrets import kubeconfig_ref
+
     lines = []
     for ic in fleet.of("InferenceCluster"):
-        if ic.spec.cluster.source == "Existing" and str(StackId.platform(ic.name)) in stacks and ic.name not in found:
-            lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
-                         f"${kubeconfig_env(ic.name)}=PATH, or the file "
-                         f"{root / 'kubeconfigs' / ic.existing_block.secretRef.name}")
+        ref = kubeconfig_ref(ic)
+        if ref is None or str(StackId.platform(ic.name)) not in stacks or ic.name in found or fleet.secrets.get(ref):
+            continue
+        lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
+                     f"${kubeconfig_env(ic.name)}=PATH, the file {root / 'kubeconfigs' / ic.existing_block.secretRef.name}, "
+                     f"or the Secret: {fleet.secrets.where_to_put(ref)}")
     return lines
-
-
-def secret_values(spec: StackSpec) -> dict[str, str]:
-    """Values of placeholder Secrets, from the environment: MODELPLANE_SECRET_<NAME>_<KEY> (upper case, - as _).
-
-    Keyed by the config key the program would read; handed to the inline program in memory."""
-    out = {}
-    for objects in spec.payload.get("objects", {}).values():
-        for obj in objects:
-            if is_placeholder_secret(obj):
-                for key in obj.get("stringData", {}):
-                    config_key = secret_config_key(obj, key)
-                    env = "MODELPLANE_" + config_key.upper().replace("-", "_").replace(".", "_")
-                    if env in os.environ:
-                        out[config_key] = os.environ[env]
-    return out
 
 
 class PulumiRunner:
@@ -195,7 +182,7 @@ class PulumiRunner:
         try:
             stack = auto.create_or_select_stack(stack_name=backend_name(spec.id, self.fleet_name),
                                                 project_name=project_of(spec.kind),
-                                                program=program_for(spec, self.fleet, secret_values(spec), self.fleet_name),
+                                                program=program_for(spec, self.fleet, None, self.fleet_name),
                                                 opts=self.workspace_options(spec))
             plain = dict(stack_config(spec))
             cluster = plain.get("modelplane:cluster")

@@ -3,9 +3,11 @@
 One stack per unit of change:
   platform-<cluster>       the cluster, its GPU pools, serving stack and Gateway
   gateway                  the fleet's front door
-  cache-<ns>-<name>        a ModelCache's volumes and hydration jobs
-  model-<ns>-<deployment>  a ModelDeployment's replicas on every cluster they landed on
-  service-<ns>-<name>      a ModelService's routes and backends
+  team-<ns>.<cluster>      a team's namespace, NetworkPolicy and device quota on one cluster it uses
+  cache-<ns>.<name>        a ModelCache's volumes and hydration jobs
+  model-<ns>.<deployment>  a ModelDeployment's replicas on every cluster they landed on
+  endpoints-<ns>           the namespace's routable endpoints (one backend each, shared by services)
+  service-<ns>.<name>      a ModelService's route
 
 A stack's fingerprint is a hash of what it would register (its component arguments, or its
 rendered Kubernetes objects per target). The change kind compares it with the fingerprint
@@ -29,7 +31,7 @@ from components.versions import pinned, project_version
 from fleet.plan import Plan
 from fleet.scheduler import schedule
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.render import Rendered, cache_stack, model_stack, render, service_stack
+from workloads.render import Rendered, cache_stack, endpoints_stack, model_stack, render, service_stack, team_stack
 from workloads.schemas import check
 
 if TYPE_CHECKING:
@@ -120,28 +122,35 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         spec = stacks.get(model_stack(r.namespace, r.deployment))
         if spec is not None:
             spec.payload.setdefault("placements_recorded", []).append(r.recorded())
-    _link(fleet, plan, stacks)
+    _link(fleet, plan, stacks, host)
     return stacks
 
 
-def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec]) -> None:
-    """Dependencies beyond targets: models wait for their caches, services for the gateway and their models."""
+def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | None) -> None:
+    """Dependencies beyond targets: a team's namespace on a cluster before its objects there, models after their
+    caches, a namespace's endpoints after the models they point at, services after the gateway and their endpoints."""
+    for spec in stacks.values():
+        if spec.kind in ("model", "cache", "endpoints", "service") and spec.id.namespace:
+            clusters = [host if t == "control-plane" else t for t in spec.targets]
+            spec.depends_on += [team_stack(spec.id.namespace, c) for c in clusters if c]
     for md in fleet.of("ModelDeployment"):
-        spec = stacks.get(model_stack(md.namespace, md.name))
+        model = stacks.get(model_stack(md.namespace, md.name))
         ref = md.spec.template.spec.modelCacheRef
-        if spec is not None and ref and cache_stack(md.namespace, ref.name) in stacks:
-            spec.depends_on.append(cache_stack(md.namespace, ref.name))
-    served = {r.name: model_stack(r.namespace, r.deployment) for r in plan.replicas}
-    for ms in fleet.of("ModelService"):
-        spec = stacks.get(service_stack(ms.namespace, ms.name))
-        if spec is None:
+        if model is not None and ref and cache_stack(md.namespace, ref.name) in stacks:
+            model.depends_on.append(cache_stack(md.namespace, ref.name))
+    served = {(r.namespace, r.name): model_stack(r.namespace, r.deployment) for r in plan.replicas}
+    for spec in stacks.values():
+        if spec.kind != "endpoints":
             continue
-        if "gateway" in stacks:
-            spec.depends_on.append("gateway")
         for obj in spec.payload["objects"].get("control-plane", []):
             endpoint = obj["metadata"].get("labels", {}).get("modelplane.ai/endpoint")
-            if endpoint in served and served[endpoint] not in spec.depends_on:
-                spec.depends_on.append(served[endpoint])
+            serving = served.get((spec.id.namespace or "", endpoint))
+            if serving is not None:
+                spec.depends_on.append(serving)
+    for ms in fleet.of("ModelService"):
+        service = stacks.get(service_stack(ms.namespace, ms.name))
+        if service is not None:
+            service.depends_on += ["gateway", endpoints_stack(ms.namespace)]
     for spec in stacks.values():
         spec.depends_on = sorted(d for d in set(spec.depends_on) if d in stacks)
 
@@ -170,7 +179,7 @@ class DesiredState:
 
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False) -> DesiredState:
     plan = schedule(fleet, list(recorded), explain=explain)
-    rendered = render(fleet, plan)
+    rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane))
     return DesiredState(plan, rendered, desired_stacks(fleet, plan, rendered, control_plane=control_plane))
 
 

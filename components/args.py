@@ -88,7 +88,6 @@ class GatewayArgs(Args):
     name: str = "default"
     traefik_version: str
     metallb_address_pool: str | None = None
-    namespaces: list[str] = []  # namespaces of ModelServices and ModelEndpoints: their objects live there
     load_balancer: bool = True  # the host cluster's cloud gives LoadBalancer Services an address
 
 
@@ -162,8 +161,7 @@ def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
     if ig is None or ig.spec.traefik is None:
         return None
     metallb = ig.spec.traefik.metallb
-    namespaces = sorted({o.namespace for kind in ("ModelService", "ModelEndpoint") for o in fleet.of(kind)})
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     return GatewayArgs(name=ig.name, traefik_version=ig.spec.traefik.version,
-                       metallb_address_pool=metallb.addressPool if metallb else None, namespaces=namespaces,
+                       metallb_address_pool=metallb.addressPool if metallb else None,
                        load_balancer=sources.get(host or "") in ("GKE", "EKS"))

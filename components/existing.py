@@ -37,18 +37,26 @@ def _from_file(path: str, context: str | None) -> str:
     return yaml.safe_dump(config)
 
 
-def read_kubeconfig(args: ClusterArgs, config: pulumi.Config) -> pulumi.Output[str]:
+def read_kubeconfig(args: ClusterArgs, config: pulumi.Config, stored: str | None = None) -> pulumi.Output[str]:
+    """The kubeconfig, from (first to last) a file named in config, the value `stored` with the fleet (a v1/Secret
+    given with -f, $MODELPLANE_SECRET_..., --secrets-dir: fleet/secrets.py), or secret config."""
     files = config.get_object("kubeconfigFiles") or {}
     if args.name in files:
         entry = files[args.name]
         return pulumi.Output.secret(_from_file(entry["path"], entry.get("context")))
     if config.get("cluster") == args.name and config.get("kubeconfigFile"):  # the automation layer's platform stack
         return pulumi.Output.secret(_from_file(config.require("kubeconfigFile"), config.get("kubeconfigContext")))
+    if stored is not None:
+        return pulumi.Output.secret(stored)
     value = config.get_secret(args.kubeconfig_secret) if args.kubeconfig_secret else None
     if value is None:
+        from fleet.secrets import CLUSTER_SECRETS_NAMESPACE
+
         raise MissingKubeconfig(
-            f"InferenceCluster/{args.name}: no kubeconfig; run `pulumi config set --secret "
-            f"modelplane:{args.kubeconfig_secret} \"$(cat kubeconfig)\"` or name a file in modelplane:kubeconfigFiles")
+            f"InferenceCluster/{args.name}: no kubeconfig; give a v1/Secret {CLUSTER_SECRETS_NAMESPACE}/"
+            f"{args.kubeconfig_secret} with the manifests (-f), `--kubeconfig {args.name}=PATH` to modelplane, or "
+            f"from a laptop `pulumi config set --secret modelplane:{args.kubeconfig_secret} \"$(cat kubeconfig)\"` "
+            "or a file in modelplane:kubeconfigFiles")
     return value
 
 

@@ -1,7 +1,8 @@
 """The control-plane gateway (InferenceGateway): Traefik with the Gateway API provider, the
 `traefik` GatewayClass and the Gateway `modelplane-system/modelplane` that every ModelService
 route attaches to (Traefik, because it supports per-backend URL rewrites, which the fleet hop
-needs), and the namespaces the ModelServices' objects live in.
+needs). The namespaces the ModelServices' objects live in are their teams' stacks' (`team-<ns>`), so
+a team's first service never changes this platform-level stack.
 
 One owner per object: on a cluster of the fleet, that cluster's serving stack (an earlier
 stack) already created the `modelplane-system` namespace and the Gateway API CRDs, and MetalLB
@@ -22,7 +23,6 @@ from components.versions import chart
 
 TYPE = "modelplane:fleet:Gateway"
 NAMESPACE = "modelplane-system"
-BUILT_IN_NAMESPACES = {"default", "kube-system", NAMESPACE}
 
 
 class FleetGateway(pulumi.ComponentResource):
@@ -39,9 +39,6 @@ class FleetGateway(pulumi.ComponentResource):
             basics.append(k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api(), opts=k8s_opts))
             if args.metallb_address_pool:
                 basics += metallb(name, args.metallb_address_pool, provider, self, versions, list(after or []))
-        self.namespaces = [k8s.core.v1.Namespace(f"{name}-ns-{ns}", metadata={
-            "name": ns, "labels": {"modelplane.ai/namespace": ns}}, opts=k8s_opts)
-            for ns in args.namespaces if ns not in BUILT_IN_NAMESPACES]
         traefik = chart("traefik", {**(versions or {}), "traefik": args.traefik_version})
         self.traefik = release(f"{name}-traefik", traefik, {
             "providers": {"kubernetesGateway": {"enabled": True, "statusAddress": {"service": {

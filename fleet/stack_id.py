@@ -2,6 +2,8 @@
 
   platform-<cluster>          StackId("platform", name=cluster)
   gateway                     StackId("gateway")
+  team-<namespace>.<cluster>  StackId("team", namespace, cluster) (a team's namespace on one cluster)
+  endpoints-<namespace>       StackId("endpoints", namespace)     (the namespace's routable endpoints)
   model-<namespace>.<name>    StackId("model", namespace, name)   (a ModelDeployment)
   service-<namespace>.<name>  StackId("service", namespace, name) (a ModelService)
   cache-<namespace>.<name>    StackId("cache", namespace, name)   (a ModelCache)
@@ -19,10 +21,12 @@ import re
 from dataclasses import dataclass
 from typing import Literal, cast
 
-StackKind = Literal["platform", "gateway", "cache", "model", "service"]
-KINDS: tuple[StackKind, ...] = ("platform", "gateway", "cache", "model", "service")
-NAMESPACED: tuple[StackKind, ...] = ("cache", "model", "service")
-ORDER: dict[StackKind, int] = {"platform": 0, "gateway": 1, "cache": 2, "model": 3, "service": 4}
+StackKind = Literal["platform", "gateway", "team", "cache", "model", "endpoints", "service"]
+KINDS: tuple[StackKind, ...] = ("platform", "gateway", "team", "cache", "model", "endpoints", "service")
+NAMESPACED: tuple[StackKind, ...] = ("team", "cache", "model", "service")  # <kind>-<namespace>.<name>
+PER_NAMESPACE: tuple[StackKind, ...] = ("endpoints",)  # <kind>-<namespace>
+ORDER: dict[StackKind, int] = {"platform": 0, "gateway": 1, "team": 2, "cache": 3, "model": 4, "endpoints": 5,
+                               "service": 6}
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Pulumi stack names: letters, digits, '-', '_', '.'; at most 100 characters.
 MAX_LENGTH = 100
@@ -46,6 +50,14 @@ class StackId:
     @classmethod
     def gateway(cls) -> StackId:
         return cls("gateway")
+
+    @classmethod
+    def team(cls, namespace: str, cluster: str) -> StackId:
+        return cls("team", namespace, cluster)
+
+    @classmethod
+    def endpoints(cls, namespace: str) -> StackId:
+        return cls("endpoints", namespace)
 
     @classmethod
     def model(cls, namespace: str, name: str) -> StackId:
@@ -74,11 +86,13 @@ class StackId:
             return "gateway"
         if self.kind == "platform":
             return f"platform-{self.name}"
+        if self.kind in PER_NAMESPACE:
+            return f"{self.kind}-{self.namespace}"
         return f"{self.kind}-{self.namespace}.{self.name}"
 
     def legacy_name(self) -> str | None:
         """The name this stack had in the first encoding (None for platform and gateway stacks: unchanged)."""
-        return f"{self.kind}-{self.namespace}-{self.name}" if self.kind in NAMESPACED else None
+        return f"{self.kind}-{self.namespace}-{self.name}" if self.kind in ("cache", "model", "service") else None
 
     @classmethod
     def parse(cls, text: str) -> StackId:
@@ -90,6 +104,10 @@ class StackId:
         typed = cast(StackKind, kind)
         if typed == "platform":
             return cls.platform(rest)
+        if typed in PER_NAMESPACE:
+            if not _LABEL.match(rest):
+                raise StackIdError(f"{text!r} is not a modelplane stack name")
+            return cls(typed, rest)
         namespace, dot, name = rest.partition(".")
         if dot and _LABEL.match(namespace) and name:
             return cls(typed, namespace, name)

@@ -13,6 +13,7 @@ import difflib
 import re
 import typing
 
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, overload
 
@@ -23,6 +24,7 @@ from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
 from fleet.loader import Document, load_paths
+from fleet.secrets import SecretManifestError, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
 
 MODELPLANE_GROUP = "modelplane.ai"
@@ -35,6 +37,8 @@ class Fleet:
 
     objects: list[Resource] = field(default_factory=list)
     origin: dict[str, Document] = field(default_factory=dict)
+    # values of the v1/Secrets given with the manifests (and the environment's, and --secrets-dir's): never printed
+    secrets: SecretStore = field(default_factory=SecretStore)
 
     @overload
     def of(self, kind: Literal["InferenceClass"]) -> list[InferenceClass]: ...
@@ -297,6 +301,8 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
                     out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} provisions for "
                                              f"{prov.provider}, but this cluster's source is {source}"))
     out += _selector_warnings(fleet, classes)
+    out += _tenancy_problems(fleet)
+    out += _secret_warnings(fleet)
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
     for md in fleet.of("ModelDeployment"):
         ref = md.spec.template.spec.modelCacheRef
@@ -314,11 +320,90 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
     return out
 
 
-def validate_documents(documents: list[Document]) -> Loaded:
-    fleet = Fleet()
+CLOUD_CREDENTIALS = {"gke": "gcloud application default credentials", "eks": "the AWS credential chain",
+                     "aks": "the Azure CLI login or environment credentials", "nebius": "the nebius CLI profile",
+                     "vultr": "VULTR_API_KEY"}
+
+
+def _secret_warnings(fleet: Fleet) -> list[Problem]:
+    """Fields naming secrets or credentials that this project does not act on. (A secret whose value is not given
+    is not a warning here: pull-request checks never have values; `up` refuses it before applying anything.)"""
+    out: list[Problem] = []
+    for ic in fleet.of("InferenceCluster"):
+        source = ic.spec.cluster
+        if source.existing is not None and source.existing.identitySecretRef is not None:
+            out.append(fleet.problem(ic, ("spec", "cluster", "existing", "identitySecretRef"), (
+                "is not used: the kubeconfig (existing.secretRef) must carry its own credentials, e.g. a service "
+                "account token or an exec plugin this machine can run"), warning=True))
+        for block, where in CLOUD_CREDENTIALS.items():
+            sub = getattr(source, block, None)
+            if sub is not None and getattr(sub, "credentials", None) is not None:
+                out.append(fleet.problem(ic, ("spec", "cluster", block, "credentials"), (
+                    f"names a Crossplane ProviderConfig, which this project does not use: the platform stack "
+                    f"authenticates with {where} of the machine (or portal) that runs it"), warning=True))
+    return out
+
+
+def _tenancy_problems(fleet: Fleet) -> list[Problem]:
+    """The workload-namespace switch, and team namespaces that would land in a system namespace of the clusters."""
+    from fleet import tenancy
+
+    out: list[Problem] = []
+    for gateway in fleet.of("InferenceGateway"):
+        value = (gateway.metadata.annotations or {}).get(tenancy.ANNOTATION)
+        if value is not None and value not in tenancy.MODES:
+            out.append(fleet.problem(gateway, ("metadata", "annotations", tenancy.ANNOTATION),
+                                     f"{value!r} is not one of {', '.join(tenancy.MODES)}"
+                                     f"{did_you_mean(value, tenancy.MODES)}"))
+    kinds = ["ModelService", "ModelEndpoint"]  # their objects live in their own namespace on the control plane
+    if tenancy.mode(fleet) == tenancy.PER_TEAM:
+        kinds += ["ModelDeployment", "ModelCache"]
+    for kind in kinds:
+        for obj in fleet.of(kind):
+            if obj.namespace != "default" and (obj.namespace in tenancy.RESERVED or obj.namespace.startswith("kube-")):
+                out.append(fleet.problem(obj, ("metadata", "namespace"), (
+                    f"{obj.namespace!r} is a system namespace of the fleet's clusters, where each team's objects get a "
+                    "namespace of their own name: use a team namespace" + (
+                        f" (or keep every team's replicas in `default` with the annotation {tenancy.ANNOTATION}: "
+                        f"{tenancy.SHARED} on the InferenceGateway)" if kind in ("ModelDeployment", "ModelCache")
+                        else ""))))
+    return out
+
+
+def _is_secret(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("apiVersion") == "v1" and data.get("kind") == "Secret"
+
+
+def _read_secret(doc: Document, fleet: Fleet, notes: list[str]) -> list[Problem]:
+    """A v1/Secret given with the fleet: its values go to the fleet's secret store, and nowhere else."""
+    meta = doc.data.get("metadata") if isinstance(doc.data.get("metadata"), dict) else {}
+    label = f"Secret/{meta.get('name', '?')}"
+    if "modelplane.ai/placeholder" in (meta.get("annotations") or {}):  # render's output read back: no value in it
+        notes.append(f"{doc.source}:{doc.line}: skipped {label} (a placeholder written by modelplane render)")
+        return []
+    try:
+        namespace, name, values = secret_from_manifest(doc.data)
+    except SecretManifestError as exc:
+        path = str(exc).split(":", 1)[0]
+        return [Problem(doc.source, doc.line_of(tuple(path.split("."))), label, path, str(exc).split(": ", 1)[-1])]
+    key = (namespace, name)
+    if key in fleet.secrets.manifests:
+        return [Problem(doc.source, doc.line, label, "metadata.name",
+                        f"duplicate Secret {namespace or '(any namespace)'}/{name}")]
+    fleet.secrets.add_manifest(namespace, name, values)
+    notes.append(f"{doc.source}:{doc.line}: read Secret {namespace + '/' if namespace else ''}{name} "
+                 f"({len(values)} key(s); values are never printed)")
+    return []
+
+
+def validate_documents(documents: list[Document], secrets_dir: Path | None = None) -> Loaded:
+    fleet = Fleet(secrets=SecretStore(directory=secrets_dir))
     problems: list[Problem] = []
     notes: list[str] = []
     for doc in documents:
+        if _is_secret(doc.data):
+            problems += _read_secret(doc, fleet, notes)
+            continue
         try:
             obj, found, note = validate_document(doc)
         except Exception as exc:  # a bug of ours must still name the file and object
@@ -342,8 +427,8 @@ def validate_documents(documents: list[Document]) -> Loaded:
     return Loaded(fleet, problems, notes)
 
 
-def load_fleet(paths: Iterable[str], stdin: Any = None) -> Loaded:
+def load_fleet(paths: Iterable[str], stdin: Any = None, secrets_dir: Path | None = None) -> Loaded:
     documents, problems = load_paths(paths, stdin)
-    loaded = validate_documents(documents)
+    loaded = validate_documents(documents, secrets_dir)
     loaded.problems[:0] = problems
     return loaded

@@ -28,6 +28,7 @@ from components.fleet_gateway import FleetGateway
 from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
+from fleet.secrets import kubeconfig_ref
 from fleet.validate import load_fleet
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def load(path: str):
     return loaded.fleet
 
 
-def cluster_component(args: ClusterArgs, config: pulumi.Config):
+def cluster_component(args: ClusterArgs, config: pulumi.Config, stored_kubeconfig: str | None = None):
     protect = config.get_bool("deletionProtection", True)
     if args.source == "GKE":
         project = args.project or pulumi.Config("gcp").get("project")
@@ -77,7 +78,7 @@ def cluster_component(args: ClusterArgs, config: pulumi.Config):
         return NebiusInferenceCluster(args.name, args, deletion_protection=protect,
                                       project=pulumi.Config("nebius").get("parentId"))
     if args.source == "Existing":
-        return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config))
+        return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config, stored_kubeconfig))
     raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.source: {args.source} clusters cannot be "
                        "provisioned by this project yet; bring them as source Existing")  # Vultr
 
@@ -111,7 +112,9 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     gateway_only = config.get_bool("gatewayOnly", False)
     for name in [] if gateway_only else [only] if only else names:
         args = cluster_args(fleet, name)
-        cluster = cluster_component(args, config)
+        ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
+        stored = fleet.secrets.get(ref) if ref else None
+        cluster = cluster_component(args, config, stored.reveal() if stored else None)
         k8s_provider = provider(name, cluster.kubeconfig, parent=cluster)
         pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
         # MetalLB belongs to the cluster that hosts the gateway: its own Gateway needs the address first.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from components.args import control_plane_cluster
 from fleet.scheduler import schedule
 from tests.manifests import run
 from workloads.render import render
@@ -11,7 +12,7 @@ def rendered(*objects):
     loaded = run(*objects)
     assert loaded.errors == [], [str(p) for p in loaded.errors]
     plan = schedule(loaded.fleet)
-    return plan, render(loaded.fleet, plan)
+    return plan, render(loaded.fleet, plan, control_plane_cluster(loaded.fleet, None))
 
 
 def find(result, kind: str, stack: str | None = None, target: str | None = None) -> list[dict]:

@@ -188,7 +188,8 @@ def test_render_to_stdout_and_rendered_folders_are_not_read_back_as_manifests(tm
     examples = pathlib.Path(__file__).resolve().parent.parent / "examples"
     assert main(["render", "-f", str(examples), "--out", "-"]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
-    assert len(docs) == 63 and {d["kind"] for d in docs} >= {"Deployment", "HTTPRoute", "LeaderWorkerSet"}
+    assert len(docs) == 72 and {d["kind"] for d in docs} >= {"Deployment", "HTTPRoute", "LeaderWorkerSet", "Namespace",
+                                                        "NetworkPolicy", "ResourceQuota"}
     tree = tmp_path / "fleet"
     import shutil
 

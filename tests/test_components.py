@@ -255,7 +255,7 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
 
 def test_missing_existing_kubeconfig_is_one_clear_error(example_fleet):
     from automation.offline import OfflineRunError
-    with pytest.raises(OfflineRunError, match=r"InferenceCluster/byo-eu: no kubeconfig; run `pulumi config set --secret modelplane:byo-eu-kubeconfig"):
+    with pytest.raises(OfflineRunError, match=r"InferenceCluster/byo-eu: no kubeconfig; give a v1/Secret modelplane-system/byo-eu-kubeconfig"):
         registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), "x", {"modelplane:cluster": "byo-eu"})
 
 

@@ -314,7 +314,7 @@ def test_generated_fleets_are_deployable(tmp_path, gateway, host):
     assert not loaded.errors, [str(p) for p in loaded.errors]
     previews = all_stacks(loaded.fleet, host_name)
     kinds = {p.kind for p in previews}
-    assert kinds == {"platform", "gateway", "cache", "model", "service"}
+    assert kinds == {"platform", "gateway", "team", "cache", "model", "endpoints", "service"}
     resources = [r for p in previews for r in p.resources]
     types = {r.type for r in resources}
     assert {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet",
@@ -324,10 +324,11 @@ def test_generated_fleets_are_deployable(tmp_path, gateway, host):
     assert {r.cluster for r in gateway_stack.resources if r.type.startswith("kubernetes:") and r.custom} == {host_name}
 
 
-def test_generated_fleet_without_a_gateway_cannot_create_service_namespaces(tmp_path):
-    """ModelService namespaces on the control plane are created by the gateway stack: without one, say so."""
+def test_generated_fleet_without_a_gateway_has_services_that_would_route_nothing(tmp_path):
+    """ModelService routes attach to the fleet gateway's Gateway: without an InferenceGateway, say so."""
     violations = _violations([str(_generated_fleet(tmp_path, "none", "GKE"))])
-    assert violations and all(": namespace: " in v and v.startswith("service-") for v in violations), violations
+    assert violations and all(": inference-routing: " in v and "modelplane-system/modelplane is not created" in v
+                              and v.startswith("service-") for v in violations), violations
 
 
 def test_unprovisioned_sources_fail_the_check_naming_what_to_do():

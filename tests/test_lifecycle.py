@@ -37,7 +37,7 @@ def double(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PULUMI_DOUBLE_DIR", str(tmp_path / "double"))
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "lifecycle-test")
-    monkeypatch.setenv("MODELPLANE_SECRET_MODELCACHE_ML_TEAM_QWEN3_CODER_AUTH_A73EC_HF_TOKEN", HF_TOKEN)
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", HF_TOKEN)
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     kubeconfig = tmp_path / "byo-eu.yaml"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
@@ -88,8 +88,9 @@ def _verb(argv: list[str]) -> str:
 
 
 EVERY_STACK = {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central", "gateway",
+               "team-ml-team.byo-eu", "team-ml-team.eks-us-west", "team-ml-team.gke-us-central",
                "cache-ml-team.qwen3-coder", "model-ml-team.kimi-k2", "model-ml-team.qwen3-8b",
-               "model-ml-team.qwen3-coder", "service-ml-team.kimi-k2", "service-ml-team.qwen3-8b",
+               "model-ml-team.qwen3-coder", "endpoints-ml-team", "service-ml-team.kimi-k2", "service-ml-team.qwen3-8b",
                "service-ml-team.qwen3-coder"}
 
 
@@ -100,7 +101,8 @@ def test_first_up_runs_every_stack_in_dependency_order_and_records_each(double, 
     position = {name: i for i, name in enumerate(order)}
     assert max(position[s] for s in EVERY_STACK if s.startswith("platform-")) < position["gateway"]
     assert position["cache-ml-team.qwen3-coder"] < position["model-ml-team.qwen3-coder"]
-    assert position["model-ml-team.qwen3-8b"] < position["service-ml-team.qwen3-8b"]
+    assert position["model-ml-team.qwen3-8b"] < position["endpoints-ml-team"] < position["service-ml-team.qwen3-8b"]
+    assert position["team-ml-team.byo-eu"] < position["model-ml-team.qwen3-coder"]
     assert set(double.recorded()) == EVERY_STACK
     # each stack was created in its own workspace with its project, inline program and event log
     up_calls = [c for c in double.calls() if _verb(c["argv"]) == "up"]
@@ -125,7 +127,11 @@ def test_a_one_deployment_change_runs_only_its_stacks(double):
     assert double.up() == 0
     double.deployment("qwen3-8b")["spec"]["replicas"] = 3
     assert double.up() == 0
-    assert sorted(double.ran("up")) == ["model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b"]
+    ran = double.ran("up")
+    # its model stack, the team's quota on the cluster the new replica lands on (first), its endpoint, its route
+    assert sorted(ran) == ["endpoints-ml-team", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b",
+                           "team-ml-team.gke-us-central"]
+    assert ran.index("team-ml-team.gke-us-central") < ran.index("model-ml-team.qwen3-8b") < ran.index("endpoints-ml-team")
 
 
 def test_removing_a_deployment_destroys_exactly_its_stack_with_prune(double, capsys):
@@ -179,7 +185,7 @@ def test_destroy_needs_confirmation_for_clusters_and_forgets_every_stack(double,
     double.mark = len(double.calls())
     assert main(["destroy", *double.args()]) == 2
     err = capsys.readouterr().err
-    assert "this would destroy 11 stack(s), clusters included" in err and "--yes" in err and double.ran("destroy") == []
+    assert "this would destroy 15 stack(s), clusters included" in err and "--yes" in err and double.ran("destroy") == []
     assert main(["destroy", *double.args("--yes", "--unprotect")]) == 0, capsys.readouterr().err
     destroys = double.ran("destroy")
     assert set(destroys) == EVERY_STACK and destroys.index("service-ml-team.qwen3-8b") < destroys.index("gateway")
@@ -256,13 +262,13 @@ def test_drift_is_reported_for_ci_with_exit_code_1(double, capsys):
     assert double.up() == 0
     double.mark = len(double.calls())
     assert main(["drift", *double.args()]) == 0
-    assert "no drift: 11 applied stack(s) match" in capsys.readouterr().out
+    assert "no drift: 15 applied stack(s) match" in capsys.readouterr().out
     assert set(double.ran("refresh")) == EVERY_STACK
     assert all("--preview-only" in c["argv"] for c in double.calls()[double.mark:] if _verb(c["argv"]) == "refresh")
     double.control(drift=["platform-gke-us-central"])
     assert main(["drift", *double.args()]) == 1
     out = capsys.readouterr().out
-    assert "drift: platform-gke-us-central: update 1" in out and "1 of 11 applied stack(s) no longer match" in out
+    assert "drift: platform-gke-us-central: update 1" in out and "1 of 15 applied stack(s) no longer match" in out
     assert double.recorded()["platform-gke-us-central"]  # a drift check changes nothing
 
 
@@ -315,19 +321,20 @@ def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_s
             path = f"{API}/namespaces/team-a/modeldeployments/qwen"
             assert admin.put(path, json=deployment("qwen", namespace="team-a")).status_code == 201
             batch = worker.claim()
-            assert {r["stack"] for r in batch} == {"platform-c1", "model-team-a.qwen"}
+            assert {r["stack"] for r in batch} == {"platform-c1", "team-team-a.c1", "model-team-a.qwen"}
             worker.execute(batch)
             runs = {r["stack"]: r for r in admin.get("/runs").json()["items"]}
             assert runs["platform-c1"]["status"] == "succeeded" and runs["model-team-a.qwen"]["status"] == "succeeded"
             ups = [c["stack"] for c in double.calls() if _verb(c["argv"]) == "up"]
-            assert ups == ["platform-c1", "model-team-a.qwen"]  # dependency order, through the orchestrator
+            # dependency order, through the orchestrator: the cluster, the team's namespace on it, the model
+            assert ups == ["platform-c1", "team-team-a.c1", "model-team-a.qwen"]
             # one state: the CLI sees what the portal applied, in the same backend (no second cluster)
-            assert set(double.recorded()) == {"platform-c1", "model-team-a.qwen"}
+            assert set(double.recorded()) == {"platform-c1", "team-team-a.c1", "model-team-a.qwen"}
             assert all(pathlib.Path(c["cwd"]).parent == state / "stacks" for c in double.calls() if _verb(c["argv"]) == "up")
             # a DELETE is applied too: the stack is destroyed and forgotten (it used to crash in the runner)
             assert admin.delete(path).status_code == 200
             worker.execute(worker.claim())
-            assert double.ran("destroy", since=0) == ["model-team-a.qwen"]
+            assert double.ran("destroy", since=0) == ["model-team-a.qwen", "team-team-a.c1"]  # dependents first
             assert set(double.recorded()) == {"platform-c1"}
             deleted = next(r for r in admin.get("/runs").json()["items"] if r["operation"] == "destroy")
             assert deleted["status"] == "succeeded"

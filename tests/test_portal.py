@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from tests.manifests import cluster, deployment, gpu_class, service
+from tests.manifests import cluster, deployment, gateway, gpu_class, service
 from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer, free_port, put_retrying, start_process
 
 
@@ -244,9 +244,21 @@ def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
         assert store.list_runs(conn)[0]["status"] == "succeeded"
 
 
+def test_two_teams_deploy_the_same_name_to_one_cluster(portal):
+    seed_fleet(portal, gpus=4)
+    with portal.client(TEAM_A) as a, portal.client(TEAM_B) as b:
+        assert a.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).status_code == 201
+        assert b.put(OBJ_PATH.format(ns="team-b", name="qwen"), json=deployment("qwen", namespace="team-b")).status_code == 201
+    with portal.client(ADMIN) as admin:
+        assert {r["deployment"] for r in admin.get("/plan").json()["replicas"]} == {"team-a/qwen", "team-b/qwen"}
+
+
 def test_a_change_that_renders_invalid_objects_is_refused_whole(portal):
     seed_fleet(portal, gpus=4)
     with portal.client(ADMIN) as admin:
+        shared = gateway()  # the reference's behaviour: every team's replicas in `default`
+        shared["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
+        assert admin.put(f"{API}/inferencegateways/default", json=shared).status_code == 201
         assert admin.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).status_code == 201
         refused = admin.put(OBJ_PATH.format(ns="team-b", name="qwen"), json=deployment("qwen", namespace="team-b"))
         assert refused.status_code == 422 and "already creates this object" in json.dumps(refused.json())

@@ -61,7 +61,8 @@ def test_gateway_on_a_fleet_cluster_creates_nothing_its_serving_stack_owns(examp
     everything = _run(specs["gateway"], fleet)
     gateway = [r for r in everything if r.type.startswith("kubernetes:")]
     namespaces = [unwrap(r.inputs)["metadata"]["name"] for r in gateway if r.type == "kubernetes:core/v1:Namespace"]
-    assert namespaces == ["ml-team"]  # the ModelServices' namespace; modelplane-system is the serving stack's
+    # the ModelServices' namespace is their team stack's; modelplane-system is the serving stack's
+    assert namespaces == []
     assert not [r for r in gateway if r.type == "kubernetes:yaml/v2:ConfigGroup"]  # no CRDs: the serving stack's
     provider = next(r for r in everything if r.type == "pulumi:providers:kubernetes")
     assert unwrap(provider.inputs)["clusterIdentifier"] == "byo-eu"

@@ -14,10 +14,9 @@ from pulumi.automation.errors import create_command_error
 
 from automation.pulumi_runner import PulumiRunner, check_passphrase
 from automation.runner import CLIMissing
-from automation.stacks import desired_stacks
+from automation.stacks import desired_state
 from fleet.scheduler import schedule
 from tests.manifests import run as load
-from workloads.render import render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
@@ -50,8 +49,8 @@ class FakeCommand(auto.PulumiCommand):
 @pytest.fixture
 def specs():
     fleet = load(*EXAMPLES).fleet
-    plan = schedule(fleet)
-    return fleet, desired_stacks(fleet, plan, render(fleet, plan))
+    schedule(fleet)
+    return fleet, desired_state(fleet).specs
 
 
 def test_workspace_project_and_backend(tmp_path, specs, monkeypatch):
@@ -72,7 +71,7 @@ def test_workspace_project_and_backend(tmp_path, specs, monkeypatch):
 
 def test_stack_selection_and_config(tmp_path, specs, monkeypatch):
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
-    monkeypatch.setenv("MODELPLANE_SECRET_MODELCACHE_ML_TEAM_QWEN3_CODER_AUTH_A73EC_HF_TOKEN", "hf_abc")
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_abc")
     fleet, desired = specs
     command = FakeCommand()
     runner = PulumiRunner(tmp_path, fleet, pulumi_command=command)
@@ -151,7 +150,12 @@ def test_existing_cluster_kubeconfig_reaches_the_program_as_a_path_never_on_argv
     path.write_text(secret)
     assert missing_kubeconfigs(fleet, {}, ["platform-byo-eu"], tmp_path) == [
         "InferenceCluster/byo-eu is Existing: give its kubeconfig with --kubeconfig byo-eu=PATH, "
-        f"$MODELPLANE_KUBECONFIG_BYO_EU=PATH, or the file {tmp_path}/kubeconfigs/byo-eu-kubeconfig"]
+        f"$MODELPLANE_KUBECONFIG_BYO_EU=PATH, the file {tmp_path}/kubeconfigs/byo-eu-kubeconfig, or the Secret: a "
+        "v1/Secret modelplane-system/byo-eu-kubeconfig with key 'kubeconfig' given with -f, or "
+        "$MODELPLANE_SECRET_MODELPLANE_SYSTEM_BYO_EU_KUBECONFIG_KUBECONFIG"]
+    monkeypatch.setenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM_BYO_EU_KUBECONFIG_KUBECONFIG", secret)
+    assert missing_kubeconfigs(fleet, {}, ["platform-byo-eu"], tmp_path) == []  # the Secret store has it
+    monkeypatch.delenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM_BYO_EU_KUBECONFIG_KUBECONFIG")
     monkeypatch.setenv("MODELPLANE_KUBECONFIG_BYO_EU", str(path))
     found = existing_kubeconfigs(fleet, {}, tmp_path)
     assert found == {"byo-eu": str(path.resolve())} and missing_kubeconfigs(fleet, found, ["platform-byo-eu"], tmp_path) == []

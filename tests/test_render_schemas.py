@@ -88,9 +88,10 @@ def test_render_cli_writes_stacks_and_targets(tmp_path, capsys):
     stdout, err = capsys.readouterr()
     assert code == 0, err
     stacks = sorted(p.name for p in out.iterdir() if p.is_dir())
-    assert stacks == ["cache-ml-team.qwen3-coder", "model-ml-team.kimi-k2", "model-ml-team.qwen3-8b",
-                      "model-ml-team.qwen3-coder", "service-ml-team.kimi-k2", "service-ml-team.qwen3-8b",
-                      "service-ml-team.qwen3-coder"]
+    assert stacks == ["cache-ml-team.qwen3-coder", "endpoints-ml-team", "model-ml-team.kimi-k2",
+                      "model-ml-team.qwen3-8b", "model-ml-team.qwen3-coder", "service-ml-team.kimi-k2",
+                      "service-ml-team.qwen3-8b", "service-ml-team.qwen3-coder", "team-ml-team.byo-eu",
+                      "team-ml-team.eks-us-west", "team-ml-team.gke-us-central"]
     assert sorted(p.name for p in (out / "model-ml-team.qwen3-8b").iterdir()) == ["eks-us-west", "gke-us-central"]
     assert (out / "service-ml-team.qwen3-8b" / "control-plane").is_dir()
     files = list(out.rglob("*.yaml"))
@@ -132,9 +133,11 @@ def test_render_refuses_a_folder_it_did_not_write(tmp_path, capsys):
     assert (tmp_path / "mine.txt").read_text() == "keep me"
 
 
-def test_render_refuses_colliding_deployments(tmp_path, capsys):
+def test_render_refuses_colliding_deployments_when_teams_share_default(tmp_path, capsys):
+    shared = gateway()
+    shared["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
     fleet = [gpu_class("l4", 1, "23034Mi"), cluster("a", pools=(("gpu", "l4", 2),)),
-             deployment("qwen", namespace="team-a"), deployment("qwen", namespace="team-b")]
+             deployment("qwen", namespace="team-a"), deployment("qwen", namespace="team-b"), shared]
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump_all(fleet))
     code = main(["render", "-f", str(path), "--out", str(tmp_path / "out")])

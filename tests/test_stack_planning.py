@@ -7,11 +7,10 @@ import pytest
 import yaml
 
 from automation.compare import compare
-from automation.stacks import StackChange, changes, desired_stacks, waves
+from automation.stacks import desired_state, StackChange, changes, waves
 from fleet.scheduler import schedule
 from fleet.stack_id import StackId
 from tests.manifests import run
-from workloads.render import render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
@@ -61,10 +60,16 @@ def nothing(docs):
 ROWS = [
     ("no change", nothing, {}),
     ("edit one deployment's image", edit_image, {"model-ml-team.kimi-k2": "update"}),
-    ("add a replica", add_replica, {"model-ml-team.qwen3-8b": "update", "service-ml-team.qwen3-8b": "update"}),
-    ("add a cluster", add_cluster, {"platform-gke-eu-west": "create", "cache-ml-team.qwen3-coder": "update"}),
-    ("remove a service", remove_service, {"service-ml-team.kimi-k2": "delete"}),
-    ("add a deployment", add_deployment, {"model-ml-team.qwen3-8b-canary": "create"}),
+    # the team's quota grows, the new replica gets an endpoint, the service routes to it
+    ("add a replica", add_replica, {"model-ml-team.qwen3-8b": "update", "team-ml-team.gke-us-central": "update",
+                                    "endpoints-ml-team": "update", "service-ml-team.qwen3-8b": "update"}),
+    # the cache stages to the new cluster, so the team's namespace is created there first
+    ("add a cluster", add_cluster, {"platform-gke-eu-west": "create", "cache-ml-team.qwen3-coder": "update",
+                                    "team-ml-team.gke-eu-west": "create"}),
+    # its endpoints go with it: no other service routes to them
+    ("remove a service", remove_service, {"service-ml-team.kimi-k2": "delete", "endpoints-ml-team": "update"}),
+    ("add a deployment", add_deployment, {"model-ml-team.qwen3-8b-canary": "create",
+                                          "team-ml-team.gke-us-central": "update"}),
     ("bump the fleet gateway", retag_gateway, {"gateway": "update"}),
 ]
 
@@ -80,8 +85,8 @@ def test_a_change_touches_only_its_stacks(edit, expected):
 
 def test_change_kinds_against_recorded_fingerprints():
     loaded = run(*EXAMPLES)
-    plan = schedule(loaded.fleet)
-    desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
+    schedule(loaded.fleet)
+    desired = desired_state(loaded.fleet).specs
     recorded = {name: spec.fingerprint for name, spec in desired.items()}
     recorded["model-ml-team.qwen3-8b"] = "stale"
     recorded["model-ml-team.old"] = "abc"
@@ -93,13 +98,19 @@ def test_change_kinds_against_recorded_fingerprints():
 
 def test_dependencies_and_waves():
     loaded = run(*EXAMPLES)
-    plan = schedule(loaded.fleet)
-    desired = desired_stacks(loaded.fleet, plan, render(loaded.fleet, plan))
-    assert desired["model-ml-team.qwen3-coder"].depends_on == ["cache-ml-team.qwen3-coder", "platform-byo-eu"]
-    # services land on the control plane: the host's platform stack (its CRDs), the gateway (its namespaces), their models
+    schedule(loaded.fleet)
+    desired = desired_state(loaded.fleet).specs
+    assert desired["model-ml-team.qwen3-coder"].depends_on == [
+        "cache-ml-team.qwen3-coder", "platform-byo-eu", "team-ml-team.byo-eu"]
+    # services land on the control plane: the host's platform stack (its CRDs), the gateway (its namespaces), their
+    # namespace's endpoints, which wait for the models they point at
     assert desired["service-ml-team.qwen3-8b"].depends_on == [
-        "gateway", "model-ml-team.qwen3-8b", "platform-byo-eu"]
-    assert set(desired["cache-ml-team.qwen3-coder"].depends_on) == {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}
+        "endpoints-ml-team", "gateway", "platform-byo-eu", "team-ml-team.byo-eu"]
+    assert {"model-ml-team.qwen3-8b", "platform-byo-eu"} <= set(desired["endpoints-ml-team"].depends_on)
+    assert {"team-ml-team.byo-eu", "team-ml-team.gke-us-central"} <= set(desired["cache-ml-team.qwen3-coder"].depends_on)
+    assert set(desired["cache-ml-team.qwen3-coder"].depends_on) == {
+        "platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central", "team-ml-team.byo-eu",
+        "team-ml-team.eks-us-west", "team-ml-team.gke-us-central"}
     groups = [[c.name for c in wave] for wave in waves(changes(desired, {}))]
     position = {name: i for i, wave in enumerate(groups) for name in wave}
     for spec in desired.values():

@@ -3,7 +3,7 @@
 import pytest
 
 from fleet.names import child_name, replica_name
-from tests.manifests import cache, cluster, deployment, endpoint, gateway, gpu_class, member, service
+from tests.manifests import cache, cluster, deployment, endpoint, gateway, gpu_class, member, run, service
 from tests.rendering import find, one, rendered
 from workloads.service_routing import Endpoint, distribute_weights
 
@@ -28,7 +28,7 @@ def test_native_deployment_exact():
     deployment_obj = [d for d in find(result, "Deployment", stack="model-ml-team.qwen") if d["metadata"]["name"] == workload][0]
     assert deployment_obj == {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": workload, "namespace": "default", "labels": labels,
+        "metadata": {"name": workload, "namespace": "ml-team", "labels": labels,
                      "annotations": {"pulumi.com/timeoutSeconds": "3600"}},  # GPU scale-up and weights take long
         "spec": {"replicas": 2, "selector": {"matchLabels": {"modelplane.ai/workload": workload}}, "template": {
             "metadata": {"labels": {"team": "nlp", **labels, "modelplane.ai/serving": replica, "modelplane.ai/workload": workload}},
@@ -47,7 +47,7 @@ def test_native_deployment_exact():
     }
     assert one(result, "ResourceClaimTemplate") == {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": child_name(replica, "vllm", "standalone", "devices"), "namespace": "default", "labels": labels},
+        "metadata": {"name": child_name(replica, "vllm", "standalone", "devices"), "namespace": "ml-team", "labels": labels},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
             "deviceClassName": "gpu.nvidia.com", "count": 1,
             "selectors": [{"cel": {"expression": 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0'}}]}}]}}},
@@ -164,7 +164,7 @@ def test_workload_route_and_pool_exact():
     labels = LABELS("qwen", "a")
     assert one(result, "HTTPRoute", stack="model-ml-team.qwen") == {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": replica, "namespace": "default", "labels": labels},
+        "metadata": {"name": replica, "namespace": "ml-team", "labels": labels},
         "spec": {"parentRefs": [{"name": "inference-gateway", "namespace": "modelplane-system"}], "rules": [{
             "matches": [{"path": {"type": "PathPrefix", "value": f"/ml-team/{replica}/"}}],
             "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
@@ -173,7 +173,7 @@ def test_workload_route_and_pool_exact():
     }
     assert one(result, "InferencePool") == {
         "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-        "metadata": {"name": f"{replica}-pool", "namespace": "default", "labels": labels},
+        "metadata": {"name": f"{replica}-pool", "namespace": "ml-team", "labels": labels},
         "spec": {"selector": {"matchLabels": {"modelplane.ai/serving": replica}}, "targetPorts": [{"number": 8000}],
                  "endpointPickerRef": {"name": f"{replica}-epp", "port": {"number": 9002}, "failureMode": "FailOpen"}},
     }
@@ -330,10 +330,51 @@ def test_long_names_stay_within_63_characters():
     assert all(len(o["metadata"]["name"]) <= 52 for o in find(result, "LeaderWorkerSet"))
 
 
-def test_same_named_deployments_in_two_namespaces_are_refused_not_clobbered():
+def shared_gateway():
+    """The fleet switch for the reference's behaviour: every team's replicas in `default`."""
+    gw = gateway()
+    gw["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
+    return gw
+
+
+def test_two_teams_deploy_the_same_name_to_one_cluster_in_namespaces_of_their_own():
     _, result = rendered(L4, cluster("a", pools=(("gpu", "l4", 2),)), deployment("qwen", namespace="team-a"),
-                         deployment("qwen", namespace="team-b"))
-    assert result.problems and "already creates this object" in result.problems[0].message
+                         deployment("qwen", namespace="team-b"), gateway())
+    assert not result.problems
+    for team in ("team-a", "team-b"):
+        objects = result.stacks[f"model-{team}.qwen"]["a"]
+        assert objects and {o["metadata"]["namespace"] for o in objects} == {team}
+        isolation = {o["kind"]: o for o in result.stacks[f"team-{team}.a"]["a"]}
+        assert isolation["Namespace"]["metadata"] == {"name": team, "labels": {"modelplane.ai/namespace": team}}
+        # one replica of one standalone pod with one GPU, plus the one surge pod of a rolling update
+        assert isolation["ResourceQuota"]["spec"]["hard"] == {"gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "2"}
+        policy = isolation["NetworkPolicy"]["spec"]
+        assert policy["podSelector"] == {} and policy["policyTypes"] == ["Ingress"]
+        sources = [rule["from"][0] for rule in policy["ingress"]]
+        assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}} in sources
+
+
+def test_the_reference_behaviour_keeps_every_replica_in_default_and_names_the_real_cause_of_a_collision():
+    _, result = rendered(L4, cluster("a", pools=(("gpu", "l4", 2),)), deployment("qwen", namespace="team-a"),
+                         deployment("qwen", namespace="team-b"), shared_gateway())
+    assert {o["metadata"]["namespace"] for o in result.stacks["model-team-a.qwen"]["a"]} == {"default"}
+    assert not [s for s in result.stacks if s.startswith("team-")]  # `default` is nobody's to create or fence
+    message = result.problems[0].message
+    assert "team-a/qwen and team-b/qwen share the workload namespace `default`" in message
+    assert "modelplane.ai/workload-namespaces: Default" in message
+
+
+def test_a_team_namespace_that_is_a_system_namespace_is_refused_unless_teams_share_default():
+    refused = run(L4, cluster("a"), deployment("qwen", namespace="monitoring"), gateway())
+    assert any(p.path == "metadata.namespace" and "system namespace" in p.message for p in refused.errors)
+    shared = run(L4, cluster("a"), deployment("qwen", namespace="monitoring"), shared_gateway())
+    assert not any(p.path == "metadata.namespace" for p in shared.problems)
+
+
+def test_an_unknown_workload_namespace_mode_is_refused_with_a_suggestion():
+    gw = gateway()
+    gw["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Defualt"}
+    assert any("did you mean 'Default'" in p.message for p in run(L4, cluster("a"), deployment("qwen"), gw).errors)
 
 
 def test_gateway_address_from_observed_inference_gateway():
@@ -341,3 +382,36 @@ def test_gateway_address_from_observed_inference_gateway():
     gw["status"] = {"address": "203.0.113.7"}
     _, result = rendered(L4, cluster("a"), deployment("qwen"), service("qwen"), gw)
     assert result.addresses["service-ml-team.qwen"] == "http://203.0.113.7/ml-team/qwen"
+
+
+def test_two_services_on_one_deployment_share_its_endpoints_and_both_route():
+    from automation.stacks import desired_stacks
+    from fleet.scheduler import schedule
+
+    loaded = run(L4, cluster("a", pools=(("gpu", "l4", 2),)), deployment("qwen", replicas=2),
+                 service("chat"), service("chat-canary"), gateway())
+    plan = schedule(loaded.fleet)
+    from workloads.render import render
+
+    result = render(loaded.fleet, plan)
+    assert not result.problems
+    backends = [o for o in result.stacks["endpoints-ml-team"]["control-plane"] if o["kind"] == "Service"]
+    assert len(backends) == 2  # one per replica, not one per (service, replica)
+    for name in ("chat", "chat-canary"):
+        (route,) = result.stacks[f"service-ml-team.{name}"]["control-plane"]
+        assert route["kind"] == "HTTPRoute"
+        assert sorted(ref["name"] for ref in route["spec"]["rules"][0]["backendRefs"]) == sorted(
+            b["metadata"]["name"] for b in backends)
+    stacks = desired_stacks(loaded.fleet, plan, result)
+    assert stacks["service-ml-team.chat"].depends_on == stacks["service-ml-team.chat-canary"].depends_on
+    assert "endpoints-ml-team" in stacks["service-ml-team.chat"].depends_on
+    assert "model-ml-team.qwen" in stacks["endpoints-ml-team"].depends_on
+
+
+def test_an_external_endpoint_named_like_a_replica_is_named_as_the_cause():
+    plan, result = rendered(L4, cluster("a"), deployment("qwen"), gateway())
+    replica = plan.replicas[0].name
+    external = endpoint(replica)
+    external["metadata"]["labels"] = {"modelplane.ai/deployment": "qwen"}
+    _, result = rendered(L4, cluster("a"), deployment("qwen"), gateway(), external, service("qwen"))
+    assert any("two endpoints are named" in p.message and "rename the ModelEndpoint" in p.message for p in result.problems)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fleet.autoscaling import parse
 from workloads import llmd, native
 from workloads.context import ReplicaContext
-from workloads.pods import REMOTE_NAMESPACE
 from workloads.versions import PROMETHEUS_ADDRESS
 
 
@@ -23,10 +22,10 @@ def scaled_objects(ctx: ReplicaContext) -> list[dict]:
         else:
             continue  # Dynamo scales its graphs with its own planner
         query = settings.query or (
-            f'sum(vllm:num_requests_waiting{{namespace="{REMOTE_NAMESPACE}",pod=~"{target["name"]}-.*"}})')
+            f'sum(vllm:num_requests_waiting{{namespace="{ctx.workload_namespace}",pod=~"{target["name"]}-.*"}})')
         objects.append({
             "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-            "metadata": {"name": target["name"], "namespace": REMOTE_NAMESPACE, "labels": dict(ctx.labels)},
+            "metadata": {"name": target["name"], "namespace": ctx.workload_namespace, "labels": dict(ctx.labels)},
             "spec": {"scaleTargetRef": target, "minReplicaCount": settings.min_copies,
                      "maxReplicaCount": settings.max_copies,
                      "triggers": [{"type": "prometheus", "metadata": {

@@ -12,8 +12,8 @@ from __future__ import annotations
 import shlex
 
 from fleet.names import child_name
+from fleet.secrets import SecretRef
 from workloads.context import cache_pvc_name
-from workloads.pods import REMOTE_NAMESPACE
 from workloads.versions import HUGGINGFACE_HUB, HYDRATION_IMAGE
 
 MOUNT = "/mnt/artifact"
@@ -37,11 +37,24 @@ def hydration_script(repo: str, revision: str | None) -> str:
     ])
 
 
-def cache_objects(cache, storage_class: str) -> list[dict]:
+SECRET_SOURCE_ANNOTATION = "modelplane.ai/secret-source"  # <namespace>/<name> of the user's Secret
+
+
+def secret_refs(obj: dict) -> dict[str, SecretRef]:
+    """The user's Secret keys a rendered placeholder Secret is filled from: {key: SecretRef}."""
+    source = (obj["metadata"].get("annotations") or {}).get(SECRET_SOURCE_ANNOTATION)
+    if obj["kind"] != "Secret" or not source:
+        return {}
+    namespace, _, name = source.partition("/")
+    return {key: SecretRef(namespace, name, key) for key in obj.get("stringData", {})}
+
+
+def cache_objects(cache, storage_class: str, namespace: str) -> list[dict]:
+    """The cache's objects on one cluster, in `namespace` (the team's workload namespace there)."""
     hf = cache.spec.huggingFace
     pvc = cache_pvc_name(cache.namespace, cache.name)
     labels = {"modelplane.ai/modelcache": cache.name}
-    meta = {"namespace": REMOTE_NAMESPACE, "labels": labels}
+    meta = {"namespace": namespace, "labels": labels}
     objects: list[dict] = []
     env = []
     if hf.authSecret:
@@ -49,7 +62,9 @@ def cache_objects(cache, storage_class: str) -> list[dict]:
         objects.append({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": secret, **meta, "annotations": {
-                "modelplane.ai/placeholder": f"value comes from the Pulumi secret for {cache.namespace}/{hf.authSecret.name}"}},
+                "modelplane.ai/placeholder": f"value comes from the Secret {cache.namespace}/{hf.authSecret.name}, "
+                                            "as a Pulumi secret",
+                SECRET_SOURCE_ANNOTATION: f"{cache.namespace}/{hf.authSecret.name}"}},
             "stringData": {hf.authSecret.key: "<secret: set at apply time, never rendered>"},
         })
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": hf.authSecret.key}}})

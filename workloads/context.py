@@ -33,9 +33,11 @@ class ReplicaContext:
     cluster: str
     engines: tuple[EngineContext, ...]
     cache_pvc: str | None
+    workload_namespace: str  # where its objects live on the cluster (fleet/tenancy.py)
 
     @property
     def namespace(self) -> str:
+        """The ModelDeployment's own namespace (the team's): paths and names use it."""
         return self.md.namespace
 
     @property
@@ -56,7 +58,7 @@ def cache_pvc_name(namespace: str, cache: str) -> str:
     return child_name("modelcache", namespace, cache)
 
 
-def replica_context(md, placed) -> ReplicaContext:
+def replica_context(md, placed, workload_namespace: str) -> ReplicaContext:
     spec = md.spec.template.spec
     cache_pvc = cache_pvc_name(md.namespace, spec.modelCacheRef.name) if spec.modelCacheRef else None
     backends = {name: backend for name, backend, _ in placed.backends}
@@ -65,8 +67,8 @@ def replica_context(md, placed) -> ReplicaContext:
     for placement in placed.placement.engines:
         engine = specs[placement.engine]
         members = tuple(
-            MemberContext(placed.name, engine.name, member, placement.pool, mp.devices, cache_pvc)
+            MemberContext(placed.name, engine.name, member, placement.pool, mp.devices, cache_pvc, workload_namespace)
             for member, mp in zip(engine.members, placement.members)
         )
         engines.append(EngineContext(engine, placement.pool, backends[engine.name], members))
-    return ReplicaContext(md, placed.name, placed.index, placed.cluster, tuple(engines), cache_pvc)
+    return ReplicaContext(md, placed.name, placed.index, placed.cluster, tuple(engines), cache_pvc, workload_namespace)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fleet.backends import dynamo_framework
 from fleet.names import bounded
 from workloads.context import ReplicaContext
-from workloads.pods import ENGINE_PORT, REMOTE_NAMESPACE, claim_template, engine_container, pod_template
+from workloads.pods import ENGINE_PORT, claim_template, engine_container, pod_template
 
 NAME_LIMIT = 40  # the operator names services <graph>-<component>; keep room for the component
 
@@ -63,7 +63,7 @@ def build(ctx: ReplicaContext) -> list[dict]:
         spec["topologyConstraint"] = {"clusterTopologyName": "modelplane"}
     objects.append({
         "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
-        "metadata": {"name": graph_name(ctx), "namespace": REMOTE_NAMESPACE, "labels": dict(ctx.labels),
+        "metadata": {"name": graph_name(ctx), "namespace": ctx.workload_namespace, "labels": dict(ctx.labels),
                      "annotations": {"modelplane.ai/capabilities": ",".join(sorted(
                          {c for e in ctx.engines for c in (e.spec.capabilities or [])})) or "none"}},
         "spec": spec,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from fleet.names import bounded, child_name
 from workloads import native
 from workloads.context import EngineContext, ReplicaContext
-from workloads.pods import ENGINE_PORT, PROBE, REMOTE_NAMESPACE, claim_template, engine_container, pod_template
+from workloads.pods import ENGINE_PORT, PROBE, claim_template, engine_container, pod_template
 from workloads.versions import ROUTING_SIDECAR_IMAGE
 
 LWS_NAME_LIMIT = 52  # LWS names its worker StatefulSets <lws>-<group>; a StatefulSet name must leave room for its revision hash
@@ -57,7 +57,7 @@ def build_lws(ctx: ReplicaContext, engine: EngineContext, pod_labels: dict | Non
             objects.append(claim)
     objects.append({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": REMOTE_NAMESPACE, "labels": dict(ctx.labels)},
+        "metadata": {"name": name, "namespace": ctx.workload_namespace, "labels": dict(ctx.labels)},
         "spec": lws_spec,
     })
     return objects

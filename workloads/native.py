@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleet.names import child_name
 from workloads.context import EngineContext, ReplicaContext
-from workloads.pods import REMOTE_NAMESPACE, claim_template, engine_container, pod_template
+from workloads.pods import claim_template, engine_container, pod_template
 
 
 def workload_name(ctx: ReplicaContext, engine: EngineContext) -> str:
@@ -24,7 +24,7 @@ def build(ctx: ReplicaContext, engine: EngineContext, pod_labels: dict | None = 
         shape(template)
     objects = [{
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": REMOTE_NAMESPACE, "labels": dict(ctx.labels)},
+        "metadata": {"name": name, "namespace": ctx.workload_namespace, "labels": dict(ctx.labels)},
         "spec": {"replicas": engine.spec.copies, "selector": {"matchLabels": {"modelplane.ai/workload": name}},
                  "template": template},
     }]

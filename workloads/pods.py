@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from fleet.api.deployment import Member
 from fleet.names import child_name
 
-REMOTE_NAMESPACE = "default"  # where replica objects live on a workload cluster (the reference's contract)
 ENGINE_PORT = 8000
 CACHE_MOUNT = "/mnt/models"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -30,6 +29,7 @@ class MemberContext:
     pool: str
     devices: tuple[tuple[str, str, int], ...]  # claimed requests: (name, deviceClassName, count per pod)
     cache_pvc: str | None
+    namespace: str  # the workload namespace on the cluster (fleet/tenancy.py)
 
     @property
     def role(self) -> str:
@@ -54,7 +54,7 @@ def claim_template(member: MemberContext, labels: dict) -> dict | None:
         requests.append({"name": name, "exactly": exactly})
     return {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": member.claim_template_name, "namespace": REMOTE_NAMESPACE, "labels": labels},
+        "metadata": {"name": member.claim_template_name, "namespace": member.namespace, "labels": labels},
         "spec": {"spec": {"devices": {"requests": requests}}},
     }
 

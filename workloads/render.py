@@ -1,8 +1,10 @@
 """Everything each stack would create, as plain Kubernetes objects per target.
 
 Stacks (named by fleet/stack_id.py):
+  team-<ns>.<cluster>       per cluster the team uses: its namespace, NetworkPolicy and device quota
   model-<ns>.<deployment>   per placed replica, on its cluster: workloads, claims, routing, autoscaling
-  service-<ns>.<name>       on the control plane: backends and the route of a ModelService
+  endpoints-<ns>            on the control plane: one backend per endpoint that any service selects
+  service-<ns>.<name>       on the control plane: the route of a ModelService
   cache-<ns>.<name>         per cluster the cache stages to: volume, hydration job, token Secret
 
 A target is a workload cluster's name or `control-plane`. Health: a replica gets an
@@ -14,18 +16,20 @@ marked placeholder that still validates.
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass, field
-
+from fleet import tenancy
 from fleet.inventory import build_clusters
 from fleet.plan import Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
 from workloads import autoscaling, dynamo, llmd, native, routing
+from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects
 from workloads.context import ReplicaContext, replica_context
-from workloads.service_routing import Endpoint, service_objects
+from workloads.service_routing import Endpoint, backend_objects, route_objects
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -45,11 +49,22 @@ def cache_stack(namespace: str, name: str) -> str:
     return str(StackId.cache(namespace, name))
 
 
+def team_stack(namespace: str, cluster: str) -> str:
+    return str(StackId.team(namespace, cluster))
+
+
+def endpoints_stack(namespace: str) -> str:
+    return str(StackId.endpoints(namespace))
+
+
 @dataclass
 class Rendered:
     stacks: dict[str, dict[str, list[dict]]] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> the ModelService address
     problems: list[Problem] = field(default_factory=list)
+    endpoints: list[Endpoint] = field(default_factory=list)  # every routable endpoint, composed or given
+    routes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, service) -> endpoint names
+    cache_clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, cache) -> clusters
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
         self.stacks.setdefault(stack, {}).setdefault(target, []).extend(objects)
@@ -106,16 +121,21 @@ def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
-def render(fleet: Fleet, plan: Plan) -> Rendered:
+def render(fleet: Fleet, plan: Plan, host: str | None = None) -> Rendered:
+    """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
+    (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes)."""
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     ready = _replica_ready(fleet)
+    chosen = tenancy.mode(fleet)
     endpoints: list[Endpoint] = []
+    used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
         md = deployments[(placed.namespace, placed.deployment)]
-        ctx = replica_context(md, placed)
+        ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen))
         out.add(model_stack(md.namespace, md.name), placed.cluster, compose_replica(ctx))
+        used.setdefault((md.namespace, placed.cluster), Counter()).update(replica_devices(placed))
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
             continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
@@ -124,15 +144,30 @@ def render(fleet: Fleet, plan: Plan) -> Rendered:
         labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
                   **ctx.labels}
         endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{routing.replica_path(md.namespace, placed.name)}v1",
-                                  routing.replica_path(md.namespace, placed.name), labels, placeholder))
+                                  routing.replica_path(md.namespace, placed.name), labels, placeholder, composed=True))
+    replicas = {(ep.namespace, ep.name) for ep in endpoints}
     for me in fleet.of("ModelEndpoint"):
+        if (me.namespace, me.name) in replicas:  # both would be backed by the Service ep-<name>
+            out.problems.append(Problem(endpoints_stack(me.namespace), 0, f"ModelEndpoint/{me.name}", "metadata.name", (
+                f"two endpoints are named {me.name!r} in namespace {me.namespace}: this ModelEndpoint and a replica "
+                "of a ModelDeployment, whose backends would be the same Service; rename the ModelEndpoint")))
+            continue
         endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
+    out.endpoints = list(endpoints)
     gateway = next(iter(fleet.of("InferenceGateway")), None)
     gateway_address = ((gateway.status or {}).get("address") if gateway else None) or "fleet-gateway.pending.modelplane.invalid"
+    routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
     for ms in fleet.of("ModelService"):
         stack = service_stack(ms.namespace, ms.name)
-        out.add(stack, CONTROL_PLANE, service_objects(ms, endpoints))
+        route, selected = route_objects(ms, endpoints)
+        out.add(stack, CONTROL_PLANE, route)
         out.addresses[stack] = f"http://{gateway_address}/{ms.namespace}/{ms.name}"
+        routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
+        out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
+    for namespace, shared in sorted(routed.items()):
+        if shared:  # one owner for each endpoint's objects, however many services share it
+            out.add(endpoints_stack(namespace), CONTROL_PLANE,
+                    [obj for name in sorted(shared) for obj in backend_objects(shared[name])])
     for cache in fleet.of("ModelCache"):
         selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
         for cluster in clusters.values():
@@ -140,13 +175,26 @@ def render(fleet: Fleet, plan: Plan) -> Rendered:
                 continue
             if cluster.cache_storage_class:
                 out.add(cache_stack(cache.namespace, cache.name), cluster.name,
-                        cache_objects(cache, cluster.cache_storage_class))
-    out.problems += _collisions(fleet, out)
+                        cache_objects(cache, cluster.cache_storage_class,
+                                      tenancy.workload_namespace(cache.namespace, chosen)))
+                used.setdefault((cache.namespace, cluster.name), Counter())
+                out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
+    serving = {ms.namespace for ms in fleet.of("ModelService")}  # teams with routes and backends on the control plane
+    for team in serving if host is not None else ():
+        used.setdefault((team, str(host)), Counter())
+    for (team, cluster_name), devices in sorted(used.items()):
+        namespace = tenancy.workload_namespace(team, chosen)
+        objects = team_objects(team, namespace, devices) if tenancy.owns_namespace(namespace) else []
+        if cluster_name == host and team in serving and tenancy.owns_namespace(team) and namespace != team:
+            objects.insert(0, control_plane_namespace(team))  # teams share `default`: the route namespace alone
+        if objects:
+            out.add(team_stack(team, cluster_name), cluster_name, objects)
+    out.problems += _collisions(fleet, out, chosen)
     return out
 
 
-def _collisions(fleet: Fleet, out: Rendered) -> list[Problem]:
-    """Two stacks must never own the same object on the same target: refuse instead of fighting."""
+def _collisions(fleet: Fleet, out: Rendered, chosen: str = tenancy.PER_TEAM) -> list[Problem]:
+    """Two stacks must never own the same object on the same target: refuse instead of fighting, and say why."""
     owners: dict[tuple, str] = {}
     problems = []
     for stack, target, obj in out.objects():
@@ -154,7 +202,16 @@ def _collisions(fleet: Fleet, out: Rendered) -> list[Problem]:
         key = (target, obj["apiVersion"].split("/")[0], obj["kind"], meta.get("namespace", ""), meta["name"])
         if key in owners and owners[key] != stack:
             problems.append(Problem(stack, 0, f"{obj['kind']}/{meta['name']}", "",
-                                    f"on {target}, {owners[key]} already creates this object (same-named deployments "
-                                    "in two namespaces share the workload namespace; rename one)"))
+                                    f"on {target}, {owners[key]} already creates this object: "
+                                    f"{_collision_cause(owners[key], stack, meta.get('namespace', ''), chosen)}"))
         owners.setdefault(key, stack)
     return problems
+
+
+def _collision_cause(first: str, second: str, namespace: str, chosen: str) -> str:
+    a, b = StackId.parse(first), StackId.parse(second)
+    if a.kind == b.kind == "model" and a.namespace != b.namespace and namespace == tenancy.SHARED_NAMESPACE:
+        return (f"deployments {a.namespace}/{a.name} and {b.namespace}/{b.name} share the workload namespace "
+                f"`default` ({tenancy.ANNOTATION}: {chosen} on the InferenceGateway) and compose same-named objects; "
+                f"rename one, or remove the annotation so that each team gets its own namespace")
+    return f"{first} and {second} compose the same object; rename one of the objects they come from"

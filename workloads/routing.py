@@ -14,7 +14,7 @@ import hashlib
 from fleet.names import suffixed
 from workloads import dynamo
 from workloads.context import ReplicaContext
-from workloads.pods import ENGINE_PORT, REMOTE_NAMESPACE
+from workloads.pods import ENGINE_PORT
 from workloads.versions import EPP_IMAGE
 from workloads.yamlio import dump
 
@@ -65,8 +65,8 @@ def epp_config(ctx: ReplicaContext) -> str:
     return dump(config)
 
 
-def _meta(name: str, labels: dict) -> dict:
-    return {"name": name, "namespace": REMOTE_NAMESPACE, "labels": dict(labels)}
+def _meta(ctx: ReplicaContext, name: str, labels: dict) -> dict:
+    return {"name": name, "namespace": ctx.workload_namespace, "labels": dict(labels)}
 
 
 def endpoint_picker(ctx: ReplicaContext) -> list[dict]:
@@ -75,18 +75,18 @@ def endpoint_picker(ctx: ReplicaContext) -> list[dict]:
     config = epp_config(ctx)
     checksum = hashlib.sha256(config.encode()).hexdigest()
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, labels)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, labels), "rules": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(ctx, name, labels)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(ctx, name, labels), "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
             {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "watch", "list"]},
             {"apiGroups": ["inference.networking.x-k8s.io", "llm-d.ai"],
              "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": ["get", "watch", "list"]},
         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, labels),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(ctx, name, labels),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": REMOTE_NAMESPACE}]},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, labels), "data": {"epp-config.yaml": config}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, labels), "spec": {
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ctx.workload_namespace}]},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(ctx, name, labels), "data": {"epp-config.yaml": config}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(ctx, name, labels), "spec": {
             "replicas": 1, "strategy": {"type": "Recreate"},  # prefix-cache state lives in memory: one active picker
             "selector": {"matchLabels": {"app": name}},
             "template": {
@@ -95,7 +95,7 @@ def endpoint_picker(ctx: ReplicaContext) -> list[dict]:
                     "serviceAccountName": name, "terminationGracePeriodSeconds": 130,
                     "containers": [{
                         "name": "epp", "image": EPP_IMAGE,
-                        "args": [f"--pool-name={pool}", f"--pool-namespace={REMOTE_NAMESPACE}",
+                        "args": [f"--pool-name={pool}", f"--pool-namespace={ctx.workload_namespace}",
                                  "--pool-group=inference.networking.k8s.io", "--config-file=/config/epp-config.yaml",
                                  f"--grpc-port={EPP_PORT}", f"--grpc-health-port={EPP_HEALTH_PORT}", "--zap-encoder=json"],
                         "ports": [{"name": "grpc", "containerPort": EPP_PORT}, {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT},
@@ -110,7 +110,7 @@ def endpoint_picker(ctx: ReplicaContext) -> list[dict]:
                 },
             },
         }},
-        {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, labels), "spec": {
+        {"apiVersion": "v1", "kind": "Service", "metadata": _meta(ctx, name, labels), "spec": {
             "selector": {"app": name},
             "ports": [{"name": "grpc-ext-proc", "port": EPP_PORT, "targetPort": EPP_PORT, "protocol": "TCP",
                        "appProtocol": "kubernetes.io/h2c"},
@@ -122,7 +122,7 @@ def endpoint_picker(ctx: ReplicaContext) -> list[dict]:
 def inference_pool(ctx: ReplicaContext) -> dict:
     return {
         "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-        "metadata": _meta(pool_name(ctx.name), ctx.labels),
+        "metadata": _meta(ctx, pool_name(ctx.name), ctx.labels),
         "spec": {"selector": {"matchLabels": {"modelplane.ai/serving": ctx.name}},
                  "targetPorts": [{"number": ENGINE_PORT}],
                  "endpointPickerRef": {"name": epp_name(ctx.name), "port": {"number": EPP_PORT}, "failureMode": "FailOpen"}},
@@ -136,7 +136,7 @@ def replica_path(namespace: str, replica: str) -> str:
 def workload_route(ctx: ReplicaContext, backend_ref: dict) -> dict:
     return {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": _meta(ctx.name, ctx.labels),
+        "metadata": _meta(ctx, ctx.name, ctx.labels),
         "spec": {
             "parentRefs": [dict(WORKLOAD_GATEWAY)],
             "rules": [{

@@ -4,9 +4,11 @@ A ModelService selects endpoints by labels, in its own namespace only (the refer
 selects across namespaces). An endpoint is either a placed replica that is ready on a
 cluster with a gateway address (`http://<cluster gateway>/<ns>/<replica>/v1`, rewritten to
 `/<ns>/<replica>/`), or an external ModelEndpoint. Each endpoint is a selectorless Service
-plus an EndpointSlice pointing at its host; the route sends `/<ns>/<service>/` to every
-endpoint with its own prefix rewrite and a weight. External `https` endpoints get TLS to
-the backend (BackendTLSPolicy, system CAs, SNI and Host set to the endpoint's host).
+plus an EndpointSlice pointing at its host, composed once however many services select it
+(the namespace's `endpoints-<ns>` stack owns them); each service's route sends
+`/<ns>/<service>/` to its endpoints with their own prefix rewrite and a weight. External
+`https` endpoints get TLS to the backend (BackendTLSPolicy, system CAs, SNI and Host set to
+the endpoint's host).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Endpoint:
     rewrite_path: str | None
     labels: dict = field(default_factory=dict, hash=False, compare=False)
     placeholder: str | None = None  # why the address is not known yet (render and previews only)
+    composed: bool = False  # a placed replica's endpoint (the reference composes a ModelEndpoint for it)
 
     @property
     def parsed(self):
@@ -127,12 +130,11 @@ def backend_objects(ep: Endpoint) -> list[dict]:
     return objects
 
 
-def service_objects(service, endpoints: list[Endpoint]) -> list[dict]:
+def route_objects(service, endpoints: list[Endpoint]) -> tuple[list[dict], list[Endpoint]]:
+    """The service's HTTPRoute, and the endpoints it routes to (whose objects `backend_objects` composes once)."""
     weighted = distribute_weights(select(service, endpoints))
-    objects: list[dict] = []
     backend_refs = []
     for ep, weight in weighted:
-        objects += backend_objects(ep)
         rewrite: dict = {}
         if ep.rewrite_path:
             rewrite["path"] = {"type": "ReplacePrefixMatch", "replacePrefixMatch": ep.rewrite_path}
@@ -145,10 +147,10 @@ def service_objects(service, endpoints: list[Endpoint]) -> list[dict]:
     rule: dict = {"matches": [{"path": {"type": "PathPrefix", "value": f"/{service.namespace}/{service.name}/"}}]}
     if backend_refs:
         rule["backendRefs"] = backend_refs
-    objects.append({
+    route = {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": service.name, "namespace": service.namespace,
                      "labels": {"modelplane.ai/service": service.name}},
         "spec": {"parentRefs": [dict(FLEET_GATEWAY)], "rules": [rule]},
-    })
-    return objects
+    }
+    return [route], [ep for ep, _ in weighted]
