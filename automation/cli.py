@@ -411,6 +411,20 @@ def _refuse_undeployable(fleet, specs) -> None:
         raise SystemExit(EXIT_INVALID)
 
 
+def _objects_with_status(fleet, prepared, applied: dict) -> str:
+    """`status -o yaml`: the objects as the portal serves them, from what `up` recorded in this state folder."""
+    import yaml
+
+    from automation.conditions import Observed, composed, snapshot, with_status
+
+    snap = snapshot(prepared.desired)
+    observed = Observed(applied)
+    bodies = [o.model_dump(mode="json", exclude_none=True) for o in fleet.objects if o.kind != "ModelReplica"]
+    gateways = [b for b in bodies if b["kind"] == "InferenceGateway"]
+    items = [with_status(b, snap, observed, gateways) for b in bodies] + composed(None, snap, observed)
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+
+
 def _service_addresses(prepared, applied: dict) -> list[dict]:
     """Each ModelService's OpenAI-compatible base address, once the fleet gateway's address is known."""
     from fleet.stack_id import StackId
@@ -558,8 +572,10 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, 
 
 @cli.command()
 @_paths_option
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table for people; json: stacks, unscheduled deployments, the gateway's host and service addresses.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
+              help="table for people; json: stacks, unscheduled deployments, the gateway's host and service addresses; "
+                   "yaml: every object (and the ModelReplicas and ModelEndpoints it composes) with the status and "
+                   "conditions the portal serves, as a Kubernetes List.")
 @click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
               help="The InferenceCluster hosting the fleet gateway (default: the first by name that can host it).")
 @_state_option
@@ -589,6 +605,9 @@ def status(paths, output, control_plane, state) -> None:
         rows.append({"name": c.name, "change": "rename" if c.name in renames else c.change,
                      "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason})
     services = _service_addresses(prepared, applied)
+    if output == "yaml":
+        click.echo(_objects_with_status(loaded.fleet, prepared, applied), nl=False)
+        return
     if output == "json":
         click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled],
                                "controlPlane": host, "services": services}, indent=2))

@@ -10,7 +10,7 @@ from typing import Callable
 
 from automation.orchestrator import Orchestrator, Report
 from automation.runner import Operation
-from automation.stacks import StackChange, StackSpec, changes, desired_state
+from automation.stacks import DesiredState, StackChange, StackSpec, changes, desired_state
 from automation.state import STATE_DIR, StateStore
 from fleet.plan import Plan
 from fleet.validate import Fleet
@@ -25,6 +25,7 @@ class Prepared:
     store: StateStore
     problems: list[str]
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
+    desired: DesiredState | None = None  # everything the plan renders (status reads endpoints, routes, caches)
 
     def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
@@ -37,7 +38,7 @@ def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = 
     store = StateStore(root or Path(STATE_DIR))
     desired = desired_state(fleet, store.placements(), control_plane)
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, store.fingerprints()), store,
-                    desired.problems, dict(desired.rendered.addresses))
+                    desired.problems, dict(desired.rendered.addresses), desired)
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:

@@ -418,7 +418,10 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
         if obj.ref in fleet.origin:
             first = fleet.origin[obj.ref]
             problems.append(Problem(doc.source, doc.line, f"{obj.kind}/{obj.name}", "metadata.name",
-                                    f"duplicate object: {obj.ref} is also defined at {first.source}:{first.line}"))
+                                    f"duplicate object: {obj.ref} is also defined at {first.source}:{first.line}"
+                                    + (f"; these look like two variants of one object: give only one of the files "
+                                       f"({first.source} or {doc.source}) with -f" if first.source != doc.source
+                                       else "")))
             continue
         fleet.origin[obj.ref] = doc
         fleet.objects.append(obj)

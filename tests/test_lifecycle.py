@@ -330,6 +330,16 @@ def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_s
             assert ups == ["platform-c1", "team-team-a.c1", "model-team-a.qwen"]
             # one state: the CLI sees what the portal applied, in the same backend (no second cluster)
             assert set(double.recorded()) == {"platform-c1", "team-team-a.c1", "model-team-a.qwen"}
+            # the conditions users' tools read now say what was applied (Pulumi waited for the workloads)
+            md = admin.get(path).json()
+            ready = {c["type"]: (c["status"], c["reason"]) for c in md["status"]["conditions"]}
+            assert ready["ReplicasReady"] == ("True", "AllReplicasReady") and md["status"]["replicas"]["ready"] == 1
+            (replica,) = admin.get(f"{API}/namespaces/team-a/modelreplicas").json()["items"]
+            assert {c["type"]: c["status"] for c in replica["status"]["conditions"]} == {"ModelAccepted": "True",
+                                                                                       "ModelReady": "True"}
+            c1 = admin.get(f"{API}/inferenceclusters/c1").json()
+            assert {c["type"]: c["status"] for c in c1["status"]["conditions"]} == {"ClusterReady": "True",
+                                                                                  "BackendReady": "True"}
             assert all(pathlib.Path(c["cwd"]).parent == state / "stacks" for c in double.calls() if _verb(c["argv"]) == "up")
             # a DELETE is applied too: the stack is destroyed and forgotten (it used to crash in the runner)
             assert admin.delete(path).status_code == 200

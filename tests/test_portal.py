@@ -73,7 +73,8 @@ def test_create_get_replace_conflict_delete(portal):
         meta = created.json()["metadata"]
         assert meta["generation"] == 1 and meta["resourceVersion"] and meta["uid"]
         status = created.json()["status"]
-        assert status["replicas"] == {"desired": 1, "placed": 1} and status["placement"][0]["cluster"] == "c1"
+        assert status["replicas"] == {"desired": 1, "placed": 1, "total": 1, "ready": 0}
+        assert status["placement"][0]["cluster"] == "c1"
         replica = status["placement"][0]["name"]
         assert status["placement"][0]["endpoint"] == f"http://c1.gateway.pending.modelplane.invalid/team-a/{replica}/v1"
         # same spec again: a new resourceVersion, the same generation

@@ -147,3 +147,15 @@ def test_up_refuses_a_secret_that_has_no_value_before_anything_runs(double, caps
     assert "cache-ml-team.qwen3-coder: Secret ml-team/hf-token key 'HF_TOKEN' has no value" in err
     assert "$MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN" in err
     assert not [c for c in pulumi_double.calls(double / "double") if c["argv"][:1] == ["up"]]
+
+
+def test_fields_naming_credentials_this_project_does_not_use_are_warned_about():
+    from tests.manifests import cluster, run
+
+    existing = cluster("onprem")
+    existing["spec"]["cluster"]["existing"]["identitySecretRef"] = {"name": "gcp-sa"}
+    gke = cluster("gke", source="GKE")
+    gke["spec"]["cluster"]["gke"]["credentials"] = {"name": "default"}
+    warnings = {(p.object.split("/")[-1], p.path): p.message for p in run(existing, gke).problems if p.warning}
+    assert "is not used" in warnings[("onprem", "spec.cluster.existing.identitySecretRef")]
+    assert "gcloud application default credentials" in warnings[("gke", "spec.cluster.gke.credentials")]

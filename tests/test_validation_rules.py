@@ -199,7 +199,8 @@ ROWS = [
     ("cluster gke region required", cluster, "spec.cluster", {"source": "GKE", "gke": {}}, ("spec.cluster.gke.region", "required")),
     ("cluster gke region too long", cluster, "spec.cluster", {"source": "GKE", "gke": {"region": "r" * 33}}, ("spec.cluster.gke.region", "at most 32")),
     ("cluster secret name required", cluster, "spec.cluster.existing.secretRef", {"key": "k"}, ("spec.cluster.existing.secretRef.name", "required")),
-    ("cluster no pools", cluster, "spec.nodePools", [], ("spec.nodePools", "at least 1 item")),
+    # optional here (the reference requires one): a pool-less cluster hosts the gateway and offers no capacity
+    ("cluster no pools ok", cluster, "spec.nodePools", [], None),
     ("cluster nine pools", cluster, "spec.nodePools", [{"name": f"p{i}", "className": "l4"} for i in range(9)], ("spec.nodePools", "at most 8 items")),
     ("cluster duplicate pools", cluster, "spec.nodePools", [{"name": "p", "className": "l4"}] * 2, ("spec.nodePools[1]", "duplicate node pool name 'p'")),
     ("pool name 40 ok", cluster, "spec.nodePools[0].name", "p" * 40, None),

@@ -49,8 +49,20 @@ def secret_refs(obj: dict) -> dict[str, SecretRef]:
     return {key: SecretRef(namespace, name, key) for key in obj.get("stringData", {})}
 
 
-def cache_objects(cache, storage_class: str, namespace: str) -> list[dict]:
-    """The cache's objects on one cluster, in `namespace` (the team's workload namespace there)."""
+HYDRATED_TTL_SECONDS = 3600  # a finished hydration Job is garbage-collected an hour later
+
+
+def hydrated_clusters(cache) -> set[str]:
+    """Clusters where an observed status (the cache given as `kubectl get -o yaml` shows it) says the weights are
+    staged: the hydration Job has done its work there and leaves the stack."""
+    status = cache.status if isinstance(cache.status, dict) else {}
+    return {str(c.get("name")) for c in status.get("clusters") or []
+            if isinstance(c, dict) and c.get("phase") == "Ready"}
+
+
+def cache_objects(cache, storage_class: str, namespace: str, hydrated: bool = False) -> list[dict]:
+    """The cache's objects on one cluster, in `namespace` (the team's workload namespace there); without the
+    hydration Job once the cluster's copy is `hydrated`."""
     hf = cache.spec.huggingFace
     pvc = cache_pvc_name(cache.namespace, cache.name)
     labels = {"modelplane.ai/modelcache": cache.name}
@@ -73,6 +85,8 @@ def cache_objects(cache, storage_class: str, namespace: str) -> list[dict]:
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
                  "resources": {"requests": {"storage": f"{hf.sizeGiB}Gi"}}},
     })
+    if hydrated:
+        return objects
     container = {"name": "hydrate", "image": HYDRATION_IMAGE, "command": ["/bin/sh", "-c"],
                  "args": [hydration_script(hf.repo, hf.revision)],
                  "volumeMounts": [{"name": "artifact", "mountPath": MOUNT}]}
@@ -83,7 +97,8 @@ def cache_objects(cache, storage_class: str, namespace: str) -> list[dict]:
         # Hydrating a large model can take hours: the stack does not wait for the Job to finish.
         "metadata": {"name": child_name("modelcache", cache.namespace, cache.name, "hydrate"), **meta,
                      "annotations": {"pulumi.com/skipAwait": "true"}},
-        "spec": {"backoffLimit": 3, "template": {"metadata": {"labels": labels}, "spec": {
+        "spec": {"backoffLimit": 3, "ttlSecondsAfterFinished": HYDRATED_TTL_SECONDS,
+                 "template": {"metadata": {"labels": labels}, "spec": {
             "restartPolicy": "OnFailure", "containers": [container],
             "volumes": [{"name": "artifact", "persistentVolumeClaim": {"claimName": pvc}}]}}},
     })

@@ -27,7 +27,7 @@ from fleet.problems import Problem
 from fleet.stack_id import StackId
 from workloads import autoscaling, dynamo, llmd, native, routing
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
-from workloads.cache import cache_objects
+from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context
 from workloads.service_routing import Endpoint, backend_objects, route_objects
 
@@ -176,7 +176,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None) -> Rendered:
             if cluster.cache_storage_class:
                 out.add(cache_stack(cache.namespace, cache.name), cluster.name,
                         cache_objects(cache, cluster.cache_storage_class,
-                                      tenancy.workload_namespace(cache.namespace, chosen)))
+                                      tenancy.workload_namespace(cache.namespace, chosen),
+                                      hydrated=cluster.name in hydrated_clusters(cache)))
                 used.setdefault((cache.namespace, cluster.name), Counter())
                 out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
     serving = {ms.namespace for ms in fleet.of("ModelService")}  # teams with routes and backends on the control plane

@@ -26,7 +26,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from automation.portal.auth import Principal, Tokens, TokensFile, digest
 from automation.portal.guard import Caller, Guard, SignInLimiter, status_body
-from automation.portal.service import PLURALS, ApiError, object_status, parse_body, quota_problem, replan
+from automation import conditions
+from automation.conditions import Observed
+from automation.portal.service import PLURALS, ApiError, parse_body, quota_problem, replan
 from automation.portal.store import Store, StoreBusy
 from fleet.stack_id import StackId, StackIdError
 
@@ -199,27 +201,108 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         if not NAME.match(name):
             raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
 
-    def context(conn):
-        plan = json.loads(store.get_state(conn, "plan") or "{}")
+    def observation(conn) -> tuple[dict, Observed, list[dict]]:
+        """The last replan's snapshot, how its stacks stand (applied by the worker, latest runs), the gateways."""
+        snap = json.loads(store.get_state(conn, "snapshot") or "{}")
+        applied = json.loads(store.get_state(conn, "applied") or "{}")
+        details = json.loads(store.get_state(conn, "appliedDetails") or "{}")
         latest: dict[str, dict] = {}
         for run in reversed(store.list_runs(conn, 1000)):
             latest[run["stack"]] = run
-        gateway = next((o for o in store.list(conn, "InferenceGateway")), None)
-        return plan, latest, ((gateway or {}).get("status") or {}).get("address")
-
-    def cluster_gateways(conn) -> dict[str, str]:
-        """Observed cluster gateway addresses (an admin may PUT an InferenceCluster with its status)."""
-        addresses = json.loads(store.get_state(conn, "clusterGateways") or "{}")
-        return addresses
+        observed = Observed({stack: {"fingerprint": fp, **details.get(stack, {})} for stack, fp in applied.items()},
+                            latest)
+        return snap, observed, store.list(conn, "InferenceGateway")
 
     def with_status(body: dict, conn, known: tuple | None = None) -> dict:
-        """The object with its status; `known` is context() and cluster_gateways() already read for this request."""
-        plan, latest, gateway, gateways = known or (*context(conn), cluster_gateways(conn))
-        return {**body, "status": object_status(body["kind"], body, plan, latest, gateway, gateways)}
+        """The object with its status; `known` is observation() already read for this request."""
+        return conditions.with_status(body, *(known or observation(conn)))
 
     def statuses(bodies: list[dict], conn) -> list[dict]:
-        known = (*context(conn), cluster_gateways(conn))  # read once per request, not once per object
+        known = observation(conn)  # read once per request, not once per object
         return [with_status(b, conn, known) for b in bodies]
+
+    # ---- composed objects (read-only), and the scale subresource ----------------------------------------
+
+    def composed_in(namespace: str, kind: str, conn) -> list[dict]:
+        snap, observed, _ = observation(conn)
+        return [o for o in conditions.composed(namespace, snap, observed) if o["kind"] == kind]
+
+    def read_only(plural: str) -> ApiError:
+        return ApiError(405, "MethodNotAllowed", f"{plural} are composed from ModelDeployments and are read-only",
+                        headers={"Allow": "GET"})
+
+    @app.get(API + "/namespaces/{namespace}/modelreplicas")
+    def list_replicas(namespace: str, request: Request):
+        if not principal(request).can_see(namespace):
+            raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
+        with store.read() as conn:
+            items = composed_in(namespace, "ModelReplica", conn)
+        return {"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplicaList", "items": items}
+
+    @app.get(API + "/namespaces/{namespace}/modelreplicas/{name}")
+    def get_replica(namespace: str, name: str, request: Request):
+        if principal(request).can_see(namespace):
+            with store.read() as conn:
+                found = [o for o in composed_in(namespace, "ModelReplica", conn) if o["metadata"]["name"] == name]
+            if found:
+                return found[0]
+        raise ApiError(404, "NotFound", f"modelreplicas {name[:80]!r} not found")
+
+    @app.api_route(API + "/namespaces/{namespace}/modelreplicas/{name}", methods=["PUT", "PATCH", "DELETE", "POST"],
+                   include_in_schema=False)
+    def write_replica(namespace: str, name: str, request: Request):
+        principal(request)
+        raise read_only("modelreplicas")
+
+    @app.get(API + "/namespaces/{namespace}/modeldeployments/{name}/scale")
+    def get_scale(namespace: str, name: str, request: Request):
+        if not principal(request).can_see(namespace):
+            raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+        with store.read() as conn:
+            body = store.get(conn, "ModelDeployment", namespace, name)
+            if body is None:
+                raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+            return scale_of(with_status(body, conn))
+
+    @app.put(API + "/namespaces/{namespace}/modeldeployments/{name}/scale")
+    async def put_scale(namespace: str, name: str, request: Request):
+        """`kubectl scale`: the Scale's spec.replicas becomes the deployment's, through the same checks as a PUT."""
+        who = principal(request)
+        if not who.can_write(namespace):
+            raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+        raw = await request.body()
+
+        def rescale() -> dict:
+            try:
+                wanted = json.loads(raw or b"{}")
+            except ValueError:
+                raise ApiError(400, "BadRequest", "the body is not a JSON Scale object") from None
+            replicas = ((wanted.get("spec") if isinstance(wanted, dict) else None) or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool):
+                raise ApiError(422, "Invalid", "spec.replicas must be an integer")
+            with store.read() as conn:
+                body = store.get(conn, "ModelDeployment", namespace, name)
+            if body is None:
+                raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+            sent = (wanted.get("metadata") or {}).get("resourceVersion")
+            body["spec"]["replicas"] = replicas
+            body["metadata"] = {k: v for k, v in body["metadata"].items() if k in ("name", "namespace", "labels",
+                                                                                   "annotations")}
+            if sent is not None:
+                body["metadata"]["resourceVersion"] = sent
+            saved, _, _ = put("ModelDeployment", namespace, name, json.dumps(body).encode())
+            return scale_of(saved)
+
+        return await run_in_threadpool(rescale)
+
+    def scale_of(body: dict) -> dict:
+        meta = body["metadata"]
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
+                             "resourceVersion": meta.get("resourceVersion"), "uid": meta.get("uid")},
+                "spec": {"replicas": body["spec"]["replicas"]},
+                "status": {"replicas": ((body.get("status") or {}).get("replicas") or {}).get("total", 0),
+                           "selector": f"modelplane.ai/deployment={meta['name']}"}}
 
     # ---- namespaced kinds ---------------------------------------------------------------------------
 
@@ -230,6 +313,8 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
         with store.read() as conn:
             items = statuses(store.list(conn, kind, namespace), conn)
+            if kind == "ModelEndpoint":  # the replicas' endpoints, as the reference composes them
+                items += composed_in(namespace, kind, conn)
             version = store.get_state(conn, "resourceVersion") or "0"
         return {"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List", "metadata": {"resourceVersion": version},
                 "items": items}
@@ -241,6 +326,10 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
         with store.read() as conn:
             body = store.get(conn, kind, namespace, name)
+            if body is None and kind == "ModelEndpoint":
+                body = next((o for o in composed_in(namespace, kind, conn) if o["metadata"]["name"] == name), None)
+                if body is not None:
+                    return body
             if body is None:
                 raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
             return with_status(body, conn)
@@ -257,6 +346,11 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         sent_version = body["metadata"].pop("resourceVersion", None)
         with store.write() as conn:
             existing = store.get(conn, kind, namespace or "", name)
+            if kind == "ModelEndpoint" and existing is None and any(
+                    ep.get("composed") and ep["namespace"] == namespace and ep["name"] == name
+                    for ep in json.loads(store.get_state(conn, "snapshot") or "{}").get("endpoints", [])):
+                raise ApiError(409, "Conflict", f"ModelEndpoint {name!r} is composed for a replica of a ModelDeployment "
+                                                "and is read-only; give yours another name")
             if sent_version is not None and (existing is None or existing["metadata"]["resourceVersion"] != str(sent_version)):
                 raise ApiError(409, "Conflict", f"the object has been modified; resourceVersion {sent_version} is stale, "
                                                 "get the latest and try again")
@@ -389,7 +483,8 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             return response
         person = who.principal
         with store.read() as conn:
-            plan, latest, gateway = context(conn)
+            plan, observed, gateways = observation(conn)
+            gateway = conditions.gateway_address(plan, observed, gateways)
             clusters = store.list(conn, "InferenceCluster")
             classes = {c["metadata"]["name"]: c for c in store.list(conn, "InferenceClass")}
             deployments = statuses([o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])], conn)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from automation.conditions import snapshot
 from automation.stacks import changes, desired_state
 from automation.state import replica_from_dict
 from fleet.api import KINDS
 from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
-from fleet.stack_id import StackId
 from fleet.validate import Fleet, validate_document
 
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
@@ -141,7 +141,7 @@ def compute_replan(stored: list[dict], placements: str, desired_before: str, app
             elif change.change == "delete":
                 runs.append((change.name, "destroy", ""))
     return {"placements": json.dumps([asdict(r.recorded()) for r in plan.replicas]), "plan": plan_to_dict(plan),
-            "fingerprints": fingerprints, "problems": problems, "runs": runs}
+            "fingerprints": fingerprints, "problems": problems, "runs": runs, "snapshot": snapshot(desired)}
 
 
 def replan(store, conn, apply: bool, compute=None) -> Replanned:
@@ -153,42 +153,7 @@ def replan(store, conn, apply: bool, compute=None) -> Replanned:
     store.set_state(conn, "placements", result["placements"])
     store.set_state(conn, "plan", json.dumps(result["plan"]))
     store.set_state(conn, "desired", json.dumps(result["fingerprints"]))
+    store.set_state(conn, "snapshot", json.dumps(result["snapshot"]))
     for stack, operation, fingerprint in result["runs"]:
         store.enqueue(conn, stack, operation, fingerprint)
     return Replanned(result["plan"], result["fingerprints"], result["problems"])
-
-
-def object_status(kind: str, body: dict, plan: dict, runs_by_stack: dict[str, dict], gateway: str | None,
-                  cluster_gateways: dict[str, str] | None = None) -> dict:
-    meta = body["metadata"]
-    ns, name = meta.get("namespace", ""), meta["name"]
-    if kind == "ModelDeployment":
-        key = f"{ns}/{name}"
-        replicas = [r for r in plan.get("replicas", []) if r["deployment"] == key]
-        missing = next((u for u in plan.get("unscheduled", []) if u["deployment"] == key), None)
-        stack = str(StackId.model(ns, name))
-        return {"replicas": {"desired": body["spec"]["replicas"], "placed": len(replicas)},
-                "placement": [{**{k: r[k] for k in ("name", "cluster", "index", "engines")},
-                               "endpoint": _endpoint(ns, r, cluster_gateways or {})} for r in replicas],
-                "unscheduled": {"missing": missing["missing"], "reasons": missing["reasons"]} if missing else None,
-                "stack": _stack_state(stack, runs_by_stack)}
-    if kind == "ModelService":
-        stack = str(StackId.service(ns, name))
-        address = f"http://{gateway or 'fleet-gateway.pending.modelplane.invalid'}/{ns}/{name}"
-        return {"address": address, "stack": _stack_state(stack, runs_by_stack)}
-    if kind == "ModelCache":
-        return {"stack": _stack_state(str(StackId.cache(ns, name)), runs_by_stack)}
-    if kind == "InferenceCluster":
-        return {"stack": _stack_state(str(StackId.platform(name)), runs_by_stack)}
-    return {}
-
-
-def _endpoint(namespace: str, replica: dict, cluster_gateways: dict[str, str]) -> str:
-    """The replica's URL behind its cluster's gateway (a marked placeholder until the address is known)."""
-    address = cluster_gateways.get(replica["cluster"]) or f"{replica['cluster']}.gateway.pending.modelplane.invalid"
-    return f"http://{address}/{namespace}/{replica['name']}/v1"
-
-
-def _stack_state(stack: str, runs_by_stack: dict[str, dict]) -> dict:
-    run = runs_by_stack.get(stack)
-    return {"name": stack, "lastRun": {"id": run["id"], "status": run["status"], "operation": run["operation"]} if run else None}

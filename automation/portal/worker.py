@@ -111,6 +111,12 @@ class Worker(threading.Thread):
                 else:
                     applied[run["stack"]] = fingerprint
                 self.store.set_state(conn, "applied", json.dumps(applied))
+                details = json.loads(self.store.get_state(conn, "appliedDetails") or "{}")
+                if run["operation"] == "destroy":
+                    details.pop(run["stack"], None)
+                else:  # plain outputs only (the runner drops secret ones): what status reads
+                    details[run["stack"]] = {"outputs": outputs or {}, "appliedAt": now().isoformat(timespec="seconds")}
+                self.store.set_state(conn, "appliedDetails", json.dumps(details))
                 cluster = StackId.parse(run["stack"]).cluster
                 if cluster is not None:  # a platform stack: its gateway makes replica endpoints real
                     gateways = json.loads(self.store.get_state(conn, "clusterGateways") or "{}")

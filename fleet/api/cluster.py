@@ -130,17 +130,24 @@ class NodePool(Strict):
 class InferenceClusterSpec(Strict):
     cluster: ClusterSource
     taints: list[Taint] | None = None
-    nodePools: list[NodePool] = Field(min_length=1, max_length=8)
+    # Optional: a cluster without pools offers no capacity, but can host the fleet gateway (a CPU control plane).
+    nodePools: list[NodePool] = Field(default_factory=list, max_length=8)
 
 
 class GatewayStatus(Strict):
     address: str | None = None
 
 
+class ObservedDevice(Device):
+    """A device as a cluster reports it: a count of 0 (drivers not up yet, devices failed) means no capacity."""
+
+    count: Annotated[int, Int(0, 64)] = 1
+
+
 class GpuPool(Strict):
     name: Annotated[str, Str(1)]
     nodes: int | None = None
-    devices: list[Device] | None = Field(default=None, max_length=16)
+    devices: list[ObservedDevice] | None = Field(default=None, max_length=16)
 
 
 class ClusterStatus(Strict):

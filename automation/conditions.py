@@ -1,0 +1,285 @@
+"""Every object's status as the reference's tools read it: its status fields and its conditions.
+
+Computed from what is known, never invented: the plan (placements and shortfalls), what the desired
+stacks render (endpoints, which services route to them, where caches stage), and how each stack stands:
+applied at the fingerprint the manifests ask for (the recorded state of `up` and of the portal's worker),
+queued, running or failed (the portal's runs). A condition whose truth depends on something not yet
+applied is `Unknown` (reason `NotApplied`), not `False`; a model stack applied at the desired fingerprint
+means Pulumi waited for its workloads to be Available, so its replicas were ready when it finished.
+
+`snapshot()` turns a DesiredState into plain JSON (the portal stores it with each replan);
+`with_status()` and `composed()` read only that snapshot and the observations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fleet.plan_output import plan_to_dict
+from fleet.stack_id import StackId
+
+if TYPE_CHECKING:
+    from automation.stacks import DesiredState
+
+API = "modelplane.ai/v1alpha1"
+
+
+def snapshot(desired: DesiredState) -> dict:
+    """What status needs from one planning: JSON, so the portal can store it with the replan that made it."""
+    rendered = desired.rendered
+    return {
+        **plan_to_dict(desired.plan),
+        "fingerprints": {name: spec.fingerprint for name, spec in desired.specs.items()},
+        "endpoints": [{"namespace": ep.namespace, "name": ep.name, "url": ep.url, "rewritePath": ep.rewrite_path,
+                       "labels": dict(ep.labels), "composed": ep.composed} for ep in rendered.endpoints],
+        "routes": {f"{ns}/{name}": names for (ns, name), names in sorted(rendered.routes.items())},
+        "caches": {f"{ns}/{name}": clusters for (ns, name), clusters in sorted(rendered.cache_clusters.items())},
+    }
+
+
+@dataclass
+class Observed:
+    """How the stacks stand: `applied` is the recorded state's stacks ({name: {fingerprint, outputs, appliedAt}}),
+    `runs` the latest run per stack where a portal keeps them ({name: {status, fingerprint, finishedAt, log}})."""
+
+    applied: dict[str, dict] = field(default_factory=dict)
+    runs: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Standing:
+    status: str  # "True" (applied as desired), "False" (working on it, or failed), "Unknown"
+    reason: str
+    message: str
+    since: str | None = None
+
+
+def standing(stack: str, snap: dict, observed: Observed, verbs: tuple[str, str] = ("Deploying", "Failed")) -> Standing:
+    """The desired stack's standing: applied at its desired fingerprint, on its way, failed, or not known."""
+    want = snap.get("fingerprints", {}).get(stack)
+    applied = observed.applied.get(stack) or {}
+    run = observed.runs.get(stack) or {}
+    if want is not None and applied.get("fingerprint") == want:
+        return Standing("True", "Applied", f"stack {stack} is applied", applied.get("appliedAt"))
+    if run.get("status") in ("queued", "running"):
+        return Standing("False", verbs[0], f"stack {stack} is {run['status']}", run.get("startedAt"))
+    if run.get("status") == "failed" and run.get("fingerprint") in (want, None, ""):
+        last = next((line for line in reversed((run.get("log") or "").splitlines()) if line.strip()), "")
+        return Standing("False", verbs[1], f"stack {stack} failed: {last[:200]}", run.get("finishedAt"))
+    if applied:
+        return Standing("Unknown", "PendingUpdate", f"stack {stack} is applied, but not the current manifests",
+                        applied.get("appliedAt"))
+    return Standing("Unknown", "NotApplied", f"stack {stack} has not been applied", None)
+
+
+def condition(type_: str, status: str, reason: str, message: str, generation: int | None = None,
+              since: str | None = None) -> dict:
+    out: dict[str, Any] = {"type": type_, "status": status, "reason": reason, "message": message}
+    if since:
+        out["lastTransitionTime"] = since
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
+
+
+def _generation(body: dict) -> int | None:
+    value = body.get("metadata", {}).get("generation")
+    return int(value) if value is not None else None
+
+
+def _from(st: Standing, type_: str, true_reason: str, true_message: str, generation: int | None) -> dict:
+    if st.status == "True":
+        return condition(type_, "True", true_reason, true_message, generation, st.since)
+    return condition(type_, st.status, st.reason, st.message, generation, st.since)
+
+
+def _output(observed: Observed, stack: str, key: str) -> Any:
+    return ((observed.applied.get(stack) or {}).get("outputs") or {}).get(key)
+
+
+def gateway_address(snap: dict, observed: Observed, fleet_objects: list[dict]) -> str | None:
+    """The fleet gateway's address: the gateway stack's output, else an observed InferenceGateway status."""
+    found = _output(observed, "gateway", "address")
+    if found:
+        return found
+    gateway = next((o for o in fleet_objects if o["kind"] == "InferenceGateway"), None)
+    return ((gateway or {}).get("status") or {}).get("address")
+
+
+def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[dict]) -> dict:
+    """The object with its status (the reference's fields and conditions, and this project's additions)."""
+    kind = body["kind"]
+    meta = body["metadata"]
+    namespace, name = meta.get("namespace", ""), meta["name"]
+    generation = _generation(body)
+    status: dict[str, Any]
+    if kind == "ModelDeployment":
+        status = _deployment_status(body, snap, observed, generation)
+    elif kind == "ModelService":
+        stack = str(StackId.service(namespace, name))
+        address = gateway_address(snap, observed, fleet_objects)
+        matched = snap.get("routes", {}).get(f"{namespace}/{name}", [])
+        st = standing(stack, snap, observed, ("Configuring", "RouteFailed"))
+        routing = (_from(st, "RoutingReady", "RouteConfigured", "the route is configured on the fleet gateway",
+                         generation) if address or st.status != "True" else
+                   condition("RoutingReady", "False", "WaitingForGateway", "the fleet gateway has no address yet",
+                             generation))
+        status = {
+            "address": f"http://{address or 'fleet-gateway.pending.modelplane.invalid'}/{namespace}/{name}",
+            "conditions": [
+                condition("EndpointsResolved", "True", "Resolved", f"Matched {len(matched)} endpoint(s)", generation)
+                if matched else
+                condition("EndpointsResolved", "False", "NoEndpoints", "no ready endpoint matches the selectors",
+                          generation),
+                routing],
+            "stack": _stack(stack, st, observed),
+        }
+    elif kind == "ModelEndpoint":
+        status = _endpoint_status(namespace, name, snap, observed, generation)
+    elif kind == "ModelCache":
+        status = _cache_status(body, snap, observed, generation)
+    elif kind == "InferenceCluster":
+        stack = str(StackId.platform(name))
+        st = standing(stack, snap, observed, ("Provisioning", "ProvisioningFailed"))
+        address = _output(observed, stack, "gatewayAddress")
+        status = {"conditions": [
+            _from(st, "ClusterReady", "ClusterRunning", "the cluster and its GPU pools are provisioned", generation),
+            _from(st, "BackendReady", "BackendHealthy", "the serving stack is installed", generation)],
+            "stack": _stack(stack, st, observed)}
+        if address:
+            status["gateway"] = {"address": address}
+        if _output(observed, stack, "pools"):
+            status["gpuPools"] = _output(observed, stack, "pools")
+    elif kind == "InferenceGateway":
+        st = standing("gateway", snap, observed, ("Installing", "InstallFailed"))
+        address = gateway_address(snap, observed, fleet_objects)
+        status = {"conditions": [_from(st, "ControllerReady", "ControllerHealthy", "the fleet gateway is installed",
+                                       generation)]}
+        if address:
+            status["address"] = address
+    elif kind == "InferenceClass":
+        status = {"conditions": [condition("Accepted", "True", "Available", "the class is valid", generation)]}
+    else:
+        status = dict(body.get("status") or {})
+    return {**{k: v for k, v in body.items() if k != "status"}, "status": status}
+
+
+def _replica_endpoint(namespace: str, replica: dict, observed: Observed) -> str:
+    """The replica's URL behind its cluster's gateway (a marked placeholder until the address is known)."""
+    address = _output(observed, str(StackId.platform(replica["cluster"])), "gatewayAddress") or \
+        f"{replica['cluster']}.gateway.pending.modelplane.invalid"
+    return f"http://{address}/{namespace}/{replica['name']}/v1"
+
+
+def _stack(stack: str, st: Standing, observed: Observed) -> dict:
+    run = observed.runs.get(stack)
+    return {"name": stack, "standing": st.status,
+            "lastRun": {k: run[k] for k in ("id", "status", "operation") if k in run} if run else None}
+
+
+def _deployment_status(body: dict, snap: dict, observed: Observed, generation: int | None) -> dict:
+    meta = body["metadata"]
+    namespace, name = meta.get("namespace", "default"), meta["name"]
+    key = f"{namespace}/{name}"
+    desired = body["spec"]["replicas"]
+    placed = [r for r in snap.get("replicas", []) if r["deployment"] == key]
+    missing = next((u for u in snap.get("unscheduled", []) if u["deployment"] == key), None)
+    stack = str(StackId.model(namespace, name))
+    st = standing(stack, snap, observed, ("ModelStarting", "ModelFailed"))
+    ready = len(placed) if st.status == "True" else 0
+    if not placed:
+        scheduled = condition("ReplicasScheduled", "False", "InsufficientCapacity",
+                              f"0 of {desired} replicas scheduled" + (f": {missing['reasons'][0]}" if missing and
+                                                                     missing["reasons"] else ""), generation)
+        replicas_ready = condition("ReplicasReady", "False", "NoReplicasScheduled", "no replica is scheduled",
+                                   generation)
+    else:
+        scheduled = condition("ReplicasScheduled", "True" if not missing else "False",
+                              "ReplicasCreated" if not missing else "InsufficientCapacity",
+                              f"Scheduled {len(placed)} of {desired} replicas", generation)
+        replicas_ready = (condition("ReplicasReady", "True", "AllReplicasReady", f"{ready} of {len(placed)} ready",
+                                    generation, st.since) if st.status == "True" else
+                          condition("ReplicasReady", st.status, st.reason, st.message, generation, st.since))
+    conditions = [scheduled, replicas_ready]
+    ref = ((body["spec"].get("template") or {}).get("spec") or {}).get("modelCacheRef")
+    if ref:
+        known = f"{namespace}/{ref['name']}" in snap.get("caches", {})
+        conditions.append(condition("ModelCacheResolved", "True" if known else "False",
+                                    "ModelCacheResolved" if known else "ModelCacheNotFound",
+                                    f"ModelCache {namespace}/{ref['name']}" + (" stages to its clusters" if known else
+                                                                               " is not in the fleet"), generation))
+    return {
+        "replicas": {"desired": desired, "placed": len(placed), "total": len(placed), "ready": ready},
+        "placement": [{**{k: r[k] for k in ("name", "cluster", "index", "engines")},
+                       "endpoint": _replica_endpoint(namespace, r, observed)} for r in placed],
+        "unscheduled": {"missing": missing["missing"], "reasons": missing["reasons"]} if missing else None,
+        "conditions": conditions,
+        "stack": _stack(stack, st, observed),
+    }
+
+
+def _endpoint_status(namespace: str, name: str, snap: dict, observed: Observed, generation: int | None) -> dict:
+    routed = any(name in names for key, names in snap.get("routes", {}).items() if key.split("/")[0] == namespace)
+    st = standing(str(StackId.endpoints(namespace)), snap, observed, ("WaitingForBackend", "BackendFailed"))
+    if not routed:
+        return {"conditions": [condition("RoutingReady", "False", "NotRouted", "no ModelService routes to it",
+                                         generation)]}
+    status: dict[str, Any] = {"conditions": [_from(st, "RoutingReady", "BackendConfigured",
+                                                   "its backend Service and EndpointSlice exist", generation)]}
+    if st.status == "True":
+        from workloads.service_routing import Endpoint
+
+        status["routing"] = {"backendName": Endpoint(name, namespace, "http://x", None).service_name}
+    return status
+
+
+def _cache_status(body: dict, snap: dict, observed: Observed, generation: int | None) -> dict:
+    meta = body["metadata"]
+    namespace, name = meta.get("namespace", "default"), meta["name"]
+    clusters = snap.get("caches", {}).get(f"{namespace}/{name}", [])
+    st = standing(str(StackId.cache(namespace, name)), snap, observed, ("Pending", "Failed"))
+    # the stack does not wait for the hydration Job: once applied, each cluster is hydrating (or done)
+    phase = {"True": "Hydrating", "False": "Failed" if st.reason == "Failed" else "Pending"}.get(st.status, "Pending")
+    conditions = [
+        condition("ClustersMatched", "True" if clusters else "False", "Matched" if clusters else "NoClusters",
+                  f"stages to {len(clusters)} cluster(s)" if clusters else "no cluster matches the selector or has "
+                                                                           "an RWX storage class", generation),
+        condition("ArtifactReady", "Unknown" if clusters else "False",
+                  ("Hydrating" if st.status == "True" else st.reason) if clusters else "NoClusters",
+                  "the hydration Jobs' completion is not observed by this project" if st.status == "True"
+                  else st.message, generation, st.since),
+    ]
+    return {"clusters": [{"name": c, "phase": phase} for c in clusters], "conditions": conditions,
+            "stack": _stack(str(StackId.cache(namespace, name)), st, observed)}
+
+
+def composed(namespace: str | None, snap: dict, observed: Observed) -> list[dict]:
+    """The objects the reference composes and users' tools list: a ModelReplica per placed replica and a
+    ModelEndpoint per replica endpoint, read-only, with their status."""
+    out: list[dict] = []
+    for r in snap.get("replicas", []):
+        ns, deployment = r["deployment"].split("/", 1)
+        if namespace is not None and ns != namespace:
+            continue
+        stack = str(StackId.model(ns, deployment))
+        st = standing(stack, snap, observed, ("Deploying", "Failed"))
+        labels = {"modelplane.ai/deployment": deployment, "modelplane.ai/cluster": r["cluster"],
+                  "modelplane.ai/replica-index": str(r["index"])}
+        out.append({
+            "apiVersion": API, "kind": "ModelReplica",
+            "metadata": {"name": r["name"], "namespace": ns, "labels": labels},
+            "spec": {"clusterName": r["cluster"], "engines": [
+                {"name": e["name"], "copies": e.get("copies", 1), "members": [
+                    {"role": m["role"], "nodePoolName": m["pool"]} for m in e["members"]]} for e in r["engines"]]},
+            "status": {"conditions": [
+                _from(st, "ModelAccepted", "Accepted", "its workloads are created", None),
+                _from(st, "ModelReady", "Serving", "its workloads were Available when the stack finished", None)]},
+        })
+    for ep in snap.get("endpoints", []):
+        if ep.get("composed") and (namespace is None or ep["namespace"] == namespace):
+            body = {"apiVersion": API, "kind": "ModelEndpoint",
+                    "metadata": {"name": ep["name"], "namespace": ep["namespace"], "labels": ep["labels"]},
+                    "spec": {"url": ep["url"], "rewritePath": ep["rewritePath"]}}
+            out.append({**body, "status": _endpoint_status(ep["namespace"], ep["name"], snap, observed, None)})
+    return out

@@ -1,0 +1,126 @@
+"""Status and conditions as the reference's tools read them: computed from the plan and how stacks stand, never
+invented; composed ModelReplicas and ModelEndpoints are readable; ModelDeployment has a scale subresource."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from automation.cli import main
+from automation.conditions import Observed, standing
+from tests.manifests import cluster, deployment, endpoint, gpu_class, service
+from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer
+
+NS = API + "/namespaces/team-a"
+SNAP = {"fingerprints": {"model-a.x": "f2"}}
+
+
+@pytest.mark.parametrize("observed,expected", [
+    (Observed({"model-a.x": {"fingerprint": "f2", "appliedAt": "t"}}), ("True", "Applied")),
+    (Observed({}, {"model-a.x": {"status": "running", "fingerprint": "f2"}}), ("False", "Deploying")),
+    (Observed({}, {"model-a.x": {"status": "queued", "fingerprint": "f2"}}), ("False", "Deploying")),
+    (Observed({}, {"model-a.x": {"status": "failed", "fingerprint": "f2", "log": "boom\nquota exceeded\n"}}),
+     ("False", "Failed")),
+    (Observed({"model-a.x": {"fingerprint": "f1"}}), ("Unknown", "PendingUpdate")),
+    (Observed({}, {"model-a.x": {"status": "failed", "fingerprint": "f1"}}), ("Unknown", "NotApplied")),  # stale run
+    (Observed(), ("Unknown", "NotApplied")),
+], ids=["applied", "running", "queued", "failed", "older-applied", "failed-older-fingerprint", "never"])
+def test_a_stack_stands_only_on_what_is_known(observed, expected):
+    st = standing("model-a.x", SNAP, observed)
+    assert (st.status, st.reason) == expected
+    if st.reason == "Failed":
+        assert st.message.endswith("quota exceeded")
+
+
+@pytest.fixture
+def portal(tmp_path):
+    with ThreadServer(tmp_path) as server:
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 3),))).status_code == 201
+        yield server
+
+
+def conditions_of(obj: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+
+
+def test_deployment_and_service_conditions_through_the_api(portal):
+    with portal.client(TEAM_A) as team:
+        assert team.put(f"{NS}/modeldeployments/qwen", json=deployment("qwen", namespace="team-a", replicas=2)).status_code == 201
+        assert team.put(f"{NS}/modelservices/chat", json=service("chat", namespace="team-a")).status_code == 201
+        md = team.get(f"{NS}/modeldeployments/qwen").json()
+        assert conditions_of(md) == {"ReplicasScheduled": ("True", "ReplicasCreated"),
+                                     "ReplicasReady": ("Unknown", "NotApplied")}  # plan-only portal: not known
+        assert md["status"]["replicas"] == {"desired": 2, "placed": 2, "total": 2, "ready": 0}
+        assert all(c["observedGeneration"] == 1 for c in md["status"]["conditions"])
+        ms = team.get(f"{NS}/modelservices/chat").json()
+        assert conditions_of(ms)["EndpointsResolved"] == ("True", "Resolved")
+        assert "Matched 2 endpoint(s)" in ms["status"]["conditions"][0]["message"]
+        big = team.put(f"{NS}/modeldeployments/big", json=deployment("big", namespace="team-a", replicas=5))
+        assert conditions_of(big.json())["ReplicasScheduled"] == ("False", "InsufficientCapacity")
+        assert "Scheduled 1 of 5 replicas" in big.json()["status"]["conditions"][0]["message"]
+
+
+def test_composed_replicas_and_endpoints_are_listed_read_only(portal):
+    with portal.client(TEAM_A) as team:
+        assert team.put(f"{NS}/modeldeployments/qwen", json=deployment("qwen", namespace="team-a", replicas=2)).status_code == 201
+        assert team.put(f"{NS}/modelservices/chat", json=service("chat", namespace="team-a")).status_code == 201
+        assert team.put(f"{NS}/modelendpoints/ext", json=endpoint("ext", namespace="team-a")).status_code == 201
+        replicas = team.get(f"{NS}/modelreplicas").json()["items"]
+        assert len(replicas) == 2 and {r["spec"]["clusterName"] for r in replicas} == {"c1"}
+        assert conditions_of(replicas[0]) == {"ModelAccepted": ("Unknown", "NotApplied"),
+                                              "ModelReady": ("Unknown", "NotApplied")}
+        name = replicas[0]["metadata"]["name"]
+        assert team.get(f"{NS}/modelreplicas/{name}").json()["metadata"]["labels"]["modelplane.ai/deployment"] == "qwen"
+        refused = team.put(f"{NS}/modelreplicas/{name}", json=replicas[0])
+        assert refused.status_code == 405 and refused.headers["Allow"] == "GET" and refused.json()["kind"] == "Status"
+        assert team.delete(f"{NS}/modelreplicas/{name}").status_code == 405
+        endpoints = {e["metadata"]["name"]: e for e in team.get(f"{NS}/modelendpoints").json()["items"]}
+        assert set(endpoints) == {"ext", *(r["metadata"]["name"] for r in replicas)}
+        assert endpoints[name]["spec"]["url"].endswith(f"/team-a/{name}/v1")
+        assert conditions_of(endpoints["ext"])["RoutingReady"] == ("False", "NotRouted")  # no service selects it
+        clash = team.put(f"{NS}/modelendpoints/{name}", json=endpoint(name, namespace="team-a"))
+        assert clash.status_code == 409 and "composed for a replica" in clash.json()["message"]
+    with portal.client(TEAM_B) as other:
+        assert other.get(f"{NS}/modelreplicas").status_code == 404  # another team's replicas are not visible
+
+
+def test_kubectl_scale_through_the_scale_subresource(portal):
+    with portal.client(TEAM_A) as team:
+        assert team.put(f"{NS}/modeldeployments/qwen", json=deployment("qwen", namespace="team-a")).status_code == 201
+        scale = team.get(f"{NS}/modeldeployments/qwen/scale").json()
+        assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 1 and scale["status"]["replicas"] == 1
+        assert scale["status"]["selector"] == "modelplane.ai/deployment=qwen"
+        scale["spec"]["replicas"] = 3
+        scaled = team.put(f"{NS}/modeldeployments/qwen/scale", json=scale)
+        assert scaled.status_code == 200 and scaled.json()["spec"]["replicas"] == 3
+        assert scaled.json()["status"]["replicas"] == 3
+        md = team.get(f"{NS}/modeldeployments/qwen").json()
+        assert md["spec"]["replicas"] == 3 and md["metadata"]["generation"] == 2
+        stale = team.put(f"{NS}/modeldeployments/qwen/scale", json=scale)  # the old resourceVersion
+        assert stale.status_code == 409
+        assert team.put(f"{NS}/modeldeployments/qwen/scale", json={"spec": {"replicas": 0}}).status_code == 422
+    with portal.client(TEAM_B) as other:
+        assert other.put(f"{NS}/modeldeployments/qwen/scale", json={"spec": {"replicas": 1}}).status_code == 403
+
+
+def test_status_yaml_prints_every_object_with_its_conditions(capsys, tmp_path):
+    import pathlib
+
+    examples = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    assert main(["status", "-f", str(examples), "-o", "yaml", "--state", str(tmp_path / "state")]) == 0
+    document = yaml.safe_load(capsys.readouterr().out)
+    assert document["kind"] == "List"
+    kinds = {o["kind"] for o in document["items"]}
+    assert kinds == {"InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache", "ModelDeployment",
+                     "ModelEndpoint", "ModelService", "ModelReplica"}
+    for obj in document["items"]:
+        assert obj["status"]["conditions"], obj["metadata"]["name"]
+        for c in obj["status"]["conditions"]:
+            assert c["status"] in ("True", "False", "Unknown") and c["reason"] and c["message"]
+    clusters = [o for o in document["items"] if o["kind"] == "InferenceCluster"]
+    assert all(conditions_of(c)["ClusterReady"] == ("Unknown", "NotApplied") for c in clusters)  # nothing applied
+    json.dumps(document)  # plain data only
