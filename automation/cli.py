@@ -714,10 +714,10 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     except TokensFileError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
-    click.echo(f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})")
+    banner = f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})"
     try:
         run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
-                   Path(state_dir), backend)
+                   Path(state_dir), backend, announce=lambda: click.echo(banner))
     except (StartupError, TokensFileError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

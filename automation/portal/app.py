@@ -609,7 +609,9 @@ def listening_socket(host: str, port: int):
 
 
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
-          worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None) -> None:
+          worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None,
+          announce=None) -> None:
+    """Run the portal; `announce()` is called once it listens (a banner that never precedes a startup error)."""
     import signal
 
     import uvicorn
@@ -624,6 +626,8 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
     except (OSError, StoreError) as exc:
         raise StartupError(str(exc)) from None
     sock = listening_socket(host, port)
+    if announce is not None:
+        announce()
     if hasattr(signal, "SIGHUP"):  # `kill -HUP` reloads the tokens file (a revoked token stops working at once)
         signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
     replanner = ReplanWorker()
