@@ -92,7 +92,7 @@ def _load(paths: tuple[str, ...]) -> Loaded:
 
 
 WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "status", "up", "drift", "refresh",
-            "destroy", "apply", "serve"]
+            "destroy", "apply", "serve", "operator"]
 
 
 class WorkflowGroup(click.Group):
@@ -723,6 +723,76 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
         raise SystemExit(2) from None
 
 
+@cli.group()
+def operator() -> None:
+    """Run the fleet's stacks on the Pulumi Kubernetes Operator (v2) in the control-plane cluster."""
+
+
+@operator.command("export")
+@_paths_option
+@click.option("--out", required=True, metavar="DIR", help="Folder for _operator.yaml and one <stack>.yaml per stack.")
+@click.option("--backend", required=True, metavar="URL",
+              help="The stacks' Pulumi backend: s3://, gs://, azblob:// or a Pulumi Cloud URL.")
+@click.option("--git-url", "git_url", required=True, metavar="URL",
+              help="This project's repository (with the fleet's manifests in it): platform and gateway stacks run "
+                   "its Pulumi.yaml.")
+@click.option("--git-ref", "git_ref", default="main", show_default=True, metavar="REF",
+              help="A branch, or a 40-hex commit (pinned).")
+@click.option("--repo-dir", "repo_dir", default=".", show_default=True, metavar="DIR",
+              help="Where Pulumi.yaml is in the repository.")
+@click.option("--fleet-dir", "fleet_dir", default="fleet", show_default=True, metavar="DIR",
+              help="The fleet's manifests in the repository, relative to --repo-dir (the platform program's "
+                   "modelplane:fleet).")
+@click.option("--namespace", default="modelplane-stacks", show_default=True,
+              help="The namespace of the Stack and Program objects in the control-plane cluster.")
+@click.option("--image", default=None, metavar="IMAGE", help="The workspaces' Pulumi image (default: a pinned "
+                                                             "pulumi/pulumi-python).")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME",
+              help="A Secret in --namespace whose keys become every workspace's environment (cloud credentials, "
+                   "PULUMI_ACCESS_TOKEN or PULUMI_CONFIG_PASSPHRASE). Repeatable; values are never read.")
+@click.option("--organization", default="organization", show_default=True,
+              help="The backend's organization (Pulumi Cloud: yours; DIY backends: organization).")
+@click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
+              help="Several fleets on one backend: stacks are named <NAME>_<stack> there.")
+@click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
+              help="The InferenceCluster hosting the fleet gateway (and the operator).")
+@_state_option
+@_fresh_option
+def operator_export(paths, out, backend, git_url, git_ref, repo_dir, fleet_dir, namespace, image, secrets,
+                    organization, fleet_name, control_plane, state, fresh) -> None:
+    """Write the Pulumi Kubernetes Operator objects that run every desired stack (nothing is applied)."""
+    from pathlib import Path
+
+    from automation.operator import PULUMI_IMAGE, ExportError, ExportOptions, export, problems, write
+    from automation.stacks import desired_state
+
+    loaded = _load(paths)
+    host = _control_plane(loaded.fleet, control_plane)
+    desired = desired_state(loaded.fleet, _recorded(state, fresh), host)
+    if desired.problems:
+        for line in desired.problems:
+            click.echo(line, err=True)
+        click.echo(f"{len(desired.problems)} invalid object(s); nothing was written", err=True)
+        raise SystemExit(EXIT_INVALID)
+    try:
+        options = ExportOptions(backend=backend, git_url=git_url, git_ref=git_ref, repo_dir=repo_dir,
+                                fleet_dir=fleet_dir, namespace=namespace, image=image or PULUMI_IMAGE,
+                                secrets=tuple(secrets), organization=organization, fleet_name=fleet_name)
+        files = export(desired, options)
+        found = problems(files)
+        if found:
+            for line in found:
+                click.echo(line, err=True)
+            click.echo(f"{len(found)} invalid operator object(s); nothing was written", err=True)
+            raise SystemExit(EXIT_INVALID)
+        count = write(files, Path(out))
+    except (ExportError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_INVALID) from None
+    click.echo(f"wrote {count} operator objects for {len(files) - 1} stacks to {out} (every object checked against "
+               "the operator's CRDs); apply them with `kubectl apply --server-side -f` to the control-plane cluster")
+
+
 EXAMPLES = {
     "validate": "modelplane validate -f examples/",
     "explain": "modelplane explain ModelDeployment.spec.template.spec.engines",
@@ -737,6 +807,8 @@ EXAMPLES = {
     "destroy": "modelplane destroy -f examples/ --unprotect --yes",
     "apply": "MODELPLANE_TOKEN=... modelplane apply -f examples/models --server https://portal.example.internal",
     "serve": "modelplane serve --tokens tokens.yaml --no-apply",
+    "operator": "modelplane operator export -f fleet/ --out out/operator --backend s3://bucket/fleet "
+                "--git-url https://github.com/acme/fleet --secret cloud-credentials",
 }
 for _name, _example in EXAMPLES.items():  # one example per command, shown by --help
     cli.commands[_name].help = f"{inspect.cleandoc(cli.commands[_name].help or '')}\n\n\b\nExample:\n  {_example}"

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 
+import click
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -97,6 +98,12 @@ def test_every_option_a_doc_names_exists_on_its_command():
         if command is None:
             stale.append(f"{doc}: `modelplane {name}` is not a command")
             continue
+        if isinstance(command, click.Group):  # `modelplane operator export ...`: the subcommand's options
+            sub, _, rest = rest.strip().partition(" ")
+            if sub not in command.commands:
+                stale.append(f"{doc}: `modelplane {name} {sub}` is not a command")
+                continue
+            command = command.commands[sub]
         known = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
         stale += [f"{doc}: `modelplane {name}` has no option {option}"
                   for option in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest) if option not in known]

@@ -99,11 +99,11 @@ def apply_defaults(data, schema) -> None:
             apply_defaults(item, schema["items"])
 
 
-@lru_cache(maxsize=1)
-def _crd_schemas() -> dict[tuple[str, str], dict]:
-    """(apiVersion, kind) -> converted schema, for every served version of every bundled CRD."""
+@lru_cache(maxsize=4)
+def _crd_schemas(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> converted schema, for every served version of every CRD in `directory`."""
     out = {}
-    for path in sorted(CRD_DIR.rglob("*.yaml")):
+    for path in sorted(directory.rglob("*.yaml")):
         for crd in yaml.load_all(path.read_text(), Loader=_Loader):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
@@ -116,8 +116,8 @@ def _crd_schemas() -> dict[tuple[str, str], dict]:
 
 
 @lru_cache(maxsize=None)
-def _crd_validator(api_version: str, kind: str):
-    schema = _crd_schemas().get((api_version, kind))
+def _crd_validator(api_version: str, kind: str, directory: Path = CRD_DIR):
+    schema = _crd_schemas(directory).get((api_version, kind))
     if schema is None:
         return None, None
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER), schema
@@ -151,10 +151,11 @@ def _message(error) -> str:
     return message if len(message) <= 240 else message[:237] + "..."
 
 
-def check(obj: dict) -> list[str]:
-    """Problems with one object as 'field.path: message' lines; empty when the object is valid."""
+def check(obj: dict, crds: Path = CRD_DIR) -> list[str]:
+    """Problems with one object as 'field.path: message' lines; empty when the object is valid. `crds`: the folder
+    of the CRDs custom resources are checked against (the workload clusters' by default)."""
     api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
-    validator, schema = _crd_validator(api_version, kind)
+    validator, schema = _crd_validator(api_version, kind, crds)
     if validator is not None:
         data = copy.deepcopy(obj)
         apply_defaults(data, schema)
