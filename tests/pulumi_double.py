@@ -36,6 +36,21 @@ from pathlib import Path
 VERSION = "3.272.0"
 
 
+def on_path(folder: Path, monkeypatch, passphrase: str) -> Path:
+    """Install the double in `folder`, put it first on PATH, and change into a fresh `folder/work`; returns it."""
+    import os
+
+    bin_dir = install(folder)
+    work = folder / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PULUMI_DOUBLE_DIR", str(folder / "double"))
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", passphrase)
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    return work
+
+
 def install(folder: Path) -> Path:
     """Write the `pulumi` executable (this module, run by this interpreter) into folder/bin; return its folder."""
     bin_dir = folder / "bin"

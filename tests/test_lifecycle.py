@@ -30,15 +30,8 @@ HF_TOKEN = "hf_never_on_argv_93f1"
 @pytest.fixture
 def double(tmp_path, monkeypatch):
     """A working directory with the double on PATH; returns a helper to drive and inspect it."""
-    bin_dir = pulumi_double.install(tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PULUMI_DOUBLE_DIR", str(tmp_path / "double"))
-    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "lifecycle-test")
+    work = pulumi_double.on_path(tmp_path, monkeypatch, "lifecycle-test")
     monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", HF_TOKEN)
-    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     kubeconfig = tmp_path / "byo-eu.yaml"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     return Driver(tmp_path, work, kubeconfig)

@@ -119,14 +119,7 @@ def test_the_environment_and_a_secrets_folder_are_read_by_the_users_names(tmp_pa
 
 @pytest.fixture
 def double(tmp_path, monkeypatch):
-    bin_dir = pulumi_double.install(tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PULUMI_DOUBLE_DIR", str(tmp_path / "double"))
-    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "secrets-test")
-    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    pulumi_double.on_path(tmp_path, monkeypatch, "secrets-test")
     return tmp_path
 
 

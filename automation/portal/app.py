@@ -223,8 +223,8 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
 
     # ---- composed objects (read-only), and the scale subresource ----------------------------------------
 
-    def composed_in(namespace: str, kind: str, conn) -> list[dict]:
-        snap, observed, _ = observation(conn)
+    def composed_in(namespace: str, kind: str, conn, known: tuple | None = None) -> list[dict]:
+        snap, observed, _ = known or observation(conn)
         return [o for o in conditions.composed(namespace, snap, observed) if o["kind"] == kind]
 
     def read_only(plural: str) -> ApiError:
@@ -312,9 +312,10 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         if not who.can_see(namespace):
             raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
         with store.read() as conn:
-            items = statuses(store.list(conn, kind, namespace), conn)
+            known = observation(conn)  # read once per request
+            items = [with_status(b, conn, known) for b in store.list(conn, kind, namespace)]
             if kind == "ModelEndpoint":  # the replicas' endpoints, as the reference composes them
-                items += composed_in(namespace, kind, conn)
+                items += composed_in(namespace, kind, conn, known)
             version = store.get_state(conn, "resourceVersion") or "0"
         return {"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List", "metadata": {"resourceVersion": version},
                 "items": items}
