@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.plan_output import plan_to_dict
 from fleet.stack_id import StackId
+from workloads.service_routing import backend_service_name
 
 if TYPE_CHECKING:
     from automation.stacks import DesiredState
@@ -228,9 +229,7 @@ def _endpoint_status(namespace: str, name: str, snap: dict, observed: Observed, 
     status: dict[str, Any] = {"conditions": [_from(st, "RoutingReady", "BackendConfigured",
                                                    "its backend Service and EndpointSlice exist", generation)]}
     if st.status == "True":
-        from workloads.service_routing import Endpoint
-
-        status["routing"] = {"backendName": Endpoint(name, namespace, "http://x", None).service_name}
+        status["routing"] = {"backendName": backend_service_name(name)}
     return status
 
 

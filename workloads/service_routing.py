@@ -26,6 +26,11 @@ MAX_WEIGHT = 1_000_000
 PLACEHOLDER_ANNOTATION = "modelplane.ai/placeholder"
 
 
+def backend_service_name(endpoint: str) -> str:
+    """The control-plane Service of an endpoint (a Service name must start with a letter)."""
+    return bounded(f"ep-{endpoint}", 63)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     name: str
@@ -55,7 +60,7 @@ class Endpoint:
 
     @property
     def service_name(self) -> str:
-        return bounded(f"ep-{self.name}", 63)  # a Service name must start with a letter
+        return backend_service_name(self.name)
 
 
 def distribute_weights(groups: list[tuple[int, list[Endpoint]]]) -> list[tuple[Endpoint, int]]:
