@@ -20,6 +20,7 @@ gives byte-identical files, and every object is checked against the operator's o
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,10 @@ LAPTOP_PROJECT = "modelplane"  # the root Pulumi.yaml: platform and gateway stac
 PULUMI_IMAGE = "pulumi/pulumi-python:3.209.0-nonroot"
 SERVICE_ACCOUNT = "modelplane-stacks"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+MAX_NAME = 42  # the operator's Stack CRD refuses longer names (a CEL rule on the object)
+STACK_ANNOTATION = "modelplane.ai/stack"  # the full stack name, when the object's name had to be shortened
+FINGERPRINT_ANNOTATION = "modelplane.ai/fingerprint"  # what the Stack runs: the executor's record of what is applied
+KIND_LABEL = "modelplane.ai/stack-kind"
 
 
 class ExportError(ValueError):
@@ -68,10 +73,19 @@ class ExportOptions:
     def cloud(self) -> bool:
         return self.backend.startswith(("https://", "http://"))
 
+    def object_name(self, stack: StackId | str, suffix: str = "") -> str:
+        """The name of the stack's Stack and Program objects: fleets sharing a namespace never collide."""
+        return object_name(backend_name(stack, self.fleet_name), suffix)
 
-def object_name(stack: str) -> str:
-    """The Kubernetes name of a stack's Stack and Program: the stack name, a DNS subdomain already."""
-    return stack.replace("_", "-")
+
+def object_name(stack: str, suffix: str = "") -> str:
+    """The Kubernetes name of a stack's Stack and Program: the stack name (a DNS subdomain already), or, when
+    longer than the operator's 42 characters, its head and a hash of the whole (the full name is annotated)."""
+    name = stack.replace("_", "-") + (f"-{suffix}" if suffix else "")
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:MAX_NAME - 9].rstrip('-.')}-{digest}"
 
 
 def escaped(value):
@@ -85,9 +99,10 @@ def escaped(value):
     return value
 
 
-def _stack_name(options: ExportOptions, project: str, stack: StackId) -> str:
+def _stack_name(options: ExportOptions, project: str, stack: StackId, qualified: bool = False) -> str:
+    """The stack's name in the backend: fully qualified on Pulumi Cloud (and for a StackReference anywhere)."""
     name = backend_name(stack, options.fleet_name)
-    return f"{options.organization}/{project}/{name}" if options.cloud else name
+    return f"{options.organization}/{project}/{name}" if options.cloud or qualified else name
 
 
 def _source(options: ExportOptions) -> dict:
@@ -95,35 +110,47 @@ def _source(options: ExportOptions) -> dict:
     return {"projectRepo": options.git_url, **ref, "repoDir": options.repo_dir}
 
 
-def _common(options: ExportOptions, spec: StackSpec, stacks: dict[str, StackSpec]) -> dict:
+def _common(options: ExportOptions, spec: StackSpec) -> dict:
     out: dict = {
         "backend": options.backend,
         "serviceAccountName": SERVICE_ACCOUNT,
         "workspaceTemplate": {"spec": {"image": options.image, **(
             {"envFrom": [{"secretRef": {"name": name}} for name in options.secrets]} if options.secrets else {})}},
     }
-    if spec.depends_on:
-        out["prerequisites"] = [{"name": object_name(dep)} for dep in spec.depends_on if dep in stacks]
+    if spec.depends_on:  # the planner's dependencies, already only desired stacks
+        out["prerequisites"] = [{"name": options.object_name(dep)} for dep in spec.depends_on]
     return out
 
 
+def _metadata(options: ExportOptions, spec: StackSpec) -> dict:
+    return {"name": options.object_name(spec.id), "namespace": options.namespace,
+            "labels": {KIND_LABEL: spec.kind},
+            "annotations": {STACK_ANNOTATION: spec.name, FINGERPRINT_ANNOTATION: spec.fingerprint}}
+
+
 def _stack(options: ExportOptions, spec: StackSpec, body: dict) -> dict:
-    return {"apiVersion": "pulumi.com/v1", "kind": "Stack",
-            "metadata": {"name": object_name(spec.name), "namespace": options.namespace,
-                         "labels": {"modelplane.ai/stack-kind": spec.kind}},
-            "spec": body}
+    return {"apiVersion": "pulumi.com/v1", "kind": "Stack", "metadata": _metadata(options, spec), "spec": body}
 
 
-def platform_objects(options: ExportOptions, spec: StackSpec, stacks: dict[str, StackSpec]) -> list[dict]:
+def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     config: dict = {"modelplane:fleet": options.fleet_dir}
+    secrets_ref: dict = {}
     if spec.kind == "platform":
         config.update({"modelplane:cluster": spec.id.name, "modelplane:gateway": "false"})
+        existing = spec.payload["cluster"].get("kubeconfig_secret")
+        if existing:  # an Existing cluster's kubeconfig: the Secret of that name in the stacks' namespace
+            secrets_ref[f"modelplane:{existing}"] = {"type": "Secret", "secret": {"name": existing, "key": "kubeconfig"}}
     else:
         config["modelplane:gatewayOnly"] = "true"
     if spec.payload.get("host"):
         config["modelplane:controlPlaneCluster"] = spec.payload["host"]
+        if spec.kind == "gateway":  # the host's platform stack ran first: the gateway uses its kubeconfig output
+            config["modelplane:controlPlaneStack"] = _stack_name(options, LAPTOP_PROJECT,
+                                                                 StackId.platform(spec.payload["host"]), qualified=True)
     body = {"stack": _stack_name(options, LAPTOP_PROJECT, spec.id), **_source(options), "config": config,
-            **_common(options, spec, stacks), "destroyOnFinalize": False}
+            **_common(options, spec), "destroyOnFinalize": False}
+    if secrets_ref:
+        body["secretsRef"] = secrets_ref
     return [_stack(options, spec, body)]
 
 
@@ -131,13 +158,13 @@ def _provider_resources(options: ExportOptions, target: str, cluster: str) -> di
     reference = f"{target}-platform"
     return {
         reference: {"type": "pulumi:pulumi:StackReference", "properties": {
-            "name": f"{options.organization}/{LAPTOP_PROJECT}/{backend_name(StackId.platform(cluster), options.fleet_name)}"}},
+            "name": _stack_name(options, LAPTOP_PROJECT, StackId.platform(cluster), qualified=True)}},
         f"{target}-k8s": {"type": "pulumi:providers:kubernetes", "properties": {
             "kubeconfig": f"${{{reference}.outputs[\"kubeconfig\"]}}", "clusterIdentifier": cluster}},
     }
 
 
-def workload_objects(options: ExportOptions, spec: StackSpec, stacks: dict[str, StackSpec]) -> list[dict]:
+def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     resources: dict = {}
     configuration: dict = {}
     secrets_ref: dict = {}
@@ -170,16 +197,13 @@ def workload_objects(options: ExportOptions, spec: StackSpec, stacks: dict[str, 
     program: dict = {"resources": resources}
     if configuration:
         program["configuration"] = configuration
-    name = object_name(spec.name)
+    name = options.object_name(spec.id)
     # a Program-backed stack's project is its Program's name
     stack_body = {"stack": _stack_name(options, name, spec.id), "programRef": {"name": name},
-                  **_common(options, spec, stacks), "destroyOnFinalize": True}
+                  **_common(options, spec), "destroyOnFinalize": True}
     if secrets_ref:
         stack_body["secretsRef"] = secrets_ref
-    return [{"apiVersion": "pulumi.com/v1", "kind": "Program",
-             "metadata": {"name": name, "namespace": options.namespace,
-                          "labels": {"modelplane.ai/stack-kind": spec.kind}},
-             "program": program},
+    return [{"apiVersion": "pulumi.com/v1", "kind": "Program", "metadata": _metadata(options, spec), "program": program},
             _stack(options, spec, stack_body)]
 
 
@@ -200,9 +224,15 @@ def export(desired: DesiredState, options: ExportOptions) -> dict[str, list[dict
     """File name -> the objects it holds: `_operator.yaml`, then one `<stack>.yaml` per desired stack."""
     files: dict[str, list[dict]] = {"_operator.yaml": shared_objects(options)}
     for name, spec in sorted(desired.specs.items()):
-        build = platform_objects if spec.kind in ("platform", "gateway") else workload_objects
-        files[f"{object_name(name)}.yaml"] = build(options, spec, desired.specs)
+        files[f"{options.object_name(spec.id)}.yaml"] = stack_objects(options, spec)
     return files
+
+
+def stack_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
+    """The operator objects that run one stack: its Program (workload stacks) first, then its Stack."""
+    if spec.kind in ("platform", "gateway"):
+        return platform_objects(options, spec)
+    return workload_objects(options, spec)
 
 
 def problems(files: dict[str, list[dict]]) -> list[str]:

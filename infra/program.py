@@ -149,4 +149,9 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
 
 def main() -> None:
     config = pulumi.Config("modelplane")
-    platform(load(config.require("fleet")), config)
+    gateway_kubeconfig = None
+    reference = config.get("controlPlaneStack")
+    if reference:  # the gateway stack alone (the operator executor): the host's platform stack ran before it
+        gateway_kubeconfig = pulumi.StackReference("control-plane-platform", stack_name=reference).get_output(
+            "kubeconfig")
+    platform(load(config.require("fleet")), config, gateway_kubeconfig)

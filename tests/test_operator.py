@@ -116,3 +116,29 @@ def test_the_checker_is_as_strict_as_the_operators_api_server(desired):
 def test_bad_options_are_one_clear_error(backend, git_url):
     with pytest.raises(ExportError):
         ExportOptions(backend=backend, git_url=git_url)
+
+
+def test_an_existing_clusters_kubeconfig_comes_from_a_secret_in_the_stacks_namespace(desired):
+    files = export(desired, OPTIONS)
+    (platform,) = files["platform-byo-eu.yaml"]
+    assert platform["spec"]["secretsRef"] == {"modelplane:byo-eu-kubeconfig": {
+        "type": "Secret", "secret": {"name": "byo-eu-kubeconfig", "key": "kubeconfig"}}}
+    assert "secretsRef" not in files["platform-gke-us-central.yaml"][0]["spec"]  # the cloud makes its own
+
+
+def test_the_gateway_stack_runs_the_root_program_with_its_hosts_kubeconfig(desired, monkeypatch):
+    """The operator runs the repository's Pulumi.yaml for the gateway alone: the program must find the host
+    cluster's kubeconfig through the platform stack the Stack names (it has no cluster of its own)."""
+    from automation.offline import run, unwrap
+    from infra.program import main as platform_program
+
+    (gateway,) = export(desired, OPTIONS)["gateway.yaml"]
+    config = {**gateway["spec"]["config"], "modelplane:fleet": "examples"}
+    assert config["modelplane:controlPlaneStack"] == "organization/modelplane/platform-byo-eu"
+    monkeypatch.chdir(ROOT / "infra")
+    resources = run(platform_program, "modelplane", "gateway", config, root_directory=str(ROOT))
+    references = [unwrap(r.inputs)["name"] for r in resources if r.type == "pulumi:pulumi:StackReference"]
+    assert references == ["organization/modelplane/platform-byo-eu"]
+    provider = next(r for r in resources if r.type == "pulumi:providers:kubernetes")
+    assert unwrap(provider.inputs)["clusterIdentifier"] == "byo-eu"
+    assert any(r.type == "kubernetes:gateway.networking.k8s.io/v1:Gateway" for r in resources)

@@ -10,7 +10,9 @@ Schema the way the API server reads them:
 - `x-kubernetes-int-or-string` accepts an integer or a string;
 - `nullable` admits null;
 - an object's top-level `metadata` is checked as ObjectMeta (string labels and annotations).
-CEL `x-kubernetes-validations` are not evaluated; admission webhooks are not run.
+CEL `x-kubernetes-validations` on the object's root (e.g. the operator's "Stack name must be no more
+than 42 characters") are evaluated with cel-python; rules on nested fields are not (none of the bundled
+CRDs' root rules needs a Kubernetes-only CEL function), and admission webhooks are not run.
 
 Core kinds: the JSON schemas shipped by the kubernetes-validate package (strict), with one
 validator built per kind and reused.
@@ -100,8 +102,8 @@ def apply_defaults(data, schema) -> None:
 
 
 @lru_cache(maxsize=4)
-def _crd_schemas(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
-    """(apiVersion, kind) -> converted schema, for every served version of every CRD in `directory`."""
+def _served(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> the OpenAPI v3 schema of every served version of every CRD in `directory`."""
     out = {}
     for path in sorted(directory.rglob("*.yaml")):
         for crd in yaml.load_all(path.read_text(), Loader=_Loader):
@@ -110,8 +112,48 @@ def _crd_schemas(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
             for version in crd["spec"]["versions"]:
                 if version.get("served", True):
-                    schema = version["schema"]["openAPIV3Schema"]
-                    out[(f"{group}/{version['name']}", kind)] = to_json_schema(schema)
+                    out[(f"{group}/{version['name']}", kind)] = version["schema"]["openAPIV3Schema"]
+    return out
+
+
+@lru_cache(maxsize=4)
+def _crd_schemas(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> converted schema, for every served version of every CRD in `directory`."""
+    return {key: to_json_schema(schema) for key, schema in _served(directory).items()}
+
+
+@lru_cache(maxsize=4)
+def _root_rules(directory: Path = CRD_DIR) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(apiVersion, kind) -> the CEL rules on the object's root: (rule, message)."""
+    return {key: [(r["rule"], r.get("message") or f"failed rule: {r['rule']}") for r in rules]
+            for key, schema in _served(directory).items() if (rules := schema.get("x-kubernetes-validations"))}
+
+
+@lru_cache(maxsize=None)
+def _cel_program(rule: str):
+    import celpy
+
+    env = celpy.Environment()
+    return env.program(env.compile(rule))
+
+
+def _rule_failures(data: dict, rules: list[tuple[str, str]]) -> list[str]:
+    """The messages of the root rules `data` breaks, as the API server reports them."""
+    import celpy
+    import celpy.celtypes
+
+    if not rules:
+        return []
+    activation = {"self": celpy.json_to_cel(data)}
+    out = []
+    for rule, message in rules:
+        try:
+            ok = _cel_program(rule).evaluate(activation)
+        except Exception as exc:  # an error evaluating a rule is a rejection at the API server too
+            out.append(f"(object): {message} ({type(exc).__name__})")
+            continue
+        if not (isinstance(ok, celpy.celtypes.BoolType) and bool(ok)):  # a non-bool result is a rejection too
+            out.append(f"(object): {message}")
     return out
 
 
@@ -159,9 +201,12 @@ def check(obj: dict, crds: Path = CRD_DIR) -> list[str]:
     if validator is not None:
         data = copy.deepcopy(obj)
         apply_defaults(data, schema)
+        rules = _root_rules(crds).get((api_version, kind), [])
     else:
+        rules = []
         validator, data = _core_validator(api_version, kind), obj
         if validator is None:
             return [f"apiVersion: no schema known for {api_version} {kind}"]
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    return [f"{_path(e) or '(object)'}: {_message(e)}" for e in errors]
+    found = [f"{_path(e) or '(object)'}: {_message(e)}" for e in errors]
+    return found + (_rule_failures(data, rules) if not found else [])
