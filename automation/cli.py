@@ -10,7 +10,7 @@ import inspect
 import json
 import sys
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -262,7 +262,8 @@ def _progress(output: str):
             elif kind == "start":
                 click.echo(f"[{event['stack']}] {event['operation']} ...")
             elif kind == "succeeded":
-                counts = ", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items())) or "no changes"
+                counts = (", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items()))
+                          or event.get("summary") or "no changes")
                 click.echo(f"[{event['stack']}] done: {counts}")
             elif kind in ("failed", "cancelled"):
                 click.echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
@@ -282,10 +283,32 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False):
+    """The operator executor's runner and the cluster's record of what is applied, or exit 2 saying why not."""
+    from automation.kube import KubeClient
+    from automation.operator_runner import OperatorRunner, check_reachable, recorded_on_operator
+    from automation.operator_settings import load_settings
+    from automation.runner import AutomationError
+
+    try:
+        settings = load_settings(settings_file)
+        options = settings.export_options(fleet_name)
+        api = KubeClient(settings.kubeconfig_path(), settings.context)
+        check_reachable(api, options)
+        recorded = recorded_on_operator(api, options)
+    except AutomationError as exc:
+        click.echo(f"error: --executor operator: {exc}", err=True)
+        raise SystemExit(2) from None
+    runner = OperatorRunner(api, options, force=set(force), unprotect=unprotect, poll=settings.poll_seconds,
+                            timeout=settings.timeout_minutes * 60)
+    return runner, recorded
+
+
 def _apply(operation: Operation, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
            kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
            destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False,
-           check: bool = True, fleet_name: str | None = None, state: str = ".modelplane") -> None:
+           check: bool = True, fleet_name: str | None = None, state: str = ".modelplane", executor: str = "local",
+           operator_settings: str = "modelplane-operator.yaml") -> None:
     from pathlib import Path
 
     from automation.migration import migrate, plan_renames
@@ -304,6 +327,21 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     except StackIdError as exc:
         click.echo(f"error: --fleet: {exc}", err=True)
         raise SystemExit(2) from None
+    on_operator = executor == "operator"
+    if on_operator:
+        refused = ("refresh and drift are not available with --executor operator (the operator refreshes a stack "
+                   "whose Stack sets spec.refresh)" if operation in ("refresh", "preview-refresh") or refresh
+                   else "--kubeconfig CLUSTER=PATH is for the local executor: on the operator, an Existing cluster's "
+                   "kubeconfig is the Secret named by its existing.secretRef in the stacks' namespace" if kubeconfig
+                   else "--backend is the local executor's: the operator's is `backend` in the settings file"
+                   if backend else None)
+        if refused:
+            click.echo(f"error: {refused}", err=True)
+            raise SystemExit(2)
+    elif parallel > 16:
+        click.echo("error: --parallel: at most 16 with the local executor (each stack runs a Pulumi engine here)",
+                   err=True)
+        raise SystemExit(2)
     loaded = _load(paths)
     given = _kubeconfig_pairs(kubeconfig)
     unknown = sorted(set(given) - {c.name for c in loaded.fleet.of("InferenceCluster")})
@@ -312,8 +350,12 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
         raise SystemExit(2)
     root = Path(state)
     host = _control_plane(loaded.fleet, control_plane)
-    renames = plan_renames(StateStore(root), loaded.fleet)
-    prepared = prepare(loaded.fleet, root, host)
+    runner: Any = None
+    recorded = None
+    if on_operator:  # the cluster's Stacks are the record of what is applied; legacy names are the local executor's
+        runner, recorded = _operator_executor(operator_settings, fleet_name, force, unprotect)
+    renames = [] if on_operator else plan_renames(StateStore(root), loaded.fleet)
+    prepared = prepare(loaded.fleet, root, host, recorded)
     if prepared.problems:
         for line in prepared.problems:
             click.echo(line, err=True)
@@ -342,21 +384,22 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
         raise SystemExit(2)
     if not items and not renames:
         click.echo(f"nothing to {operation}: " + ("nothing is applied" if operation in ("destroy", "refresh", "preview-refresh")
-                                                  and not prepared.store.fingerprints()
+                                                  and not prepared.recorded
                                                   else "every stack is up to date with the manifests"))
         return
     if check and operation in ("up", "preview") and items:
         _refuse_undeployable(loaded.fleet, prepared.specs)
     kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
     try:
-        runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
-                              unprotect=unprotect, refresh=refresh, fleet_name=fleet_name)  # says so if no CLI
-        check_passphrase(backend or default_backend(root))
-        missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
-        missing += [line for c in items if c.change in ("create", "update") and c.name in prepared.specs
-                    for line in missing_secrets(prepared.specs[c.name], loaded.fleet)]
-        if missing and operation != "destroy":
-            raise AutomationError("; ".join(missing))
+        if runner is None:  # the local executor: every credential and secret value is needed here
+            runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
+                                  unprotect=unprotect, refresh=refresh, fleet_name=fleet_name)  # says so if no CLI
+            check_passphrase(backend or default_backend(root))
+            missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
+            missing += [line for c in items if c.change in ("create", "update") and c.name in prepared.specs
+                        for line in missing_secrets(prepared.specs[c.name], loaded.fleet)]
+            if missing and operation != "destroy":
+                raise AutomationError("; ".join(missing))
         if operation != "preview" or renames:
             prepared.store.lock()
         if renames:  # stacks recorded under the first, ambiguous names move first, then the plan is made again
@@ -451,13 +494,29 @@ def _confirm(question: str) -> bool:
     return click.confirm(question, default=False, err=True)
 
 
+def _executor_options(executor_help: str):
+    """`--executor local|operator` and the operator's settings file, as every command that runs stacks takes them."""
+    def add(function):
+        function = click.option("--operator-settings", "operator_settings", default="modelplane-operator.yaml",
+                                show_default=True, envvar="MODELPLANE_OPERATOR_SETTINGS",
+                                type=click.Path(dir_okay=False), metavar="FILE",
+                                help="The operator executor's settings: the control-plane cluster's kubeconfig and "
+                                     "context, backend, gitUrl, ... (docs/operator.md).")(function)
+        return click.option("--executor", type=click.Choice(["local", "operator"]), default="local",
+                            show_default=True, envvar="MODELPLANE_EXECUTOR", help=executor_help)(function)
+    return add
+
+
 def _apply_options(function):
     function = click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
                             help="table: progress for people; json: one JSON event per line.")(function)
     function = click.option("--backend", metavar="URL", default=None,
                             help="Pulumi backend (default: file://.modelplane/backend, or PULUMI_BACKEND_URL).")(function)
-    function = click.option("--parallel", type=click.IntRange(1, 16), default=2, show_default=True,
-                            help="Stacks run at once (each runs a Pulumi engine and its provider plugins).")(function)
+    function = click.option("--parallel", type=click.IntRange(1, 256), default=2, show_default=True,
+                            help="Stacks run at once. Local executor: at most 16 (each runs a Pulumi engine and its "
+                                 "provider plugins here); operator: stacks handed over and watched at once.")(function)
+    function = _executor_options("local: Pulumi engines on this machine; operator: Stack objects applied to the "
+                                 "control-plane cluster's Pulumi Kubernetes Operator.")(function)
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
                             help="The InferenceCluster hosting the fleet gateway (default: the first by name that this "
                                  "project provisions or connects to).")(function)
@@ -483,12 +542,14 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
 @_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
 @_PRUNE
-def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, offline, prune) -> None:
+def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+            offline, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     if not offline:
         _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
-               destroy_clusters=True, fleet_name=fleet_name, state=state)  # a preview destroys nothing
+               destroy_clusters=True, fleet_name=fleet_name, state=state, executor=executor,
+               operator_settings=operator_settings)  # a preview destroys nothing
         return
     from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
@@ -533,29 +594,32 @@ def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, prune, destroy_clusters, force, refresh,
-       skip_check) -> None:
+def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, prune,
+       destroy_clusters, force, refresh, skip_check) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
            destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check, fleet_name=fleet_name,
-           state=state)
+           state=state, executor=executor, operator_settings=operator_settings)
 
 
 @cli.command()
 @_apply_options
-def drift(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig) -> None:
+def drift(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor,
+          operator_settings) -> None:
     """Report applied stacks whose cloud or cluster state no longer matches (a refresh preview; exit 1 on drift)."""
     _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name,
-           state=state)
+           state=state, executor=executor, operator_settings=operator_settings)
 
 
 @cli.command(name="refresh")
 @_apply_options
-def refresh_command(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig) -> None:
+def refresh_command(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor,
+                    operator_settings) -> None:
     """Refresh the applied stacks' state from the clouds and clusters."""
-    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name, state=state)
+    _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name, state=state,
+           executor=executor, operator_settings=operator_settings)
 
 
 @cli.command()
@@ -564,10 +628,11 @@ def refresh_command(paths, output, backend, parallel, control_plane, fleet_name,
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
-def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, unprotect, yes) -> None:
+def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+            unprotect, yes) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
     _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes,
-           fleet_name=fleet_name, state=state)
+           fleet_name=fleet_name, state=state, executor=executor, operator_settings=operator_settings)
 
 
 @cli.command()
@@ -579,7 +644,11 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, 
 @click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
               help="The InferenceCluster hosting the fleet gateway (default: the first by name that can host it).")
 @_state_option
-def status(paths, output, control_plane, state) -> None:
+@_executor_options("local: what `up` recorded in --state; operator: the Stack objects in the control-plane cluster, "
+                   "with where the operator is with each.")
+@click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
+              help="Several fleets on one backend or operator namespace: this fleet's stacks.")
+def status(paths, output, control_plane, state, executor, operator_settings, fleet_name) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
     from pathlib import Path
 
@@ -588,9 +657,20 @@ def status(paths, output, control_plane, state) -> None:
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
-    prepared = prepare(loaded.fleet, Path(state), host)
-    applied = prepared.store.load()["stacks"]
-    renames = {str(r.old): str(r.new) for r in plan_renames(prepared.store, loaded.fleet)}
+    on_operator: dict[str, str] = {}
+    if executor == "operator":
+        from automation.operator_runner import applied_details, live_stacks, stack_state
+
+        runner, recorded = _operator_executor(operator_settings, fleet_name)
+        live = live_stacks(runner.api, runner.options)
+        on_operator = {name: stack_state(stack) for name, stack in live.items()}
+        prepared = prepare(loaded.fleet, Path(state), host, recorded)
+        applied = applied_details(live)
+        renames = {}
+    else:
+        prepared = prepare(loaded.fleet, Path(state), host)
+        applied = prepared.store.load()["stacks"]
+        renames = {str(r.old): str(r.new) for r in plan_renames(prepared.store, loaded.fleet)}
     reasons = {"create": "not applied yet", "update": "its manifests changed since it was applied",
                "delete": "recorded but not in the input: `up --prune` destroys it", "none": ""}
     rows = []
@@ -602,8 +682,11 @@ def status(paths, output, control_plane, state) -> None:
             reason = f"recorded under the legacy name; the next `up` renames it to {renames[c.name]}"
         elif c.change == "delete" and c.kind == "platform":
             reason += " (with --yes-destroy-clusters)"
+        if c.name in on_operator and on_operator[c.name] != "succeeded":
+            reason = f"on the operator: {on_operator[c.name]}"
         rows.append({"name": c.name, "change": "rename" if c.name in renames else c.change,
-                     "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason})
+                     "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason,
+                     **({"operator": on_operator.get(c.name, "no Stack object")} if executor == "operator" else {})})
     services = _service_addresses(prepared, applied)
     if output == "yaml":
         click.echo(_objects_with_status(loaded.fleet, prepared, applied), nl=False)
@@ -701,23 +784,33 @@ def schema(out, kind) -> None:
               help="The recorded state and default Pulumi backend, shared with `modelplane up` run in the same folder.")
 @click.option("--backend", metavar="URL", default=None,
               help="Pulumi backend (default: file://<state>/backend, or PULUMI_BACKEND_URL), as for `modelplane up`.")
-def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend) -> None:
+@_executor_options("local: Pulumi engines on this host; operator: accepted changes become Stack objects on the "
+                   "control-plane cluster's Pulumi Kubernetes Operator (no cloud credential on this host).")
+def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend, executor,
+          operator_settings) -> None:
     """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
     from pathlib import Path
 
     from automation.portal.app import StartupError
     from automation.portal.app import serve as run_portal
     from automation.portal.auth import Tokens, TokensFileError
+    from automation.portal.worker import operator_runner
 
     try:
         Tokens.load(tokens_file)
     except TokensFileError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
-    banner = f"modelplane portal on http://{host}:{port} ({'plan only' if no_apply else 'applying through Pulumi'})"
+    runner = None
+    how = "plan only" if no_apply else "applying through Pulumi"
+    if executor == "operator" and not no_apply:
+        _operator_executor(operator_settings, None)  # the settings and the cluster are checked before listening
+        runner = operator_runner(operator_settings)
+        how = "applying through the Pulumi Kubernetes Operator"
+    banner = f"modelplane portal on http://{host}:{port} ({how})"
     try:
         run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
-                   Path(state_dir), backend, announce=lambda: click.echo(banner))
+                   Path(state_dir), backend, announce=lambda: click.echo(banner), runner=runner)
     except (StartupError, TokensFileError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

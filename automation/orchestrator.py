@@ -3,7 +3,9 @@
 - Waves from `stacks.waves`: platform, gateway, caches, models, services; a wave's stacks run
   in parallel (at most `parallel` at once).
 - A failed stack is reported with its error; stacks that depend on it (directly or not) are
-  skipped with that reason; every other stack goes on.
+  skipped with that reason; every other stack goes on. A platform or gateway stack is not
+  destroyed after another stack of the same run failed (or was skipped): the cluster outlives
+  whatever may still be on it, and a rerun converges.
 - State is recorded only after a stack's update succeeded (fingerprint, placements, plain
   outputs), and forgotten only after its destroy succeeded, so a rerun converges.
 - Cancelling (Ctrl-C) starts nothing new and asks running operations to cancel through the
@@ -84,19 +86,25 @@ class Orchestrator:
             self.store.record(spec.name, spec.fingerprint, spec.payload.get("placements_recorded"), result.outputs)
         elif self.store is not None and op == "destroy":
             self.store.forget(change.name)
-        self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes})
+        self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes,
+                       **({"summary": result.summary} if result.summary else {})})
         return Outcome(change.name, "succeeded", result)
 
     def execute(self, operation: Operation, changes: list[StackChange], specs: dict[str, StackSpec]) -> Report:
         report = Report()
         broken: dict[str, str] = {}  # stack -> why it (or a dependency) did not succeed
+        names_kept = {c.name for c in changes if c.change == "delete" and c.kind in ("platform", "gateway")}
         with ThreadPoolExecutor(max_workers=self.parallel) as pool:
             for wave in waves(changes):
                 pending = {}
                 for change in wave:
                     blocked = next((d for d in change.depends_on if d in broken), None)
+                    reason = f"not run: depends on {blocked}, which {broken.get(blocked or '')}"
+                    if blocked is None and change.change == "delete" and change.kind in ("platform", "gateway"):
+                        # a cluster outlives a stack that failed to destroy: its resources may be on it
+                        blocked = next((n for n in broken if n not in names_kept), None)
+                        reason = f"not run: kept because {blocked} was not destroyed ({broken.get(blocked or '')})"
                     if blocked is not None:
-                        reason = f"not run: depends on {blocked}, which {broken[blocked]}"
                         broken[change.name] = "was skipped"
                         report.outcomes.append(Outcome(change.name, "skipped", reason=reason))
                         self.on_event({"stack": change.name, "type": "skipped", "reason": reason})

@@ -25,6 +25,7 @@ class RunResult:
     changes: dict[str, int] = field(default_factory=dict)  # operation type -> count (create, update, same, ...)
     outputs: dict = field(default_factory=dict)  # plain (non-secret) stack outputs
     error: str | None = None
+    summary: str | None = None  # what happened, when there are no per-resource counts (the operator executor)
 
 
 class AutomationError(Exception):

@@ -26,6 +26,7 @@ class Prepared:
     problems: list[str]
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
     desired: DesiredState | None = None  # everything the plan renders (status reads endpoints, routes, caches)
+    recorded: dict[str, str] = field(default_factory=dict)  # applied stack -> the fingerprint it applied
 
     def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
@@ -34,11 +35,14 @@ class Prepared:
         return [c for c in self.changes if c.change == "delete"]
 
 
-def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = None) -> Prepared:
+def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = None,
+            recorded: dict[str, str] | None = None) -> Prepared:
+    """`recorded`: what is applied, where the executor keeps it (the operator's Stacks); else the state folder's."""
     store = StateStore(root or Path(STATE_DIR))
     desired = desired_state(fleet, store.placements(), control_plane)
-    return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, store.fingerprints()), store,
-                    desired.problems, dict(desired.rendered.addresses), desired)
+    applied = store.fingerprints() if recorded is None else recorded
+    return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, applied), store,
+                    desired.problems, dict(desired.rendered.addresses), desired, dict(applied))
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:
@@ -56,7 +60,7 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
             elif c.change in ("create", "update") or (c.change == "delete" and prune):
                 out.append(c)
         return out
-    recorded = set(prepared.store.fingerprints())
+    recorded = set(prepared.recorded)
     if operation in ("refresh", "preview-refresh"):
         return [StackChange(c.id, "update", c.depends_on) for c in prepared.changes
                 if c.name in recorded and c.change != "delete"]

@@ -6,6 +6,9 @@ picks the queued runs up, and runs left `running` by a dead process for longer t
 `stale_after` are queued again. Each run applies the latest desired state of its stack, so a
 stack converges to the newest accepted manifests.
 
+The stacks run on this host's Pulumi engines (`pulumi_runner`), or on the Pulumi Kubernetes Operator
+(`operator_runner`, `serve --executor operator`), which leaves no cloud credential on the portal host.
+
 One state, one executor: the worker claims every queued run at once and runs them as one batch
 through the same Orchestrator the CLI uses (dependency waves, dependents of a failed stack
 skipped), with the same runner, Pulumi backend and recorded state (`--state`, default
@@ -47,6 +50,22 @@ def pulumi_runner(backend: str | None = None, parallel: int = 2) -> RunnerFactor
                               kubeconfigs=existing_kubeconfigs(fleet, {}, state_dir))  # says so if the CLI is missing
         check_passphrase(backend or default_backend(state_dir))
         return runner
+    return build
+
+
+def operator_runner(settings_file: str | Path) -> RunnerFactory:
+    """The operator executor: each batch's stacks become Stack objects in the control-plane cluster, so the portal
+    host holds no cloud credential. The client is made per batch (exec-plugin tokens expire)."""
+    def build(fleet: Fleet, state_dir: Path) -> StackRunner:
+        from automation.kube import KubeClient
+        from automation.operator_runner import OperatorRunner, check_reachable
+        from automation.operator_settings import load_settings
+
+        settings = load_settings(settings_file)
+        options = settings.export_options()
+        api = KubeClient(settings.kubeconfig_path(), settings.context)
+        check_reachable(api, options)
+        return OperatorRunner(api, options, poll=settings.poll_seconds, timeout=settings.timeout_minutes * 60)
     return build
 
 

@@ -1,0 +1,150 @@
+"""The control-plane cluster's API, as the operator executor uses it: server-side apply, get, list, delete.
+
+`KubeAPI` is the seam; `KubeClient` implements it with the official Kubernetes client, which reads the
+kubeconfig as kubectl does (client certificates, tokens, and exec plugins such as gke-gcloud-auth-plugin
+or `aws eks get-token`). Requests are plain REST on a fixed table of the kinds the executor writes, so
+no discovery round-trips are made. Every failure is a `KubeError`, one line naming the verb, the object
+and the API server's own message; a credential never appears in one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+from automation.runner import AutomationError
+
+FIELD_MANAGER = "modelplane"
+# (apiVersion, kind) -> (resource, namespaced): the kinds the executor writes and reads.
+RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "Namespace"): ("namespaces", False),
+    ("v1", "ServiceAccount"): ("serviceaccounts", True),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("pulumi.com/v1", "Stack"): ("stacks", True),
+    ("pulumi.com/v1", "Program"): ("programs", True),
+}
+
+
+class KubeError(AutomationError):
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+
+def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    """The REST path of a collection (name None) or of one object."""
+    try:
+        resource, namespaced = RESOURCES[(api_version, kind)]
+    except KeyError:
+        raise KubeError(f"{api_version} {kind}: not a kind the operator executor writes") from None
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if namespaced:
+        if not namespace:
+            raise KubeError(f"{kind}/{name}: a namespaced kind needs a namespace")
+        base += f"/namespaces/{namespace}"
+    return f"{base}/{resource}" + (f"/{name}" if name else "")
+
+
+def describe(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+class KubeAPI(Protocol):
+    def apply(self, obj: dict) -> dict:
+        """Server-side apply (field manager `modelplane`, conflicts forced); returns the object as stored."""
+        ...
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        """The object, or None when it does not exist."""
+        ...
+
+    def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str = "") -> list[dict]:
+        ...
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+        """Ask for the object's deletion (finalizers run); False when it was already gone."""
+        ...
+
+
+def _server_message(body: Any) -> str:
+    try:
+        status = json.loads(body)
+        return str(status.get("message") or status.get("reason") or "").strip()
+    except (TypeError, ValueError, AttributeError):
+        return ""
+
+
+class KubeClient:
+    """`KubeAPI` over the official Kubernetes client, from a kubeconfig file and (optionally) a context."""
+
+    def __init__(self, kubeconfig: Path, context: str | None = None, timeout: float = 30.0):
+        from kubernetes import config
+        from kubernetes.config.config_exception import ConfigException
+
+        self.timeout = timeout
+        try:
+            if not kubeconfig.is_file():
+                raise KubeError(f"kubeconfig {kubeconfig}: no such file (settings: kubeconfig, or $KUBECONFIG)")
+            self.client = config.new_client_from_config(config_file=str(kubeconfig), context=context,
+                                                        persist_config=False)
+        except ConfigException as exc:
+            raise KubeError(f"kubeconfig {kubeconfig}: {' '.join(str(exc).split())}") from None
+        self.server = self.client.configuration.host
+
+    def _call(self, verb: str, what: str, method: str, path: str, *, body: Any = None,
+              query: list[tuple[str, str]] | None = None, content_type: str = "application/json") -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return self.client.call_api(
+                path, method, query_params=query or [], body=body,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
+                _preload_content=True, _request_timeout=self.timeout)
+        except ApiException as exc:
+            message = _server_message(exc.body) or exc.reason or "no message"
+            raise KubeError(f"{verb} {what}: {exc.status} {message}", exc.status) from None
+        except (HTTPError, OSError) as exc:
+            raise KubeError(f"{verb} {what}: cannot reach the control-plane cluster at {self.server} "
+                            f"({type(exc).__name__})") from None
+
+    def apply(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        return self._call("apply", describe(obj), "PATCH", path, body=obj,
+                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                          content_type="application/apply-patch+yaml")
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        try:
+            return self._call("get", f"{kind} {name}", "GET", resource_path(api_version, kind, namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str = "") -> list[dict]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        try:
+            found = self._call("list", f"{kind} in {namespace}", "GET", resource_path(api_version, kind, namespace),
+                               query=query)
+        except KubeError as exc:
+            if exc.status == 404 and kind == "Stack":
+                raise KubeError(f"list Stacks: {api_version} is not served by the control-plane cluster: is the "
+                                "Pulumi Kubernetes Operator installed? (docs/operator.md)", 404) from None
+            raise
+        return list((found or {}).get("items") or [])
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+        try:
+            self._call("delete", f"{kind} {name}", "DELETE", resource_path(api_version, kind, namespace, name),
+                       body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

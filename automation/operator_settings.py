@@ -1,0 +1,99 @@
+"""Where and how the operator executor runs the fleet's stacks: one settings file, checked strictly.
+
+`up|preview|destroy|status|serve --executor operator` read it (default `modelplane-operator.yaml`,
+or `--operator-settings FILE`); it is meant to be committed beside the fleet's manifests. It names the
+control-plane cluster (a kubeconfig file and context, read by the Kubernetes client and never printed)
+and everything `operator export` takes as flags. It never holds a secret value: credentials are named
+Kubernetes Secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from automation.operator import PULUMI_IMAGE, ExportError, ExportOptions
+from automation.runner import AutomationError
+
+DEFAULT_FILE = "modelplane-operator.yaml"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class SettingsError(AutomationError):
+    pass
+
+
+class OperatorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    backend: str  # the stacks' Pulumi backend: s3://, gs://, azblob:// or a Pulumi Cloud URL
+    git_url: str  # this project's repository, with the fleet's manifests in it
+    git_ref: str = "main"
+    repo_dir: str = "."
+    fleet_dir: str = "fleet"
+    namespace: str = "modelplane-stacks"
+    image: str = PULUMI_IMAGE
+    secrets: tuple[str, ...] = ()  # Secrets in `namespace` whose keys become every workspace's environment
+    organization: str = "organization"
+    kubeconfig: str | None = None  # the control-plane cluster's kubeconfig (default: $KUBECONFIG, ~/.kube/config)
+    context: str | None = None
+    poll_seconds: float = Field(5.0, gt=0, le=300)  # how often a Stack's status is read
+    timeout_minutes: float = Field(120.0, gt=0)  # how long to wait for one stack's result before reporting it
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError("must be a DNS label (lowercase letters, digits and '-')")
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _DNS_SUBDOMAIN.match(name):
+                raise ValueError(f"{name!r} is not a Secret name (a DNS subdomain)")
+        return value
+
+    def export_options(self, fleet_name: str | None = None) -> ExportOptions:
+        try:
+            return ExportOptions(backend=self.backend, git_url=self.git_url, git_ref=self.git_ref,
+                                 repo_dir=self.repo_dir, fleet_dir=self.fleet_dir, namespace=self.namespace,
+                                 image=self.image, secrets=tuple(self.secrets), organization=self.organization,
+                                 fleet_name=fleet_name)
+        except ExportError as exc:
+            raise SettingsError(str(exc).replace("--backend", "backend").replace("--git-url", "gitUrl")) from None
+
+    def kubeconfig_path(self) -> Path:
+        if self.kubeconfig:
+            return Path(self.kubeconfig).expanduser()
+        first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+        return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
+
+
+def load_settings(path: str | Path) -> OperatorSettings:
+    """The settings file, or one line naming the file and the field that is wrong."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SettingsError(f"{path}: no such file (the operator executor's settings: backend, gitUrl, kubeconfig, "
+                            "...; see docs/operator.md)") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"{path}: cannot read it: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of settings (backend, gitUrl, ...)")
+    try:
+        settings = OperatorSettings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(file)"
+        raise SettingsError(f"{path}: {field}: {first['msg']}") from None
+    settings.export_options()  # the backend and git URL are checked once, here
+    return settings

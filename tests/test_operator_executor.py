@@ -1,0 +1,310 @@
+"""`--executor operator`: the fleet's stacks handed to the Pulumi Kubernetes Operator through a Kubernetes API
+double (tests/fake_kube.py) that refuses what a real API server refuses, with a scripted operator. These tests
+prove what the executor asks of the cluster and how it reads the operator's answers; nothing here claims a
+real cluster or operator ran."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+import yaml
+
+from automation.cli import main
+from automation.kube import KubeClient, KubeError
+from automation.operator import ExportOptions, object_name
+from automation.operator_runner import verdict
+from tests.fake_kube import TOKEN, FakeKube
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NS = "modelplane-stacks"
+
+
+@pytest.fixture
+def kube(tmp_path):
+    fake = FakeKube(tmp_path)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    folder = tmp_path / "fleet"
+    shutil.copytree(ROOT / "examples", folder)
+    return folder
+
+
+def run(kube, tmp_path, command, *args, fleet=None, state="state", capsys=None, **settings):
+    argv = [command, "-f", str(fleet or ROOT / "examples"), "--executor", "operator",
+            "--operator-settings", str(kube.settings(tmp_path, **settings)), "--state", str(tmp_path / state), *args]
+    return main(argv)
+
+
+def applied(kube, kind="Stack"):
+    return [r.body["metadata"]["name"] for r in kube.cluster.writes("PATCH") if r.body["kind"] == kind]
+
+
+def test_up_hands_every_stack_to_the_operator_in_the_planners_order(kube, tmp_path, capsys):
+    assert run(kube, tmp_path, "up", "--parallel", "8") == 0  # with the deployability check
+    out = capsys.readouterr()
+    assert "up: 15 of 15 stack(s) succeeded" in out.err + out.out
+    assert TOKEN not in out.out + out.err
+    for request in kube.cluster.writes():  # every write is a server-side apply by modelplane
+        assert request.method == "PATCH" and request.content_type == "application/apply-patch+yaml"
+        assert request.query["fieldManager"] == ["modelplane"] and request.query["force"] == ["true"]
+    kinds = [r.body["kind"] for r in kube.cluster.writes()]
+    assert kinds[:3] == ["Namespace", "ServiceAccount", "ClusterRoleBinding"]  # what the stacks share, first
+    stacks = kube.cluster.stacks()
+    assert len(stacks) == 15
+    # the operator ran each stack after its prerequisites, which are the planner's dependencies
+    ran = [name for name, kind in kube.cluster.runs]
+    for name, stack in stacks.items():
+        for prerequisite in stack["spec"].get("prerequisites", []):
+            assert ran.index(prerequisite["name"]) < ran.index(name)
+    # a Program is applied before the Stack that runs it
+    order = [(r.body["kind"], r.body["metadata"]["name"]) for r in kube.cluster.writes()]
+    assert order.index(("Program", "model-ml-team.qwen3-8b")) < order.index(("Stack", "model-ml-team.qwen3-8b"))
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["stacks"].keys() == set(
+        s["metadata"]["annotations"]["modelplane.ai/stack"] for s in stacks.values())
+
+
+def test_the_cluster_is_the_record_a_fresh_machine_changes_nothing_and_a_change_runs_only_its_stacks(
+        kube, tmp_path, fleet, capsys):
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
+    before = len(kube.cluster.writes())
+    capsys.readouterr()
+    # a CI runner with no local state: the Stacks say what is applied, so nothing is written
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet, state="fresh") == 0
+    assert "every stack is up to date" in capsys.readouterr().out
+    assert len(kube.cluster.writes()) == before
+    # one deployment changes: only its stacks are applied again, and the run reads the new Program revision
+    path = fleet / "models" / "qwen3-8b.yaml"
+    path.write_text(path.read_text().replace("--max-model-len=16384", "--max-model-len=8192"))
+    generation = kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")]["metadata"]["generation"]
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet, state="fresh") == 0
+    changed = {r.body["metadata"]["name"] for r in kube.cluster.writes()[before:] if r.body["kind"] == "Stack"}
+    assert changed == {"model-ml-team.qwen3-8b"}
+    program = kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")]
+    assert program["metadata"]["generation"] == generation + 1
+    stack = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
+    assert stack["status"]["lastUpdate"]["lastAttemptedCommit"] == str(generation + 1)
+    # --force runs an unchanged stack again, through the operator's reconcile-request protocol
+    runs = len(kube.cluster.runs)
+    assert run(kube, tmp_path, "up", "--skip-check", "--force", "gateway", fleet=fleet, state="fresh") == 0
+    assert kube.cluster.runs[runs:] == [("gateway", "up")]
+
+
+def test_a_failed_stack_fails_the_command_and_its_dependents_are_never_handed_over(kube, tmp_path, capsys):
+    kube.cluster.outcomes["model-ml-team.qwen3-8b"] = ("failed", "error: quota exceeded for nvidia-l4 in us-central1")
+    assert run(kube, tmp_path, "up", "--skip-check") == 1
+    out = capsys.readouterr()
+    assert "model-ml-team.qwen3-8b] failed: up failed on the operator: error: quota exceeded" in out.err
+    assert "not run: depends on model-ml-team.qwen3-8b, which failed" in out.err
+    assert "service-ml-team.qwen3-8b" not in applied(kube)  # never reaches the operator
+    assert "model-ml-team.qwen3-coder" in applied(kube)  # the rest goes on
+    assert "model-ml-team.qwen3-8b" not in json.loads((tmp_path / "state" / "state.json").read_text())["stacks"]
+    # status shows where the operator is with it, from the Stack's status
+    capsys.readouterr()
+    assert run(kube, tmp_path, "status", "-o", "json") == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["stacks"]}
+    assert rows["model-ml-team.qwen3-8b"]["change"] == "update"
+    assert rows["model-ml-team.qwen3-8b"]["operator"].startswith("up failed on the operator: error: quota exceeded")
+    assert rows["service-ml-team.qwen3-8b"]["operator"] == "no Stack object"
+    assert rows["gateway"]["operator"] == "succeeded" and rows["gateway"]["change"] == "none"
+
+
+def test_a_stalled_stack_is_a_failure_with_the_operators_reason(kube, tmp_path, capsys):
+    kube.cluster.stalls["gateway"] = ("SpecInvalid", "invalid backend URL")
+    assert run(kube, tmp_path, "up", "--skip-check") == 1
+    assert "[gateway] failed: stalled: SpecInvalid: invalid backend URL" in capsys.readouterr().err
+
+
+def test_removed_stacks_are_deleted_so_the_operator_destroys_them_program_last(kube, tmp_path, fleet, capsys):
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
+    (fleet / "models" / "qwen3-8b.yaml").unlink()
+    services = yaml.safe_load_all((fleet / "models" / "services.yaml").read_text())
+    kept = [s for s in services if s and s["metadata"]["name"] != "qwen3-8b"]
+    (fleet / "models" / "services.yaml").write_text(yaml.safe_dump_all(kept))
+    capsys.readouterr()
+    assert run(kube, tmp_path, "up", "--skip-check", "--prune", fleet=fleet, state="fresh") == 0
+    deletes = [r.path.rsplit("/", 2)[-2:] for r in kube.cluster.writes("DELETE")]
+    assert ["stacks", "service-ml-team.qwen3-8b"] in deletes and ["stacks", "model-ml-team.qwen3-8b"] in deletes
+    # the service goes before the model it routes to; each Program only once its Stack is gone (destroy needs it)
+    assert deletes.index(["stacks", "service-ml-team.qwen3-8b"]) < deletes.index(["stacks", "model-ml-team.qwen3-8b"])
+    assert deletes.index(["stacks", "model-ml-team.qwen3-8b"]) < deletes.index(["programs", "model-ml-team.qwen3-8b"])
+    assert ("model-ml-team.qwen3-8b", "destroy") in kube.cluster.runs
+    assert "model-ml-team.qwen3-8b" not in kube.cluster.stacks()
+    assert ("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b") not in kube.cluster.objects
+
+
+def test_a_failed_destroy_is_reported_and_the_stack_is_kept(kube, tmp_path, fleet, capsys):
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
+    kube.cluster.outcomes["service-ml-team.qwen3-8b:destroy"] = ("failed", "error: the route is still referenced")
+    capsys.readouterr()
+    assert run(kube, tmp_path, "destroy", "--yes", fleet=fleet) == 1
+    err = capsys.readouterr().err
+    assert "[service-ml-team.qwen3-8b] failed: destroy failed on the operator: error: the route is still referenced" in err
+    assert "service-ml-team.qwen3-8b" in kube.cluster.stacks()
+    assert ("pulumi.com/v1", "Program", NS, "service-ml-team.qwen3-8b") in kube.cluster.objects  # still needed
+    assert "platform-byo-eu" in kube.cluster.stacks()  # its dependents did not all go: clusters stay
+
+
+def test_platform_stacks_are_destroyed_only_on_purpose(kube, tmp_path, fleet, capsys):
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
+    assert kube.cluster.stacks()["platform-byo-eu"]["spec"]["destroyOnFinalize"] is False
+    assert run(kube, tmp_path, "destroy", fleet=fleet) == 2  # not on a terminal: --yes is needed
+    assert not kube.cluster.writes("DELETE")
+    assert run(kube, tmp_path, "destroy", "--yes", "--unprotect", fleet=fleet) == 0
+    assert kube.cluster.stacks() == {}
+    platform = [r.body for r in kube.cluster.writes("PATCH") if r.body["metadata"]["name"] == "platform-byo-eu"]
+    assert platform[-2]["spec"]["config"]["modelplane:deletionProtection"] == "false"  # lifted, run, then
+    assert platform[-1]["spec"]["destroyOnFinalize"] is True  # destroyed with its Stack
+    assert ("platform-byo-eu", "destroy") in kube.cluster.runs
+
+
+def test_preview_runs_a_separate_preview_stack_and_leaves_the_live_one_alone(kube, tmp_path, fleet, capsys):
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
+    path = fleet / "models" / "qwen3-8b.yaml"
+    path.write_text(path.read_text().replace("--max-model-len=16384", "--max-model-len=8192"))
+    live = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
+    before = len(kube.cluster.writes())
+    capsys.readouterr()
+    assert run(kube, tmp_path, "preview", fleet=fleet, state="fresh") == 0
+    assert "[model-ml-team.qwen3-8b] done: preview succeeded on the operator" in capsys.readouterr().out
+    proposal = [r.body for r in kube.cluster.writes("PATCH")[0:] if r.body["kind"] == "Stack"
+                and r.body["metadata"]["name"].endswith("-preview")]
+    assert [p["metadata"]["name"] for p in proposal] == ["model-ml-team.qwen3-8b-preview"]
+    body = proposal[0]["spec"]
+    assert body["preview"] is True and body["destroyOnFinalize"] is False and "prerequisites" not in body
+    assert body["stack"] == live["spec"]["stack"] and body["programRef"] == {"name": "model-ml-team.qwen3-8b-preview"}
+    assert ("model-ml-team.qwen3-8b-preview", "preview") in kube.cluster.runs
+    assert all(r.body["metadata"]["name"].endswith("-preview") for r in kube.cluster.writes("PATCH")[before:]
+               if r.body["kind"] in ("Stack", "Program"))
+    assert kube.cluster.stacks()["model-ml-team.qwen3-8b"] == live  # untouched
+    assert not [name for name in kube.cluster.stacks() if name.endswith("-preview")]  # removed afterwards
+
+
+def test_a_long_stack_name_fits_the_operators_limit_and_stays_unique():
+    long = "model-research-inference.deepseek-r1-distill-llama-70b-instruct"
+    names = {object_name(long), object_name(long + "x"), object_name(long, "preview")}
+    assert len(names) == 3 and all(len(n) <= 42 for n in names)
+    options = ExportOptions(backend="s3://b", git_url="https://g/x", fleet_name="eu")
+    assert options.object_name("gateway") == "eu-gateway"  # two fleets in one namespace never collide
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"backend": "ftp://x"}, "backend 'ftp://x': expected s3://"),
+    ({"namespace": "Stacks"}, "namespace: Value error, must be a DNS label"),
+    ({"pollSeconds": 0}, "pollSeconds: Input should be greater than 0"),
+    ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+    ({"kubeconfig": "/nonexistent/kubeconfig"}, "kubeconfig /nonexistent/kubeconfig: no such file"),
+])
+def test_bad_settings_are_one_line_and_exit_2(kube, tmp_path, capsys, settings, message):
+    assert run(kube, tmp_path, "up", "--skip-check", **settings) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not kube.cluster.writes()
+
+
+def test_an_unreachable_or_refusing_cluster_is_one_line_and_nothing_is_applied(kube, tmp_path, capsys):
+    config = yaml.safe_load(kube.kubeconfig.read_text())
+    config["users"][0]["user"]["token"] = "wrong-token-also-never-printed"
+    kube.kubeconfig.write_text(yaml.safe_dump(config))
+    assert run(kube, tmp_path, "up", "--skip-check") == 2
+    err = capsys.readouterr().err
+    assert "401 Unauthorized" in err and "never-printed" not in err
+    config["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"  # nothing listens there
+    kube.kubeconfig.write_text(yaml.safe_dump(config))
+    assert run(kube, tmp_path, "status") == 2
+    assert "cannot reach the control-plane cluster at http://127.0.0.1:9" in capsys.readouterr().err
+    assert not kube.cluster.writes()
+
+
+def test_flags_of_the_local_executor_are_refused_with_the_operator(kube, tmp_path, capsys):
+    assert run(kube, tmp_path, "up", "--kubeconfig", "byo-eu=/tmp/k") == 2
+    assert "is the Secret named by its existing.secretRef" in capsys.readouterr().err
+    assert run(kube, tmp_path, "drift") == 2
+    assert "not available with --executor operator" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("status,request_,revision,expected", [
+    ({}, "r1", None, None),  # the operator has not looked yet
+    ({"lastUpdate": {"generation": 1, "reconcileRequest": "r1", "state": "succeeded"}}, "r1", None, None),  # old gen
+    ({"lastUpdate": {"generation": 2, "reconcileRequest": "r0", "state": "succeeded"}}, "r1", None, None),  # old ask
+    ({"lastUpdate": {"generation": 2, "reconcileRequest": "r1", "state": "succeeded", "lastAttemptedCommit": "3"}},
+     "r1", "4", None),  # ran the previous Program revision
+    ({"lastUpdate": {"generation": 2, "reconcileRequest": "r1", "state": "succeeded", "lastAttemptedCommit": "4"},
+      "outputs": {"address": "10.0.0.1", "kubeconfig": "[secret]"}}, "r1", "4", (True, {"address": "10.0.0.1"})),
+    ({"lastUpdate": {"generation": 2, "reconcileRequest": "r1", "state": "failed", "message": "boom"}}, "r1", None,
+     (False, {})),
+    ({"observedGeneration": 2, "conditions": [{"type": "Stalled", "status": "True", "reason": "SourceUnavailable"}]},
+     "r1", None, None),  # the Program's artifact is on its way: the operator retries
+    ({"observedGeneration": 2, "conditions": [{"type": "Stalled", "status": "True", "reason": "UpdateFailed"}]},
+     "r1", None, (False, {})),
+])
+def test_the_operators_answer_is_read_for_this_generation_request_and_revision(status, request_, revision, expected):
+    found = verdict({"metadata": {"generation": 2}, "status": status}, request_, revision)
+    assert (None if found is None else (found.ok, found.outputs)) == expected
+
+
+def test_the_api_double_refuses_what_a_real_api_server_refuses(kube, tmp_path):
+    api = KubeClient(kube.kubeconfig)
+    stack = {"apiVersion": "pulumi.com/v1", "kind": "Stack",
+             "metadata": {"name": "gateway", "namespace": NS}, "spec": {"stack": "gateway", "programRef": {"name": "p"}}}
+    with pytest.raises(KubeError, match='404 namespaces "modelplane-stacks" not found'):
+        api.apply(stack)
+    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    long = {**stack, "metadata": {"name": "x" * 43, "namespace": NS}}
+    with pytest.raises(KubeError, match="422 .*Stack name must be no more than 42 characters"):
+        api.apply(long)
+    with pytest.raises(KubeError, match="422 .*'colour' was unexpected"):
+        api.apply({**stack, "spec": {**stack["spec"], "colour": "blue"}})
+    stored = api.apply(stack)
+    assert stored["metadata"]["generation"] == 1
+    assert api.apply(stack)["metadata"]["generation"] == 1  # the same content: no new generation
+    assert api.apply({**stack, "spec": {**stack["spec"], "stack": "other"}})["metadata"]["generation"] == 2
+    code, answer = kube.cluster.handle("PATCH", f"/apis/pulumi.com/v1/namespaces/{NS}/stacks/gateway",
+                                       {"fieldManager": ["x"]}, "application/merge-patch+json", stack)
+    assert code == 415  # only server-side apply
+
+
+def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
+    """The portal host needs no cloud credential: its worker applies Stack objects and reads their status."""
+    from automation.portal.worker import Worker, operator_runner
+    from tests.manifests import cluster, deployment, gpu_class
+    from tests.portal_server import ADMIN, API, ThreadServer
+
+    settings = kube.settings(tmp_path)
+    kube.cluster.outputs["platform-c1"] = {"gatewayAddress": "34.1.2.3", "kubeconfig": "[secret]"}
+    (tmp_path / "portal").mkdir()
+    with ThreadServer(tmp_path / "portal", apply=True) as server:
+        worker = Worker(server.store, tmp_path / "state", runner=operator_runner(settings))
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
+            path = f"{API}/namespaces/team-a/modeldeployments/qwen"
+            assert admin.put(path, json=deployment("qwen", namespace="team-a")).status_code == 201
+            worker.execute(worker.claim())
+            runs = {r["stack"]: r for r in admin.get("/runs").json()["items"]}
+            assert {s: r["status"] for s, r in runs.items()} == {
+                "platform-c1": "succeeded", "team-team-a.c1": "succeeded", "model-team-a.qwen": "succeeded"}
+            assert "succeeded on the operator" in admin.get(f"/runs/{runs['model-team-a.qwen']['id']}").json()["log"]
+            assert set(kube.cluster.stacks()) == {"platform-c1", "team-team-a.c1", "model-team-a.qwen"}
+            c1 = admin.get(f"{API}/inferenceclusters/c1").json()
+            assert {c["type"]: c["status"] for c in c1["status"]["conditions"]}["ClusterReady"] == "True"
+            # a failure on the operator is the run's failure, with the operator's message
+            kube.cluster.outcomes["model-team-a.qwen"] = ("failed", "error: ImagePullBackOff")
+            changed = deployment("qwen", namespace="team-a", replicas=2)
+            assert admin.put(path, json=changed).status_code == 200
+            worker.execute(worker.claim())
+            runs = {r["stack"]: r for r in sorted(admin.get("/runs").json()["items"], key=lambda r: r["id"])}
+            failed = admin.get(f"/runs/{runs['model-team-a.qwen']['id']}").json()
+            assert failed["status"] == "failed" and "ImagePullBackOff" in failed["log"]
+            # a DELETE becomes a deleted Stack, which the operator destroys
+            kube.cluster.outcomes.pop("model-team-a.qwen")
+            assert admin.delete(path).status_code == 200
+            worker.execute(worker.claim())
+            assert "model-team-a.qwen" not in kube.cluster.stacks()
+            assert ("model-team-a.qwen", "destroy") in kube.cluster.runs
