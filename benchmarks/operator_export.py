@@ -1,6 +1,6 @@
 """`modelplane operator export` at fleet scale: how long each phase takes for 500 clusters x 2,000 deployments.
 
-Uses plan_bench's generated fleet (no services or caches). Prints figures; asserts nothing. The issue's target is
+Uses plan_bench's generated fleet (no services or caches). Prints figures; asserts nothing. The target is
 the whole export under 30 s on the development machine. Run: .venv/bin/python benchmarks/operator_export.py
 """
 

@@ -142,3 +142,23 @@ def test_the_gateway_stack_runs_the_root_program_with_its_hosts_kubeconfig(desir
     provider = next(r for r in resources if r.type == "pulumi:providers:kubernetes")
     assert unwrap(provider.inputs)["clusterIdentifier"] == "byo-eu"
     assert any(r.type == "kubernetes:gateway.networking.k8s.io/v1:Gateway" for r in resources)
+
+
+def test_the_fast_writer_writes_the_same_bytes_in_one_process_or_several(desired, tmp_path, monkeypatch):
+    import automation.operator as operator_module
+    from workloads.yamlio import dump_fast
+
+    class Plain(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml behind PyYAML's generic representer
+        def ignore_aliases(self, data):
+            return True
+
+    files = export(desired, OPTIONS)
+    for objects in files.values():
+        for obj in objects:
+            assert dump_fast(obj) == yaml.dump(obj, Dumper=Plain, sort_keys=False)
+    operator_module.write(files, tmp_path / "one", jobs=1)
+    monkeypatch.setattr(operator_module, "PARALLEL_FROM", 1)
+    operator_module.write(files, tmp_path / "two", jobs=2)
+    one, two = sorted((tmp_path / "one").iterdir()), sorted((tmp_path / "two").iterdir())
+    assert [p.name for p in one] == [p.name for p in two]
+    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(one, two))
