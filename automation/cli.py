@@ -283,6 +283,9 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+OPERATOR_PARALLEL = 64  # the operator executor's default --parallel: stacks handed over and watched at once
+
+
 def _operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False):
     """The operator executor's runner and the cluster's record of what is applied, or exit 2 saying why not."""
     from automation.kube import KubeClient
@@ -338,6 +341,8 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
         if refused:
             click.echo(f"error: {refused}", err=True)
             raise SystemExit(2)
+        if click.get_current_context().get_parameter_source("parallel") == click.core.ParameterSource.DEFAULT:
+            parallel = OPERATOR_PARALLEL  # stacks run in the cluster: here they are only handed over and watched
     elif parallel > 16:
         click.echo("error: --parallel: at most 16 with the local executor (each stack runs a Pulumi engine here)",
                    err=True)
@@ -514,7 +519,8 @@ def _apply_options(function):
                             help="Pulumi backend (default: file://.modelplane/backend, or PULUMI_BACKEND_URL).")(function)
     function = click.option("--parallel", type=click.IntRange(1, 256), default=2, show_default=True,
                             help="Stacks run at once. Local executor: at most 16 (each runs a Pulumi engine and its "
-                                 "provider plugins here); operator: stacks handed over and watched at once.")(function)
+                                 "provider plugins here); operator: stacks handed over and watched at once (default "
+                                 "there: 64).")(function)
     function = _executor_options("local: Pulumi engines on this machine; operator: Stack objects applied to the "
                                  "control-plane cluster's Pulumi Kubernetes Operator.")(function)
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
@@ -683,7 +689,8 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
         elif c.change == "delete" and c.kind == "platform":
             reason += " (with --yes-destroy-clusters)"
         if c.name in on_operator and on_operator[c.name] != "succeeded":
-            reason = f"on the operator: {on_operator[c.name]}"
+            said = on_operator[c.name]
+            reason = said if "on the operator" in said else f"on the operator: {said}"
         rows.append({"name": c.name, "change": "rename" if c.name in renames else c.change,
                      "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason,
                      **({"operator": on_operator.get(c.name, "no Stack object")} if executor == "operator" else {})})
@@ -810,7 +817,8 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     banner = f"modelplane portal on http://{host}:{port} ({how})"
     try:
         run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
-                   Path(state_dir), backend, announce=lambda: click.echo(banner), runner=runner)
+                   Path(state_dir), backend, announce=lambda: click.echo(banner), runner=runner,
+                   parallel=OPERATOR_PARALLEL if runner is not None else 2)
     except (StartupError, TokensFileError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

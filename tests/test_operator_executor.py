@@ -308,3 +308,20 @@ def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
             worker.execute(worker.claim())
             assert "model-team-a.qwen" not in kube.cluster.stacks()
             assert ("model-team-a.qwen", "destroy") in kube.cluster.runs
+
+
+def test_the_operator_executor_hands_over_many_stacks_at_once_unless_told(kube, tmp_path, monkeypatch):
+    from automation import orchestrator
+
+    seen = []
+    original = orchestrator.Orchestrator.__init__
+
+    def spy(self, runner, store, on_event, parallel=2):
+        seen.append(parallel)
+        original(self, runner, store, on_event, parallel)
+
+    monkeypatch.setattr(orchestrator.Orchestrator, "__init__", spy)
+    assert run(kube, tmp_path, "up", "--skip-check") == 0
+    assert run(kube, tmp_path, "up", "--skip-check", "--force", "gateway", "--parallel", "3") == 0
+    assert seen == [64, 3]  # the stacks run in the cluster; here they are only watched
+    assert main(["up", "-f", str(ROOT / "examples"), "--parallel", "17", "--skip-check"]) == 2  # local: at most 16

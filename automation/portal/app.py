@@ -611,7 +611,7 @@ def listening_socket(host: str, port: int):
 
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
           worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None,
-          announce=None, runner=None) -> None:
+          announce=None, runner=None, parallel: int = 2) -> None:
     """Run the portal; `announce()` is called once it listens (a banner that never precedes a startup error).
     `runner`: how accepted changes are applied (a worker RunnerFactory; default: Pulumi engines on this host)."""
     import signal
@@ -634,8 +634,8 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
         signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
     replanner = ReplanWorker()
     app = create_app(store, tokens, apply, replan_worker=replanner)
-    worker = (Worker(store, state_dir, interval=worker_interval, runner=runner or pulumi_runner(backend))
-              if apply else None)
+    worker = (Worker(store, state_dir, interval=worker_interval, runner=runner or pulumi_runner(backend),
+                     parallel=parallel) if apply else None)
     if worker:
         worker.start()
     try:
