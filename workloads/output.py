@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from fleet.loader import RENDER_MARKER
-from workloads.yamlio import dump
+from workloads.yamlio import dump_fast as dump
 
 MARKER = RENDER_MARKER
 
