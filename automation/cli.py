@@ -235,8 +235,11 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
 
         click.echo(stream(result), nl=False)
         return
+    from automation.progress import Bar
+
     try:
-        count = write(result, Path(out))
+        with Bar("writing objects", sum(1 for _ in result.objects())) as bar:
+            count = write(result, Path(out), on_object=bar.advance)
     except (OutputError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_INVALID) from None
@@ -245,9 +248,16 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
         click.echo(f"  {stack}: {address}")
 
 
-def _progress(output: str):
-    """Progress for people (one line per stack event), or JSON lines with -o json."""
+def _progress(output: str, bar=None):
+    """Progress for people (one line per stack event, and `bar` counting finished stacks on a terminal), or JSON
+    lines with -o json."""
     lock = __import__("threading").Lock()
+
+    def echo(line: str, err: bool = False) -> None:
+        if bar is not None and bar.shown:
+            bar.print(line, err)
+        else:
+            click.echo(line, err=err)
 
     def emit(event: dict) -> None:
         with lock:
@@ -255,20 +265,22 @@ def _progress(output: str):
                 click.echo(json.dumps(event, default=str))
                 return
             kind = event.get("type")
+            if bar is not None and kind in ("succeeded", "failed", "cancelled", "skipped"):
+                bar.advance()
             if kind == "resource":
-                click.echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
+                echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
             elif kind == "diagnostic":
-                click.echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
+                echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
             elif kind == "start":
-                click.echo(f"[{event['stack']}] {event['operation']} ...")
+                echo(f"[{event['stack']}] {event['operation']} ...")
             elif kind == "succeeded":
                 counts = (", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items()))
                           or event.get("summary") or "no changes")
-                click.echo(f"[{event['stack']}] done: {counts}")
+                echo(f"[{event['stack']}] done: {counts}")
             elif kind in ("failed", "cancelled"):
-                click.echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
+                echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
             elif kind == "skipped":
-                click.echo(f"[{event['stack']}] skipped: {event.get('reason')}", err=True)
+                echo(f"[{event['stack']}] skipped: {event.get('reason')}", err=True)
     return emit
 
 
@@ -416,10 +428,12 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
         prepared.store.unlock()
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
-    emit = _progress(output)
+    from automation.progress import Bar
+
     try:
-        report = run_interruptibly(Orchestrator(runner, prepared.store, emit, parallel), operation, items, prepared.specs,
-                                   lambda m: click.echo(m, err=True))
+        with Bar(f"{operation}: stacks", len(items), output) as bar:
+            report = run_interruptibly(Orchestrator(runner, prepared.store, _progress(output, bar), parallel),
+                                       operation, items, prepared.specs, lambda m: click.echo(m, err=True))
     finally:
         prepared.store.unlock()
     good = sum(1 for o in report.outcomes if o.status == "succeeded")
@@ -561,9 +575,14 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
     from automation.offline_preview import all_stacks
     from automation.output import preview_table
 
+    from automation.progress import Bar
+    from automation.stacks import desired_state
+
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
-    stacks = all_stacks(loaded.fleet, host)
+    desired = desired_state(loaded.fleet, control_plane=host)
+    with Bar("previewing stacks", len(desired.specs), output) as bar:
+        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance)
     violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
         click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks],

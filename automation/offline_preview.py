@@ -12,9 +12,8 @@ deployability check (automation/deployability.py) then reads the whole graph.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 from automation.offline import Registered, run
 from automation.programs import project_of, program_for, stack_config
@@ -108,6 +107,13 @@ def preview_stack(spec: StackSpec, fleet) -> StackPreview:
     return preview
 
 
-def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredState | None = None) -> list[StackPreview]:
+def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredState | None = None,
+               on_stack: Callable[[], None] | None = None) -> list[StackPreview]:
+    """Every desired stack previewed, in rank order; `on_stack` is called after each (a progress bar)."""
     desired = desired or desired_state(fleet, control_plane=control_plane)
-    return [preview_stack(spec, fleet) for spec in sorted(desired.specs.values(), key=lambda s: (s.rank, s.name))]
+    out = []
+    for spec in sorted(desired.specs.values(), key=lambda s: (s.rank, s.name)):
+        out.append(preview_stack(spec, fleet))
+        if on_stack is not None:
+            on_stack()
+    return out

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from fleet.loader import RENDER_MARKER
 from workloads.yamlio import dump_fast as dump
@@ -32,7 +33,8 @@ def stream(rendered) -> str:
     return "".join(f"---\n# {stack} / {target}\n{dump(obj)}" for stack, target, obj in rendered.objects())
 
 
-def write(rendered, out: Path) -> int:
+def write(rendered, out: Path, on_object: Callable[[], None] | None = None) -> int:
+    """Write every object to `out` (replaced as a whole); `on_object` is called after each one (a progress bar)."""
     out = out.resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise OutputError(f"{out} exists and was not written by modelplane render; choose an empty or new folder")
@@ -52,6 +54,8 @@ def write(rendered, out: Path) -> int:
                 raise OutputError(f"{stack}/{target}: two objects would be written to {path.name}")
             path.write_text(dump(obj))
             count += 1
+            if on_object is not None:
+                on_object()
         if out.exists():
             graveyard = Path(tempfile.mkdtemp(prefix=".render-old-", dir=out.parent))  # ours alone to remove
             out.rename(graveyard / "previous")

@@ -96,7 +96,20 @@ class ReplanWorker:
 
 
 def _import_planner() -> None:
+    import os
+    import threading
+    import time
+
     import automation.portal.service  # noqa: F401  (the planner's imports, paid once per worker process)
+
+    parent = os.getppid()
+
+    def exit_with_parent() -> None:  # a portal killed without its shutdown (SIGKILL, a crash) leaves no orphan
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True, name="replan-worker-parent-watch").start()
 
 
 def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,

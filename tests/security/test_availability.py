@@ -170,3 +170,28 @@ def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_
         assert worker(*inputs) == expected  # and a new worker took over
     finally:
         worker.close()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may never be reaped in a container)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to see the worker process")
+def test_a_killed_portal_leaves_no_replan_worker_behind():
+    script = ("from automation.portal.app import ReplanWorker\nimport time\nw = ReplanWorker()\n"
+              "w._pool.submit(int).result()\nprint(next(iter(w._pool._processes)), flush=True)\ntime.sleep(120)\n")
+    portal = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    worker = int(portal.stdout.readline())
+    assert _running(worker)
+    portal.kill()  # no shutdown at all: SIGKILL, an OOM kill, a crash
+    portal.wait(10)
+    deadline = time.monotonic() + 10
+    while _running(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(worker)

@@ -1,0 +1,52 @@
+"""A progress bar for long commands run by a person: `render --out`, `preview --offline`, `up`, `destroy`.
+
+Shown on stderr only when stderr is a terminal and the output is not JSON, so logs, pipes and CI stay
+exactly as they were. rich draws it (a dependency already, for tables); it is transient, leaving only
+the command's own lines behind.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class Bar:
+    """`with Bar("writing objects", total) as bar: ... bar.advance()`; does nothing when not shown."""
+
+    def __init__(self, label: str, total: int, output: str = "table", stream: IO[str] | None = None,
+                 force: bool | None = None):
+        stream = stream if stream is not None else sys.stderr
+        shown = force if force is not None else (output != "json" and total > 0 and stream.isatty())
+        self._progress: Progress | None = None
+        if shown:
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=Console(file=stream, force_terminal=True),
+                                      transient=True)
+            self._task = self._progress.add_task(label, total=total)
+
+    @property
+    def shown(self) -> bool:
+        return self._progress is not None
+
+    def advance(self, steps: int = 1) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, steps)
+
+    def print(self, line: str, err: bool = False) -> None:
+        """A line above the bar (while it is shown, lines must go through it to keep the screen tidy)."""
+        if self._progress is not None:
+            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True,
+                                         style="red" if err else None)
+
+    def __enter__(self) -> Bar:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,42 @@
+"""The progress bar: shown to a person at a terminal, never in logs, pipes or JSON output."""
+
+from __future__ import annotations
+
+import io
+
+from automation.cli import _progress
+from automation.progress import Bar
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_is_shown_only_on_a_terminal_and_never_for_json():
+    assert not Bar("x", 3, stream=io.StringIO()).shown  # a pipe or a CI log
+    assert Bar("x", 3, stream=Terminal()).shown
+    assert not Bar("x", 3, output="json", stream=Terminal()).shown
+    assert not Bar("x", 0, stream=Terminal()).shown  # nothing to count
+
+
+def test_finished_stacks_move_the_bar_and_lines_print_above_it():
+    screen = Terminal()
+    with Bar("up: stacks", 3, stream=screen) as bar:
+        emit = _progress("table", bar)
+        emit({"stack": "platform-a", "type": "start", "operation": "up"})
+        emit({"stack": "platform-a", "type": "succeeded", "changes": {"create": 4}})
+        emit({"stack": "model-t.m", "type": "failed", "error": "quota"})
+        emit({"stack": "service-t.m", "type": "skipped", "reason": "depends on model-t.m"})
+        bar._progress.refresh()  # type: ignore[union-attr]
+        shown = screen.getvalue()
+    assert "3/3" in shown and "up: stacks" in shown
+    for line in ("[platform-a] up ...", "[platform-a] done: create 4", "[model-t.m] failed: quota",
+                 "[service-t.m] skipped: depends on model-t.m"):
+        assert line in shown
+
+
+def test_without_a_terminal_the_lines_are_exactly_as_before(capsys):
+    with Bar("up: stacks", 1, stream=io.StringIO()) as bar:
+        _progress("table", bar)({"stack": "gateway", "type": "succeeded", "changes": {}, "summary": "ok"})
+    assert capsys.readouterr().out == "[gateway] done: ok\n"
