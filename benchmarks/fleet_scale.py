@@ -1,0 +1,89 @@
+"""Every command at fleet scale, as a user runs it: wall time and peak memory, each against its floor.
+
+Each figure is one `modelplane` command run in a subprocess on a generated fleet (plan_bench's generator:
+500 clusters x 4 pools, N deployments), so interpreter start-up and imports count, as they do for users.
+The floor of `plan` is parsing the same manifests with PyYAML's C loader in a fresh interpreter; the floor
+of `plan --against` (one deployment changed) and of `render` is `plan`. Prints one table; asserts nothing.
+
+    .venv/bin/python benchmarks/fleet_scale.py                      # 200 and 2,000 deployments
+    .venv/bin/python benchmarks/fleet_scale.py --deployments 2000   # one size
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.plan_bench import generate  # noqa: E402
+
+BIN = Path(sys.executable).parent
+PARSE = ("import sys, yaml\n"
+         "list(yaml.load_all(open(sys.argv[1]).read(), Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader)))\n")
+
+
+def measure(argv: list[str]) -> tuple[float, float, int]:
+    """(seconds, peak resident MB, exit code) of one command."""
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - start, usage.ru_maxrss / 1024, process.returncode
+
+
+def rows(deployments: int, clusters: int, folder: Path, preview: bool) -> list[tuple]:
+    objects = generate(deployments, clusters)
+    head, base = folder / "head.yaml", folder / "base.yaml"
+    base.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    changed = next(o for o in objects if o["kind"] == "ModelDeployment")
+    changed["spec"]["replicas"] = changed["spec"].get("replicas", 1) + 1  # one deployment gains a replica
+    head.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    cli = [str(BIN / "modelplane")]
+    parse = measure([sys.executable, "-c", PARSE, str(head)])
+    plan = measure([*cli, "plan", "-f", str(head), "-o", "json", "--fresh"])
+    against = measure([*cli, "plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"])
+    render = measure([*cli, "render", "-f", str(head), "--out", str(folder / "render"), "--fresh"])
+    export = measure([*cli, "operator", "export", "-f", str(head), "--out", str(folder / "operator"), "--fresh",
+                      "--backend", "s3://bucket/fleet", "--git-url", "https://github.com/acme/fleet"])
+    out = [("parse (C loader)", parse, None, None),
+           ("plan -o json", plan, parse, 3.0),
+           ("plan --against (1 change)", against, plan, 1.5),
+           ("render --out", render, plan, 3.0),
+           ("operator export", export, None, None)]
+    if preview:
+        out.append(("preview --offline", measure([*cli, "preview", "--offline", "-f", str(head), "-o", "json"]),
+                    None, None))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployments", type=int, action="append")
+    parser.add_argument("--clusters", type=int, default=500)
+    parser.add_argument("--preview-up-to", type=int, default=200,
+                        help="run preview --offline only for fleets up to this many deployments (minutes beyond)")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+    print(f"{'deployments':>11} {'command':<27} {'seconds':>8} {'peak MB':>8} {'floor s':>8} {'ratio':>6} "
+          f"{'target':>7} {'exit':>4}")
+    for deployments in args.deployments or [200, 2000]:
+        with tempfile.TemporaryDirectory() as folder:
+            for name, (seconds, peak, code), floor, target in rows(deployments, args.clusters, Path(folder),
+                                                                   deployments <= args.preview_up_to):
+                ratio = f"{seconds / floor[0]:6.1f}" if floor else f"{'':>6}"
+                print(f"{deployments:>11} {name:<27} {seconds:8.2f} {peak:8.0f} "
+                      f"{(f'{floor[0]:8.2f}' if floor else ''):>8} {ratio} "
+                      f"{(f'<={target}x' if target else ''):>7} {code:>4}")
+
+
+if __name__ == "__main__":
+    main()
