@@ -85,6 +85,26 @@ def expand(registered: list[Registered]) -> list[Registered]:
     return out
 
 
+def _without_schemas(obj: dict) -> dict:
+    """A CRD as the deployability check reads it (group, names, versions served), without its schemas: they are
+    most of a platform stack's registered bytes (about 0.5 MB each), and a fleet previews hundreds of them."""
+    spec = obj.get("spec") or {}
+    versions = [{k: v for k, v in version.items() if k != "schema"} for version in spec.get("versions") or []]
+    return {**obj, "spec": {**spec, "versions": versions}}
+
+
+def compact(resources: list[Registered]) -> list[Registered]:
+    """Drop CRD schemas from what a preview keeps (a ConfigGroup's objects and its CRD children), so a whole fleet's
+    previews fit in memory; nothing the check or the table reads is dropped."""
+    for r in resources:
+        if r.type == "kubernetes:yaml/v2:ConfigGroup" and r.inputs.get("objs"):
+            r.inputs = {**r.inputs, "objs": [_without_schemas(o) if o.get("kind") == "CustomResourceDefinition" else o
+                                             for o in r.inputs["objs"]]}
+        elif r.type == "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition":
+            r.inputs = _without_schemas(r.inputs)
+    return resources
+
+
 def locate(resources: list[Registered]) -> list[Registered]:
     """Set `cluster` on every Kubernetes resource, from the `clusterIdentifier` of the provider it uses."""
     clusters = {r.name: r.inputs.get("clusterIdentifier") for r in resources if r.type == K8S_PROVIDER}
@@ -101,7 +121,7 @@ def preview_stack(spec: StackSpec, fleet) -> StackPreview:
     preview = StackPreview(spec.name, [], None, spec.kind, list(spec.depends_on), cluster)
     try:
         registered = run(program_for(spec, fleet), project_of(spec.kind), spec.name, config, secret_keys)
-        preview.resources = [r for r in locate(expand(registered)) if r.type != "pulumi:pulumi:StackReference"]
+        preview.resources = [r for r in compact(locate(expand(registered))) if r.type != "pulumi:pulumi:StackReference"]
     except Exception as exc:  # one stack's failure is reported with it; the others still preview
         preview.error = f"{type(exc).__name__}: {exc}"
     return preview
