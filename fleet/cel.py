@@ -16,6 +16,7 @@ kinds costs a handful of evaluations.
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -322,8 +323,10 @@ def _parse(expression: str) -> lark.Tree | None:
         return None
 
 
-def referenced_attributes(expression: str) -> set[str]:
-    """Attribute ids a selector reads as device.attributes[<domain>].<id> (qualified as `<domain>/<id>`)."""
+@lru_cache(maxsize=4096)
+def referenced_attributes(expression: str) -> frozenset[str]:
+    """Attribute ids a selector reads as device.attributes[<domain>].<id> (qualified as `<domain>/<id>`).
+    Cached per expression: a fleet repeats a handful of selectors thousands of times, and parsing is the cost."""
     tree = _parse(expression)
     found: set[str] = set()
     for node in tree.iter_subtrees() if tree is not None else ():
@@ -336,11 +339,12 @@ def referenced_attributes(expression: str) -> set[str]:
         if isinstance(base, lark.Tree) and base.data == "member_dot" and str(base.children[1]) == "attributes":
             domain = _literal_string(index.children[1]) if len(index.children) > 1 else None
             found.add(f"{domain}/{node.children[1]}" if domain else str(node.children[1]))
-    return found
+    return frozenset(found)
 
 
-def literal_problems(expression: str) -> list[str]:
-    """quantity("...") and semver("...") literals that do not parse: such a selector can never match."""
+@lru_cache(maxsize=4096)
+def literal_problems(expression: str) -> tuple[str, ...]:
+    """quantity("...") and semver("...") literals that do not parse: such a selector can never match (cached)."""
     tree = _parse(expression)
     out = []
     for node in tree.iter_subtrees() if tree is not None else ():
@@ -353,4 +357,4 @@ def literal_problems(expression: str) -> list[str]:
             parse_quantity(literal) if str(node.children[0]) == "quantity" else parse_semver(literal)
         except (QuantityError, SemverError) as exc:
             out.append(f'{node.children[0]}("{literal}") is not valid ({exc}): the selector never matches')
-    return out
+    return tuple(out)
