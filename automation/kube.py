@@ -80,16 +80,19 @@ def _server_message(body: Any) -> str:
 class KubeClient:
     """`KubeAPI` over the official Kubernetes client, from a kubeconfig file and (optionally) a context."""
 
-    def __init__(self, kubeconfig: Path, context: str | None = None, timeout: float = 30.0):
-        from kubernetes import config
+    def __init__(self, kubeconfig: Path, context: str | None = None, timeout: float = 30.0, connections: int = 64):
+        from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
         self.timeout = timeout
         try:
             if not kubeconfig.is_file():
                 raise KubeError(f"kubeconfig {kubeconfig}: no such file (settings: kubeconfig, or $KUBECONFIG)")
-            self.client = config.new_client_from_config(config_file=str(kubeconfig), context=context,
-                                                        persist_config=False)
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=configuration,
+                                    persist_config=False)
+            configuration.connection_pool_maxsize = connections  # one per stack watched at once, no pool warnings
+            self.client = client.ApiClient(configuration)
         except ConfigException as exc:
             raise KubeError(f"kubeconfig {kubeconfig}: {' '.join(str(exc).split())}") from None
         self.server = self.client.configuration.host

@@ -310,7 +310,7 @@ def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
             assert ("model-team-a.qwen", "destroy") in kube.cluster.runs
 
 
-def test_the_operator_executor_hands_over_many_stacks_at_once_unless_told(kube, tmp_path, monkeypatch):
+def test_the_operator_executor_hands_over_many_stacks_at_once_unless_told(kube, tmp_path, monkeypatch, caplog):
     from automation import orchestrator
 
     seen = []
@@ -324,4 +324,5 @@ def test_the_operator_executor_hands_over_many_stacks_at_once_unless_told(kube, 
     assert run(kube, tmp_path, "up", "--skip-check") == 0
     assert run(kube, tmp_path, "up", "--skip-check", "--force", "gateway", "--parallel", "3") == 0
     assert seen == [64, 3]  # the stacks run in the cluster; here they are only watched
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]  # one connection per watcher
     assert main(["up", "-f", str(ROOT / "examples"), "--parallel", "17", "--skip-check"]) == 2  # local: at most 16
