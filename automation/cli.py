@@ -561,9 +561,11 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
 @cli.command()
 @_apply_options
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
+@click.option("--jobs", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="With --offline: processes that preview stacks at once (default: one per CPU).")
 @_PRUNE
 def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
-            offline, prune) -> None:
+            offline, jobs, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     if not offline:
@@ -582,11 +584,11 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
     host = _control_plane(loaded.fleet, control_plane)
     desired = desired_state(loaded.fleet, control_plane=host)
     with Bar("previewing stacks", len(desired.specs), output) as bar:
-        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance)
+        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs)
     violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
         click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks],
-                               "violations": [v.__dict__ for v in violations]}, indent=2, default=str))
+                               "violations": [v.__dict__ for v in violations]}, indent=2, default=str, sort_keys=True))
     else:
         preview_table(stacks, stream=sys.stdout)
     for v in violations:
