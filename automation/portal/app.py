@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
 from pathlib import Path
@@ -75,7 +76,7 @@ class ReplanWorker:
         from concurrent.futures import ProcessPoolExecutor
 
         self._new = lambda: ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_import_planner)
+                                                initializer=_import_planner, initargs=(os.getpid(),))
         self._pool = self._new()
         self._pool.submit(int)  # start the process (and its imports) now, not on the first write
 
@@ -95,14 +96,13 @@ class ReplanWorker:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _import_planner() -> None:
-    import os
+def _import_planner(parent: int) -> None:
+    """`parent`: the portal's pid, given by the portal itself (read here, it could already be init's, when the
+    portal died while this process started)."""
     import threading
     import time
 
     import automation.portal.service  # noqa: F401  (the planner's imports, paid once per worker process)
-
-    parent = os.getppid()
 
     def exit_with_parent() -> None:  # a portal killed without its shutdown (SIGKILL, a crash) leaves no orphan
         while os.getppid() == parent:

@@ -195,3 +195,17 @@ def test_a_killed_portal_leaves_no_replan_worker_behind():
     while _running(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _running(worker)
+
+
+def test_a_replan_worker_whose_portal_died_before_it_started_exits_too(monkeypatch):
+    """The portal's pid is handed to the worker: read in the worker, it could already be init's."""
+    import automation.portal.app as app
+
+    exits = []
+    monkeypatch.setattr(app.os, "_exit", lambda code: exits.append(code))
+    monkeypatch.setattr(app.os, "getppid", lambda: 1)  # reparented: the portal is gone
+    threads_before = set(threading.enumerate())
+    app._import_planner(parent=os.getpid())
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(5)
+    assert exits == [0]
