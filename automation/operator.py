@@ -73,15 +73,16 @@ class ExportOptions:
     def cloud(self) -> bool:
         return self.backend.startswith(("https://", "http://"))
 
-    def object_name(self, stack: StackId | str, suffix: str = "") -> str:
+    def object_name(self, stack: StackId | str) -> str:
         """The name of the stack's Stack and Program objects: fleets sharing a namespace never collide."""
-        return object_name(backend_name(stack, self.fleet_name), suffix)
+        return object_name(backend_name(stack, self.fleet_name))
 
 
-def object_name(stack: str, suffix: str = "") -> str:
+def object_name(stack: str) -> str:
     """The Kubernetes name of a stack's Stack and Program: the stack name (a DNS subdomain already), or, when
-    longer than the operator's 42 characters, its head and a hash of the whole (the full name is annotated)."""
-    name = stack.replace("_", "-") + (f"-{suffix}" if suffix else "")
+    longer than the operator's 42 characters, its head and a hash of the whole (the full name is annotated).
+    A Program's name is its Pulumi project, so this name is part of the stack's identity in the backend."""
+    name = stack.replace("_", "-")
     if len(name) <= MAX_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]

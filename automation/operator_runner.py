@@ -9,8 +9,9 @@ skipped, state recorded after success); only what "run one stack" means changes:
   succeeded or failed, or a Stalled condition that only a change can clear. A Stack that already ran the
   same fingerprint successfully is left alone (a rerun on a fresh CI machine costs one read per stack)
   unless `--force` names it.
-* preview: a separate `<stack>-preview` Program and Stack with `spec.preview: true` on the same backend
-  stack (never `destroyOnFinalize`), read back, then deleted: the live Stack never sees the proposal.
+* preview: a copy of the stack's Program and Stack, with `spec.preview: true` (never `destroyOnFinalize`), in
+  the namespace `<namespace>-preview` under the same names, so the same Pulumi project and stack (a Program's
+  name is its project); read back, then deleted: the live Stack never sees the proposal.
 * destroy: workload Stacks have `destroyOnFinalize`, so deleting the Stack destroys its resources; the
   Program is deleted only once the Stack is gone (the destroy needs it). A platform Stack is first
   re-applied with `destroyOnFinalize: true` (and, with `--unprotect`, `modelplane:deletionProtection:
@@ -26,7 +27,7 @@ import copy
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from automation.kube import KubeAPI, KubeError, describe
@@ -45,6 +46,11 @@ PROGRAMS = ("pulumi.com/v1", "Program")
 FINAL_STALLS = {"SpecInvalid", "UpdateConflict", "PulumiVersionTooLow", "WorkspaceFailed", "UpdateFailed",
                 "NamespaceTerminating"}
 SECRET_OUTPUT = "[secret]"  # how the operator shows a secret output in a Stack's status
+
+
+def preview_namespace(namespace: str) -> str:
+    """Where previews run: beside the stacks, under the same object names (so the same Pulumi projects)."""
+    return f"{namespace}-preview"
 
 
 @dataclass
@@ -150,7 +156,7 @@ class OperatorRunner:
         self.clock = clock
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
-        self._shared_done = False
+        self._shared_done: set[str] = set()  # namespaces whose shared objects are applied
         self._counter = itertools.count()
 
     # ---- the StackRunner protocol ------------------------------------------------------------
@@ -186,14 +192,15 @@ class OperatorRunner:
     def _request(self) -> str:
         return f"modelplane-{time.time_ns()}-{next(self._counter)}"
 
-    def _ensure_shared(self, on_event: EventSink, stack: str) -> None:
+    def _ensure_shared(self, on_event: EventSink, stack: str, options: ExportOptions | None = None) -> None:
+        options = options or self.options
         with self._lock:
-            if self._shared_done:
+            if options.namespace in self._shared_done:
                 return
-            for obj in shared_objects(self.options):
+            for obj in shared_objects(options):
                 self.api.apply(obj)
                 on_event({"stack": stack, "type": "resource", "op": "apply", "urn": describe(obj)})
-            self._shared_done = True
+            self._shared_done.add(options.namespace)
 
     def _apply_all(self, objects: list[dict], stack: str, on_event: EventSink) -> tuple[dict, str | None]:
         """Apply the Program (if any) then the Stack; returns the stored Stack and the Program's revision."""
@@ -221,32 +228,28 @@ class OperatorRunner:
         return self._wait(spec.name, "up", name, int(stored["metadata"]["generation"]), request, revision, on_event)
 
     def _preview(self, spec: StackSpec, on_event: EventSink) -> RunResult:
-        self._ensure_shared(on_event, spec.name)
-        name = self.options.object_name(spec.id, "preview")
+        # The proposal lives in its own namespace under the live objects' names: a Program's name is its Pulumi
+        # project, so a renamed copy would preview another (empty) stack, not this one.
+        options = replace(self.options, namespace=preview_namespace(self.options.namespace))
+        self._ensure_shared(on_event, spec.name, options)
+        name = options.object_name(spec.id)
         request = self._request()
-        objects = []
-        for obj in stack_objects(self.options, spec):
-            obj = _labelled(obj, self.options, preview=True)
-            obj["metadata"]["name"] = name
-            if obj["kind"] == "Stack":
-                body = obj["spec"]
-                body.update({"preview": True, "destroyOnFinalize": False})  # never destroys the live stack
-                body.pop("prerequisites", None)  # a proposal waits for nothing
-                if "programRef" in body:
-                    body["programRef"] = {"name": name}
-                obj["metadata"]["annotations"][RECONCILE_REQUEST] = request
-            objects.append(obj)
+        objects = [_labelled(obj, options, preview=True) for obj in stack_objects(options, spec)]
+        body = objects[-1]["spec"]
+        body.update({"preview": True, "destroyOnFinalize": False})  # never destroys the live stack
+        body.pop("prerequisites", None)  # a proposal waits for nothing
+        objects[-1]["metadata"]["annotations"][RECONCILE_REQUEST] = request
         try:
             stored, revision = self._apply_all(objects, spec.name, on_event)
             return self._wait(spec.name, "preview", name, int(stored["metadata"]["generation"]), request, revision,
-                              on_event)
+                              on_event, options.namespace)
         finally:  # the proposal is removed whatever its result (the live Stack never saw it), before the next one
-            self.api.delete(*STACKS, self.options.namespace, name)
+            self.api.delete(*STACKS, options.namespace, name)
             deadline = self.clock() + self.timeout
-            while self.api.get(*STACKS, self.options.namespace, name) is not None and self.clock() < deadline:
+            while self.api.get(*STACKS, options.namespace, name) is not None and self.clock() < deadline:
                 self.sleep(self.poll)
             if len(objects) > 1:
-                self.api.delete(*PROGRAMS, self.options.namespace, name)
+                self.api.delete(*PROGRAMS, options.namespace, name)
 
     def _destroy(self, spec: StackSpec, on_event: EventSink) -> RunResult:
         namespace, name = self.options.namespace, self.options.object_name(spec.id)
@@ -304,11 +307,11 @@ class OperatorRunner:
         return None
 
     def _wait(self, stack: str, operation: Operation, name: str, generation: int, request: str,
-              revision: str | None, on_event: EventSink) -> RunResult:
+              revision: str | None, on_event: EventSink, namespace: str | None = None) -> RunResult:
         deadline = self.clock() + self.timeout
         said = ""
         while True:
-            current = self.api.get(*STACKS, self.options.namespace, name)
+            current = self.api.get(*STACKS, namespace or self.options.namespace, name)
             if current is None:
                 return RunResult(stack, operation, False, error=f"Stack {name} disappeared from the control-plane "
                                                                 "cluster while it ran")

@@ -51,6 +51,8 @@ class OperatorSettings(BaseModel):
     def _namespace(cls, value: str) -> str:
         if not _DNS_LABEL.match(value):
             raise ValueError("must be a DNS label (lowercase letters, digits and '-')")
+        if len(value) > 55:  # previews run in <namespace>-preview, a DNS label too
+            raise ValueError("must be at most 55 characters (previews run in <namespace>-preview)")
         return value
 
     @field_validator("secrets")

@@ -88,6 +88,9 @@ class FakeCluster:
     stalls: dict[str, tuple[str, str]] = field(default_factory=dict)  # Stack name -> (reason, message)
     outputs: dict[str, dict] = field(default_factory=dict)  # Stack name -> status.outputs
     runs: list[tuple[str, str]] = field(default_factory=list)  # (Stack name, update type) in the order they ran
+    # what each run ran against in the backend: (namespace, Pulumi project, spec.stack, update type). As in PKO,
+    # a Program-backed stack's project is its Program's name; a git-backed one's is the repository's Pulumi.yaml.
+    backend_runs: list[tuple[str | None, str, str, str]] = field(default_factory=list)
     resource_version: int = 0
     operator_running: bool = True
 
@@ -268,6 +271,8 @@ class FakeCluster:
                 kind = "preview" if stack["spec"].get("preview") else "up"
                 state, message = self.outcomes.get(name, ("succeeded", ""))
                 self.runs.append((name, kind))
+                project = (stack["spec"].get("programRef") or {}).get("name") or "modelplane"
+                self.backend_runs.append((key[2], project, stack["spec"]["stack"], kind))
                 status["lastUpdate"] = {"generation": meta["generation"], "reconcileRequest": request, "type": kind,
                                         "state": state, "message": message, "lastAttemptedCommit": revision,
                                         "lastResyncTime": "2026-11-30T00:00:00Z"}

@@ -164,31 +164,34 @@ def test_platform_stacks_are_destroyed_only_on_purpose(kube, tmp_path, fleet, ca
     assert ("platform-byo-eu", "destroy") in kube.cluster.runs
 
 
-def test_preview_runs_a_separate_preview_stack_and_leaves_the_live_one_alone(kube, tmp_path, fleet, capsys):
+def test_preview_runs_a_separate_preview_stack_on_the_same_backend_stack(kube, tmp_path, fleet, capsys):
     assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
     path = fleet / "models" / "qwen3-8b.yaml"
     path.write_text(path.read_text().replace("--max-model-len=16384", "--max-model-len=8192"))
     live = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
+    live_program = kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")]
     before = len(kube.cluster.writes())
     capsys.readouterr()
     assert run(kube, tmp_path, "preview", fleet=fleet, state="fresh") == 0
     assert "[model-ml-team.qwen3-8b] done: preview succeeded on the operator" in capsys.readouterr().out
-    proposal = [r.body for r in kube.cluster.writes("PATCH")[0:] if r.body["kind"] == "Stack"
-                and r.body["metadata"]["name"].endswith("-preview")]
-    assert [p["metadata"]["name"] for p in proposal] == ["model-ml-team.qwen3-8b-preview"]
-    body = proposal[0]["spec"]
+    proposal = [r.body for r in kube.cluster.writes("PATCH")[before:] if r.body["kind"] in ("Stack", "Program")]
+    assert {(p["kind"], p["metadata"]["namespace"], p["metadata"]["name"]) for p in proposal} == {
+        ("Program", f"{NS}-preview", "model-ml-team.qwen3-8b"), ("Stack", f"{NS}-preview", "model-ml-team.qwen3-8b")}
+    body = next(p for p in proposal if p["kind"] == "Stack")["spec"]
     assert body["preview"] is True and body["destroyOnFinalize"] is False and "prerequisites" not in body
-    assert body["stack"] == live["spec"]["stack"] and body["programRef"] == {"name": "model-ml-team.qwen3-8b-preview"}
-    assert ("model-ml-team.qwen3-8b-preview", "preview") in kube.cluster.runs
-    assert all(r.body["metadata"]["name"].endswith("-preview") for r in kube.cluster.writes("PATCH")[before:]
-               if r.body["kind"] in ("Stack", "Program"))
+    # the same Pulumi project (a Program's name) and stack as the live one: a diff against what is deployed
+    live_run = next(r for r in kube.cluster.backend_runs if r[0] == NS and r[2] == live["spec"]["stack"])
+    preview_run = next(r for r in kube.cluster.backend_runs if r[0] == f"{NS}-preview")
+    assert preview_run[1:3] == live_run[1:3] and preview_run[3] == "preview"
     assert kube.cluster.stacks()["model-ml-team.qwen3-8b"] == live  # untouched
-    assert not [name for name in kube.cluster.stacks() if name.endswith("-preview")]  # removed afterwards
+    assert kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")] == live_program
+    assert kube.cluster.stacks(f"{NS}-preview") == {}  # removed afterwards
+    assert ("pulumi.com/v1", "Program", f"{NS}-preview", "model-ml-team.qwen3-8b") not in kube.cluster.objects
 
 
 def test_a_long_stack_name_fits_the_operators_limit_and_stays_unique():
     long = "model-research-inference.deepseek-r1-distill-llama-70b-instruct"
-    names = {object_name(long), object_name(long + "x"), object_name(long, "preview")}
+    names = {object_name(long), object_name(long + "x"), object_name(long + "-preview")}
     assert len(names) == 3 and all(len(n) <= 42 for n in names)
     options = ExportOptions(backend="s3://b", git_url="https://g/x", fleet_name="eu")
     assert options.object_name("gateway") == "eu-gateway"  # two fleets in one namespace never collide
@@ -197,6 +200,7 @@ def test_a_long_stack_name_fits_the_operators_limit_and_stays_unique():
 @pytest.mark.parametrize("settings,message", [
     ({"backend": "ftp://x"}, "backend 'ftp://x': expected s3://"),
     ({"namespace": "Stacks"}, "namespace: Value error, must be a DNS label"),
+    ({"namespace": "s" * 56}, "namespace: Value error, must be at most 55 characters"),
     ({"pollSeconds": 0}, "pollSeconds: Input should be greater than 0"),
     ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
     ({"kubeconfig": "/nonexistent/kubeconfig"}, "kubeconfig /nonexistent/kubeconfig: no such file"),
