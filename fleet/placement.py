@@ -15,7 +15,7 @@ states are computed once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet.backends import NVIDIA_DRIVER
@@ -53,9 +53,14 @@ class ReplicaPlacement:
 
 @dataclass
 class Rejection:
-    """Why a replica does not fit on a cluster: one line per pool or engine, for people."""
+    """Why a replica does not fit on a cluster: one reason per pool (or for the cluster: pool ""), for people."""
 
-    lines: list[str] = field(default_factory=list)
+    cluster: str
+    reasons: list[tuple[str, str]] = field(default_factory=list)  # (pool, why)
+
+    @property
+    def lines(self) -> list[str]:
+        return [f"{self.cluster}/{pool}: {why}" if pool else f"{self.cluster}: {why}" for pool, why in self.reasons]
 
 
 class Placer:
@@ -67,6 +72,8 @@ class Placer:
         self._assign: dict[tuple, tuple | None] = {}
         self._engines: dict[tuple, tuple] = {}
         self._replicas: dict[tuple, tuple] = {}
+        self._static: dict[tuple, tuple] = {}  # (engines, pool layout, pinned) -> candidate pools, static reasons
+        self._layouts: dict[str, tuple] = {}
         self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
 
     # ---- static matching -------------------------------------------------------------
@@ -187,27 +194,16 @@ class Placer:
             key = (engines, tuple((p.name, states[p.name].key()) for p in cluster.pools),
                    tuple(sorted((pinned or {}).items())))
         cached = self._replicas.get(key)
-        if cached is not None:
-            return cached
+        if cached is not None:  # computed for a cluster in the same state: the answer, said of this cluster
+            return _said_of(cached, cluster.name)
         pools = {p.name: p for p in cluster.pools}
         self.stats["replica_evaluations"] += 1
-        rejection = Rejection()
-        candidates: dict[str, list[str]] = {}
-        for engine in sorted(engines, key=lambda e: e.name):
-            elsewhere = tuple(any(self.member_claims(m, p.kind) for p in cluster.pools) for m in engine.members)
-            names = [pinned[engine.name]] if pinned and engine.name in pinned else sorted(pools)
-            ok = []
-            for name in names:
-                pool = pools.get(name)
-                if pool is None:
-                    rejection.lines.append(f"{cluster.name}/{name}: pool no longer exists")
-                    continue
-                problem = self.static_problem(engine, pool, elsewhere)
-                if problem:
-                    rejection.lines.append(f"{cluster.name}/{name}: {problem}")
-                else:
-                    ok.append(name)
-            candidates[engine.name] = ok
+        static_key = (engines, self._layout(cluster), tuple(sorted((pinned or {}).items())))
+        static = self._static.get(static_key)
+        if static is None:
+            static = self._static[static_key] = self._static_candidates(engines, cluster, pinned)
+        candidates, reasons = static
+        rejection = Rejection(cluster.name, list(reasons))
         result: tuple[ReplicaPlacement | None, Any]
         if any(not names for names in candidates.values()):
             result = (None, rejection)
@@ -217,7 +213,7 @@ class Placer:
         ordered = sorted(engines, key=lambda e: e.name)
         best: tuple | None = None
         explored = 0
-        capacity_lines: dict[str, str] = {}
+        capacity_lines: dict[str, tuple[str, str]] = {}
 
         def search(k: int, trial: dict[str, PoolState], chosen: list[EnginePlacement], score: Score):
             nonlocal best, explored
@@ -233,7 +229,7 @@ class Placer:
             for name in candidates[engine.name]:
                 placement, nodes = self.place_engine(engine, pools[name], trial[name])
                 if placement is None:
-                    capacity_lines.setdefault(name + engine.name, f"{cluster.name}/{name}: {nodes}")
+                    capacity_lines.setdefault(name + engine.name, (name, nodes))
                     continue
                 before = trial[name]
                 trial[name] = PoolState(before.kind, 0, nodes)
@@ -244,11 +240,11 @@ class Placer:
 
         search(0, dict(states), [], ZERO)
         if best is None:
-            rejection.lines.extend(capacity_lines.values())
+            rejection.reasons.extend(capacity_lines.values())
             if not capacity_lines:  # pragma: no cover - every failure records a line
-                rejection.lines.append(f"{cluster.name}: engines do not fit together")
+                rejection.reasons.append(("", "engines do not fit together"))
             elif len(ordered) > 1 and all(self._fits_alone(e, cluster, states, candidates) for e in ordered):
-                rejection.lines.append(f"{cluster.name}: each engine fits alone, but not all together")
+                rejection.reasons.append(("", "each engine fits alone, but not all together"))
             result = (None, rejection)
         else:
             _, chosen, nodes = best
@@ -262,9 +258,47 @@ class Placer:
         self._replicas[key] = result
         return result
 
+    def _layout(self, cluster: ClusterView) -> tuple:
+        """The cluster's pools without its name: what static matching depends on, shared by alike clusters."""
+        layout = self._layouts.get(cluster.name)
+        if layout is None:
+            layout = self._layouts[cluster.name] = tuple((p.name, p.kind, p.problem) for p in cluster.pools)
+        return layout
+
+    def _static_candidates(self, engines: tuple[EngineShape, ...], cluster: ClusterView,
+                           pinned: dict[str, str] | None) -> tuple[dict[str, list[str]], tuple[tuple[str, str], ...]]:
+        """Per engine, the pools it could ever run on (capacity aside), and why each other pool cannot host it."""
+        pools = {p.name: p for p in cluster.pools}
+        reasons: list[tuple[str, str]] = []
+        candidates: dict[str, list[str]] = {}
+        for engine in sorted(engines, key=lambda e: e.name):
+            elsewhere = tuple(any(self.member_claims(m, p.kind) for p in cluster.pools) for m in engine.members)
+            names = [pinned[engine.name]] if pinned and engine.name in pinned else sorted(pools)
+            ok = []
+            for name in names:
+                pool = pools.get(name)
+                if pool is None:
+                    reasons.append((name, "pool no longer exists"))
+                    continue
+                problem = self.static_problem(engine, pool, elsewhere)
+                if problem:
+                    reasons.append((name, problem))
+                else:
+                    ok.append(name)
+            candidates[engine.name] = ok
+        return candidates, tuple(reasons)
+
     def _fits_alone(self, engine, cluster, states, candidates) -> bool:
         pools = {p.name: p for p in cluster.pools}
         return any(self.place_engine(engine, pools[n], states[n])[0] is not None for n in candidates[engine.name])
+
+
+def _said_of(result: tuple, cluster: str) -> tuple:
+    """A cached placement or rejection, naming `cluster` (clusters whose pools are in the same state share it)."""
+    answer, detail = result
+    if answer is not None:
+        return (answer if answer.cluster == cluster else replace(answer, cluster=cluster)), detail
+    return None, (detail if detail.cluster == cluster else replace(detail, cluster=cluster))
 
 
 def _per_entry(member: MemberShape, kind: PoolKind, assignment: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import heapq
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -102,6 +103,53 @@ def _not_selected(cluster: ClusterView, selector: dict[str, str]) -> str | None:
     return f"{has}, wants {wants}"
 
 
+class _Ranking:
+    """The feasible clusters for deployments of one shape and the same candidate clusters, tightest fit first.
+
+    Equivalent to trying every candidate for every replica (what `explain` still does, to list them all), but a
+    placement only changes where the ledger did: when a replica lands on a cluster, each ranking that holds the
+    cluster re-places onto it once, instead of every replica re-trying every cluster.
+    Entries are (score, cluster name, ledger version of the cluster, cluster, placement, nodes); an entry whose
+    version is behind its cluster's is stale and skipped.
+    """
+
+    def __init__(self, scheduler: Scheduler, d: _Deployment, clusters: list[ClusterView]):
+        self.scheduler, self.d = scheduler, d
+        self.heap: list[tuple] = []
+        for c in clusters:
+            self.push(c)
+
+    def push(self, cluster: ClusterView) -> None:
+        placement, nodes = self.scheduler._place(self.d, cluster)
+        if placement is not None:
+            version = self.scheduler.version[cluster.name]
+            heapq.heappush(self.heap, (placement.score.key(), cluster.name, version, cluster, placement, nodes))
+
+    def best(self, load: Counter) -> tuple | None:
+        """(rank, cluster, placement, nodes) of the best rank (replicas of the deployment here, score, name)."""
+        version = self.scheduler.version
+        loaded = []
+        found = None
+        heap = self.heap
+        while heap:
+            entry = heap[0]
+            if entry[2] != version[entry[1]]:
+                heapq.heappop(heap)
+            elif load[entry[1]]:
+                loaded.append(heapq.heappop(heap))
+            else:
+                found = entry
+                break
+        for entry in loaded:
+            heapq.heappush(heap, entry)
+        if found is None and loaded:  # every feasible cluster already has a replica of the deployment
+            found = min(loaded, key=lambda e: (load[e[1]], e[0], e[1]))
+        if found is None:
+            return None
+        score, name, _, cluster, placement, nodes = found
+        return (load[name], score, name), cluster, placement, nodes
+
+
 class Scheduler:
     def __init__(self, fleet, recorded: list[RecordedReplica] | None = None, cel: CelEvaluator | None = None,
                  explain: bool = False):
@@ -116,7 +164,10 @@ class Scheduler:
         # Each cluster's pools and states, interned to an integer that changes when the cluster's ledger does.
         self._state_ids: dict[tuple, int] = {}
         self.state_id: dict[str, int] = {c.name: self._intern_state(c.name) for c in self.clusters}
+        self.version: dict[str, int] = {c.name: 0 for c in self.clusters}  # bumped when the cluster's ledger changes
+        self._rankings: dict[str, list[_Ranking]] = defaultdict(list)  # cluster -> rankings that hold it
         self._shape_ids: dict[tuple, int] = {}
+        self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
         for md in fleet.of("ModelDeployment"):
@@ -202,6 +253,9 @@ class Scheduler:
             state = self.states[cluster][pool]
             self.states[cluster][pool] = PoolState(state.kind, 0, Counter(counter))
         self.state_id[cluster] = self._intern_state(cluster)
+        self.version[cluster] += 1
+        for ranking in self._rankings.get(cluster, ()):
+            ranking.push(self.by_name[cluster])
 
     # ---- phases ----------------------------------------------------------------------------
 
@@ -258,9 +312,24 @@ class Scheduler:
         return placed
 
     def _candidates(self, d: _Deployment) -> list[ClusterView]:
+        key = (tuple(sorted(d.selector.items())), tuple(t.model_dump_json() for t in d.tolerations), bool(d.cache))
+        if key not in self._candidate_sets:
+            self._candidate_sets[key] = self._find_candidates(d)
+        return self._candidate_sets[key]
+
+    def _find_candidates(self, d: _Deployment) -> list[ClusterView]:
         return [c for c in self.clusters if c.ready and _selected(c, d.selector)
                 and (c.cache_storage_class or not d.cache)
                 and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
+
+    def _ranking(self, d: _Deployment, candidates: list[ClusterView], rankings: dict[tuple, _Ranking]) -> _Ranking:
+        key = (d.shape_id, id(candidates))  # candidate lists are shared per (selector, tolerations, cache?)
+        ranking = rankings.get(key)
+        if ranking is None:
+            ranking = rankings[key] = _Ranking(self, d, candidates)
+            for c in candidates:
+                self._rankings[c.name].append(ranking)
+        return ranking
 
     def _reasons(self, d: _Deployment) -> list[str]:
         reasons = []
@@ -302,6 +371,7 @@ class Scheduler:
                 continue
             need[d.key] = missing
         candidates = {d.key: self._candidates(d) for d in self.deployments if d.key in need}
+        rankings: dict[tuple, _Ranking] = {}
         active = [d for d in self.deployments if d.key in need]
         explained: set[str] = set()
         while active:
@@ -310,15 +380,17 @@ class Scheduler:
                 best = None
                 tried = []
                 load = loads[d.key]
-                for c in candidates[d.key]:
-                    placement, detail = self._place(d, c)
-                    if placement is None:
-                        continue
-                    rank = (load[c.name], placement.score.key(), c.name)
-                    if best is None or rank < best[0]:
-                        best = (rank, c, placement, detail)
-                    if self.explain:
+                if self.explain:  # every candidate's rank, for the explanation
+                    for c in candidates[d.key]:
+                        placement, detail = self._place(d, c)
+                        if placement is None:
+                            continue
+                        rank = (load[c.name], placement.score.key(), c.name)
+                        if best is None or rank < best[0]:
+                            best = (rank, c, placement, detail)
                         tried.append(rank)
+                else:
+                    best = self._ranking(d, candidates[d.key], rankings).best(load)
                 if best is None:
                     reasons = self._reasons(d)
                     self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], tuple(reasons)))

@@ -334,3 +334,10 @@ def test_same_named_deployment_in_another_namespace_is_not_ours():
     assert [(r.key, r.state) for r in plan.replicas] == [("team-b/m", "new")]
     both = plan_of(*fleet, md(namespace="team-a"), md(namespace="team-b"), recorded=theirs)
     assert sorted((r.key, r.state) for r in both.replicas) == [("team-a/m", "kept"), ("team-b/m", "new")]
+
+
+def test_every_cluster_that_cannot_take_a_replica_is_named_in_its_reasons():
+    """Two clusters in the same state share one cached rejection; each must still be listed, by its own name."""
+    plan = plan_of(L4, cluster("c1", pools=(("gpu", "l4", 1),)), cluster("c2", pools=(("gpu", "l4", 1),)),
+                   md("m", gpus=2))
+    assert [line.split(":")[0] for line in plan.unscheduled[0].reasons] == ["c1/gpu", "c2/gpu"]

@@ -162,3 +162,29 @@ def test_kept_replicas_never_move_without_a_reason(objects, rnd):
                                     for d in fleet.of("ModelDeployment"))
             if deployment_exists:
                 assert dropped.get((f"{old.namespace}/{old.deployment}", old.name)), f"{old.name} moved without a reason"
+
+
+def _placements(plan) -> list:
+    return [(r.key, r.name, r.cluster, r.index, r.placement) for r in plan.replicas]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.randoms(use_true_random=False))
+def test_ranked_fill_places_exactly_as_trying_every_cluster(objects, rnd):
+    """The fill keeps a ranking per shape and re-places only on clusters whose ledger changed; `explain` still
+    tries every candidate cluster for every replica. Both must give the same plan, with and without memory."""
+    loaded = run(*objects)
+    ranked, exhaustive = schedule(loaded.fleet), schedule(loaded.fleet, explain=True)
+    assert _placements(ranked) == _placements(exhaustive)
+    assert ranked.unscheduled == exhaustive.unscheduled and ranked.dropped == exhaustive.dropped
+    recorded = [r.recorded() for r in ranked.replicas]
+    changed = run(*_perturb(objects, rnd)).fleet
+    assert _placements(schedule(changed, recorded)) == _placements(schedule(changed, recorded, explain=True))
+
+
+def test_every_placement_names_the_cluster_it_is_on():
+    """Clusters whose pools are in the same state share one cached placement; each must still name its own."""
+    objects = [gpu_class("k", 1, "24Gi")] + [cluster(f"c{i}", pools=(("p", "k", 1),)) for i in range(4)]
+    _, plan = plan_for(objects + [md("d", 4, gpus=1, cel=mem(10))])
+    assert sorted(r.cluster for r in plan.replicas) == ["c0", "c1", "c2", "c3"]
+    assert all(r.placement.cluster == r.cluster for r in plan.replicas)
