@@ -150,10 +150,13 @@ def validate(paths: tuple[str, ...], output: str) -> None:
 @click.option("--deployment", default=None, metavar="NAME", help="Show only this deployment (NAME or NAMESPACE/NAME).")
 @click.option("--fail-on-unscheduled", "fail_on_unscheduled", is_flag=True,
               help="Exit 4 when a replica (of what is shown) cannot be placed: a CI gate.")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="With --against: plan the base afresh, neither reading nor writing its cached summary "
+                   "($MODELPLANE_CACHE_DIR, else ~/.cache/modelplane; see docs/performance.md).")
 @_state_option
 @_fresh_option
 def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, namespace: str | None,
-         deployment: str | None, fail_on_unscheduled: bool, state: str, fresh: bool) -> None:
+         deployment: str | None, fail_on_unscheduled: bool, no_cache: bool, state: str, fresh: bool) -> None:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
     Reads the placements `up` recorded (--state), so the plan shows what `up` will do."""
@@ -166,9 +169,10 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         raise SystemExit(2)
     comparison = None
     if against:
+        from automation.base_cache import BaseCache
         from automation.compare import compare
 
-        comparison = compare(_load(against).fleet, loaded.fleet, explain, recorded)
+        comparison = compare(_load(against).fleet, loaded.fleet, explain, recorded, None if no_cache else BaseCache())
         result = comparison.plan
     else:
         result = schedule(loaded.fleet, recorded, explain=explain)

@@ -1,9 +1,9 @@
 """Compare two desired states of the fleet (a pull request's manifests against its base), with no backend.
 
-The base is planned first; its placements become the memory the head is planned with, as if
-the base had been applied. Then every stack's fingerprint is compared, and replicas are
-matched by name: added, removed, or moved (a kept replica dropped for a reason and placed
-again elsewhere).
+The base is planned first (or its summary read back, automation/base_cache.py); its placements
+become the memory the head is planned with, as if the base had been applied. Then every stack's
+fingerprint is compared, and replicas are matched by name: added, removed, or moved (a kept
+replica dropped for a reason and placed again elsewhere).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from automation.base_cache import BaseCache, BaseSummary, base_key
 from automation.stacks import StackChange, changes, desired_state
 from fleet.plan import Plan
 
@@ -35,30 +36,48 @@ def _brief(r) -> dict:
     return {"deployment": r.key, "name": r.name, "cluster": r.cluster}
 
 
-def compare(base_fleet: Fleet, head_fleet: Fleet, explain: bool = False, recorded: list | None = None) -> Comparison:
-    """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would)."""
-    base = desired_state(base_fleet, recorded or [])
-    base_plan = base.plan
-    head = desired_state(head_fleet, [r.recorded() for r in base_plan.replicas], explain=explain)
+def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None) -> BaseSummary:
+    """The base planned and fingerprinted, read from `cache` when the same base was summarised before."""
+    key = base_key(base_fleet, recorded) if cache is not None else ""
+    summary = cache.get(key) if cache is not None else None
+    if summary is None:
+        summary = BaseSummary.of(desired_state(base_fleet, recorded, known={}))
+        if cache is not None:
+            cache.put(key, summary)
+    return summary
+
+
+def compare(base_fleet: Fleet, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
+            cache: BaseCache | None = None, incremental: bool = True) -> Comparison:
+    """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would).
+
+    The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
+    composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
+    incremental path is tested against). `cache` keeps base summaries between runs."""
+    if incremental:
+        base = base_summary(base_fleet, recorded or [], cache)
+    else:
+        base = BaseSummary.of(desired_state(base_fleet, recorded or []))
+    head = desired_state(head_fleet, base.placements, explain=explain, known=base.known if incremental else None)
     head_plan = head.plan
-    stack_changes = changes(head.specs, {name: s.fingerprint for name, s in base.specs.items()})
+    stack_changes = changes(head.specs, base.fingerprints)
     result = Comparison(head_plan, stack_changes)
-    before = {r.name: r for r in base_plan.replicas}
+    before = {r.name: r for r in base.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
     new_by_deployment: dict[str, list] = {}
     for name, r in sorted(after.items()):
         if name not in before:
             new_by_deployment.setdefault(r.key, []).append(r)
-    for name, r in sorted(before.items()):
+    for name, b in sorted(before.items()):
         if name in after:
             continue
         reason = reasons.get(name, "its deployment was removed")
-        replacement = (new_by_deployment.get(r.key) or [None]).pop(0) if reason != "its deployment was removed" else None
+        replacement = (new_by_deployment.get(b.key) or [None]).pop(0) if reason != "its deployment was removed" else None
         if replacement is not None and not reason.startswith("scaled down"):
-            result.moved.append({**_brief(r), "to": replacement.cluster, "newName": replacement.name, "reason": reason})
+            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": reason})
         else:
-            result.removed.append({**_brief(r), "reason": reason})
+            result.removed.append({**_brief(b), "reason": reason})
     moved_to = {m["newName"] for m in result.moved}
     result.added = [_brief(r) for name, r in sorted(after.items()) if name not in before and name not in moved_to]
     return result

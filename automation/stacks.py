@@ -24,14 +24,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, TYPE_CHECKING
+from typing import Any, Literal, Mapping, NamedTuple, TYPE_CHECKING
 
 from components.args import cluster_args, control_plane_cluster, gateway_args
 from components.versions import pinned, project_version
 from fleet.plan import Plan
 from fleet.scheduler import schedule
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.render import Rendered, cache_stack, endpoints_stack, model_stack, render, service_stack, team_stack
+from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, render, service_stack,
+                              team_stack)
 from workloads.schemas import check
 
 if TYPE_CHECKING:
@@ -93,8 +94,10 @@ def kind_of(stack: str) -> StackKind:
 
 
 def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
-                   control_plane: str | None = None) -> dict[str, StackSpec]:
+                   control_plane: str | None = None, known: Mapping[str, str] | None = None) -> dict[str, StackSpec]:
+    """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`)."""
     stacks: dict[str, StackSpec] = {}
+    known = known or {}
     host = control_plane_cluster(fleet, control_plane)
     payload: dict[str, Any]
     release = project_version()
@@ -117,7 +120,8 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         deps = [str(StackId.platform(t)) for t in sorted(targets) if t != "control-plane"]
         if host and "control-plane" in targets:
             deps.append(str(StackId.platform(host)))
-        stacks[name] = StackSpec(StackId.parse(name), fingerprint(payload), deps, sorted(targets), payload)
+        stacks[name] = StackSpec(StackId.parse(name), known.get(name) or fingerprint(payload), deps, sorted(targets),
+                                 payload)
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
         spec = stacks.get(model_stack(r.namespace, r.deployment))
         if spec is not None:
@@ -155,6 +159,13 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
         spec.depends_on = sorted(d for d in set(spec.depends_on) if d in stacks)
 
 
+class Known(NamedTuple):
+    """A model stack as computed before: the digest of its inputs (`model_inputs`) and its fingerprint."""
+
+    inputs: str
+    fingerprint: str
+
+
 @dataclass
 class DesiredState:
     """The plan, the objects every stack would create, and the stacks: one computation for every caller."""
@@ -162,6 +173,8 @@ class DesiredState:
     plan: Plan
     rendered: Rendered
     specs: dict[str, StackSpec]
+    inputs: dict[str, str] = field(default_factory=dict)  # model stack -> digest of its inputs (when asked for)
+    reused: frozenset[str] = frozenset()  # model stacks taken from `known`: fingerprint only, no objects
 
     @cached_property
     def problems(self) -> list[str]:
@@ -170,6 +183,8 @@ class DesiredState:
 
     def problems_in(self, stacks: set[str] | None) -> list[str]:
         """The same, schema-checking only the objects of `stacks` (None: every stack)."""
+        if self.reused:
+            raise ValueError("a desired state with reused stacks has not composed their objects")
         out = [str(p) for p in self.rendered.problems]
         for stack, target, obj in self.rendered.objects():
             if stacks is None or stack in stacks:
@@ -177,10 +192,18 @@ class DesiredState:
         return out
 
 
-def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False) -> DesiredState:
+def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
+                  known: Mapping[str, Known] | None = None) -> DesiredState:
+    """`known`: model stacks computed before (e.g. for a pull request's base). A model stack whose inputs are
+    the same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is
+    given. Fingerprints are the same as without it, only cheaper."""
     plan = schedule(fleet, list(recorded), explain=explain)
-    rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane))
-    return DesiredState(plan, rendered, desired_stacks(fleet, plan, rendered, control_plane=control_plane))
+    inputs = model_inputs(fleet, plan) if known is not None else {}
+    reused = frozenset(s for s, digest in inputs.items() if known and s in known and known[s].inputs == digest)
+    rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused)
+    fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
+    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints)
+    return DesiredState(plan, rendered, specs, inputs, reused)
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:

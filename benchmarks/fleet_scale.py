@@ -3,7 +3,9 @@
 Each figure is one `modelplane` command run in a subprocess on a generated fleet (plan_bench's generator:
 500 clusters x 4 pools, N deployments), so interpreter start-up and imports count, as they do for users.
 The floor of `plan` is parsing the same manifests with PyYAML's C loader in a fresh interpreter; the floor
-of `plan --against` (one deployment changed) and of `render` is `plan`. Prints one table; asserts nothing.
+of `plan --against` (one deployment changed; measured first with no cached base, then as every later pull
+request against the same base runs it) and of `render` is `plan`. Last, `plan`'s peak memory at 10,000
+deployments. Prints one table; asserts nothing.
 
     .venv/bin/python benchmarks/fleet_scale.py                      # 200 and 2,000 deployments
     .venv/bin/python benchmarks/fleet_scale.py --deployments 2000   # one size
@@ -31,10 +33,11 @@ PARSE = ("import sys, yaml\n"
          "list(yaml.load_all(open(sys.argv[1]).read(), Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader)))\n")
 
 
-def measure(argv: list[str]) -> tuple[float, float, int]:
+def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
     """(seconds, peak resident MB, exit code) of one command."""
     start = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, **(env or {})})
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return time.perf_counter() - start, usage.ru_maxrss / 1024, process.returncode
@@ -50,12 +53,18 @@ def rows(deployments: int, clusters: int, folder: Path, preview: bool) -> list[t
     cli = [str(BIN / "modelplane")]
     parse = measure([sys.executable, "-c", PARSE, str(head)])
     plan = measure([*cli, "plan", "-f", str(head), "-o", "json", "--fresh"])
-    against = measure([*cli, "plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"])
+    # the first comparison against a base plans it in full and caches its summary; later ones (every other pull
+    # request against the same base) read it back and compose only the changed stacks
+    cache = {"MODELPLANE_CACHE_DIR": str(folder / "cache")}
+    against_argv = [*cli, "plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"]
+    against_cold = measure(against_argv, cache)
+    against = measure(against_argv, cache)
     render = measure([*cli, "render", "-f", str(head), "--out", str(folder / "render"), "--fresh"])
     export = measure([*cli, "operator", "export", "-f", str(head), "--out", str(folder / "operator"), "--fresh",
                       "--backend", "s3://bucket/fleet", "--git-url", "https://github.com/acme/fleet"])
     out = [("parse (C loader)", parse, None, None),
            ("plan -o json", plan, parse, 3.0),
+           ("plan --against, first", against_cold, plan, None),
            ("plan --against (1 change)", against, plan, 1.5),
            ("render --out", render, plan, 3.0),
            ("operator export", export, None, None)]
@@ -71,6 +80,8 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=500)
     parser.add_argument("--preview-up-to", type=int, default=200,
                         help="run preview --offline only for fleets up to this many deployments (minutes beyond)")
+    parser.add_argument("--memory-deployments", type=int, default=10000,
+                        help="also measure plan's peak memory at this many deployments (0: skip)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}")
     print(f"{'deployments':>11} {'command':<27} {'seconds':>8} {'peak MB':>8} {'floor s':>8} {'ratio':>6} "
@@ -83,6 +94,13 @@ def main() -> None:
                 print(f"{deployments:>11} {name:<27} {seconds:8.2f} {peak:8.0f} "
                       f"{(f'{floor[0]:8.2f}' if floor else ''):>8} {ratio} "
                       f"{(f'<={target}x' if target else ''):>7} {code:>4}")
+    if args.memory_deployments:
+        with tempfile.TemporaryDirectory() as folder:
+            fleet = Path(folder) / "fleet.yaml"
+            fleet.write_text(yaml.safe_dump_all(generate(args.memory_deployments, args.clusters), sort_keys=False))
+            seconds, peak, code = measure([str(BIN / "modelplane"), "plan", "-f", str(fleet), "-o", "json", "--fresh"])
+            print(f"{args.memory_deployments:>11} {'plan -o json':<27} {seconds:8.2f} {peak:8.0f} {'':>8} {'':>6} "
+                  f"{'<1200MB':>7} {code:>4}")
 
 
 if __name__ == "__main__":

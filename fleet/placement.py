@@ -56,11 +56,16 @@ class Rejection:
     """Why a replica does not fit on a cluster: one reason per pool (or for the cluster: pool ""), for people."""
 
     cluster: str
-    reasons: list[tuple[str, str]] = field(default_factory=list)  # (pool, why)
+    # (pool, why, detail): `why` is the same wherever the same thing is missing, `detail` is this pool's state
+    reasons: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def located(self) -> list[tuple[str, str, str]]:
+        """(cluster or cluster/pool, why, detail) per reason."""
+        return [(f"{self.cluster}/{pool}" if pool else self.cluster, why, detail) for pool, why, detail in self.reasons]
 
     @property
     def lines(self) -> list[str]:
-        return [f"{self.cluster}/{pool}: {why}" if pool else f"{self.cluster}: {why}" for pool, why in self.reasons]
+        return [f"{where}: {why}" + (f" ({detail})" if detail else "") for where, why, detail in self.located()]
 
 
 class Placer:
@@ -166,8 +171,7 @@ class Placer:
                     need = ", ".join(f"{c} {kind.devices[e].name}" for c, e in
                                      _per_entry(member, kind, m.node))
                     result = (None, (f"engine {engine.name} needs {pods} {member.role.lower()} pod(s) with {need} "
-                                     f"on one node each; {n} fit in the free capacity "
-                                     f"({_free_text(state)})"))
+                                     f"on one node each; {n} fit in the free capacity", _free_text(state)))
                     break
                 trial.take(best[1], best[2])
                 total = total + best[3]
@@ -213,7 +217,7 @@ class Placer:
         ordered = sorted(engines, key=lambda e: e.name)
         best: tuple | None = None
         explored = 0
-        capacity_lines: dict[str, tuple[str, str]] = {}
+        capacity_lines: dict[str, tuple[str, str, str]] = {}
 
         def search(k: int, trial: dict[str, PoolState], chosen: list[EnginePlacement], score: Score):
             nonlocal best, explored
@@ -229,7 +233,7 @@ class Placer:
             for name in candidates[engine.name]:
                 placement, nodes = self.place_engine(engine, pools[name], trial[name])
                 if placement is None:
-                    capacity_lines.setdefault(name + engine.name, (name, nodes))
+                    capacity_lines.setdefault(name + engine.name, (name, *nodes))
                     continue
                 before = trial[name]
                 trial[name] = PoolState(before.kind, 0, nodes)
@@ -242,9 +246,9 @@ class Placer:
         if best is None:
             rejection.reasons.extend(capacity_lines.values())
             if not capacity_lines:  # pragma: no cover - every failure records a line
-                rejection.reasons.append(("", "engines do not fit together"))
+                rejection.reasons.append(("", "engines do not fit together", ""))
             elif len(ordered) > 1 and all(self._fits_alone(e, cluster, states, candidates) for e in ordered):
-                rejection.reasons.append(("", "each engine fits alone, but not all together"))
+                rejection.reasons.append(("", "each engine fits alone, but not all together", ""))
             result = (None, rejection)
         else:
             _, chosen, nodes = best
@@ -266,10 +270,10 @@ class Placer:
         return layout
 
     def _static_candidates(self, engines: tuple[EngineShape, ...], cluster: ClusterView,
-                           pinned: dict[str, str] | None) -> tuple[dict[str, list[str]], tuple[tuple[str, str], ...]]:
+                           pinned: dict[str, str] | None) -> tuple[dict[str, list[str]], tuple[tuple[str, str, str], ...]]:
         """Per engine, the pools it could ever run on (capacity aside), and why each other pool cannot host it."""
         pools = {p.name: p for p in cluster.pools}
-        reasons: list[tuple[str, str]] = []
+        reasons: list[tuple[str, str, str]] = []
         candidates: dict[str, list[str]] = {}
         for engine in sorted(engines, key=lambda e: e.name):
             elsewhere = tuple(any(self.member_claims(m, p.kind) for p in cluster.pools) for m in engine.members)
@@ -278,11 +282,11 @@ class Placer:
             for name in names:
                 pool = pools.get(name)
                 if pool is None:
-                    reasons.append((name, "pool no longer exists"))
+                    reasons.append((name, "pool no longer exists", ""))
                     continue
                 problem = self.static_problem(engine, pool, elsewhere)
                 if problem:
-                    reasons.append((name, problem))
+                    reasons.append((name, problem, ""))
                 else:
                     ok.append(name)
             candidates[engine.name] = ok

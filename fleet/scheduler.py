@@ -103,6 +103,29 @@ def _not_selected(cluster: ClusterView, selector: dict[str, str]) -> str | None:
     return f"{has}, wants {wants}"
 
 
+LISTED = 3  # places named in full per reason; beyond that, a reason says how many places share it
+
+
+def summarise(found: list[tuple[str, str, str]]) -> list[str]:
+    """One line per place for a reason few places share; one line per reason shared more widely, with a count and
+    the first places, as the Kubernetes scheduler says "0/500 nodes are available: 300 Insufficient gpu". At 500
+    clusters an unplaceable deployment would otherwise get a line for each of its 2,000 pools. Reasons keep the
+    order they were first seen in."""
+    places: dict[str, list[tuple[str, str]]] = {}
+    for at, why, detail in found:
+        places.setdefault(why, []).append((at, detail))
+    lines: list[str] = []
+    for why, sharing in places.items():
+        if len(sharing) <= LISTED:
+            lines += [f"{at}: {why}" + (f" ({detail})" if detail else "") for at, detail in sharing]
+            continue
+        pools = sum("/" in at for at, _ in sharing)
+        noun = "pools" if pools == len(sharing) else "clusters" if pools == 0 else "places"
+        shown = ", ".join(at for at, _ in sharing[:LISTED])
+        lines.append(f"{len(sharing)} {noun} ({shown}, ...): {why}")
+    return list(dict.fromkeys(lines))
+
+
 class _Ranking:
     """The feasible clusters for deployments of one shape and the same candidate clusters, tightest fit first.
 
@@ -332,24 +355,24 @@ class Scheduler:
         return ranking
 
     def _reasons(self, d: _Deployment) -> list[str]:
-        reasons = []
+        found: list[tuple[str, str, str]] = []  # (cluster or cluster/pool, why, detail)
         for c in self.clusters:
             if (why := _not_selected(c, d.selector)) is not None:
-                reasons.append(f"{c.name}: not selected ({why})")
+                found.append((c.name, f"not selected ({why})", ""))
             elif not c.ready:
-                reasons.append(f"{c.name}: not ready ({c.not_ready})")
+                found.append((c.name, f"not ready ({c.not_ready})", ""))
             elif d.cache and not c.cache_storage_class:
-                reasons.append(f"{c.name}: cannot stage ModelCache {d.cache} (no RWX storage class: set "
-                               "spec.cluster.existing.cache.storageClassName)")
+                found.append((c.name, f"cannot stage ModelCache {d.cache} (no RWX storage class: set "
+                                      "spec.cluster.existing.cache.storageClassName)", ""))
             elif blocking := untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")):
-                reasons.append(f"{c.name}: taint {describe(blocking[0])} is not tolerated")
+                found.append((c.name, f"taint {describe(blocking[0])} is not tolerated", ""))
             else:
                 placement, detail = self._place(d, c)
                 if placement is None:
-                    reasons.extend(detail.lines)
+                    found.extend(detail.located())
         if not self.clusters:
-            reasons.append("the fleet has no InferenceCluster")
-        return list(dict.fromkeys(reasons))  # one line per distinct reason, first seen first
+            return ["the fleet has no InferenceCluster"]
+        return summarise(found)
 
     def _fill(self, kept_by_deployment) -> None:
         loads: dict[str, Counter] = {d.key: Counter() for d in self.deployments}

@@ -81,3 +81,15 @@ def test_status_without_any_backend(tmp_path, monkeypatch, capsys):
     assert main(["status", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["stacks"]
     assert rows and all(r["change"] == "create" and r["appliedAt"] is None for r in rows)
+
+
+def test_plan_against_prints_the_same_from_its_cache_and_without_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / "cache"))
+    base, head = pr(tmp_path)
+    printed = []
+    for extra in ([], [], ["--no-cache"]):  # computes and stores the base's summary, reads it back, ignores it
+        for output in ("json", "markdown"):
+            assert main(["plan", "-f", str(head), "--against", str(base), "-o", output, *extra]) == 0
+            printed.append(capsys.readouterr().out)
+    assert printed[0:2] == printed[2:4] == printed[4:6]
+    assert len(list((tmp_path / "cache" / "plans").glob("*.json"))) == 1

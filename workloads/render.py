@@ -16,6 +16,7 @@ marked placeholder that still validates.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -121,9 +122,12 @@ def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
-def render(fleet: Fleet, plan: Plan, host: str | None = None) -> Rendered:
+def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: frozenset[str] = frozenset()) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
-    (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes)."""
+    (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
+
+    `reuse`: model stacks whose objects the caller already knows (their inputs did not change, see
+    `model_inputs`): their replicas are not composed, and the stacks keep their targets with no objects."""
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
@@ -134,7 +138,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None) -> Rendered:
     for placed in plan.replicas:
         md = deployments[(placed.namespace, placed.deployment)]
         ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen))
-        out.add(model_stack(md.namespace, md.name), placed.cluster, compose_replica(ctx))
+        stack = model_stack(md.namespace, md.name)
+        out.add(stack, placed.cluster, [] if stack in reuse else compose_replica(ctx))
         used.setdefault((md.namespace, placed.cluster), Counter()).update(replica_devices(placed))
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
@@ -191,6 +196,26 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None) -> Rendered:
         if objects:
             out.add(team_stack(team, cluster_name), cluster_name, objects)
     out.problems += _collisions(fleet, out, chosen)
+    return out
+
+
+def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
+    """Per model stack, a digest of everything its objects are composed from: the deployment, its replicas'
+    placements and backends, and the namespace its workloads go to (`compose_replica` reads nothing else).
+    Equal digests mean equal objects, so a stack whose digest did not change need not be composed again."""
+    chosen = tenancy.mode(fleet)
+    deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
+    replicas: dict[tuple[str, str], list[str]] = {}
+    for placed in plan.replicas:
+        engines = [(e.engine, e.pool, [(m.role, m.pods, m.devices, m.synthetic) for m in e.members])
+                   for e in placed.placement.engines]  # not the score: it ranks clusters, composes nothing
+        replicas.setdefault((placed.namespace, placed.deployment), []).append(
+            repr((placed.name, placed.index, placed.cluster, engines, placed.backends)))
+    out = {}
+    for key, placed_here in replicas.items():
+        md = deployments[key]
+        text = "\n".join([md.model_dump_json(), tenancy.workload_namespace(md.namespace, chosen), *sorted(placed_here)])
+        out[model_stack(*key)] = hashlib.sha256(text.encode()).hexdigest()
     return out
 
 

@@ -10,13 +10,14 @@ Dynamo-served replica routes to its graph's frontend instead (Dynamo routes insi
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 from fleet.names import suffixed
 from workloads import dynamo
 from workloads.context import ReplicaContext
 from workloads.pods import ENGINE_PORT
 from workloads.versions import EPP_IMAGE
-from workloads.yamlio import dump
+from workloads.yamlio import dump_fast
 
 WORKLOAD_GATEWAY = {"name": "inference-gateway", "namespace": "modelplane-system"}
 EPP_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT = 9002, 9003, 9090
@@ -45,14 +46,20 @@ def block_size(ctx: ReplicaContext) -> int:
 
 
 def epp_config(ctx: ReplicaContext) -> str:
+    return _epp_config(ctx.mode, block_size(ctx))
+
+
+@lru_cache(maxsize=256)
+def _epp_config(mode: str, block: int) -> str:
+    """The endpoint picker's config: the same text for every replica of a mode and block size."""
     scorers = [{"pluginRef": "prefix-cache-scorer", "weight": 2}, {"pluginRef": "queue-scorer", "weight": 1}]
     plugins = [
         {"type": "approx-prefix-cache-producer", "parameters": {
-            "autoTune": False, "blockSizeTokens": block_size(ctx), "maxPrefixBlocksToMatch": 256,
+            "autoTune": False, "blockSizeTokens": block, "maxPrefixBlocksToMatch": 256,
             "lruCapacityPerServer": 31250}},
         {"type": "prefix-cache-scorer"}, {"type": "queue-scorer"}, {"type": "max-score-picker"},
     ]
-    if ctx.mode == "PrefillDecode":
+    if mode == "PrefillDecode":
         plugins += [{"type": "disagg-headers-handler"}, {"type": "prefill-filter"}, {"type": "decode-filter"},
                     {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 16}},
                     {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "prefix-based-pd-decider"}}}]
@@ -62,7 +69,7 @@ def epp_config(ctx: ReplicaContext) -> str:
         profiles = [{"name": "default", "plugins": [{"pluginRef": "max-score-picker"}, *scorers]}]
     config = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig", "plugins": plugins,
               "schedulingProfiles": profiles}
-    return dump(config)
+    return dump_fast(config)
 
 
 def _meta(ctx: ReplicaContext, name: str, labels: dict) -> dict:

@@ -1,0 +1,142 @@
+"""What a pull request's base planned to, kept by the content hash of everything it was computed from.
+
+`plan --against BASE` in CI plans the base (the target branch) for every pull request, though the base
+rarely changes between them. The first comparison stores the base's summary: its placements (the memory
+the head is planned with), its replicas, every stack's fingerprint and each model stack's input digest.
+Later comparisons against the same base read it back instead of planning and rendering the base again,
+and compose only the head's model stacks whose inputs differ from the base's.
+
+The key hashes the validated base objects, the recorded placements it was planned with, the control plane
+and this project's own code, so a summary is never reused across a change to any of them. The summary holds
+no secret (secret values are never rendered, so no fingerprint depends on them) and is written atomically,
+readable by its owner only. A file that cannot be read is ignored and rewritten.
+
+Where: $MODELPLANE_CACHE_DIR, else $XDG_CACHE_HOME/modelplane, else ~/.cache/modelplane; the newest
+KEEP summaries are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from automation.state import replica_from_dict
+from automation.stacks import DesiredState, Known
+from fleet.memory import RecordedReplica
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
+
+FORMAT = 1
+KEEP = 16
+_SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
+
+
+@dataclass(frozen=True)
+class BaseReplica:
+    name: str
+    key: str  # namespace/deployment
+    cluster: str
+
+
+@dataclass
+class BaseSummary:
+    placements: list[RecordedReplica]  # the base's replicas as `up` would record them: the head's memory
+    replicas: list[BaseReplica]
+    fingerprints: dict[str, str]  # every stack
+    known: dict[str, Known]  # model stacks: input digest and fingerprint
+
+    @classmethod
+    def of(cls, state: DesiredState) -> BaseSummary:
+        return cls([r.recorded() for r in state.plan.replicas],
+                   [BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
+                   {name: spec.fingerprint for name, spec in state.specs.items()},
+                   {name: Known(digest, state.specs[name].fingerprint) for name, digest in state.inputs.items()})
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "placements": [asdict(p) for p in self.placements],
+                           "replicas": [asdict(r) for r in self.replicas], "fingerprints": self.fingerprints,
+                           "known": {name: list(k) for name, k in self.known.items()}}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BaseSummary:
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"summary format {data.get('format')!r}, expected {FORMAT}")
+        return cls([replica_from_dict(p) for p in data["placements"]],
+                   [BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
+                   {name: Known(*k) for name, k in data["known"].items()})
+
+
+def default_root() -> Path:
+    explicit = os.environ.get("MODELPLANE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "modelplane"
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """This project's code and version: a summary computed by other code is never reused."""
+    from components.versions import project_version
+
+    digest = hashlib.sha256(project_version().encode())
+    top = Path(__file__).resolve().parent.parent
+    for package in _SOURCES:
+        for path in sorted((top / package).rglob("*.py")):
+            digest.update(str(path.relative_to(top)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str | None = None) -> str:
+    digest = hashlib.sha256(code_digest().encode())
+    digest.update(json.dumps(control_plane).encode())
+    for obj in fleet.objects:
+        digest.update(obj.model_dump_json().encode() + b"\0")
+    for r in sorted(recorded, key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
+        digest.update(json.dumps(asdict(r), sort_keys=True).encode() + b"\0")
+    return digest.hexdigest()
+
+
+class BaseCache:
+    def __init__(self, root: Path | None = None):
+        self.root = (root or default_root()) / "plans"
+
+    def _path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, key: str) -> BaseSummary | None:
+        path = self._path(key)
+        try:
+            summary = BaseSummary.from_json(path.read_text())
+        except (OSError, ValueError, KeyError, TypeError):  # absent, unreadable or from another format: recompute
+            return None
+        try:
+            os.utime(path)  # most recently used: kept longest
+        except OSError:
+            pass
+        return summary
+
+    def put(self, key: str, summary: BaseSummary) -> None:
+        """Best effort: a cache that cannot be written only makes the next comparison slower."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=self.root)
+            with os.fdopen(fd, "w") as f:  # mkstemp creates it 0600
+                f.write(summary.to_json())
+            os.replace(tmp, self._path(key))
+            self._prune()
+        except OSError:
+            return
+
+    def _prune(self) -> None:
+        entries = sorted(self.root.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[KEEP:]:
+            old.unlink(missing_ok=True)

@@ -1,0 +1,173 @@
+"""`plan --against` reuses what it can: the base's summary from the cache, and the base's fingerprint for every
+head model stack whose inputs did not change. The result must be the same, byte for byte, as planning,
+composing and fingerprinting both sides in full; these tests hold the two to it on generated fleets and on
+the examples, and show the work actually saved."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import workloads.render
+from automation import compare as compare_module
+from automation.base_cache import BaseCache, BaseSummary, base_key
+from automation.compare import compare, markdown, to_dict
+from benchmarks.plan_bench import generate
+from fleet.plan_output import plan_to_dict
+from fleet.validate import load_fleet
+from tests.manifests import run
+from tests.test_scheduler_properties import _perturb, fleets
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def fleet_of(objects):
+    loaded = run(*objects)
+    assert loaded.errors == [], [str(p) for p in loaded.errors]
+    return loaded.fleet
+
+
+def outputs(result) -> tuple[str, str, str]:
+    return json.dumps(to_dict(result), sort_keys=True), markdown(result), json.dumps(plan_to_dict(result.plan))
+
+
+def assert_same_as_full(base, head, tmp_path, recorded=None):
+    """Full on both sides, incremental without a cache, then with a cold and a warm cache: one answer."""
+    full = outputs(compare(base, head, recorded=recorded, incremental=False))
+    assert outputs(compare(base, head, recorded=recorded)) == full
+    cache = BaseCache(tmp_path)
+    assert outputs(compare(base, head, recorded=recorded, cache=cache)) == full  # cold: computes and stores
+    assert outputs(compare(base, head, recorded=recorded, cache=cache)) == full  # warm: reads the summary back
+    return full
+
+
+def _edit(objects, kind: str, index: int, change) -> list[dict]:
+    objects = copy.deepcopy(objects)
+    change([o for o in objects if o["kind"] == kind][index])
+    return objects
+
+
+def _engine_image(md: dict, image: str) -> None:
+    md["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] = image
+
+
+EDITS = {
+    "one deployment gains a replica": lambda o: _edit(o, "ModelDeployment", 3, lambda d: d["spec"].update(replicas=3)),
+    "one deployment's image": lambda o: _edit(o, "ModelDeployment", 5, lambda d: _engine_image(d, "vllm/vllm-openai:v0.12.0")),
+    "one deployment's labels": lambda o: _edit(o, "ModelDeployment", 1, lambda d: d["metadata"].update(labels={"tier": "gold"})),
+    "a deployment removed": lambda o: [x for x in o if x.get("metadata", {}).get("name") != "model-00002"],
+    "a pool shrinks": lambda o: _edit(o, "InferenceCluster", 0, lambda c: c["spec"]["nodePools"][0].update(nodeCount=0)),
+    "a cluster removed": lambda o: [x for x in o if x.get("metadata", {}).get("name") != "cluster-0001"],
+    "a class changes memory": lambda o: _edit(o, "InferenceClass", 0, lambda k: k["spec"]["devices"][0]["capacity"]["memory"].update(value="16Gi")),
+    "nothing": lambda o: copy.deepcopy(o),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=list(EDITS))
+def test_incremental_comparison_is_the_full_one_on_a_generated_fleet(edit, tmp_path):
+    objects = generate(24, 6)
+    assert_same_as_full(fleet_of(objects), fleet_of(EDITS[edit](objects)), tmp_path)
+
+
+def test_incremental_comparison_is_the_full_one_on_the_examples_under_each_tenancy(tmp_path):
+    """The examples have services, endpoints, caches and observed replicas; the tenancy annotation moves every
+    team's workloads to `default`, which changes every model stack's inputs."""
+    base = load_fleet([str(ROOT / "examples")]).fleet
+    for folder in ("models", "platform", "observed"):
+        assert any(True for _ in (ROOT / "examples" / folder).iterdir())
+    objects = [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in base.objects]
+    shared = copy.deepcopy(objects)
+    gateway = next(o for o in shared if o["kind"] == "InferenceGateway")
+    gateway["metadata"].setdefault("annotations", {})["modelplane.ai/tenancy"] = "Default"
+    scaled = copy.deepcopy(objects)
+    next(o for o in scaled if o["kind"] == "ModelDeployment")["spec"]["replicas"] += 1
+    for i, head in enumerate((shared, scaled)):
+        assert_same_as_full(base, fleet_of(head), tmp_path / str(i))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(fleets(), st.randoms(use_true_random=False))
+def test_incremental_comparison_is_the_full_one_on_random_fleets(tmp_path_factory, objects, rnd):
+    base = fleet_of(objects)
+    recorded = [r.recorded() for r in compare(base, base).plan.replicas] if rnd.random() < 0.5 else None
+    assert_same_as_full(base, fleet_of(_perturb(objects, rnd)), tmp_path_factory.mktemp("cache"), recorded)
+
+
+def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeypatch):
+    objects = generate(24, 6)
+    base, head = fleet_of(objects), fleet_of(EDITS["one deployment's image"](objects))
+    composed: list[str] = []
+    real = workloads.render.compose_replica
+    monkeypatch.setattr(workloads.render, "compose_replica", lambda ctx: composed.append(ctx.md.name) or real(ctx))
+    planned: list[object] = []
+    real_state = compare_module.desired_state
+    monkeypatch.setattr(compare_module, "desired_state", lambda fleet, *a, **k: planned.append(fleet) or real_state(fleet, *a, **k))
+    cache = BaseCache(tmp_path)
+    compare(base, head, cache=cache)
+    changed = [o["metadata"]["name"] for o in objects if o["kind"] == "ModelDeployment"][5]
+    assert planned == [base, head] and set(composed) > {changed}  # cold: the whole base, then one head stack
+    composed.clear(), planned.clear()
+    result = compare(base, head, cache=cache)
+    assert planned == [head], "the base was planned again although its summary was cached"
+    assert set(composed) == {changed}
+    assert [s.name for s in result.changed] == [f"model-team-5.{changed}"]
+
+
+def test_the_cache_key_follows_every_input(tmp_path):
+    objects = generate(6, 3)
+    base = fleet_of(objects)
+    key = base_key(base, [])
+    assert base_key(fleet_of(copy.deepcopy(objects)), []) == key  # same content, same key
+    assert base_key(fleet_of(EDITS["one deployment's labels"](objects)), []) != key
+    assert base_key(fleet_of(EDITS["a pool shrinks"](objects)), []) != key
+    recorded = [r.recorded() for r in compare(base, base).plan.replicas]
+    assert base_key(base, recorded) != key
+    assert base_key(base, [], control_plane="cluster-0001") != key
+
+
+def test_an_unreadable_summary_is_recomputed_and_replaced(tmp_path):
+    objects = generate(6, 3)
+    base, head = fleet_of(objects), fleet_of(EDITS["one deployment gains a replica"](objects))
+    cache = BaseCache(tmp_path)
+    full = outputs(compare(base, head, incremental=False))
+    compare(base, head, cache=cache)
+    (path,) = (tmp_path / "plans").glob("*.json")
+    assert path.stat().st_mode & 0o077 == 0, "summaries are readable by their owner only"
+    for junk in ("{not json", json.dumps({"format": 0}), json.dumps({"format": 1, "placements": [{}]})):
+        path.write_text(junk)
+        assert outputs(compare(base, head, cache=cache)) == full
+        BaseSummary.from_json(path.read_text())  # rewritten whole
+
+
+def test_the_cache_keeps_only_the_newest_summaries(tmp_path, monkeypatch):
+    monkeypatch.setattr("automation.base_cache.KEEP", 3)
+    cache = BaseCache(tmp_path)
+    summary = BaseSummary([], [], {}, {})
+    for i in range(5):
+        cache.put(f"{i:064x}", summary)
+    assert len(list((tmp_path / "plans").glob("*.json"))) == 3
+
+
+def test_a_cache_that_cannot_be_written_only_costs_time(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    objects = generate(6, 3)
+    base, head = fleet_of(objects), fleet_of(EDITS["one deployment gains a replica"](objects))
+    assert outputs(compare(base, head, cache=BaseCache(blocked))) == outputs(compare(base, head, incremental=False))
+
+
+def test_random_edits_of_a_generated_fleet(tmp_path):
+    """A few random multi-edits at once on a larger generated fleet."""
+    rnd = random.Random(3)
+    objects = generate(40, 8)
+    for i in range(3):
+        head = copy.deepcopy(objects)
+        for edit in rnd.sample(sorted(EDITS), 3):
+            head = EDITS[edit](head)
+        assert_same_as_full(fleet_of(objects), fleet_of(head), tmp_path / str(i))
