@@ -33,7 +33,7 @@ from fleet.memory import RecordedReplica
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-FORMAT = 1
+FORMAT = 2
 KEEP = 16
 _SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
 
@@ -57,10 +57,10 @@ class BaseSummary:
         return cls([r.recorded() for r in state.plan.replicas],
                    [BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
                    {name: spec.fingerprint for name, spec in state.specs.items()},
-                   {name: Known(digest, state.specs[name].fingerprint) for name, digest in state.inputs.items()})
+                   state.known())
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "placements": [asdict(p) for p in self.placements],
+        return json.dumps({"format": FORMAT, "placements": [p.to_dict() for p in self.placements],
                            "replicas": [asdict(r) for r in self.replicas], "fingerprints": self.fingerprints,
                            "known": {name: list(k) for name, k in self.known.items()}}, sort_keys=True)
 
@@ -71,7 +71,7 @@ class BaseSummary:
             raise ValueError(f"summary format {data.get('format')!r}, expected {FORMAT}")
         return cls([replica_from_dict(p) for p in data["placements"]],
                    [BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
-                   {name: Known(*k) for name, k in data["known"].items()})
+                   {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()})
 
 
 def default_root() -> Path:

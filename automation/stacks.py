@@ -29,10 +29,10 @@ from typing import Any, Literal, Mapping, NamedTuple, TYPE_CHECKING
 from components.args import cluster_args, control_plane_cluster, gateway_args
 from components.versions import pinned, project_version
 from fleet.plan import Plan
-from fleet.scheduler import schedule
+from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, render, service_stack,
-                              team_stack)
+from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
+                              service_stack, team_stack)
 from workloads.schemas import check
 
 if TYPE_CHECKING:
@@ -160,10 +160,12 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
 
 
 class Known(NamedTuple):
-    """A model stack as computed before: the digest of its inputs (`model_inputs`) and its fingerprint."""
+    """A model stack as computed before: the digest of its inputs (`model_inputs`), its fingerprint, and its
+    objects' identities (`object_keys`, for collisions with other stacks)."""
 
     inputs: str
     fingerprint: str
+    objects: tuple[tuple[str, str, str, str, str], ...] = ()
 
 
 @dataclass
@@ -174,7 +176,12 @@ class DesiredState:
     rendered: Rendered
     specs: dict[str, StackSpec]
     inputs: dict[str, str] = field(default_factory=dict)  # model stack -> digest of its inputs (when asked for)
-    reused: frozenset[str] = frozenset()  # model stacks taken from `known`: fingerprint only, no objects
+    reused: dict[str, tuple] = field(default_factory=dict)  # model stacks from `known` (not composed): identities
+
+    def known(self) -> dict[str, Known]:
+        """Every model stack as `desired_state(known=...)` reuses it next time (needs `inputs`)."""
+        return {name: Known(digest, self.specs[name].fingerprint, self.reused.get(name) or object_keys(self.rendered, name))
+                for name, digest in self.inputs.items()}
 
     @cached_property
     def problems(self) -> list[str]:
@@ -182,9 +189,9 @@ class DesiredState:
         return self.problems_in(None)
 
     def problems_in(self, stacks: set[str] | None) -> list[str]:
-        """The same, schema-checking only the objects of `stacks` (None: every stack)."""
-        if self.reused:
-            raise ValueError("a desired state with reused stacks has not composed their objects")
+        """The same, schema-checking only the objects of `stacks` (None: every stack; none of them reused)."""
+        if self.reused and (stacks is None or stacks & self.reused.keys()):
+            raise ValueError("the objects of reused stacks were not composed: they cannot be checked")
         out = [str(p) for p in self.rendered.problems]
         for stack, target, obj in self.rendered.objects():
             if stacks is None or stack in stacks:
@@ -193,13 +200,14 @@ class DesiredState:
 
 
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
-                  known: Mapping[str, Known] | None = None) -> DesiredState:
+                  known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None) -> DesiredState:
     """`known`: model stacks computed before (e.g. for a pull request's base). A model stack whose inputs are
     the same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is
-    given. Fingerprints are the same as without it, only cheaper."""
-    plan = schedule(fleet, list(recorded), explain=explain)
+    given. `memo`: what earlier plans in this process computed (fleet/scheduler.py). Both give the same
+    result as without them, only cheaper."""
+    plan = schedule(fleet, list(recorded), explain=explain, memo=memo)
     inputs = model_inputs(fleet, plan) if known is not None else {}
-    reused = frozenset(s for s, digest in inputs.items() if known and s in known and known[s].inputs == digest)
+    reused = {s: known[s].objects for s, digest in inputs.items() if known and s in known and known[s].inputs == digest}
     rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
     specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints)

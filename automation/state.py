@@ -13,7 +13,6 @@ import json
 import os
 import tempfile
 import threading
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
@@ -67,7 +66,7 @@ class StateStore:
             state = self.load()
             state["stacks"][stack] = {
                 "fingerprint": fingerprint,
-                "placements": [asdict(p) for p in placements or []],
+                "placements": [p.to_dict() for p in placements or []],
                 "outputs": outputs or {},
                 "appliedAt": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }

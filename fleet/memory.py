@@ -34,6 +34,14 @@ class RecordedReplica:
     index: int
     engines: tuple[RecordedEngine, ...]
 
+    def to_dict(self) -> dict:
+        """As dataclasses.asdict gives it (what state files hold), built directly: a fleet has thousands."""
+        return {"namespace": self.namespace, "deployment": self.deployment, "name": self.name, "cluster": self.cluster,
+                "index": self.index, "engines": [
+                    {"name": e.name, "copies": e.copies, "members": [
+                        {"role": m.role, "pool": m.pool, "pods": m.pods, "requests": [list(q) for q in m.requests]}
+                        for m in e.members]} for e in self.engines]}
+
 
 def recorded_from_model_replica(mr) -> RecordedReplica | None:
     labels = mr.metadata.labels or {}

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import hashlib
 import heapq
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleet.api.deployment import ModelDeployment
 from fleet.cel import CelEvaluator
@@ -60,6 +61,7 @@ class _Deployment:
     shape_id: int = 0  # interned engines: cheap cache keys
     backends: tuple = ()
     cache: str | None = None  # "ns/name" of the ModelCache its pods mount
+    source: str = ""  # the ModelDeployment as JSON: everything the deployment's placement depends on, as a key
 
 
 def _selector_text(labels: dict[str, str]) -> str:
@@ -173,36 +175,82 @@ class _Ranking:
         return (load[name], score, name), cluster, placement, nodes
 
 
+PLATFORM_KINDS = ("InferenceClass", "InferenceCluster", "ModelCache")  # what placement reads besides deployments
+MAX_MEMO_STATES = 200_000  # distinct cluster ledger states a memo keeps before it starts over
+
+
+def platform_digest(fleet) -> str:
+    digest = hashlib.sha256()
+    for kind in PLATFORM_KINDS:
+        for obj in fleet.of(kind):
+            digest.update(obj.model_dump_json().encode() + b"\0")
+    return digest.hexdigest()
+
+
+@dataclass
+class PlanMemo:
+    """What one plan computed that the next plan can reuse in the same process: the portal's replan worker plans
+    the fleet after every write, and one write changes one deployment. Each entry is keyed by everything it was
+    computed from (a deployment by its JSON, a cluster's charged ledger by its replicas in charge order,
+    placements by interned ledger states), so a plan made with a memo is the plan made without one
+    (tests/test_scheduler_properties.py). Nothing carries over when clusters, classes or caches change, and
+    entries the latest plan did not use are let go."""
+
+    platform: str = ""
+    clusters: list[ClusterView] = field(default_factory=list)
+    placer: Placer | None = None
+    state_ids: dict[tuple, int] = field(default_factory=dict)
+    shape_ids: dict[tuple, int] = field(default_factory=dict)
+    deployments: dict[str, _Deployment] = field(default_factory=dict)  # ModelDeployment JSON -> built
+    retained: dict[tuple, tuple] = field(default_factory=dict)  # (JSON, its recorded replicas) -> kept, dropped
+    charged: dict[tuple, tuple] = field(default_factory=dict)  # (cluster, its kept replicas in order) -> ledger
+
+    def start(self, fleet, cel: CelEvaluator | None) -> None:
+        platform = platform_digest(fleet)
+        if platform != self.platform or len(self.state_ids) > MAX_MEMO_STATES:
+            fresh = PlanMemo(platform, build_clusters(fleet), Placer(cel or CelEvaluator()))
+            self.__dict__.update(fresh.__dict__)
+
+
 class Scheduler:
     def __init__(self, fleet, recorded: list[RecordedReplica] | None = None, cel: CelEvaluator | None = None,
-                 explain: bool = False):
+                 explain: bool = False, memo: PlanMemo | None = None):
+        """`memo`: reuse what earlier plans in this process computed (not with `explain`, which notes every step)."""
         self.fleet = fleet
         self.explain = explain
-        self.placer = Placer(cel or CelEvaluator())
-        self.clusters = build_clusters(fleet)
+        self.memo = None if explain else memo
+        if self.memo is not None:
+            self.memo.start(fleet, cel)
+            assert self.memo.placer is not None
+            self.placer = self.memo.placer
+            self.clusters = self.memo.clusters
+        else:
+            self.placer = Placer(cel or CelEvaluator())
+            self.clusters = build_clusters(fleet)
         self.by_name = {c.name: c for c in self.clusters}
         self.states: dict[str, dict[str, PoolState]] = {
             c.name: {p.name: PoolState(p.kind, p.nodes) for p in c.pools} for c in self.clusters
         }
         # Each cluster's pools and states, interned to an integer that changes when the cluster's ledger does.
-        self._state_ids: dict[tuple, int] = {}
+        self._state_ids: dict[tuple, int] = self.memo.state_ids if self.memo else {}
         self.state_id: dict[str, int] = {c.name: self._intern_state(c.name) for c in self.clusters}
         self.version: dict[str, int] = {c.name: 0 for c in self.clusters}  # bumped when the cluster's ledger changes
         self._rankings: dict[str, list[_Ranking]] = defaultdict(list)  # cluster -> rankings that hold it
-        self._shape_ids: dict[tuple, int] = {}
+        self._shape_ids: dict[tuple, int] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
+        built: dict[str, _Deployment] = {}
         for md in fleet.of("ModelDeployment"):
-            spec = md.spec.template.spec
-            selector, blocked = _resolve_selector(md, caches)
-            engines = engine_shapes(md)
-            d = _Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
-                            tuple(spec.tolerations or ()), blocked, _size(engines))
-            d.shape_id = self._shape_ids.setdefault(engines, len(self._shape_ids))
-            d.backends = tuple((e.name, e.backend, e.backend_reason) for e in engines)
-            d.cache = f"{md.namespace}/{spec.modelCacheRef.name}" if spec.modelCacheRef else None
+            source = md.model_dump_json() if self.memo else ""
+            d = self.memo.deployments.get(source) if self.memo else None
+            if d is None:
+                d = self._deployment(md, caches)
+                d.source = source
+            built[source] = d
             self.deployments.append(d)
+        if self.memo:
+            self.memo.deployments = built
         # larger replicas first, then by name: content decides, never file order
         self.deployments.sort(key=lambda d: (-d.size, d.key))
         memory = list(recorded or [])
@@ -211,6 +259,17 @@ class Scheduler:
         for r in sorted(set(memory), key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
             self.recorded[f"{r.namespace}/{r.deployment}"].append(r)
         self.plan = Plan()
+
+    def _deployment(self, md: ModelDeployment, caches: dict) -> _Deployment:
+        spec = md.spec.template.spec
+        selector, blocked = _resolve_selector(md, caches)
+        engines = engine_shapes(md)
+        d = _Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
+                        tuple(spec.tolerations or ()), blocked, _size(engines))
+        d.shape_id = self._shape_ids.setdefault(engines, len(self._shape_ids))
+        d.backends = tuple((e.name, e.backend, e.backend_reason) for e in engines)
+        d.cache = f"{md.namespace}/{spec.modelCacheRef.name}" if spec.modelCacheRef else None
+        return d
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -284,55 +343,107 @@ class Scheduler:
 
     def _retain(self) -> list[tuple[_Deployment, RecordedReplica, dict[str, str]]]:
         kept_all = []
+        memo = self.memo
+        retained: dict[tuple, tuple] = {}
         for d in self.deployments:
-            kept: list[tuple[RecordedReplica, dict[str, str]]] = []
-            seen: dict[tuple[str, int], str] = {}
-            for r in self.recorded.get(d.key, []):
-                identity = (r.cluster, r.index)
-                if identity in seen:
-                    self._drop(d, r, f"duplicate of replica {seen[identity]} (same cluster and index)")
-                    continue
-                seen[identity] = r.name
-                problem, pins = self._retain_problem(d, r)
-                if problem is None:
-                    cluster = self.by_name[r.cluster]
-                    for engine in d.engines:
-                        pool = next((p for p in cluster.pools if p.name == pins[engine.name]), None)
-                        elsewhere = tuple(any(self.placer.member_claims(m, p.kind) for p in cluster.pools)
-                                          for m in engine.members)
-                        if pool is None:
-                            problem = f"pool {r.cluster}/{pins[engine.name]} no longer exists"
-                        elif why := self.placer.static_problem(engine, pool, elsewhere):
-                            problem = f"template or pool changed: {r.cluster}/{pool.name}: {why}"
-                        if problem:
-                            break
-                if problem:
-                    self._drop(d, r, problem)
-                else:
-                    kept.append((r, pins))
-            # scale down: most loaded cluster first, then later cluster name, then highest index
-            while len(kept) > d.md.spec.replicas:
-                load = Counter(r.cluster for r, _ in kept)
-                victim = max(kept, key=lambda item: (load[item[0].cluster], item[0].cluster, item[0].index))
-                kept.remove(victim)
-                self._drop(d, victim[0], f"scaled down to {d.md.spec.replicas} replica(s)")
+            key = (d.source, tuple(self.recorded.get(d.key, ())))
+            found = memo.retained.get(key) if memo else None
+            if found is None:
+                found = self._retain_one(d)
+            if memo:
+                retained[key] = found
+            kept, drops = found
+            for r, reason in drops:
+                self._drop(d, r, reason)
             kept_all += [(d, r, pins) for r, pins in kept]
+        if memo:
+            memo.retained = retained
         return kept_all
+
+    def _retain_one(self, d: _Deployment) -> tuple[list[tuple[RecordedReplica, dict[str, str]]],
+                                                  list[tuple[RecordedReplica, str]]]:
+        """The recorded replicas of `d` that stay where they are, and those dropped with the reason."""
+        kept: list[tuple[RecordedReplica, dict[str, str]]] = []
+        drops: list[tuple[RecordedReplica, str]] = []
+        seen: dict[tuple[str, int], str] = {}
+        for r in self.recorded.get(d.key, []):
+            identity = (r.cluster, r.index)
+            if identity in seen:
+                drops.append((r, f"duplicate of replica {seen[identity]} (same cluster and index)"))
+                continue
+            seen[identity] = r.name
+            problem, pins = self._retain_problem(d, r)
+            if problem is None:
+                cluster = self.by_name[r.cluster]
+                for engine in d.engines:
+                    pool = next((p for p in cluster.pools if p.name == pins[engine.name]), None)
+                    elsewhere = tuple(any(self.placer.member_claims(m, p.kind) for p in cluster.pools)
+                                      for m in engine.members)
+                    if pool is None:
+                        problem = f"pool {r.cluster}/{pins[engine.name]} no longer exists"
+                    elif why := self.placer.static_problem(engine, pool, elsewhere):
+                        problem = f"template or pool changed: {r.cluster}/{pool.name}: {why}"
+                    if problem:
+                        break
+            if problem:
+                drops.append((r, problem))
+            else:
+                kept.append((r, pins))
+        # scale down: most loaded cluster first, then later cluster name, then highest index
+        while len(kept) > d.md.spec.replicas:
+            load = Counter(r.cluster for r, _ in kept)
+            victim = max(kept, key=lambda item: (load[item[0].cluster], item[0].cluster, item[0].index))
+            kept.remove(victim)
+            drops.append((victim[0], f"scaled down to {d.md.spec.replicas} replica(s)"))
+        return kept, drops
 
     def _charge_kept(self, kept) -> dict[str, list[tuple[RecordedReplica, ReplicaPlacement]]]:
         order = {d.key: i for i, d in enumerate(self.deployments)}
         kept.sort(key=lambda item: (not self._shape_unchanged(item[0], item[1]), order[item[0].key], item[1].name))
+        # A kept replica is charged to its own cluster's ledger only, so each cluster's charges are computed (or
+        # read from the memo) on their own, in the same order; outcomes are then taken in the global order.
+        by_cluster: dict[str, list] = defaultdict(list)
+        for item in kept:
+            by_cluster[item[1].cluster].append(item)
+        outcome: dict[int, tuple] = {}
+        charged: dict[tuple, tuple] = {}
+        for cluster, items in by_cluster.items():
+            for item, result in zip(items, self._charge_cluster(cluster, items, charged)):
+                outcome[id(item)] = result
+        if self.memo:
+            self.memo.charged = charged
         placed: dict[str, list] = defaultdict(list)
-        for d, r, pins in kept:
-            cluster = self.by_name[r.cluster]
-            placement, detail = self._place(d, cluster, pins)
+        for item in kept:
+            d, r, _ = item
+            placement, detail = outcome[id(item)]
             if placement is None:
                 grew = "" if self._shape_unchanged(d, r) else " after its shape grew"
                 self._drop(d, r, f"no longer fits on {r.cluster}{grew}: " + "; ".join(detail.lines))
                 continue
-            self._apply(r.cluster, detail)
             placed[d.key].append((r, placement))
         return placed
+
+    def _charge_cluster(self, cluster: str, items: list, charged: dict[tuple, tuple]) -> list[tuple]:
+        """(placement or None, nodes or rejection) per kept replica on `cluster`, charging its ledger in order."""
+        memo = self.memo
+        # a charge depends on the deployment's shape, its pools and the ledger before it, not on which replica it is
+        key = (cluster, tuple((d.source, tuple(sorted(pins.items()))) for d, _, pins in items)) if memo else ()
+        found = memo.charged.get(key) if memo else None
+        if found is not None:
+            states, results = found
+            self.states[cluster] = dict(states)
+            self.state_id[cluster] = self._intern_state(cluster)
+        else:
+            results = []
+            view = self.by_name[cluster]
+            for d, r, pins in items:
+                placement, detail = self._place(d, view, pins)
+                if placement is not None:
+                    self._apply(cluster, detail)
+                results.append((placement, detail))
+        if memo:
+            charged[key] = (dict(self.states[cluster]), results)
+        return results
 
     def _candidates(self, d: _Deployment) -> list[ClusterView]:
         key = (tuple(sorted(d.selector.items())), tuple(t.model_dump_json() for t in d.tolerations), bool(d.cache))
@@ -464,5 +575,5 @@ class Scheduler:
 
 
 def schedule(fleet: Fleet, recorded: list[RecordedReplica] | None = None, explain: bool = False,
-             cel: CelEvaluator | None = None) -> Plan:
-    return Scheduler(fleet, recorded, cel, explain).run()
+             cel: CelEvaluator | None = None, memo: PlanMemo | None = None) -> Plan:
+    return Scheduler(fleet, recorded, cel, explain, memo).run()

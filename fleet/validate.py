@@ -39,6 +39,9 @@ class Fleet:
     origin: dict[str, Document] = field(default_factory=dict)
     # values of the v1/Secrets given with the manifests (and the environment's, and --secrets-dir's): never printed
     secrets: SecretStore = field(default_factory=SecretStore)
+    # `of` answers from an index by kind, rebuilt when objects were added (they are read thousands of times a plan)
+    _by_kind: dict[str, list[Resource]] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=-1, repr=False, compare=False)
 
     @overload
     def of(self, kind: Literal["InferenceClass"]) -> list[InferenceClass]: ...
@@ -60,8 +63,13 @@ class Fleet:
     def of(self, kind: str) -> list[Resource]: ...
 
     def of(self, kind: str) -> list[Any]:
-        """The objects of one kind, typed by kind."""
-        return [o for o in self.objects if o.kind == kind]
+        """The objects of one kind, typed by kind (a copy: the caller may change it)."""
+        if self._indexed != len(self.objects):  # objects are only ever appended: a new length is a new fleet
+            self._by_kind = {}
+            for o in self.objects:
+                self._by_kind.setdefault(o.kind, []).append(o)
+            self._indexed = len(self.objects)
+        return list(self._by_kind.get(kind, ()))
 
     def where(self, obj: Resource, path: Iterable[Any] = ()) -> tuple[str, int]:
         doc = self.origin.get(obj.ref)

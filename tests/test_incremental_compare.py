@@ -171,3 +171,22 @@ def test_random_edits_of_a_generated_fleet(tmp_path):
         for edit in rnd.sample(sorted(EDITS), 3):
             head = EDITS[edit](head)
         assert_same_as_full(fleet_of(objects), fleet_of(head), tmp_path / str(i))
+
+
+def test_collisions_are_found_with_stacks_that_were_not_composed_again():
+    """Two teams' same-named deployments in the shared `default` namespace collide. When one of them is reused
+    from before (not composed again), its objects' identities still meet the other's."""
+    from automation.stacks import desired_state
+    from tests.manifests import cluster, deployment, gateway, gpu_class
+
+    shared = gateway()
+    shared["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
+    platform = [gpu_class("l4", 1, "24Gi"), cluster("c1", pools=(("gpu", "l4", 4),)), shared]
+    before = desired_state(fleet_of([*platform, deployment("qwen", namespace="team-a")]), known={})
+    head = fleet_of([*platform, deployment("qwen", namespace="team-a"), deployment("qwen", namespace="team-b")])
+    recorded = [r.recorded() for r in before.plan.replicas]
+    again = desired_state(head, recorded, known=before.known())
+    assert set(again.reused) == {"model-team-a.qwen"}
+    full = desired_state(head, recorded)
+    assert [str(p) for p in again.rendered.problems] == [str(p) for p in full.rendered.problems]
+    assert any("already creates this object" in str(p) for p in full.rendered.problems)

@@ -312,3 +312,28 @@ def test_apply_pushes_manifests_to_a_portal(portal, tmp_path, monkeypatch, capsy
     monkeypatch.delenv("MODELPLANE_TOKEN")
     assert main(["apply", "-f", examples, "--server", portal.url, "--token-file", str(token)]) == 1
     assert "error: InferenceClass/eks-h100-8x-p5: 403" in capsys.readouterr().err  # teams do not change the fleet
+
+
+def test_the_page_shows_fifty_deployments_at_a_time_with_links_between_pages(portal, monkeypatch):
+    """At fleet scale the page lists one page of deployments (their statuses computed for that page only) and of
+    pools, says how many there are, and links to the neighbouring pages, keeping the other table's page."""
+    from automation.portal.service import replan
+
+    with portal.store.write() as conn:  # 120 deployments and 60 pools, stored as accepted writes would be
+        portal.store.put(conn, "InferenceClass", "", gpu_class("l4", 1, "23034Mi"), None)
+        for i in range(30):
+            portal.store.put(conn, "InferenceCluster", "", cluster(f"c{i:02d}", pools=(("gpu", "l4", 8), ("big", "l4", 2))), None)
+        for i in range(120):
+            portal.store.put(conn, "ModelDeployment", "team-a", deployment(f"d{i:03d}", namespace="team-a"), None)
+        replan(portal.store, conn, False)
+    with portal.client(TEAM_A) as team:
+        first = team.get("/").text
+        assert "team-a/d000" in first and "team-a/d049" in first and "team-a/d050" not in first
+        assert "1&ndash;50 of 120" in first and 'href="/?pools=1&amp;page=2" rel="next"' in first
+        assert "30 cluster(s), 60 pool(s)" in first and "120 deployment(s) you can see" in first
+        third = team.get("/?page=3&pools=2").text
+        assert "team-a/d100" in third and "team-a/d119" in third and "team-a/d099" not in third
+        assert "101&ndash;120 of 120" in third and 'rel="next"' not in third.split('id="deployment-pages"')[1]
+        assert "51&ndash;60 of 60" in third  # the pools' second page, kept while paging deployments
+        assert "team-a/d119" in team.get("/?page=99").text  # beyond the last page: the last page
+        assert "team-a/d000" in team.get("/?page=-4").text

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet.plan_output import plan_to_dict
-from fleet.scheduler import schedule
+from benchmarks.plan_bench import generate
+from fleet.scheduler import PlanMemo, schedule
 from tests.manifests import cluster, gpu_class, member, run
 from tests.scheduling import md, mem
 
@@ -188,3 +189,52 @@ def test_every_placement_names_the_cluster_it_is_on():
     _, plan = plan_for(objects + [md("d", 4, gpus=1, cel=mem(10))])
     assert sorted(r.cluster for r in plan.replicas) == ["c0", "c1", "c2", "c3"]
     assert all(r.placement.cluster == r.cluster for r in plan.replicas)
+
+
+def _one_deployment_edit(objects, rnd: random.Random) -> list[dict]:
+    """What one portal write does: add, scale, reshape or remove one deployment."""
+    objects = json.loads(json.dumps(objects))
+    deployments = [o for o in objects if o["kind"] == "ModelDeployment"]
+    action = rnd.choice(["add", "scale", "reshape", "remove"] if deployments else ["add"])
+    if action == "add":
+        objects.append(md(f"new{rnd.randrange(1000)}", rnd.randint(1, 3), gpus=rnd.choice([1, 2, 8]),
+                          cel=mem(rnd.choice([10, 40, 70])), namespace="a"))
+    elif action == "scale":
+        target = rnd.choice(deployments)
+        target["spec"]["replicas"] = rnd.randint(1, 5)
+    elif action == "reshape":
+        target = rnd.choice(deployments)
+        target["spec"]["template"]["spec"]["engines"][0]["copies"] = rnd.choice([1, 2, 3])
+    else:
+        objects.remove(rnd.choice(deployments))
+    return objects
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.randoms(use_true_random=False))
+def test_a_plan_made_with_the_memo_of_earlier_plans_is_the_plan_made_afresh(objects, rnd):
+    """The portal's worker keeps a PlanMemo across writes: a sequence of one-deployment writes (and, now and then,
+    a platform change) planned with it must give, at every step, exactly the plan computed from nothing."""
+    memo = PlanMemo()
+    recorded: list = []
+    for step in range(6):
+        objects = _perturb(objects, rnd) if step == 3 else _one_deployment_edit(objects, rnd)
+        fleet = run(*objects).fleet
+        remembered, fresh = schedule(fleet, recorded, memo=memo), schedule(fleet, recorded)
+        assert plan_to_dict(remembered) == plan_to_dict(fresh)
+        assert [r.placement for r in remembered.replicas] == [r.placement for r in fresh.replicas]
+        recorded = [r.recorded() for r in fresh.replicas]
+
+
+def test_the_memo_places_a_write_on_a_large_fleet_as_a_fresh_plan_does():
+    objects = generate(300, 40)
+    memo = PlanMemo()
+    rnd = random.Random(11)
+    recorded = [r.recorded() for r in schedule(run(*objects).fleet, [], memo=memo).replicas]
+    for _ in range(8):
+        objects = _one_deployment_edit(objects, rnd)
+        fleet = run(*objects).fleet
+        remembered, fresh = schedule(fleet, recorded, memo=memo), schedule(fleet, recorded)
+        assert plan_to_dict(remembered) == plan_to_dict(fresh)
+        recorded = [r.recorded() for r in fresh.replicas]
+    assert memo.retained and memo.charged, "the memo was not used"

@@ -130,3 +130,20 @@ def test_deletes_run_last_and_dependents_first():
 
 def test_none_changes_do_not_run():
     assert waves([StackChange(StackId.platform("a"), "none")]) == []
+
+
+def test_a_recorded_replica_is_written_as_asdict_writes_it():
+    """State files and portal reservations hold RecordedReplica.to_dict(); older ones were written by asdict."""
+    import dataclasses
+    import json
+
+    from automation.state import replica_from_dict
+    from fleet.scheduler import schedule
+    from tests.manifests import run
+    from benchmarks.plan_bench import generate
+
+    plan = schedule(run(*generate(12, 4)).fleet)
+    for r in plan.replicas:
+        recorded = r.recorded()
+        assert json.dumps(recorded.to_dict()) == json.dumps(dataclasses.asdict(recorded))
+        assert replica_from_dict(recorded.to_dict()) == recorded

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from fleet import tenancy
 from fleet.inventory import build_clusters
@@ -122,12 +122,14 @@ def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
-def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: frozenset[str] = frozenset()) -> Rendered:
+def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
     (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
 
     `reuse`: model stacks whose objects the caller already knows (their inputs did not change, see
-    `model_inputs`): their replicas are not composed, and the stacks keep their targets with no objects."""
+    `model_inputs`), with those objects' identities (`object_keys`): their replicas are not composed, the stacks
+    keep their targets with no objects, and collisions are found from the identities."""
+    reuse = reuse or {}
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
@@ -195,7 +197,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: frozenset[s
             objects.insert(0, control_plane_namespace(team))  # teams share `default`: the route namespace alone
         if objects:
             out.add(team_stack(team, cluster_name), cluster_name, objects)
-    out.problems += _collisions(fleet, out, chosen)
+    out.problems += _collisions(fleet, out, chosen, reuse)
     return out
 
 
@@ -219,18 +221,26 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     return out
 
 
-def _collisions(fleet: Fleet, out: Rendered, chosen: str = tenancy.PER_TEAM) -> list[Problem]:
+def object_keys(out: Rendered, stack: str) -> tuple[tuple[str, str, str, str, str], ...]:
+    """The identity of each of a stack's objects, (target, API group, kind, namespace, name), in `objects()` order."""
+    targets = out.stacks.get(stack, {})
+    return tuple((target, obj["apiVersion"].split("/")[0], obj["kind"], obj["metadata"].get("namespace", ""),
+                  obj["metadata"]["name"]) for target in sorted(targets) for obj in targets[target])
+
+
+def _collisions(fleet: Fleet, out: Rendered, chosen: str = tenancy.PER_TEAM,
+                reuse: Mapping[str, tuple] | None = None) -> list[Problem]:
     """Two stacks must never own the same object on the same target: refuse instead of fighting, and say why."""
     owners: dict[tuple, str] = {}
     problems = []
-    for stack, target, obj in out.objects():
-        meta = obj["metadata"]
-        key = (target, obj["apiVersion"].split("/")[0], obj["kind"], meta.get("namespace", ""), meta["name"])
-        if key in owners and owners[key] != stack:
-            problems.append(Problem(stack, 0, f"{obj['kind']}/{meta['name']}", "",
-                                    f"on {target}, {owners[key]} already creates this object: "
-                                    f"{_collision_cause(owners[key], stack, meta.get('namespace', ''), chosen)}"))
-        owners.setdefault(key, stack)
+    for stack in sorted(out.stacks):
+        for key in (reuse or {}).get(stack) or object_keys(out, stack):
+            target, _, kind, namespace, name = key
+            if key in owners and owners[key] != stack:
+                problems.append(Problem(stack, 0, f"{kind}/{name}", "",
+                                        f"on {target}, {owners[key]} already creates this object: "
+                                        f"{_collision_cause(owners[key], stack, namespace, chosen)}"))
+            owners.setdefault(key, stack)
     return problems
 
 

@@ -49,15 +49,6 @@ def warning_header(message: str) -> str:
     return f'299 - "{text}"'
 
 
-def fleet_warnings(stored: list[dict], kind: str, name: str) -> list[str]:
-    """The validation warnings about one object, seen with the whole stored fleet (a missing class, a cache...)."""
-    from automation.portal.service import load_fleet
-    from fleet.validate import cross_object_problems
-
-    return [f"{p.path}: {p.message}" for p in cross_object_problems(load_fleet(stored))
-            if p.warning and p.object == f"{kind}/{name}"]
-
-
 def stack_namespace(stack: str) -> str | None:
     """The namespace a stack belongs to, parsed from its identity (None: platform, gateway, legacy names: admins')."""
     try:
@@ -214,9 +205,17 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         if not NAME.match(name):
             raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
 
+    parsed: dict[str, dict] = {}  # the snapshot's text -> its parsed form: megabytes at fleet scale, read per request
+
+    def parsed_snapshot(text: str) -> dict:
+        if text not in parsed:
+            parsed.clear()
+            parsed[text] = json.loads(text)
+        return parsed[text]
+
     def observation(conn) -> tuple[dict, Observed, list[dict]]:
         """The last replan's snapshot, how its stacks stand (applied by the worker, latest runs), the gateways."""
-        snap = json.loads(store.get_state(conn, "snapshot") or "{}")
+        snap = parsed_snapshot(store.get_state(conn, "snapshot") or "{}")
         applied = json.loads(store.get_state(conn, "applied") or "{}")
         details = json.loads(store.get_state(conn, "appliedDetails") or "{}")
         latest: dict[str, dict] = {}
@@ -373,11 +372,11 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             saved = store.put(conn, kind, namespace or "", body, existing)
             if namespace is not None and (exceeded := quota_problem(store, conn, namespace, tokens.quotas.get(namespace))):
                 raise ApiError(403, "Forbidden", exceeded)  # rolled back with the rest of the transaction
-            replanned = replan(store, conn, apply, replan_worker)
+            replanned = replan(store, conn, apply, replan_worker, subject=(kind, name))
             if replanned.problems:  # the change would make an object the cluster rejects: refuse it whole
                 raise ApiError(422, "Invalid", "the change renders invalid objects",
                                [{"message": p} for p in replanned.problems[:20]])
-            return with_status(saved, conn), (200 if existing else 201), fleet_warnings(store.list(conn), kind, name)
+            return with_status(saved, conn), (200 if existing else 201), replanned.warnings
 
     @app.put(API + "/namespaces/{namespace}/{plural}/{name}")
     async def put_namespaced(namespace: str, plural: str, name: str, request: Request):
@@ -488,7 +487,7 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         return who
 
     @app.get("/", response_class=HTMLResponse)
-    def page(request: Request, message: str | None = None):
+    def page(request: Request, message: str | None = None, page: int = 1, pools: int = 1):
         who = authenticate(request.headers, request.cookies)
         if who is None:
             form_token = secrets.token_urlsafe(32)
@@ -501,12 +500,18 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             gateway = conditions.gateway_address(plan, observed, gateways)
             clusters = store.list(conn, "InferenceCluster")
             classes = {c["metadata"]["name"]: c for c in store.list(conn, "InferenceClass")}
-            deployments = statuses([o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])], conn)
+            visible = [o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])]
+            shown = Paged(visible, page, "page", {"pools": pools})
+            deployments = statuses(shown.items, conn)  # statuses of one page only: a fleet has thousands
             services = statuses([o for o in store.list(conn, "ModelService") if person.can_see(o["metadata"]["namespace"])], conn)
             run_rows = [r for r in store.list_runs(conn, 50) if visible_stack(person, r["stack"])]
+        pool_rows = _pools(clusters, classes, plan)
+        totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
+                  "total": sum(p["total"] for p in pool_rows), "deployments": len(visible)}
         return HTMLResponse(templates.get_template("fleet.html").render(
-            who=person, pools=_pools(clusters, classes, plan), deployments=deployments, services=services,
-            runs=run_rows, message=message, gateway=gateway, csrf=who.csrf or ""))
+            who=person, pools=Paged(pool_rows, pools, "pools", {"page": shown.number}), deployments=deployments,
+            deployment_pages=shown, services=services, runs=run_rows, message=message, gateway=gateway,
+            totals=totals, csrf=who.csrf or ""))
 
     @app.post("/ui/signin")
     def signin(request: Request, token: str = Form(..., max_length=4096), csrf: str = Form(..., max_length=100)):
@@ -575,6 +580,33 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         return RedirectResponse("/?" + _query(message), status_code=303)
 
     return app
+
+
+PAGE_SIZE = 50  # rows per table page: the page of a 2,000-deployment fleet stays small and quick
+
+
+class Paged:
+    """One page of a table's rows (1-based; out of range is the nearest page) and the links to its neighbours,
+    keeping the other tables' pages (`others`: query parameter -> page)."""
+
+    def __init__(self, rows: list, number: int, parameter: str, others: dict[str, int]):
+        self.count = max(1, -(-len(rows) // PAGE_SIZE))
+        self.number = min(max(1, number), self.count)
+        self.items = rows[(self.number - 1) * PAGE_SIZE: self.number * PAGE_SIZE]
+        self.first = (self.number - 1) * PAGE_SIZE + 1 if rows else 0
+        self.last = (self.number - 1) * PAGE_SIZE + len(self.items)
+        self.total = len(rows)
+        self._parameter, self._others = parameter, others
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def link(self, number: int) -> str | None:
+        from urllib.parse import urlencode
+
+        if not 1 <= number <= self.count or number == self.number:
+            return None
+        return "/?" + urlencode({**self._others, self._parameter: number})
 
 
 def _query(message: str) -> str:

@@ -8,15 +8,16 @@ ledger, and a submission is planned against everything accepted before it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from automation.conditions import snapshot
-from automation.stacks import changes, desired_state
+from automation.stacks import Known, changes, desired_state
 from automation.state import replica_from_dict
-from fleet.api import KINDS
+from fleet.api import KINDS, Resource
 from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
-from fleet.validate import Fleet, validate_document
+from fleet.scheduler import PlanMemo
+from fleet.validate import Fleet, cross_object_problems, validate_document
 
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
 MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
@@ -106,12 +107,37 @@ def quota_problem(store, conn, namespace: str, quota) -> str | None:
     return None
 
 
-def load_fleet(stored: list[dict]) -> Fleet:
+def load_fleet(stored: list[dict], validated: dict[tuple, Resource] | None = None) -> Fleet:
+    """`validated`: objects validated before, by kind, namespace, name, uid and resourceVersion (every change of a
+    stored object moves its resourceVersion); refilled with this fleet's."""
     fleet = Fleet()
+    seen: dict[tuple, Resource] = {}
     for body in stored:
-        model = KINDS[body["kind"]][0]
-        fleet.objects.append(model.model_validate({k: v for k, v in body.items() if k != "status"}))
+        meta = body.get("metadata") or {}
+        key = (body["kind"], meta.get("namespace"), meta.get("name"), meta.get("uid"), meta.get("resourceVersion"))
+        obj = validated.get(key) if validated is not None and key[3] and key[4] else None
+        if obj is None:
+            obj = KINDS[body["kind"]][0].model_validate({k: v for k, v in body.items() if k != "status"})
+        seen[key] = obj
+        fleet.objects.append(obj)
+    if validated is not None:
+        validated.clear()
+        validated.update(seen)
     return fleet
+
+
+class Warm:
+    """What this process keeps between replans (the portal's replan worker plans after every write): validated
+    objects, the scheduler's memo, and each model stack's inputs and fingerprint. Each is reused only for the
+    same inputs, so a replan is the same with it as without it (tests/test_portal_incremental.py)."""
+
+    def __init__(self) -> None:
+        self.validated: dict[tuple, Resource] = {}
+        self.memo = PlanMemo()
+        self.known: dict[str, Known] = {}
+
+
+WARM = Warm()
 
 
 @dataclass
@@ -119,20 +145,27 @@ class Replanned:
     plan: dict
     stacks: dict[str, str]  # stack -> fingerprint
     problems: list[str]
+    warnings: list[str]  # about the written object
 
 
-def compute_replan(stored: list[dict], placements: str, desired_before: str, applied: str, apply: bool) -> dict:
+def compute_replan(stored: list[dict], placements: str, desired_before: str, applied: str, apply: bool,
+                   subject: tuple[str, str] | None = None) -> dict:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
     answers reads)."""
-    fleet = load_fleet(stored)
+    warm = WARM
+    fleet = load_fleet(stored, warm.validated)
     reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
-    desired = desired_state(fleet, reserved)
-    plan, specs = desired.plan, desired.specs
-    fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
+    desired = desired_state(fleet, reserved, known=warm.known, memo=warm.memo)
     before = json.loads(desired_before or "{}")
     # objects of unchanged stacks were checked when they were accepted: check only what this write changed
-    problems = desired.problems_in({name for name, fp in fingerprints.items() if before.get(name) != fp})
+    changed = {name for name, spec in desired.specs.items() if before.get(name) != spec.fingerprint}
+    if changed & desired.reused.keys():  # stacks not composed (same inputs as last time) yet changed since accepted
+        desired = desired_state(fleet, reserved, known={}, memo=warm.memo)
+    warm.known = desired.known()
+    plan, specs = desired.plan, desired.specs
+    fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
+    problems = desired.problems_in(changed)
     runs: list[tuple[str, str, str]] = []
     if apply and not problems:
         for change in changes(specs, json.loads(applied or "{}")):
@@ -140,15 +173,20 @@ def compute_replan(stored: list[dict], placements: str, desired_before: str, app
                 runs.append((change.name, "up", fingerprints[change.name]))
             elif change.change == "delete":
                 runs.append((change.name, "destroy", ""))
-    return {"placements": json.dumps([asdict(r.recorded()) for r in plan.replicas]), "plan": plan_to_dict(plan),
-            "fingerprints": fingerprints, "problems": problems, "runs": runs, "snapshot": snapshot(desired)}
+    # the validation warnings about the written object (`subject`: kind, name), seen with the whole fleet
+    warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet)
+                if subject and p.warning and p.object == f"{subject[0]}/{subject[1]}"]
+    return {"placements": json.dumps([r.recorded().to_dict() for r in plan.replicas]), "plan": plan_to_dict(plan),
+            "fingerprints": fingerprints, "problems": problems, "runs": runs, "snapshot": snapshot(desired),
+            "warnings": warnings}
 
 
-def replan(store, conn, apply: bool, compute=None) -> Replanned:
+def replan(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> Replanned:
     """Plan the whole fleet with the stored reservations, store the new ones, queue what must change.
-    `compute` runs compute_replan (in the calling thread by default, or in a worker process)."""
+    `compute` runs compute_replan (in the calling thread by default, or in a worker process); `subject`: the
+    written object (kind, name), whose validation warnings come back."""
     inputs = (store.list(conn), store.get_state(conn, "placements") or "[]", store.get_state(conn, "desired") or "{}",
-              store.get_state(conn, "applied") or "{}", apply)
+              store.get_state(conn, "applied") or "{}", apply, subject)
     result = compute(*inputs) if compute else compute_replan(*inputs)
     store.set_state(conn, "placements", result["placements"])
     store.set_state(conn, "plan", json.dumps(result["plan"]))
@@ -156,4 +194,4 @@ def replan(store, conn, apply: bool, compute=None) -> Replanned:
     store.set_state(conn, "snapshot", json.dumps(result["snapshot"]))
     for stack, operation, fingerprint in result["runs"]:
         store.enqueue(conn, stack, operation, fingerprint)
-    return Replanned(result["plan"], result["fingerprints"], result["problems"])
+    return Replanned(result["plan"], result["fingerprints"], result["problems"], result["warnings"])

@@ -1,0 +1,125 @@
+"""The portal at fleet scale: write latency, reads during writes, and the page, at 500 clusters x N deployments.
+
+The fleet (plan_bench's generator) is stored straight into the portal's database and planned once, as if it had
+been accepted over time; then a real portal (`modelplane serve --no-apply`, its own process, SQLite) answers:
+- writes: PUT of one existing ModelDeployment with one more replica, one after another (each is validated,
+  stored, quota-checked and replanned before it is acknowledged); the first after start-up warms the replan
+  worker and is shown on its own;
+- reads: a team's ModelDeployments listed in a loop, alone and while the writes run;
+- the page: GET / for a team and for the platform admin, first page.
+Prints figures; asserts nothing.
+
+    .venv/bin/python benchmarks/portal_scale.py                    # 2,000 deployments on 500 clusters
+    .venv/bin/python benchmarks/portal_scale.py --deployments 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from automation.portal.service import replan  # noqa: E402
+from automation.portal.store import Store  # noqa: E402
+from benchmarks.plan_bench import generate  # noqa: E402
+from benchmarks.portal_load import percentile  # noqa: E402
+from tests.portal_server import ADMIN, API, free_port, start_process  # noqa: E402
+
+TEAM = "team-0"
+TOKENS = [{"name": "platform", "token": ADMIN, "admin": True},
+          {"name": TEAM, "token": "team-0-token-0001", "namespaces": [TEAM]}]
+
+
+def seed(folder: Path, objects: list[dict]) -> float:
+    """Store every object and plan once; seconds taken."""
+    (folder / "data").mkdir(mode=0o700, parents=True)
+    store = Store(f"sqlite:///{(folder / 'data' / 'portal.db').resolve()}")
+    started = time.perf_counter()
+    with store.write() as conn:
+        for obj in objects:
+            namespace = obj["metadata"].get("namespace", "")
+            store.put(conn, obj["kind"], namespace, copy.deepcopy(obj), None)
+        replan(store, conn, False)
+    return time.perf_counter() - started
+
+
+def reader(url: str, token: str, stop: threading.Event, out: list[float]) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            client.get(f"{API}/namespaces/{TEAM}/modeldeployments").raise_for_status()
+            out.append(time.perf_counter() - started)
+
+
+def reads_for(url: str, token: str, seconds: float) -> list[float]:
+    stop, out = threading.Event(), []
+    thread = threading.Thread(target=reader, args=(url, token, stop, out))
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployments", type=int, default=2000)
+    parser.add_argument("--clusters", type=int, default=500)
+    parser.add_argument("--writes", type=int, default=20)
+    args = parser.parse_args()
+    objects = generate(args.deployments, args.clusters)
+    mine = [o for o in objects if o["kind"] == "ModelDeployment" and o["metadata"]["namespace"] == TEAM]
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        seeded = seed(folder, objects)
+        port = free_port()
+        process = start_process(folder, port, ["--no-apply"], tokens=TOKENS)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            quiet = reads_for(url, TOKENS[1]["token"], 3)
+            writes: list[float] = []
+            stop, during = threading.Event(), []
+            thread = threading.Thread(target=reader, args=(url, TOKENS[1]["token"], stop, during))
+            with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
+                thread.start()
+                for i in range(args.writes + 1):
+                    body = copy.deepcopy(mine[i % len(mine)])
+                    body["spec"]["replicas"] = body["spec"].get("replicas", 1) + 1 + i // len(mine)
+                    started = time.perf_counter()
+                    path = f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}"
+                    admin.put(path, json=body).raise_for_status()
+                    writes.append(time.perf_counter() - started)
+                stop.set()
+                thread.join()
+                pages = {}
+                for who, token in (("team", TOKENS[1]["token"]), ("admin", ADMIN)):
+                    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
+                        c.get("/").raise_for_status()
+                        started = time.perf_counter()
+                        c.get("/").raise_for_status()
+                        pages[who] = time.perf_counter() - started
+        finally:
+            process.terminate()
+            process.wait(30)
+    first, rest = writes[0], writes[1:]
+    print(f"{args.deployments} deployments on {args.clusters} clusters (stored and planned in {seeded:.1f} s)")
+    print(f"first write after start-up  {first * 1000:8.0f} ms")
+    print(f"writes (n={len(rest)})            p50 {percentile(rest, .5) * 1000:6.0f} ms  "
+          f"p99 {percentile(rest, .99) * 1000:6.0f} ms   target: p50 < 100 ms")
+    print(f"reads alone                 p50 {percentile(quiet, .5) * 1000:6.1f} ms  p99 {percentile(quiet, .99) * 1000:6.1f} ms")
+    print(f"reads during writes         p50 {percentile(during, .5) * 1000:6.1f} ms  "
+          f"p99 {percentile(during, .99) * 1000:6.1f} ms")
+    for who, seconds in pages.items():
+        print(f"page, {who:<5}                {seconds * 1000:8.0f} ms   target: < 500 ms")
+
+
+if __name__ == "__main__":
+    main()
