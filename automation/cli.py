@@ -223,27 +223,39 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
     """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
     from pathlib import Path
 
-    from automation.stacks import desired_state
-    from workloads.output import OutputError, write
+    from automation.stacks import rendered_problems
+    from components.args import control_plane_cluster
+    from workloads.output import InvalidObjects, OutputError, write
+    from workloads.render import render as render_objects
+    from workloads.schemas import check
 
-    loaded = _load(paths)
-    desired = desired_state(loaded.fleet, _recorded(state, fresh))
-    result, problems = desired.rendered, desired.problems
-    if problems:
+    def refuse(problems: list[str]) -> None:
         for line in problems:
             click.echo(line, err=True)
         click.echo(f"{len(problems)} invalid object(s); nothing was written", err=True)
         raise SystemExit(EXIT_INVALID)
+
+    loaded = _load(paths)
+    # the objects only: stacks' fingerprints are not written, so they are not computed
+    result = render_objects(loaded.fleet, schedule(loaded.fleet, _recorded(state, fresh)),
+                            control_plane_cluster(loaded.fleet, None))
     if out == "-":
+        if problems := rendered_problems(result):
+            refuse(problems)
         from workloads.output import stream
 
         click.echo(stream(result), nl=False)
         return
+    if result.problems:  # collisions, before anything is written
+        refuse([str(p) for p in result.problems])
     from automation.progress import Bar
 
     try:
         with Bar("writing objects", sum(1 for _ in result.objects())) as bar:
-            count = write(result, Path(out), on_object=bar.advance)
+            # each object is checked against its schema as it is written; one invalid object: nothing is written
+            count = write(result, Path(out), on_objects=bar.advance, check=check)
+    except InvalidObjects as exc:
+        refuse(exc.problems)
     except (OutputError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_INVALID) from None

@@ -192,11 +192,16 @@ class DesiredState:
         """The same, schema-checking only the objects of `stacks` (None: every stack; none of them reused)."""
         if self.reused and (stacks is None or stacks & self.reused.keys()):
             raise ValueError("the objects of reused stacks were not composed: they cannot be checked")
-        out = [str(p) for p in self.rendered.problems]
-        for stack, target, obj in self.rendered.objects():
-            if stacks is None or stack in stacks:
-                out += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
-        return out
+        return rendered_problems(self.rendered, stacks)
+
+
+def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> list[str]:
+    """Collisions, and objects (of `stacks`; None: all) that their cluster's schema rejects."""
+    out = [str(p) for p in rendered.problems]
+    for stack, target, obj in rendered.objects():
+        if stacks is None or stack in stacks:
+            out += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
+    return out
 
 
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,

@@ -4,8 +4,10 @@ Each figure is one `modelplane` command run in a subprocess on a generated fleet
 500 clusters x 4 pools, N deployments), so interpreter start-up and imports count, as they do for users.
 The floor of `plan` is parsing the same manifests with PyYAML's C loader in a fresh interpreter; the floor
 of `plan --against` (one deployment changed; measured first with no cached base, then as every later pull
-request against the same base runs it) and of `render` is `plan`. Last, `plan`'s peak memory at 10,000
-deployments. Prints one table; asserts nothing.
+request against the same base runs it) and of `render` is `plan`. Then the portal (benchmarks/portal_scale.py:
+write latency, reads alone and during writes, the page) and, last, `plan`'s peak memory at 10,000 deployments.
+`--out-dir` puts render's output elsewhere (e.g. /dev/shm, to take a slow disk out of the figure).
+Prints one table; asserts nothing.
 
     .venv/bin/python benchmarks/fleet_scale.py                      # 200 and 2,000 deployments
     .venv/bin/python benchmarks/fleet_scale.py --deployments 2000   # one size
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,7 +46,7 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     return time.perf_counter() - start, usage.ru_maxrss / 1024, process.returncode
 
 
-def rows(deployments: int, clusters: int, folder: Path, preview: bool) -> list[tuple]:
+def rows(deployments: int, clusters: int, folder: Path, preview: bool, out_dir: Path) -> list[tuple]:
     objects = generate(deployments, clusters)
     head, base = folder / "head.yaml", folder / "base.yaml"
     base.write_text(yaml.safe_dump_all(objects, sort_keys=False))
@@ -59,7 +62,7 @@ def rows(deployments: int, clusters: int, folder: Path, preview: bool) -> list[t
     against_argv = [*cli, "plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"]
     against_cold = measure(against_argv, cache)
     against = measure(against_argv, cache)
-    render = measure([*cli, "render", "-f", str(head), "--out", str(folder / "render"), "--fresh"])
+    render = measure([*cli, "render", "-f", str(head), "--out", str(out_dir / "render"), "--fresh"])
     export = measure([*cli, "operator", "export", "-f", str(head), "--out", str(folder / "operator"), "--fresh",
                       "--backend", "s3://bucket/fleet", "--git-url", "https://github.com/acme/fleet"])
     out = [("parse (C loader)", parse, None, None),
@@ -80,6 +83,9 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=500)
     parser.add_argument("--preview-up-to", type=int, default=200,
                         help="run preview --offline only for fleets up to this many deployments (minutes beyond)")
+    parser.add_argument("--out-dir", default=None, help="where render writes (default: a temporary folder)")
+    parser.add_argument("--portal-writes", type=int, default=12,
+                        help="writes timed against a real portal per fleet size (0: skip the portal)")
     parser.add_argument("--memory-deployments", type=int, default=10000,
                         help="also measure plan's peak memory at this many deployments (0: skip)")
     args = parser.parse_args()
@@ -88,12 +94,30 @@ def main() -> None:
           f"{'target':>7} {'exit':>4}")
     for deployments in args.deployments or [200, 2000]:
         with tempfile.TemporaryDirectory() as folder:
+            out_dir = Path(tempfile.mkdtemp(dir=args.out_dir)) if args.out_dir else Path(folder)
             for name, (seconds, peak, code), floor, target in rows(deployments, args.clusters, Path(folder),
-                                                                   deployments <= args.preview_up_to):
+                                                                   deployments <= args.preview_up_to, out_dir):
                 ratio = f"{seconds / floor[0]:6.1f}" if floor else f"{'':>6}"
                 print(f"{deployments:>11} {name:<27} {seconds:8.2f} {peak:8.0f} "
                       f"{(f'{floor[0]:8.2f}' if floor else ''):>8} {ratio} "
                       f"{(f'<={target}x' if target else ''):>7} {code:>4}")
+            if args.out_dir:
+                shutil.rmtree(out_dir, ignore_errors=True)
+    if args.portal_writes:
+        from benchmarks.portal_load import percentile
+        from benchmarks.portal_scale import measure as portal
+
+        for deployments in args.deployments or [200, 2000]:
+            f = portal(deployments, args.clusters, args.portal_writes)
+            quiet, during = percentile(f["quiet"], .5), percentile(f["during"], .5)
+            for name, seconds, floor, target in (
+                    ("portal write p50", percentile(f["writes"], .5), None, "<0.1s"),
+                    ("portal read p50, alone", quiet, None, ""),
+                    ("portal read p50, writing", during, quiet, "~1x"),
+                    ("portal page (admin)", f["pages"]["admin"], None, "<0.5s")):
+                ratio = f"{seconds / floor:6.1f}" if floor else f"{'':>6}"
+                print(f"{deployments:>11} {name:<27} {seconds:8.2f} {'':>8} "
+                      f"{(f'{floor:8.2f}' if floor else ''):>8} {ratio} {target:>7} {0:>4}")
     if args.memory_deployments:
         with tempfile.TemporaryDirectory() as folder:
             fleet = Path(folder) / "fleet.yaml"

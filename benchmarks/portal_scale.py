@@ -69,13 +69,9 @@ def reads_for(url: str, token: str, seconds: float) -> list[float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--deployments", type=int, default=2000)
-    parser.add_argument("--clusters", type=int, default=500)
-    parser.add_argument("--writes", type=int, default=20)
-    args = parser.parse_args()
-    objects = generate(args.deployments, args.clusters)
+def measure(deployments: int, clusters: int, writes: int) -> dict:
+    """Figures of one portal run: seconds (lists of seconds for writes and reads)."""
+    objects = generate(deployments, clusters)
     mine = [o for o in objects if o["kind"] == "ModelDeployment" and o["metadata"]["namespace"] == TEAM]
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
@@ -85,39 +81,49 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         try:
             quiet = reads_for(url, TOKENS[1]["token"], 3)
-            writes: list[float] = []
+            timed: list[float] = []
             stop, during = threading.Event(), []
             thread = threading.Thread(target=reader, args=(url, TOKENS[1]["token"], stop, during))
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
                 thread.start()
-                for i in range(args.writes + 1):
+                for i in range(writes + 1):
                     body = copy.deepcopy(mine[i % len(mine)])
                     body["spec"]["replicas"] = body["spec"].get("replicas", 1) + 1 + i // len(mine)
                     started = time.perf_counter()
                     path = f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}"
                     admin.put(path, json=body).raise_for_status()
-                    writes.append(time.perf_counter() - started)
+                    timed.append(time.perf_counter() - started)
                 stop.set()
                 thread.join()
-                pages = {}
-                for who, token in (("team", TOKENS[1]["token"]), ("admin", ADMIN)):
-                    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
-                        c.get("/").raise_for_status()
-                        started = time.perf_counter()
-                        c.get("/").raise_for_status()
-                        pages[who] = time.perf_counter() - started
+            pages = {}
+            for who, token in (("team", TOKENS[1]["token"]), ("admin", ADMIN)):
+                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
+                    c.get("/").raise_for_status()
+                    started = time.perf_counter()
+                    c.get("/").raise_for_status()
+                    pages[who] = time.perf_counter() - started
         finally:
             process.terminate()
             process.wait(30)
-    first, rest = writes[0], writes[1:]
-    print(f"{args.deployments} deployments on {args.clusters} clusters (stored and planned in {seeded:.1f} s)")
-    print(f"first write after start-up  {first * 1000:8.0f} ms")
+    return {"seeded": seeded, "first_write": timed[0], "writes": timed[1:], "quiet": quiet, "during": during,
+            "pages": pages}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployments", type=int, default=2000)
+    parser.add_argument("--clusters", type=int, default=500)
+    parser.add_argument("--writes", type=int, default=20)
+    args = parser.parse_args()
+    f = measure(args.deployments, args.clusters, args.writes)
+    rest = f["writes"]
+    print(f"{args.deployments} deployments on {args.clusters} clusters (stored and planned in {f['seeded']:.1f} s)")
+    print(f"first write after start-up  {f['first_write'] * 1000:8.0f} ms")
     print(f"writes (n={len(rest)})            p50 {percentile(rest, .5) * 1000:6.0f} ms  "
           f"p99 {percentile(rest, .99) * 1000:6.0f} ms   target: p50 < 100 ms")
-    print(f"reads alone                 p50 {percentile(quiet, .5) * 1000:6.1f} ms  p99 {percentile(quiet, .99) * 1000:6.1f} ms")
-    print(f"reads during writes         p50 {percentile(during, .5) * 1000:6.1f} ms  "
-          f"p99 {percentile(during, .99) * 1000:6.1f} ms")
-    for who, seconds in pages.items():
+    for name, key in (("reads alone", "quiet"), ("reads during writes", "during")):
+        print(f"{name:<27} p50 {percentile(f[key], .5) * 1000:6.1f} ms  p99 {percentile(f[key], .99) * 1000:6.1f} ms")
+    for who, seconds in f["pages"].items():
         print(f"page, {who:<5}                {seconds * 1000:8.0f} ms   target: < 500 ms")
 
 

@@ -24,6 +24,14 @@ class OutputError(Exception):
     pass
 
 
+class InvalidObjects(Exception):
+    """Objects their schema rejects, found while writing: nothing was written. One line each, in render order."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(f"{len(problems)} invalid object(s)")
+        self.problems = problems
+
+
 def file_name(obj: dict) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
@@ -33,8 +41,37 @@ def stream(rendered) -> str:
     return "".join(f"---\n# {stack} / {target}\n{dump(obj)}" for stack, target, obj in rendered.objects())
 
 
-def write(rendered, out: Path, on_object: Callable[[], None] | None = None) -> int:
-    """Write every object to `out` (replaced as a whole); `on_object` is called after each one (a progress bar)."""
+PARALLEL_FROM = 2000  # objects: below this, forking costs more than it saves
+CHUNK = 500  # objects a writer process takes at a time (and the progress display's step)
+# what forked writers inherit instead of receiving a copy: (path, object, "stack/target"), and the check
+_WRITING: tuple[list[tuple[Path, dict, str]], Callable[[dict], list[str]] | None] | None = None
+
+
+def _write_range(bounds: tuple[int, int]) -> tuple[int, list[str]]:
+    """Check and write objects [start, end): (how many, their problems)."""
+    assert _WRITING is not None
+    planned, check = _WRITING
+    problems: list[str] = []
+    for path, obj, where in planned[bounds[0]:bounds[1]]:
+        if check is not None:
+            problems += [f"{where}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
+        path.write_text(dump(obj))
+    return bounds[1] - bounds[0], problems
+
+
+def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, jobs: int | None = None,
+          check: Callable[[dict], list[str]] | None = None) -> int:
+    """Write every object to `out` (replaced as a whole); `on_objects(n)` is called as objects are written (a
+    progress bar). Every path is decided, and checked for clashes, before anything is written; large renders are
+    written by `jobs` forked processes (default: one per CPU): at 2,000 deployments the schema check, the YAML
+    writer and 40,000 file creations are most of a render. The files are the same either way.
+
+    `check`: an object's schema problems; if any object has one, InvalidObjects is raised with them all and
+    `out` is left as it was."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _WRITING
     out = out.resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise OutputError(f"{out} exists and was not written by modelplane render; choose an empty or new folder")
@@ -43,19 +80,36 @@ def write(rendered, out: Path, on_object: Callable[[], None] | None = None) -> i
     mask = os.umask(0)
     os.umask(mask)
     staging.chmod(0o777 & ~mask)
-    count = 0
+    planned: list[tuple[Path, dict, str]] = []
+    problems: list[str] = []
     try:
         (staging / MARKER).write_text("written by modelplane render; the whole folder is replaced on each render\n")
+        taken: set[Path] = set()
+        folders: dict[Path, None] = {}
         for stack, target, obj in rendered.objects():
             folder = staging / stack / target
-            folder.mkdir(parents=True, exist_ok=True)
             path = folder / file_name(obj)
-            if path.exists():
+            if path in taken:
                 raise OutputError(f"{stack}/{target}: two objects would be written to {path.name}")
-            path.write_text(dump(obj))
-            count += 1
-            if on_object is not None:
-                on_object()
+            taken.add(path)
+            folders[folder] = None
+            planned.append((path, obj, f"{stack}/{target}"))
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+        chunks = [(i, min(i + CHUNK, len(planned))) for i in range(0, len(planned), CHUNK)]
+        jobs = min(jobs or os.cpu_count() or 1, 16)
+        _WRITING = (planned, check)
+        try:
+            if jobs > 1 and len(planned) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
+                with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+                    done = list(_each(pool.map(_write_range, chunks), on_objects, problems))
+            else:
+                done = list(_each(map(_write_range, chunks), on_objects, problems))
+        finally:
+            _WRITING = None
+        if problems:
+            raise InvalidObjects(problems)
+        assert sum(done) == len(planned)
         if out.exists():
             graveyard = Path(tempfile.mkdtemp(prefix=".render-old-", dir=out.parent))  # ours alone to remove
             out.rename(graveyard / "previous")
@@ -66,4 +120,13 @@ def write(rendered, out: Path, on_object: Callable[[], None] | None = None) -> i
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return count
+    return len(planned)
+
+
+def _each(results, on_objects: Callable[[int], None] | None, problems: list[str]):
+    """Counts of written chunks, in order, collecting their problems and reporting progress."""
+    for count, found in results:
+        problems += found
+        if on_objects is not None:
+            on_objects(count)
+        yield count

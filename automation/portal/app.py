@@ -87,6 +87,20 @@ class ReplanWorker:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+YOUNG_OBJECTS = 100_000  # allocations between young collections (Python's default: 700)
+
+
+def fewer_collections() -> None:
+    """A replan allocates millions of short-lived objects while holding the fleet (hundreds of thousands of live
+    ones): with the default threshold the cycle collector runs thousands of times a replan and re-scans the fleet,
+    half of a replan's time at 2,000 deployments. Collecting young objects every 100,000 allocations instead costs
+    a few megabytes between collections; refcounting still frees everything else at once."""
+    import gc
+
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_OBJECTS, middle, old)
+
+
 def _import_planner(parent: int) -> None:
     """`parent`: the portal's pid, given by the portal itself (read here, it could already be init's, when the
     portal died while this process started)."""
@@ -94,6 +108,8 @@ def _import_planner(parent: int) -> None:
     import time
 
     import automation.portal.service  # noqa: F401  (the planner's imports, paid once per worker process)
+
+    fewer_collections()
 
     def exit_with_parent() -> None:  # a portal killed without its shutdown (SIGKILL, a crash) leaves no orphan
         while os.getppid() == parent:
@@ -677,6 +693,7 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
         announce()
     if hasattr(signal, "SIGHUP"):  # `kill -HUP` reloads the tokens file (a revoked token stops working at once)
         signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
+    fewer_collections()  # the portal's own process decodes the stored fleet on every write
     replanner = ReplanWorker()
     app = create_app(store, tokens, apply, replan_worker=replanner)
     worker = (Worker(store, state_dir, interval=worker_interval, runner=runner or pulumi_runner(backend),
