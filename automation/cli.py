@@ -579,11 +579,19 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
 @click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
 @click.option("--jobs", type=click.IntRange(1, 16), default=None, metavar="N",
               help="With --offline: processes that preview stacks at once (default: one per CPU).")
+@click.option("--changed-against", "changed_against", multiple=True, metavar="PATH",
+              help="With --offline: preview only the stacks that differ from this base (as `plan --against` finds "
+                   "them), with every stack they depend on and every stack that depends on them for the check. "
+                   "Repeatable.")
 @_PRUNE
 def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
-            offline, jobs, prune) -> None:
+            offline, jobs, changed_against, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
+    if changed_against and not offline:
+        click.echo("error: --changed-against previews offline: add --offline (a live preview already runs only the "
+                   "stacks whose fingerprint changed)", err=True)
+        raise SystemExit(2)
     if not offline:
         _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
                destroy_clusters=True, fleet_name=fleet_name, state=state, executor=executor,
@@ -598,15 +606,31 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
-    desired = desired_state(loaded.fleet, control_plane=host)
-    with Bar("previewing stacks", len(desired.specs), output) as bar:
-        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs)
+    only, changes = None, None
+    if changed_against:
+        from automation.base_cache import BaseCache
+        from automation.compare import compare
+        from automation.offline_preview import around
+
+        comparison = compare(_load(changed_against).fleet, loaded.fleet, cache=BaseCache(), control_plane=host)
+        changes = {s.name: s.change for s in comparison.changed}
+        desired = desired_state(loaded.fleet, comparison.memory, control_plane=host)  # planned as compare did
+        only = around(desired.specs, {name for name, change in changes.items() if change != "delete"})
+    else:
+        desired = desired_state(loaded.fleet, control_plane=host)
+    with Bar("previewing stacks", len(desired.specs) if only is None else len(only), output) as bar:
+        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only)
     violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
-        click.echo(json.dumps({"stacks": [s.to_dict() for s in stacks],
-                               "violations": [v.__dict__ for v in violations]}, indent=2, default=str, sort_keys=True))
+        document: dict = {"stacks": [s.to_dict() for s in stacks], "violations": [v.__dict__ for v in violations]}
+        if changes is not None:  # which stacks differ from the base; the others listed were previewed for the check
+            document["changes"] = [{"name": name, "change": change} for name, change in changes.items()]
+        click.echo(json.dumps(document, indent=2, default=str, sort_keys=True))
     else:
         preview_table(stacks, stream=sys.stdout)
+        if changes is not None:
+            click.echo(f"{len(changes)} stack(s) differ from the base: " + (", ".join(
+                f"{name} ({change})" for name, change in changes.items()) or "none"))
     for v in violations:
         click.echo(f"{v}", err=True)
     if violations:
@@ -615,7 +639,8 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
         raise SystemExit(EXIT_INVALID)
     if output != "json":
         click.echo(f"fleet gateway host: {host or 'none'}")
-        click.echo(f"deployability check: {len(stacks)} stack(s), 0 violations")
+        scope = "" if changes is None else " (the changed ones, what they depend on and what depends on them)"
+        click.echo(f"deployability check: {len(stacks)} stack(s){scope}, 0 violations")
 
 
 def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:

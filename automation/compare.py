@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 class Comparison:
     plan: Plan
     stacks: list[StackChange]
+    memory: list = field(default_factory=list)  # the base's placements: what the head was planned with
     added: list[dict] = field(default_factory=list)
     removed: list[dict] = field(default_factory=list)
     moved: list[dict] = field(default_factory=list)
@@ -36,32 +37,34 @@ def _brief(r) -> dict:
     return {"deployment": r.key, "name": r.name, "cluster": r.cluster}
 
 
-def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None) -> BaseSummary:
+def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
+                 control_plane: str | None = None) -> BaseSummary:
     """The base planned and fingerprinted, read from `cache` when the same base was summarised before."""
-    key = base_key(base_fleet, recorded) if cache is not None else ""
+    key = base_key(base_fleet, recorded, control_plane) if cache is not None else ""
     summary = cache.get(key) if cache is not None else None
     if summary is None:
-        summary = BaseSummary.of(desired_state(base_fleet, recorded, known={}))
+        summary = BaseSummary.of(desired_state(base_fleet, recorded, control_plane, known={}))
         if cache is not None:
             cache.put(key, summary)
     return summary
 
 
 def compare(base_fleet: Fleet, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
-            cache: BaseCache | None = None, incremental: bool = True) -> Comparison:
+            cache: BaseCache | None = None, incremental: bool = True, control_plane: str | None = None) -> Comparison:
     """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would).
 
     The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
     composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
     incremental path is tested against). `cache` keeps base summaries between runs."""
     if incremental:
-        base = base_summary(base_fleet, recorded or [], cache)
+        base = base_summary(base_fleet, recorded or [], cache, control_plane)
     else:
-        base = BaseSummary.of(desired_state(base_fleet, recorded or []))
-    head = desired_state(head_fleet, base.placements, explain=explain, known=base.known if incremental else None)
+        base = BaseSummary.of(desired_state(base_fleet, recorded or [], control_plane))
+    head = desired_state(head_fleet, base.placements, control_plane, explain=explain,
+                         known=base.known if incremental else None)
     head_plan = head.plan
     stack_changes = changes(head.specs, base.fingerprints)
-    result = Comparison(head_plan, stack_changes)
+    result = Comparison(head_plan, stack_changes, list(base.placements))
     before = {r.name: r for r in base.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}

@@ -144,8 +144,10 @@ def _preview_at(index: int) -> StackPreview:
 
 
 def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredState | None = None,
-               on_stack: Callable[[], None] | None = None, jobs: int | None = None) -> list[StackPreview]:
-    """Every desired stack previewed, in rank order; `on_stack` is called after each (a progress bar).
+               on_stack: Callable[[], None] | None = None, jobs: int | None = None,
+               only: set[str] | None = None) -> list[StackPreview]:
+    """Every desired stack (or those named in `only`) previewed, in rank order; `on_stack` is called after each
+    (a progress bar).
 
     Each stack's program runs under Pulumi's mocks, a quarter of a second for a platform stack, so a large fleet
     is previewed by `jobs` forked processes (default: one per CPU), each inheriting the fleet; the previews come
@@ -157,7 +159,7 @@ def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredS
 
     global _PREVIEWING
     desired = desired or desired_state(fleet, control_plane=control_plane)
-    specs = sorted(desired.specs.values(), key=lambda s: (s.rank, s.name))
+    specs = sorted((s for s in desired.specs.values() if only is None or s.name in only), key=lambda s: (s.rank, s.name))
     jobs = min(jobs or os.cpu_count() or 1, 16)
     if (jobs > 1 and len(specs) >= PARALLEL_FROM and not _RAN_HERE[0]
             and "fork" in multiprocessing.get_all_start_methods()):
@@ -169,6 +171,30 @@ def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredS
         finally:
             _PREVIEWING = None
     return [_counted(preview_stack(spec, fleet), on_stack) for spec in specs]
+
+
+def around(specs: dict[str, StackSpec], changed: set[str]) -> set[str]:
+    """What a check of `changed` stacks must see: they, every stack that depends on them (what they provide may be
+    what it needs), and everything those depend on (what they need), transitively."""
+    dependents: dict[str, set[str]] = {}
+    for spec in specs.values():
+        for dependency in spec.depends_on:
+            dependents.setdefault(dependency, set()).add(spec.name)
+    seen = set()
+    todo = [name for name in changed if name in specs]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += dependents.get(name, ())
+    todo = list(seen)
+    while todo:
+        name = todo.pop()
+        for dependency in specs[name].depends_on:
+            if dependency not in seen and dependency in specs:
+                seen.add(dependency)
+                todo.append(dependency)
+    return seen
 
 
 def _counted(preview: StackPreview, on_stack: Callable[[], None] | None) -> StackPreview:

@@ -72,8 +72,11 @@ def rows(deployments: int, clusters: int, folder: Path, preview: bool, out_dir: 
            ("render --out", render, plan, 3.0),
            ("operator export", export, None, None)]
     if preview:
-        out.append(("preview --offline", measure([*cli, "preview", "--offline", "-f", str(head), "-o", "json"]),
-                    None, None))
+        full = measure([*cli, "preview", "--offline", "-f", str(head), "-o", "json"])
+        out.append(("preview --offline", full, None, None))
+        out.append(("preview --changed-against", measure([*cli, "preview", "--offline", "-f", str(head),
+                                                          "--changed-against", str(base), "-o", "json"], cache),
+                    full, None))
     return out
 
 

@@ -51,3 +51,68 @@ def test_preview_without_offline_needs_the_cli_and_says_so(capsys, monkeypatch, 
     _, err = capsys.readouterr()
     assert code == 2 and err.strip().splitlines() == [err.strip().splitlines()[0]]  # one line
     assert "the Pulumi CLI is not installed" in err
+
+
+def _base_and_head(tmp_path):
+    """A generated fleet, and the same with one deployment's image changed."""
+    from benchmarks.plan_bench import generate
+
+    objects = generate(8, 3)
+    base, head = tmp_path / "base.yaml", tmp_path / "head.yaml"
+    base.write_text(yaml.safe_dump_all(objects))
+    changed = [o for o in objects if o["kind"] == "ModelDeployment"][2]
+    changed["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] = \
+        "vllm/vllm-openai:v0.12.0"
+    head.write_text(yaml.safe_dump_all(objects))
+    return base, head, f"model-{changed['metadata']['namespace']}.{changed['metadata']['name']}"
+
+
+def test_offline_preview_of_what_changed_against_a_base(tmp_path, capsys):
+    """A pull request's preview: only the stacks that differ, with what they depend on and what depends on
+    them (for the deployability check), not the whole fleet."""
+    base, head, model = _base_and_head(tmp_path)
+    assert main(["preview", "--offline", "-f", str(head), "-o", "json"]) == 0
+    full = {s["name"]: s for s in json.loads(capsys.readouterr().out)["stacks"]}
+    code = main(["preview", "--offline", "-f", str(head), "--changed-against", str(base), "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["changes"] == [{"name": model, "change": "update"}]
+    previewed = {s["name"]: s for s in document["stacks"]}
+    assert model in previewed and len(previewed) < len(full) / 2
+    clusters = {r["cluster"] for r in full[model]["resources"] if r.get("cluster")}
+    team = model.split(".")[0].removeprefix("model-")
+    assert clusters and {f"platform-{c}" for c in clusters} | {f"team-{team}.{c}" for c in clusters} <= set(previewed)
+    assert previewed[model] == full[model]  # the same preview as in the full run
+    assert document["violations"] == []
+    code = main(["preview", "--offline", "-f", str(head), "--changed-against", str(base)])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f"{model} (update)" in out and "what depends on them), 0 violations" in out
+
+
+def test_changed_against_needs_offline(tmp_path, capsys):
+    base, head, _ = _base_and_head(tmp_path)
+    assert main(["preview", "-f", str(head), "--changed-against", str(base)]) == 2
+    assert "add --offline" in capsys.readouterr().err
+
+
+def test_what_a_check_of_changed_stacks_must_see():
+    from automation.offline_preview import around
+    from automation.stacks import StackSpec
+    from fleet.stack_id import StackId
+
+    def spec(name, *deps):
+        return StackSpec(StackId.parse(name), "fp", list(deps))
+
+    specs = {s.name: s for s in [
+        spec("platform-a"), spec("platform-b"), spec("gateway", "platform-a"),
+        spec("team-t.a", "platform-a"), spec("team-t.b", "platform-b"),
+        spec("model-t.m", "platform-a", "team-t.a"), spec("model-t.n", "platform-b", "team-t.b"),
+        spec("endpoints-t", "model-t.m", "model-t.n", "platform-a"), spec("service-t.s", "gateway", "endpoints-t")]}
+    # a model: it, what routes to it (and what that needs), what it needs
+    assert around(specs, {"model-t.m"}) == {"model-t.m", "endpoints-t", "service-t.s", "platform-a", "team-t.a",
+                                            "model-t.n", "platform-b", "team-t.b", "gateway"}
+    assert around(specs, {"service-t.s"}) == {"service-t.s", "gateway", "endpoints-t", "platform-a", "model-t.m",
+                                              "model-t.n", "platform-b", "team-t.a", "team-t.b"}
+    assert around(specs, {"team-t.b"}) >= {"model-t.n", "endpoints-t", "service-t.s"}
+    assert around(specs, {"platform-x"}) == set()  # a stack to delete has no program to preview
