@@ -221,13 +221,15 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         if not NAME.match(name):
             raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
 
-    parsed: dict[str, dict] = {}  # the snapshot's text -> its parsed form: megabytes at fleet scale, read per request
+    parsed: list[tuple[str, dict]] = [("{}", {})]  # the snapshot's text and its parsed form (megabytes at fleet
+    # scale, read by every request); replaced whole, so a thread reading it never sees half of an update
 
     def parsed_snapshot(text: str) -> dict:
-        if text not in parsed:
-            parsed.clear()
-            parsed[text] = json.loads(text)
-        return parsed[text]
+        last_text, last = parsed[0]
+        if text != last_text:
+            last = json.loads(text)
+            parsed[0] = (text, last)
+        return last
 
     def observation(conn) -> tuple[dict, Observed, list[dict]]:
         """The last replan's snapshot, how its stacks stand (applied by the worker, latest runs), the gateways."""
