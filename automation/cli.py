@@ -622,10 +622,14 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
         stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only)
     violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
-        document: dict = {"stacks": [s.to_dict() for s in stacks], "violations": [v.__dict__ for v in violations]}
+        from automation.output import stream_json
+
+        # each stack's JSON is built as it is written: the whole document at once was most of the peak memory
+        document: dict = {"stacks": (s.to_dict() for s in stacks), "violations": [v.__dict__ for v in violations]}
         if changes is not None:  # which stacks differ from the base; the others listed were previewed for the check
             document["changes"] = [{"name": name, "change": change} for name, change in changes.items()]
-        click.echo(json.dumps(document, indent=2, default=str, sort_keys=True))
+        stream_json(document, sys.stdout.write)
+        sys.stdout.write("\n")
     else:
         preview_table(stacks, stream=sys.stdout)
         if changes is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+from typing import Callable
 
 from rich import box
 from rich.console import Console
@@ -73,3 +75,28 @@ def preview_table(stacks, stream=None) -> str:
         console.print(table)
     console.print("offline preview: resources the programs would register; nothing was deployed", markup=False)
     return buffer.getvalue()
+
+
+def stream_json(document: dict, write: Callable[[str], object]) -> None:
+    """Write `json.dumps(document, indent=2, sort_keys=True, default=str)`, byte for byte, one top-level value
+    and one item of a top-level list (or iterable) at a time: a fleet's offline preview is hundreds of megabytes
+    of JSON, and building it as one string tripled the command's peak memory."""
+    def dumps(value, depth: int) -> str:  # JSON strings hold no raw newline: every newline is indentation
+        return json.dumps(value, indent=2, sort_keys=True, default=str).replace("\n", "\n" + "  " * depth)
+
+    if not document:
+        write("{}")
+        return
+    write("{")
+    for i, key in enumerate(sorted(document)):
+        write(("," if i else "") + "\n  " + json.dumps(key) + ": ")
+        value = document[key]
+        if isinstance(value, (dict, str, int, float, bool)) or value is None:
+            write(dumps(value, 1))
+            continue
+        wrote = False
+        for item in value:
+            write(("," if wrote else "[") + "\n    " + dumps(item, 2))
+            wrote = True
+        write("\n  ]" if wrote else "[]")
+    write("\n}")

@@ -116,3 +116,27 @@ def test_what_a_check_of_changed_stacks_must_see():
                                               "model-t.n", "platform-b", "team-t.a", "team-t.b"}
     assert around(specs, {"team-t.b"}) >= {"model-t.n", "endpoints-t", "service-t.s"}
     assert around(specs, {"platform-x"}) == set()  # a stack to delete has no program to preview
+
+
+def test_streamed_json_is_the_one_document_json_dumps_writes():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from automation.output import stream_json
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                          max_leaves=12)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.dictionaries(st.text(), values | st.lists(values, max_size=4), max_size=4))
+    def same(document):
+        pieces: list[str] = []
+        stream_json(document, pieces.append)
+        assert "".join(pieces) == json.dumps(document, indent=2, sort_keys=True, default=str)
+        lazy = {k: (iter(v) if isinstance(v, list) else v) for k, v in document.items()}  # items made as written
+        pieces.clear()
+        stream_json(lazy, pieces.append)
+        assert "".join(pieces) == json.dumps(document, indent=2, sort_keys=True, default=str)
+
+    same()
