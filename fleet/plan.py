@@ -25,7 +25,15 @@ class PlacedReplica:
         return f"{self.namespace}/{self.deployment}"
 
     def recorded(self) -> RecordedReplica:
-        """What to remember once this replica's stack applied: the placement memory of the next plan."""
+        """What to remember once this replica's stack applied: the placement memory of the next plan (built once:
+        stacks, reservations and comparisons each ask for it, thousands of times at fleet scale)."""
+        cached = self.__dict__.get("_recorded")
+        if cached is None:
+            cached = self._record()
+            object.__setattr__(self, "_recorded", cached)
+        return cached
+
+    def _record(self) -> RecordedReplica:
         shapes = {e.name: e for e in self.engines}
         engines = []
         for e in self.placement.engines:

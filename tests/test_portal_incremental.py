@@ -40,7 +40,7 @@ def replay(sequence: list[list[dict]], monkeypatch) -> None:
         monkeypatch.setattr(service, "WARM", service.Warm())
         fresh = service.compute_replan(bodies, placements, desired, applied, True)
         assert kept == fresh
-        placements, desired = kept["placements"], json.dumps(kept["fingerprints"])
+        placements, desired = kept["placements"], kept["fingerprints"]
         applied = json.dumps({name: fp for name, _, fp in kept["runs"][::2]})  # half of the runs went through
 
 
@@ -79,5 +79,5 @@ def test_a_write_composes_only_the_deployment_it_changed(monkeypatch):
     composed: list[str] = []
     real = workloads.render.compose_replica
     monkeypatch.setattr(workloads.render, "compose_replica", lambda ctx: composed.append(ctx.md.name) or real(ctx))
-    service.compute_replan(stored(changed), first["placements"], json.dumps(first["fingerprints"]), "{}", False)
+    service.compute_replan(stored(changed), first["placements"], first["fingerprints"], "{}", False)
     assert set(composed) == {target["metadata"]["name"]}

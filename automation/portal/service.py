@@ -142,9 +142,7 @@ WARM = Warm()
 
 @dataclass
 class Replanned:
-    plan: dict
-    stacks: dict[str, str]  # stack -> fingerprint
-    problems: list[str]
+    problems: list[str]  # objects the cluster would reject: the write is refused
     warnings: list[str]  # about the written object
 
 
@@ -176,9 +174,10 @@ def compute_replan(stored: list[dict], placements: str, desired_before: str, app
     # the validation warnings about the written object (`subject`: kind, name), seen with the whole fleet
     warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet)
                 if subject and p.warning and p.object == f"{subject[0]}/{subject[1]}"]
-    return {"placements": json.dumps([r.recorded().to_dict() for r in plan.replicas]), "plan": plan_to_dict(plan),
-            "fingerprints": fingerprints, "problems": problems, "runs": runs, "snapshot": snapshot(desired),
-            "warnings": warnings}
+    # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
+    return {"placements": json.dumps([r.recorded().to_dict() for r in plan.replicas]),
+            "plan": json.dumps(plan_to_dict(plan)), "fingerprints": json.dumps(fingerprints), "problems": problems,
+            "runs": runs, "snapshot": json.dumps(snapshot(desired)), "warnings": warnings}
 
 
 def replan(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> Replanned:
@@ -188,10 +187,9 @@ def replan(store, conn, apply: bool, compute=None, subject: tuple[str, str] | No
     inputs = (store.list(conn), store.get_state(conn, "placements") or "[]", store.get_state(conn, "desired") or "{}",
               store.get_state(conn, "applied") or "{}", apply, subject)
     result = compute(*inputs) if compute else compute_replan(*inputs)
-    store.set_state(conn, "placements", result["placements"])
-    store.set_state(conn, "plan", json.dumps(result["plan"]))
-    store.set_state(conn, "desired", json.dumps(result["fingerprints"]))
-    store.set_state(conn, "snapshot", json.dumps(result["snapshot"]))
+    for key in ("placements", "plan", "snapshot"):
+        store.set_state(conn, key, result[key])
+    store.set_state(conn, "desired", result["fingerprints"])
     for stack, operation, fingerprint in result["runs"]:
         store.enqueue(conn, stack, operation, fingerprint)
-    return Replanned(result["plan"], result["fingerprints"], result["problems"], result["warnings"])
+    return Replanned(result["problems"], result["warnings"])
