@@ -609,12 +609,14 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
     only, changes = None, None
     if changed_against:
         from automation.base_cache import BaseCache
-        from automation.compare import compare
+        from automation.compare import base_summary
         from automation.offline_preview import around
+        from automation.stacks import changes as stack_changes
 
-        comparison = compare(_load(changed_against).fleet, loaded.fleet, cache=BaseCache(), control_plane=host)
-        changes = {s.name: s.change for s in comparison.changed}
-        desired = desired_state(loaded.fleet, comparison.memory, control_plane=host)  # planned as compare did
+        # the head planned with the base's placements, as `plan --against` plans it (the base's summary cached)
+        base = base_summary(_load(changed_against).fleet, [], BaseCache(), host)
+        desired = desired_state(loaded.fleet, base.placements, control_plane=host)
+        changes = {c.name: c.change for c in stack_changes(desired.specs, base.fingerprints) if c.change != "none"}
         only = around(desired.specs, {name for name, change in changes.items() if change != "delete"})
     else:
         desired = desired_state(loaded.fleet, control_plane=host)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 class Comparison:
     plan: Plan
     stacks: list[StackChange]
-    memory: list = field(default_factory=list)  # the base's placements: what the head was planned with
     added: list[dict] = field(default_factory=list)
     removed: list[dict] = field(default_factory=list)
     moved: list[dict] = field(default_factory=list)
@@ -50,21 +49,20 @@ def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
 
 
 def compare(base_fleet: Fleet, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
-            cache: BaseCache | None = None, incremental: bool = True, control_plane: str | None = None) -> Comparison:
+            cache: BaseCache | None = None, incremental: bool = True) -> Comparison:
     """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would).
 
     The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
     composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
     incremental path is tested against). `cache` keeps base summaries between runs."""
     if incremental:
-        base = base_summary(base_fleet, recorded or [], cache, control_plane)
+        base = base_summary(base_fleet, recorded or [], cache)
     else:
-        base = BaseSummary.of(desired_state(base_fleet, recorded or [], control_plane))
-    head = desired_state(head_fleet, base.placements, control_plane, explain=explain,
-                         known=base.known if incremental else None)
+        base = BaseSummary.of(desired_state(base_fleet, recorded or []))
+    head = desired_state(head_fleet, base.placements, explain=explain, known=base.known if incremental else None)
     head_plan = head.plan
     stack_changes = changes(head.specs, base.fingerprints)
-    result = Comparison(head_plan, stack_changes, list(base.placements))
+    result = Comparison(head_plan, stack_changes)
     before = {r.name: r for r in base.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
