@@ -173,7 +173,7 @@ def compute_replan(stored: list[dict], placements: str, desired_before: str, app
                 runs.append((change.name, "destroy", ""))
     # the validation warnings about the written object (`subject`: kind, name), seen with the whole fleet
     warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet)
-                if subject and p.warning and p.object == f"{subject[0]}/{subject[1]}"]
+                if p.warning and p.object == f"{subject[0]}/{subject[1]}"] if subject else []
     # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
     return {"placements": json.dumps([r.recorded().to_dict() for r in plan.replicas]),
             "plan": json.dumps(plan_to_dict(plan)), "fingerprints": json.dumps(fingerprints), "problems": problems,
