@@ -662,7 +662,9 @@ def listening_socket(host: str, port: int):
 
     try:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        # with its protocol (TCP) named: asyncio turns Nagle's algorithm off on accepted connections only then, and
+        # with it on, every response waited ~40 ms for the client's delayed ACK between its headers and its body
+        sock = socket.socket(info[0], socket.SOCK_STREAM, info[2] or socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(info[4])
         sock.listen(2048)
