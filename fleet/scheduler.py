@@ -397,9 +397,16 @@ class Scheduler:
             drops.append((victim[0], f"scaled down to {d.md.spec.replicas} replica(s)"))
         return kept, drops
 
+    def _charge_order(self, d: _Deployment, r: RecordedReplica) -> tuple:
+        """Kept replicas are charged unchanged ones first, then in deployment order (larger first, then by name)."""
+        return (not self._shape_unchanged(d, r), -d.size, d.key, r.name)
+
+    def _no_longer_fits(self, d: _Deployment, r: RecordedReplica, detail) -> str:
+        grew = "" if self._shape_unchanged(d, r) else " after its shape grew"
+        return f"no longer fits on {r.cluster}{grew}: " + "; ".join(detail.lines)
+
     def _charge_kept(self, kept) -> dict[str, list[tuple[RecordedReplica, ReplicaPlacement]]]:
-        order = {d.key: i for i, d in enumerate(self.deployments)}
-        kept.sort(key=lambda item: (not self._shape_unchanged(item[0], item[1]), order[item[0].key], item[1].name))
+        kept.sort(key=lambda item: self._charge_order(item[0], item[1]))
         # A kept replica is charged to its own cluster's ledger only, so each cluster's charges are computed (or
         # read from the memo) on their own, in the same order; outcomes are then taken in the global order.
         by_cluster: dict[str, list] = defaultdict(list)
@@ -417,8 +424,7 @@ class Scheduler:
             d, r, _ = item
             placement, detail = outcome[id(item)]
             if placement is None:
-                grew = "" if self._shape_unchanged(d, r) else " after its shape grew"
-                self._drop(d, r, f"no longer fits on {r.cluster}{grew}: " + "; ".join(detail.lines))
+                self._drop(d, r, self._no_longer_fits(d, r, detail))
                 continue
             placed[d.key].append((r, placement))
         return placed

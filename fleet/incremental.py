@@ -1,0 +1,186 @@
+"""One deployment placed against the fleet's ledger, without planning the fleet again.
+
+The portal answers a write to one ModelDeployment inside the request. It keeps a `FleetLedger`: every
+reservation charged to its cluster exactly as the scheduler's charge phase would charge it (the same
+retain rules, the same order), cluster by cluster. A write takes the deployment's replicas off the clusters
+they were on, retains and charges them again under the new spec, and fills what is missing against the
+ledger, with the scheduler's own rules (fewest replicas of the deployment, then tightest fit, then name).
+
+That is the full plan's answer for the deployment whenever no other deployment competes for what the write
+frees: the full plan fills the others first only when they are larger, and they could only take capacity
+they failed to get before. tests/test_incremental_placement.py holds both to each other on random fleets,
+and holds the ledger after any sequence of writes to a ledger built afresh from the same reservations. The
+portal's background replan is still the authority: it plans the whole fleet and reconciles.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
+
+from fleet.api.deployment import ModelDeployment
+from fleet.ledger import PoolState
+from fleet.memory import RecordedReplica
+from fleet.names import replica_name
+from fleet.plan import PlacedReplica, Plan, Unscheduled
+from fleet.scheduler import PlanMemo, Scheduler, _Deployment
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
+
+MAX_CHARGED = 50_000  # memoized cluster ledgers kept before starting over (a few are added per write)
+
+
+class FleetLedger:
+    def __init__(self, fleet: Fleet, reserved: list[RecordedReplica], memo: PlanMemo | None = None):
+        """`reserved`: every deployment's reservations (the last plan's replicas, as recorded)."""
+        self._s = s = Scheduler(fleet, reserved, memo=memo or PlanMemo())
+        self._caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
+        self._built: dict[str, _Deployment] = {d.key: d for d in s.deployments}
+        self._items: dict[str, list[tuple]] = defaultdict(list)  # cluster -> [(order, d, r, pins)], in charge order
+        self._results: dict[str, dict[tuple[str, str], tuple]] = {}  # cluster -> (deployment, replica) -> charged
+        self._on: dict[str, set[str]] = defaultdict(set)  # deployment -> clusters its kept replicas are on
+        for d in s.deployments:
+            kept, _ = s._retain_one(d)
+            self._hold(d, kept)
+        for cluster in list(self._items):
+            self._charge(cluster)
+
+    # ---- what the ledger holds ---------------------------------------------------------------------
+
+    def states(self) -> dict[str, tuple]:
+        """Each cluster's charged pools, comparable between ledgers."""
+        return {name: tuple((pool, state.key()) for pool, state in pools.items())
+                for name, pools in sorted(self._s.states.items())}
+
+    def reserved(self, key: str) -> list[RecordedReplica]:
+        return list(self._s.recorded.get(key, ()))
+
+    # ---- writes -------------------------------------------------------------------------------------
+
+    def place(self, md: ModelDeployment) -> Plan:
+        """Place one created or changed deployment; its reservations become the result's replicas. The plan holds
+        this deployment's replicas (kept and new), what could not be placed and what was dropped, with reasons."""
+        s = self._s
+        s.plan = Plan()
+        d = s._deployment(md, self._caches)
+        d.source = md.model_dump_json()
+        self._built[d.key] = d
+        touched = self._release(d.key)
+        kept, drops = s._retain_one(d)
+        for r, reason in drops:
+            s._drop(d, r, reason)
+        touched |= self._hold(d, kept)
+        for cluster in touched:
+            self._charge(cluster)
+        placed = []
+        for r, _ in kept:
+            placement, detail = self._results[r.cluster][(d.key, r.name)]
+            if placement is None:
+                s._drop(d, r, s._no_longer_fits(d, r, detail))
+            else:
+                placed.append((r, placement))
+        self._fill(d, placed)
+        self.reserve(d.key, [r.recorded() for r in s.plan.replicas])
+        plan, s.plan = s.plan, Plan()
+        plan.replicas.sort(key=lambda r: (r.cluster, r.index))
+        plan.dropped.sort(key=lambda x: (x.cluster, x.index, x.name))
+        return plan
+
+    def remove(self, key: str) -> None:
+        """A deleted deployment: its reservations are let go."""
+        for cluster in self._release(key):
+            self._charge(cluster)
+        self._s.recorded.pop(key, None)
+        self._built.pop(key, None)
+
+    def reserve(self, key: str, replicas: list[RecordedReplica]) -> None:
+        """The deployment's reservations are now `replicas` (a placement, or the full plan reconciling it)."""
+        s = self._s
+        d = self._built[key]
+        touched = self._release(key)
+        s.recorded[key] = sorted(replicas, key=lambda r: (r.name, r.cluster, r.index))
+        kept, _ = s._retain_one(d)
+        touched |= self._hold(d, kept)
+        for cluster in touched:
+            self._charge(cluster)
+
+    def saved(self, key: str) -> tuple:
+        """What `restore` needs to take back a write to the deployment (its request failed after placing it)."""
+        return self._built.get(key), self.reserved(key)
+
+    def restore(self, key: str, saved: tuple) -> None:
+        built, reserved = saved
+        if built is None:
+            self.remove(key)
+            return
+        self._built[key] = built
+        self.reserve(key, reserved)
+
+    # ---- how ---------------------------------------------------------------------------------------
+
+    def _release(self, key: str) -> set[str]:
+        clusters = self._on.pop(key, set())
+        for cluster in clusters:
+            self._items[cluster] = [item for item in self._items[cluster] if item[1].key != key]
+        return clusters
+
+    def _hold(self, d: _Deployment, kept: list[tuple[RecordedReplica, dict[str, str]]]) -> set[str]:
+        touched = set()
+        for r, pins in kept:
+            self._items[r.cluster].append((self._s._charge_order(d, r), d, r, pins))
+            touched.add(r.cluster)
+        for cluster in touched:
+            self._items[cluster].sort(key=lambda item: item[0])
+        self._on[d.key] |= touched
+        return touched
+
+    def _charge(self, cluster: str) -> None:
+        """Charge the cluster's kept replicas from empty pools, in order (from the memo when it saw them before)."""
+        s = self._s
+        assert s.memo is not None
+        s.states[cluster] = {p.name: PoolState(p.kind, p.nodes) for p in s.by_name[cluster].pools}
+        s.state_id[cluster] = s._intern_state(cluster)
+        items = [item[1:] for item in self._items[cluster]]
+        if len(s.memo.charged) > MAX_CHARGED:
+            s.memo.charged.clear()
+        results = s._charge_cluster(cluster, items, s.memo.charged)
+        self._results[cluster] = {(d.key, r.name): result for (d, r, _), result in zip(items, results)}
+
+    def _fill(self, d: _Deployment, placed: list[tuple[RecordedReplica, object]]) -> None:
+        """The scheduler's fill for one deployment: each missing replica on the candidate with the fewest replicas
+        of the deployment, then the tightest fit, then the name."""
+        s = self._s
+        load: Counter[str] = Counter()
+        used: dict[str, set[int]] = defaultdict(set)
+        for r, placement in placed:
+            load[r.cluster] += 1
+            used[r.cluster].add(r.index)
+            s.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,  # type: ignore[arg-type]
+                                                 d.backends, "kept", d.engines))
+        missing = d.md.spec.replicas - len(placed)
+        if missing <= 0:
+            return
+        if d.blocked:
+            s.plan.unscheduled.append(Unscheduled(d.key, missing, (d.blocked,)))
+            return
+        candidates = s._candidates(d)
+        while missing:
+            best = None
+            for c in candidates:
+                placement, nodes = s._place(d, c)
+                if placement is not None:
+                    rank = (load[c.name], placement.score.key(), c.name)
+                    if best is None or rank < best[0]:
+                        best = (rank, c, placement, nodes)
+            if best is None:
+                s.plan.unscheduled.append(Unscheduled(d.key, missing, tuple(s._reasons(d))))
+                return
+            _, cluster, placement, nodes = best
+            s._apply(cluster.name, nodes)
+            index = next(i for i in range(len(used[cluster.name]) + 1) if i not in used[cluster.name])
+            used[cluster.name].add(index)
+            load[cluster.name] += 1
+            s.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, replica_name(d.name, cluster.name, index),
+                                                 cluster.name, placement, d.backends, "new", d.engines))
+            missing -= 1
