@@ -179,13 +179,29 @@ def _stack(stack: str, st: Standing, observed: Observed) -> dict:
             "lastRun": {k: run[k] for k in ("id", "status", "operation") if k in run} if run else None}
 
 
+def _by_deployment(snap: dict) -> dict[str, tuple[list[dict], dict | None]]:
+    """deployment -> (its placed replicas, its shortfall): built once per snapshot, which is never changed once
+    made (a list of 100 deployments' statuses would otherwise scan a fleet's thousands of replicas 100 times)."""
+    index = snap.get(INDEX)
+    if index is None:
+        index = {}
+        for r in snap.get("replicas", []):
+            index.setdefault(r["deployment"], ([], None))[0].append(r)
+        for u in snap.get("unscheduled", []):
+            index[u["deployment"]] = (index.get(u["deployment"], ([], None))[0], u)
+        snap[INDEX] = index  # two threads may build it at once: both build the same
+    return index
+
+
+INDEX = "__by_deployment"  # not JSON: never stored, never sent
+
+
 def _deployment_status(body: dict, snap: dict, observed: Observed, generation: int | None) -> dict:
     meta = body["metadata"]
     namespace, name = meta.get("namespace", "default"), meta["name"]
     key = f"{namespace}/{name}"
     desired = body["spec"]["replicas"]
-    placed = [r for r in snap.get("replicas", []) if r["deployment"] == key]
-    missing = next((u for u in snap.get("unscheduled", []) if u["deployment"] == key), None)
+    placed, missing = _by_deployment(snap).get(key, ([], None))
     stack = str(StackId.model(namespace, name))
     st = standing(stack, snap, observed, ("ModelStarting", "ModelFailed"))
     ready = len(placed) if st.status == "True" else 0

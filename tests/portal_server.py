@@ -47,6 +47,7 @@ class ThreadServer:
         self.tokens_path = write_tokens(folder, tokens)
         self.tokens = TokensFile(self.tokens_path, check_every=check_every)
         app = create_app(self.store, self.tokens, apply, limiter=limiter)
+        self.replanner = app.state.replanner
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -58,6 +59,10 @@ class ThreadServer:
     def __exit__(self, *exc):
         self.server.should_exit = True
         self.thread.join(10)
+
+    def settle(self) -> None:
+        """Wait for the background replan after the writes made so far (it queues their stack runs)."""
+        assert self.replanner.settle(60), "the background replan did not finish within 60 s"
 
     @property
     def url(self) -> str:

@@ -313,6 +313,7 @@ def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_s
             assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
             path = f"{API}/namespaces/team-a/modeldeployments/qwen"
             assert admin.put(path, json=deployment("qwen", namespace="team-a")).status_code == 201
+            server.settle()  # the fleet is planned after the write in the background, which queues the runs
             batch = worker.claim()
             assert {r["stack"] for r in batch} == {"platform-c1", "team-team-a.c1", "model-team-a.qwen"}
             worker.execute(batch)
@@ -336,6 +337,7 @@ def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_s
             assert all(pathlib.Path(c["cwd"]).parent == state / "stacks" for c in double.calls() if _verb(c["argv"]) == "up")
             # a DELETE is applied too: the stack is destroyed and forgotten (it used to crash in the runner)
             assert admin.delete(path).status_code == 200
+            server.settle()
             worker.execute(worker.claim())
             assert double.ran("destroy", since=0) == ["model-team-a.qwen", "team-team-a.c1"]  # dependents first
             assert set(double.recorded()) == {"platform-c1"}

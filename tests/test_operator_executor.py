@@ -290,6 +290,7 @@ def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
             assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
             path = f"{API}/namespaces/team-a/modeldeployments/qwen"
             assert admin.put(path, json=deployment("qwen", namespace="team-a")).status_code == 201
+            server.settle()  # the background replan after the write queues its runs
             worker.execute(worker.claim())
             runs = {r["stack"]: r for r in admin.get("/runs").json()["items"]}
             assert {s: r["status"] for s, r in runs.items()} == {
@@ -302,6 +303,7 @@ def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
             kube.cluster.outcomes["model-team-a.qwen"] = ("failed", "error: ImagePullBackOff")
             changed = deployment("qwen", namespace="team-a", replicas=2)
             assert admin.put(path, json=changed).status_code == 200
+            server.settle()
             worker.execute(worker.claim())
             runs = {r["stack"]: r for r in sorted(admin.get("/runs").json()["items"], key=lambda r: r["id"])}
             failed = admin.get(f"/runs/{runs['model-team-a.qwen']['id']}").json()
@@ -309,6 +311,7 @@ def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
             # a DELETE becomes a deleted Stack, which the operator destroys
             kube.cluster.outcomes.pop("model-team-a.qwen")
             assert admin.delete(path).status_code == 200
+            server.settle()
             worker.execute(worker.claim())
             assert "model-team-a.qwen" not in kube.cluster.stacks()
             assert ("model-team-a.qwen", "destroy") in kube.cluster.runs

@@ -194,7 +194,19 @@ def test_openapi_document_is_served(portal):
     assert API + "/namespaces/{namespace}/{plural}/{name}" in spec["paths"]
 
 
-def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_path):
+def _queued(client, stack: str, seconds: float = 30) -> str | None:
+    """The stack's run's status once the background replan after a write has queued it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = {r["stack"]: r["status"] for r in client.get("/runs").json()["items"]}
+        if stack in found:
+            return found[stack]
+        time.sleep(0.1)
+    return None
+
+
+@pytest.mark.parametrize("crash", ["after the replan queued the run", "before the replan after the write"])
+def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_path, crash):
     import httpx
     port = free_port()
     slow = start_process(tmp_path, port, ["--worker-interval", "600"])  # accepts, does not apply yet
@@ -203,8 +215,8 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         client.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi"))
         client.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 2),)))
         assert client.put(OBJ_PATH.format(ns="team-a", name="qwen"), json=deployment("qwen", namespace="team-a")).status_code == 201
-        queued = {r["stack"]: r["status"] for r in client.get("/runs").json()["items"]}
-        assert queued.get("model-team-a.qwen") == "queued"
+        if crash == "after the replan queued the run":
+            assert _queued(client, "model-team-a.qwen") == "queued"
     finally:
         os.kill(slow.pid, signal.SIGKILL)  # no shutdown, no flush: a crash
         slow.wait(10)
@@ -219,11 +231,11 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         assert client.get(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 200  # the accepted write survived
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            run = next(r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a.qwen")
-            if run["status"] in ("succeeded", "failed"):
+            run = next((r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a.qwen"), None)
+            if run is not None and run["status"] in ("succeeded", "failed"):
                 break
             time.sleep(0.3)
-        assert run["status"] == "failed" and "Pulumi CLI is not installed" in client.get(f"/runs/{run['id']}").json()["log"]
+        assert run is not None and run["status"] == "failed" and "Pulumi CLI is not installed" in client.get(f"/runs/{run['id']}").json()["log"]
     finally:
         fast.terminate()
         fast.wait(10)

@@ -40,7 +40,8 @@ def replay(sequence: list[list[dict]], monkeypatch) -> None:
         monkeypatch.setattr(service, "WARM", service.Warm())
         fresh = service.compute_replan(bodies, placements, desired, applied, True)
         assert kept == fresh
-        placements, desired = kept["placements"], kept["fingerprints"]
+        placements = "[" + ",".join(rows[0][1:-1] for rows in kept["deployments"].values() if rows[0] != "[]") + "]"
+        desired = kept["fingerprints"]
         applied = json.dumps({name: fp for name, _, fp in kept["runs"][::2]})  # half of the runs went through
 
 
@@ -79,5 +80,59 @@ def test_a_write_composes_only_the_deployment_it_changed(monkeypatch):
     composed: list[str] = []
     real = workloads.render.compose_replica
     monkeypatch.setattr(workloads.render, "compose_replica", lambda ctx: composed.append(ctx.md.name) or real(ctx))
-    service.compute_replan(stored(changed), first["placements"], first["fingerprints"], "{}", False)
+    placements = "[" + ",".join(rows[0][1:-1] for rows in first["deployments"].values() if rows[0] != "[]") + "]"
+    service.compute_replan(stored(changed), placements, first["fingerprints"], "{}", False)
     assert set(composed) == {target["metadata"]["name"]}
+
+
+def test_a_write_answers_with_the_placement_the_background_replan_keeps(tmp_path):
+    """Through the portal: each ModelDeployment write is placed in its request and answered with that placement;
+    once the background replan has planned the fleet after it, the plan holds the same replicas on the same
+    clusters and pools, whenever the replan left every other deployment where it was."""
+    from tests.portal_server import ADMIN, API, ThreadServer
+
+    objects = generate(40, 8, seed=3)
+    rnd = random.Random(8)
+    compared = 0
+    with ThreadServer(tmp_path) as server, server.client(ADMIN) as admin:
+        for obj in objects:
+            meta = obj["metadata"]
+            plural = {"InferenceClass": "inferenceclasses", "InferenceCluster": "inferenceclusters",
+                      "ModelDeployment": "modeldeployments"}[obj["kind"]]
+            path = (f"{API}/namespaces/{meta['namespace']}/{plural}/{meta['name']}" if "namespace" in meta
+                    else f"{API}/{plural}/{meta['name']}")
+            assert admin.put(path, json=obj).status_code == 201
+        server.settle()
+        deployments = [o for o in objects if o["kind"] == "ModelDeployment"]
+        for _ in range(25):
+            before = admin.get("/plan").json()
+            target = copy.deepcopy(rnd.choice(deployments))
+            target["spec"]["replicas"] = rnd.randint(1, 5)
+            key = f"{target['metadata']['namespace']}/{target['metadata']['name']}"
+            answer = admin.put(f"{API}/namespaces/{target['metadata']['namespace']}/modeldeployments/"
+                               f"{target['metadata']['name']}", json=target)
+            assert answer.status_code == 200
+            server.settle()
+            after = admin.get("/plan").json()
+            assert not any(row["pending"] for row in _rows(server)), "settled, yet rows are pending"
+
+            def others(plan):
+                return sorted(json.dumps(r, sort_keys=True) for r in plan["replicas"] if r["deployment"] != key)
+
+            if others(after) == others(before):
+                placed = sorted((p["cluster"], p["name"], json.dumps(p["engines"], sort_keys=True))
+                                for p in answer.json()["status"]["placement"])
+                planned = sorted((r["cluster"], r["name"], json.dumps(r["engines"], sort_keys=True))
+                                 for r in after["replicas"] if r["deployment"] == key)
+                assert placed == planned
+                compared += 1
+    assert compared >= 20, f"only {compared} of 25 writes left the other deployments alone"
+
+
+def _rows(server) -> list[dict]:
+    from sqlalchemy import select
+
+    from automation.portal.store import reservations
+
+    with server.store.read() as conn:
+        return [dict(r) for r in conn.execute(select(reservations)).mappings()]

@@ -29,9 +29,14 @@ from automation.portal.auth import Principal, Tokens, TokensFile, digest
 from automation.portal.guard import Caller, Guard, SignInLimiter, status_body
 from automation import conditions
 from automation.conditions import Observed
-from automation.portal.service import PLURALS, ApiError, parse_body, quota_problem, replan
+from automation.portal.placing import Placing
+from automation.portal.replanner import Replanner
+from automation.portal.service import PLURALS, ApiError, commit, compute_for, parse_body, quota_problem
 from automation.portal.store import Store, StoreBusy
+from fleet import tenancy
+from fleet.api import KINDS
 from fleet.stack_id import StackId, StackIdError
+from fleet.validate import Fleet
 
 API = "/apis/modelplane.ai/v1alpha1"
 COOKIE = "modelplane_session"  # a random session id; the token itself never leaves the sign-in form
@@ -87,6 +92,7 @@ class ReplanWorker:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+BACKGROUND_NICENESS = 10  # the replan worker's scheduling priority below the portal's
 YOUNG_OBJECTS = 100_000  # allocations between young collections (Python's default: 700)
 
 
@@ -110,6 +116,10 @@ def _import_planner(parent: int) -> None:
     import automation.portal.service  # noqa: F401  (the planner's imports, paid once per worker process)
 
     fewer_collections()
+    try:  # the fleet's replan is background work: requests come first when CPUs are short
+        os.nice(BACKGROUND_NICENESS)
+    except OSError:
+        pass
 
     def exit_with_parent() -> None:  # a portal killed without its shutdown (SIGKILL, a crash) leaves no orphan
         while os.getppid() == parent:
@@ -123,6 +133,10 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
                limiter: SignInLimiter | None = None, replan_worker: ReplanWorker | None = None) -> FastAPI:
     app = FastAPI(title="modelplane portal", version="v1alpha1",
                   description="Submit ModelDeployments and ModelServices, watch them land. Kubernetes-shaped API.")
+    placing = Placing()  # a ModelDeployment write is placed in its request against the ledger kept here
+    replanner = Replanner(store, apply, placing, replan_worker)  # and the whole fleet is planned after it
+    app.state.replanner = replanner
+    app.router.on_shutdown.append(replanner.stop)
 
     def authenticate(headers: Headers, cookies: dict[str, str]) -> Caller | None:
         header = headers.get("authorization", "")
@@ -221,19 +235,35 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         if not NAME.match(name):
             raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
 
-    parsed: list[tuple[str, dict]] = [("{}", {})]  # the snapshot's text and its parsed form (megabytes at fleet
+    parsed: list[tuple[str, dict]] = [("", {})]  # the snapshot's version and its parsed form (megabytes at fleet
     # scale, read by every request); replaced whole, so a thread reading it never sees half of an update
 
-    def parsed_snapshot(text: str) -> dict:
-        last_text, last = parsed[0]
-        if text != last_text:
-            last = json.loads(text)
-            parsed[0] = (text, last)
+    def parsed_snapshot(conn) -> dict:
+        """The stored snapshot, parsed once per replan that stored it (its text is megabytes at fleet scale)."""
+        version = store.get_state(conn, "snapshotVersion") or ""
+        last_version, last = parsed[0]
+        if version != last_version or not version:
+            last = json.loads(store.get_state(conn, "snapshot") or "{}")
+            parsed[0] = (version, last)
         return last
 
+    overlays: list[tuple] = [((), {}, {})]  # (pending rows, snapshot, the snapshot with them): the last one made
+
+    def with_pending(snap: dict, conn) -> dict:
+        """The snapshot with the placements of writes the background replan has not planned the fleet after."""
+        pending = tuple(store.pending_plans(conn))
+        if not pending:
+            return snap
+        rows, base, made = overlays[0]
+        if rows != pending or base is not snap:
+            made = overlaid(snap, pending)
+            overlays[0] = (pending, snap, made)
+        return made
+
     def observation(conn) -> tuple[dict, Observed, list[dict]]:
-        """The last replan's snapshot, how its stacks stand (applied by the worker, latest runs), the gateways."""
-        snap = parsed_snapshot(store.get_state(conn, "snapshot") or "{}")
+        """The last replan's snapshot (with the writes placed since), how its stacks stand (applied by the worker,
+        latest runs), the gateways."""
+        snap = with_pending(parsed_snapshot(conn), conn)
         applied = json.loads(store.get_state(conn, "applied") or "{}")
         details = json.loads(store.get_state(conn, "appliedDetails") or "{}")
         latest: dict[str, dict] = {}
@@ -370,12 +400,43 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         headers = {"Warning": ", ".join(warning_header(w) for w in warnings)} if warnings else None
         return JSONResponse(body, status_code=code, headers=headers)
 
+    def replan_now(conn, kind: str, namespace: str, name: str, body: dict | None, subject=None) -> list[str]:
+        """The whole fleet planned inside the write (a change that is not one deployment's); its warnings."""
+        before = store.ledger_version(conn)
+        result = compute_for(store, conn, apply, replan_worker, subject)
+        if result["problems"]:  # the change would make an object the cluster rejects: refuse it whole
+            raise ApiError(422, "Invalid", "the change renders invalid objects",
+                           [{"message": p} for p in result["problems"][:20]])
+        changed = commit(store, conn, result)
+        placing.track(store, conn, kind, namespace, name, body)
+        if changed:
+            placing.reconciled(store, conn, before, changed)
+        return result["warnings"]
+
     def put(kind: str, namespace: str | None, name: str, raw: bytes) -> tuple[dict, int, list[str]]:
-        """Validate, store, check the team's quota, replan; one transaction (runs on a worker thread)."""
+        """Validate, store, check the team's quota, place (a ModelDeployment) or replan; one transaction (runs on a
+        worker thread)."""
         checked_names(namespace, name)
         body = parse_body(raw, kind, namespace, name)
         sent_version = body["metadata"].pop("resourceVersion", None)
-        with store.write() as conn:
+        answer, alone = _put(kind, namespace, name, body, sent_version)
+        replanner.want() if alone else replanner.planned()
+        return answer
+
+    def placed_alone(conn, kind: str) -> bool:
+        """A ModelDeployment write is placed alone, and the fleet planned after it in the background, unless teams
+        share one workload namespace (the reference's `Default`): then every team's objects must be composed to
+        find a collision, and the whole fleet is planned inside the write."""
+        if kind != "ModelDeployment":
+            return False
+        gateways = [KINDS["InferenceGateway"][0].model_validate(b) for b in store.list(conn, "InferenceGateway")]
+        return tenancy.mode(Fleet(objects=list(gateways))) == tenancy.PER_TEAM
+
+    def _put(kind: str, namespace: str | None, name: str, body: dict, sent_version) -> tuple[tuple, bool]:
+        with placing.write(store) as conn:
+            one_deployment = placed_alone(conn, kind)
+            if one_deployment:
+                placing.sync(store, conn)
             existing = store.get(conn, kind, namespace or "", name)
             if kind == "ModelEndpoint" and existing is None and any(
                     ep.get("composed") and ep["namespace"] == namespace and ep["name"] == name
@@ -390,11 +451,15 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             saved = store.put(conn, kind, namespace or "", body, existing)
             if namespace is not None and (exceeded := quota_problem(store, conn, namespace, tokens.quotas.get(namespace))):
                 raise ApiError(403, "Forbidden", exceeded)  # rolled back with the rest of the transaction
-            replanned = replan(store, conn, apply, replan_worker, subject=(kind, name))
-            if replanned.problems:  # the change would make an object the cluster rejects: refuse it whole
-                raise ApiError(422, "Invalid", "the change renders invalid objects",
-                               [{"message": p} for p in replanned.problems[:20]])
-            return with_status(saved, conn), (200 if existing else 201), replanned.warnings
+            if one_deployment:
+                placed = placing.place(store, conn, namespace or "", name, saved)
+                if placed.problems:  # the change would make an object the cluster rejects: refuse it whole
+                    raise ApiError(422, "Invalid", "the change renders invalid objects",
+                                   [{"message": p} for p in placed.problems[:20]])
+                warnings = placed.warnings
+            else:
+                warnings = replan_now(conn, kind, namespace or "", name, saved, subject=(kind, name))
+            return (with_status(saved, conn), (200 if existing else 201), warnings), one_deployment
 
     @app.put(API + "/namespaces/{namespace}/{plural}/{name}")
     async def put_namespaced(namespace: str, plural: str, name: str, request: Request):
@@ -405,12 +470,19 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
 
     def delete(kind: str, namespace: str, name: str) -> dict:
         checked_names(namespace or None, name)
-        with store.write() as conn:
+        with placing.write(store) as conn:
+            one_deployment = placed_alone(conn, kind)
+            if one_deployment:
+                placing.sync(store, conn)
             existing = store.get(conn, kind, namespace, name)
             if existing is None:
                 raise ApiError(404, "NotFound", f"{kind} {name!r} not found")
             store.delete(conn, kind, namespace, name)
-            replan(store, conn, apply, replan_worker)
+            if one_deployment:
+                placing.place(store, conn, namespace, name, None)
+            else:
+                replan_now(conn, kind, namespace, name, None)
+        replanner.want() if one_deployment else replanner.planned()
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": kind}}
 
     @app.delete(API + "/namespaces/{namespace}/{plural}/{name}")
@@ -468,7 +540,8 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
     def get_plan(request: Request):
         who = principal(request)
         with store.read() as conn:
-            plan = json.loads(store.get_state(conn, "plan") or '{"replicas": [], "unscheduled": []}')
+            plan = overlaid(json.loads(store.get_state(conn, "plan") or '{"replicas": [], "unscheduled": []}'),
+                            tuple(store.pending_plans(conn)))
         if not who.admin:
             for key in ("replicas", "unscheduled", "dropped"):
                 plan[key] = [r for r in plan.get(key, []) if who.can_see(r["deployment"].split("/", 1)[0])]
@@ -598,6 +671,21 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         return RedirectResponse("/?" + _query(message), status_code=303)
 
     return app
+
+
+def overlaid(plan: dict, pending: tuple[tuple[str, str], ...]) -> dict:
+    """A plan document (or status snapshot) with the parts of deployments placed since it was made (a part with
+    nothing: the deployment was deleted)."""
+    if not pending:
+        return plan
+    parts = {deployment: json.loads(text) for deployment, text in pending}
+    out = {k: v for k, v in plan.items() if k != conditions.INDEX}  # the index is of the plan without them
+    for section in ("replicas", "unscheduled", "dropped"):
+        entries = [e for e in plan.get(section, []) if e["deployment"] not in parts]
+        for part in parts.values():
+            entries += part.get(section, [])
+        out[section] = sorted(entries, key=lambda e: e["deployment"])  # stable: each part keeps its own order
+    return out
 
 
 PAGE_SIZE = 50  # rows per table page: the page of a 2,000-deployment fleet stays small and quick

@@ -1,8 +1,10 @@
 """What the portal does with a request: validate, authorize, store, replan, queue stack runs.
 
-Every accepted write replans the whole fleet inside the same serialized transaction, and the
-placements of that plan are stored as reservations that the next plan keeps: capacity is one
-ledger, and a submission is planned against everything accepted before it.
+The placements of every plan are stored as reservations, one row per deployment, that the next plan
+keeps: capacity is one ledger, and a submission is placed against everything accepted before it. A
+ModelDeployment write is placed alone inside its request (automation/portal/placing.py) and the whole
+fleet planned after it in the background (automation/portal/replanner.py); any other write replans the
+whole fleet inside its serialized transaction. Both store a full replan with `commit`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import PlanMemo
 from fleet.validate import Fleet, cross_object_problems, validate_document
+from workloads.render import model_stack
 
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
 MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
@@ -146,13 +149,13 @@ class Replanned:
     warnings: list[str]  # about the written object
 
 
-def compute_replan(stored: list[dict], placements: str, desired_before: str, applied: str, apply: bool,
+def compute_replan(stored: list[dict] | list[str], placements: str, desired_before: str, applied: str, apply: bool,
                    subject: tuple[str, str] | None = None) -> dict:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
     answers reads)."""
     warm = WARM
-    fleet = load_fleet(stored, warm.validated)
+    fleet = load_fleet([json.loads(b) if isinstance(b, str) else b for b in stored], warm.validated)
     reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
     desired = desired_state(fleet, reserved, known=warm.known, memo=warm.memo)
     before = json.loads(desired_before or "{}")
@@ -174,22 +177,81 @@ def compute_replan(stored: list[dict], placements: str, desired_before: str, app
     # the validation warnings about the written object (`subject`: kind, name), seen with the whole fleet
     warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet)
                 if p.warning and p.object == f"{subject[0]}/{subject[1]}"] if subject else []
+    whole = plan_to_dict(plan)
     # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
-    return {"placements": json.dumps([r.recorded().to_dict() for r in plan.replicas]),
-            "plan": json.dumps(plan_to_dict(plan)), "fingerprints": json.dumps(fingerprints), "problems": problems,
-            "runs": runs, "snapshot": json.dumps(snapshot(desired)), "warnings": warnings}
+    return {"deployments": _rows(fleet, plan, whole), "plan": json.dumps(whole), "fingerprints": json.dumps(fingerprints),
+            "problems": problems, "runs": runs, "snapshot": json.dumps(snapshot(desired)), "warnings": warnings}
+
+
+def _rows(fleet: Fleet, plan, whole: dict) -> dict[str, tuple[str, str]]:
+    """Per deployment, its row of the reservations table: (its replicas as recorded, its part of the plan)."""
+    parts: dict[str, dict[str, list]] = {f"{d.namespace}/{d.name}": {"replicas": [], "unscheduled": [], "dropped": []}
+                                         for d in fleet.of("ModelDeployment")}
+    recorded: dict[str, list[dict]] = {key: [] for key in parts}
+    for replica, shown in zip(plan.replicas, whole["replicas"]):
+        recorded[replica.key].append(replica.recorded().to_dict())
+        parts[replica.key]["replicas"].append(shown)
+    for section in ("unscheduled", "dropped"):
+        for entry in whole[section]:
+            if entry["deployment"] in parts:
+                parts[entry["deployment"]][section].append(entry)
+    return {key: (json.dumps(recorded[key]), json.dumps(parts[key])) for key in parts}
 
 
 def replan(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> Replanned:
     """Plan the whole fleet with the stored reservations, store the new ones, queue what must change.
     `compute` runs compute_replan (in the calling thread by default, or in a worker process); `subject`: the
     written object (kind, name), whose validation warnings come back."""
-    inputs = (store.list(conn), store.get_state(conn, "placements") or "[]", store.get_state(conn, "desired") or "{}",
-              store.get_state(conn, "applied") or "{}", apply, subject)
-    result = compute(*inputs) if compute else compute_replan(*inputs)
-    for key in ("placements", "plan", "snapshot"):
-        store.set_state(conn, key, result[key])
-    store.set_state(conn, "desired", result["fingerprints"])
-    for stack, operation, fingerprint in result["runs"]:
-        store.enqueue(conn, stack, operation, fingerprint)
+    result = compute_for(store, conn, apply, compute, subject)
+    commit(store, conn, result)
     return Replanned(result["problems"], result["warnings"])
+
+
+def replan_inputs(store, conn, apply: bool, subject: tuple[str, str] | None = None) -> tuple:
+    return (store.list_texts(conn), store.reservations_text(conn), store.get_state(conn, "desired") or "{}",
+            store.get_state(conn, "applied") or "{}", apply, subject)
+
+
+def compute_for(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> dict:
+    inputs = replan_inputs(store, conn, apply, subject)
+    return compute(*inputs) if compute else compute_replan(*inputs)
+
+
+def commit(store, conn, result: dict, planned_at: int | None = None) -> dict[str, list[dict]] | None:
+    """Store a full replan: the plan, the status snapshot, the desired fingerprints, each deployment's row (none
+    pending any more) and the runs. Returns the deployments whose reservations it changed (their replicas).
+
+    `planned_at`: the resourceVersion the replan read the fleet at, when writes placed deployments since. Their
+    rows stay pending (the next replan plans after them); the rest is stored if the replan keeps every other
+    reservation as it is, so the two cannot claim the same capacity. Otherwise nothing is stored: None."""
+    rows = store.reservation_rows(conn)
+    newer = store.pending_since(conn, planned_at) if planned_at is not None else set()
+    mine = {key: row for key, row in result["deployments"].items() if key not in newer}
+    gone = rows.keys() - result["deployments"].keys() - newer
+    changed: dict[str, list[dict]] = {}
+    for deployment, (replicas, _) in mine.items():
+        if rows.get(deployment, ("[]",))[0] != replicas:
+            changed[deployment] = json.loads(replicas)
+    changed.update({deployment: [] for deployment in gone if rows[deployment][0] != "[]"})
+    if planned_at is not None and changed:
+        return None
+    for key in ("plan", "snapshot"):
+        store.set_state(conn, key, result[key])
+    store.set_state(conn, "snapshotVersion", str(int(store.get_state(conn, "snapshotVersion") or "0") + 1))
+    store.set_state(conn, "desired", result["fingerprints"])
+    for deployment, (replicas, part) in mine.items():
+        if rows.get(deployment) != (replicas, part):
+            store.set_reservation(conn, deployment, replicas, part, pending=False)
+    for deployment in gone:
+        store.delete_reservation(conn, deployment)
+    store.settle_pending(conn, planned_at)
+    store.set_state(conn, "planned", str(planned_at if planned_at is not None else
+                                         int(store.get_state(conn, "resourceVersion") or "0")))
+    if changed:
+        store.bump_ledger(conn)
+    store.set_state(conn, "problems", json.dumps(result["problems"]))
+    skipped = {model_stack(*key.split("/", 1)) for key in newer}  # planned again after their newer writes
+    for stack, operation, fingerprint in result["runs"]:
+        if stack not in skipped:
+            store.enqueue(conn, stack, operation, fingerprint)
+    return changed

@@ -1,9 +1,9 @@
 """Portal storage: objects, placements, runs; SQLite by default, PostgreSQL by URL.
 
 Every write is one transaction, and writes are serialized fleet-wide (SQLite: BEGIN IMMEDIATE;
-PostgreSQL: a transaction-scoped advisory lock), so the plan computed inside a write sees every
-accepted object: two submissions racing for the last free GPUs are planned one after the other
-and never both get them. A write is acknowledged only after its commit: a crash loses nothing
+PostgreSQL: a transaction-scoped advisory lock), so a write is placed against every accepted
+reservation: two submissions racing for the last free GPUs are placed one after the other and
+never both get them. A write is acknowledged only after its commit: a crash loses nothing
 that was accepted.
 """
 
@@ -18,6 +18,7 @@ import threading
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from sqlalchemy import (Column, DateTime, Integer, MetaData, String, Table, Text, UniqueConstraint, create_engine,
                         event, select, text)
@@ -43,6 +44,17 @@ objects = Table(
     UniqueConstraint("kind", "namespace", "name"),
 )
 state = Table("state", metadata, Column("key", String(64), primary_key=True), Column("value", Text, nullable=False))
+# Per deployment: its reservations (the capacity ledger: recorded replicas, JSON) and its part of the plan (JSON, as
+# `plan -o json` gives it). A write places its deployment and writes its row alone, `pending` until the background
+# replan has planned the whole fleet after it.
+reservations = Table(
+    "reservations", metadata,
+    Column("deployment", String(320), primary_key=True),  # namespace/name
+    Column("replicas", Text, nullable=False),
+    Column("plan", Text, nullable=False),
+    Column("pending", Integer, nullable=False, default=0),
+    Column("version", Integer, nullable=False, default=0),  # the resourceVersion of the write that placed it
+)
 runs = Table(
     "runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
@@ -113,11 +125,14 @@ class Store:
             raise StoreError(f"cannot open database {shown}: {' '.join(str(exc.orig).split())[:200]}") from None
         self._local = threading.Lock()
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_WRITES)
+        self._split_placements()
 
     @contextmanager
-    def write(self):
+    def write(self, on_rollback: Callable[[], None] | None = None):
         """One serialized write transaction (committed on success, rolled back on error). Raises StoreBusy when
-        the lock is not free within WRITE_WAIT seconds, or when too many writes already wait for it."""
+        the lock is not free within WRITE_WAIT seconds, or when too many writes already wait for it.
+        `on_rollback`: called, still holding the lock, when a transaction that started does not commit (what a
+        process keeps in memory about the stored data is taken back before another write can see it)."""
         if not self._waiting.acquire(blocking=False):
             raise StoreBusy(f"{MAX_WAITING_WRITES} writes are already waiting")
         try:
@@ -125,6 +140,7 @@ class Store:
                 raise StoreBusy(f"the write lock was not free within {WRITE_WAIT:g} s")
         finally:
             self._waiting.release()
+        started = False
         try:
             with self._busy_as_store_busy(), self.engine.connect() as conn:
                 conn.info["write"] = True
@@ -133,9 +149,14 @@ class Store:
                         if not self.sqlite:  # the lock other portal processes hold, waited for as long as ours
                             conn.execute(text(f"SET LOCAL lock_timeout = '{int(WRITE_WAIT * 1000)}ms'"))
                             conn.execute(text("SELECT pg_advisory_xact_lock(7347)"))
+                        started = True
                         yield conn
                 finally:
                     conn.info["write"] = False
+        except BaseException:
+            if started and on_rollback is not None:
+                on_rollback()
+            raise
         finally:
             self._local.release()
 
@@ -172,6 +193,12 @@ class Store:
             query = query.where(objects.c.namespace == namespace)
         return [_object(r) for r in conn.execute(query).mappings()]
 
+    @staticmethod
+    def list_texts(conn: Connection) -> builtins.list[str]:
+        """Every object as its stored JSON text (for a process that decodes them itself)."""
+        query = select(objects.c.body).order_by(objects.c.kind, objects.c.namespace, objects.c.name)
+        return [row[0] for row in conn.execute(query)]
+
     def next_version(self, conn: Connection) -> int:
         current = int(self.get_state(conn, "resourceVersion") or "0") + 1
         self.set_state(conn, "resourceVersion", str(current))
@@ -198,9 +225,78 @@ class Store:
                 body=json.dumps(body), resource_version=version, generation=generation))
         return body
 
-    @staticmethod
-    def delete(conn: Connection, kind: str, namespace: str, name: str) -> None:
+    def delete(self, conn: Connection, kind: str, namespace: str, name: str) -> None:
+        self.next_version(conn)  # a deletion is a change of the fleet, as in Kubernetes
         conn.execute(objects.delete().where(objects.c.kind == kind, objects.c.namespace == namespace, objects.c.name == name))
+
+    # ---- reservations: the capacity ledger, one row per deployment ------------------------------------
+
+    def ledger_version(self, conn: Connection) -> str:
+        """Moves with every change of the reservations (a process keeping them in memory compares it)."""
+        return self.get_state(conn, "ledger") or "0"
+
+    def bump_ledger(self, conn: Connection) -> str:
+        version = str(int(self.ledger_version(conn)) + 1)
+        self.set_state(conn, "ledger", version)
+        return version
+
+    @staticmethod
+    def reservation_rows(conn: Connection) -> dict[str, tuple[str, str]]:
+        """deployment -> (reservations JSON, plan part JSON)."""
+        return {row[0]: (row[1], row[2]) for row in conn.execute(
+            select(reservations.c.deployment, reservations.c.replicas, reservations.c.plan))}
+
+    @staticmethod
+    def reservations_text(conn: Connection) -> str:
+        """Every reservation, as one JSON list (the rows' lists joined as text)."""
+        parts = [row[0][1:-1] for row in conn.execute(select(reservations.c.replicas).order_by(reservations.c.deployment))
+                 if row[0] != "[]"]
+        return "[" + ",".join(parts) + "]"
+
+    @staticmethod
+    def set_reservation(conn: Connection, deployment: str, replicas: str, plan: str, pending: bool,
+                        version: int = 0) -> None:
+        values = {"replicas": replicas, "plan": plan, "pending": int(pending), "version": version}
+        if conn.execute(reservations.update().where(reservations.c.deployment == deployment).values(**values)).rowcount == 0:
+            conn.execute(reservations.insert().values(deployment=deployment, **values))
+
+    @staticmethod
+    def delete_reservation(conn: Connection, deployment: str) -> None:
+        conn.execute(reservations.delete().where(reservations.c.deployment == deployment))
+
+    @staticmethod
+    def pending_plans(conn: Connection) -> builtins.list[tuple[str, str]]:
+        """(deployment, plan part JSON) placed by writes the background replan has not planned the fleet after."""
+        return [(row[0], row[1]) for row in conn.execute(
+            select(reservations.c.deployment, reservations.c.plan).where(reservations.c.pending == 1)
+            .order_by(reservations.c.deployment))]
+
+    @staticmethod
+    def pending_since(conn: Connection, version: int) -> set[str]:
+        """Deployments placed by writes after `version` and not yet planned after."""
+        return {row[0] for row in conn.execute(select(reservations.c.deployment).where(
+            reservations.c.pending == 1, reservations.c.version > version))}
+
+    @staticmethod
+    def settle_pending(conn: Connection, upto: int | None = None) -> None:
+        """Rows placed by writes up to `upto` (None: every write) are planned after."""
+        query = reservations.update().where(reservations.c.pending == 1)
+        if upto is not None:
+            query = query.where(reservations.c.version <= upto)
+        conn.execute(query.values(pending=0))
+
+    def _split_placements(self) -> None:
+        """A database from before per-deployment rows kept every reservation in one JSON document: split it."""
+        with self.engine.connect() as conn, conn.begin():
+            whole = self.get_state(conn, "placements")
+            if whole is None:
+                return
+            by_deployment: dict[str, builtins.list] = {}
+            for replica in json.loads(whole):
+                by_deployment.setdefault(f"{replica['namespace']}/{replica['deployment']}", []).append(replica)
+            for deployment, replicas in by_deployment.items():
+                self.set_reservation(conn, deployment, json.dumps(replicas), "{}", False)
+            conn.execute(state.delete().where(state.c.key == "placements"))
 
     # ---- key/value state ----------------------------------------------------------------------------
 

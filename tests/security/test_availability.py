@@ -158,7 +158,7 @@ def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_
     with portal.client(TEAM_A) as team:
         assert team.put(OBJ.format(name="web"), json=deployment("web", namespace="team-a", replicas=2)).status_code == 201
     with portal.store.read() as conn:
-        inputs = (portal.store.list(conn), portal.store.get_state(conn, "placements"), "{}", "{}", True)
+        inputs = (portal.store.list(conn), portal.store.reservations_text(conn), "{}", "{}", True)
     worker = ReplanWorker()
     try:
         expected = compute_replan(*inputs)
@@ -204,8 +204,11 @@ def test_a_replan_worker_whose_portal_died_before_it_started_exits_too(monkeypat
     exits = []
     monkeypatch.setattr(app.os, "_exit", lambda code: exits.append(code))
     monkeypatch.setattr(app.os, "getppid", lambda: 1)  # reparented: the portal is gone
+    niceness: list[int] = []
+    monkeypatch.setattr(app.os, "nice", niceness.append)  # not this test process's priority
     threads_before = set(threading.enumerate())
     app._import_planner(parent=os.getpid())
     for thread in set(threading.enumerate()) - threads_before:
         thread.join(5)
     assert exits == [0]
+    assert niceness == [app.BACKGROUND_NICENESS]  # the replan is background work: requests come first
