@@ -115,6 +115,8 @@ def main() -> None:
             quiet, during = percentile(f["quiet"], .5), percentile(f["during"], .5)
             for name, seconds, floor, target in (
                     ("portal write p50", percentile(f["writes"], .5), None, "<0.1s"),
+                    ("portal write p99", percentile(f["writes"], .99), None, ""),
+                    ("portal replan after writes", f["settled"], None, ""),
                     ("portal read p50, alone", quiet, None, ""),
                     ("portal read p50, writing", during, quiet, "~1x"),
                     ("portal page (admin)", f["pages"]["admin"], None, "<0.5s")):

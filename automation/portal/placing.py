@@ -26,6 +26,9 @@ from fleet.validate import Fleet, cross_object_problems
 from workloads.render import model_stack, render
 
 
+CHECKED_WITH = (*PLATFORM_KINDS, "InferenceGateway")  # a deployment's model stack and warnings read these
+
+
 @dataclass
 class Placed:
     plan: Plan  # the deployment's replicas, shortfall and dropped replicas
@@ -41,6 +44,7 @@ class Placing:
         self._ledger: FleetLedger | None = None
         self._memo = PlanMemo()
         self._undo: tuple | None = None
+        self._platform_objects: list[Resource] | None = None
 
     @contextmanager
     def write(self, store) -> Iterator:
@@ -67,6 +71,7 @@ class Placing:
         reserved = [replica_from_dict(r) for r in json.loads(store.reservations_text(conn))]
         self._ledger = FleetLedger(Fleet(objects=list(objects.values())), reserved, self._memo)
         self._objects, self._stored, self._version = objects, stored, version
+        self._platform_objects = None
 
     def forget(self) -> None:
         """The next write loads everything again (a change this process does not place: clusters, classes, caches)."""
@@ -122,10 +127,8 @@ class Placing:
         key, object_key, obj, stored, saved, version = self._undo
         self._undo = None
         try:
-            if obj is None:
-                self._objects.pop(object_key, None)
-                self._stored.pop(object_key, None)
-            else:
+            self._hold(object_key, None)
+            if obj is not None:
                 self._objects[object_key], self._stored[object_key] = obj, stored
             assert self._ledger is not None
             self._ledger.restore(key, saved)
@@ -135,6 +138,8 @@ class Placing:
             raise
 
     def _hold(self, key: tuple[str, str, str], body: dict | None) -> Resource | None:
+        if key[0] in CHECKED_WITH:
+            self._platform_objects = None
         if body is None:
             self._objects.pop(key, None)
             self._stored.pop(key, None)
@@ -145,7 +150,10 @@ class Placing:
     # ---- checks of the placed deployment ---------------------------------------------------------------
 
     def _platform(self) -> list[Resource]:
-        return [o for (kind, _, _), o in self._objects.items() if kind in PLATFORM_KINDS or kind == "InferenceGateway"]
+        """What a deployment's checks read besides itself (built once per change of it, not once per write)."""
+        if self._platform_objects is None:
+            self._platform_objects = [o for (kind, _, _), o in self._objects.items() if kind in CHECKED_WITH]
+        return self._platform_objects
 
     def _checked(self, md: ModelDeployment, plan: Plan) -> Placed:
         """Its model stack composed and schema-checked, as the full replan checks a changed stack; its warnings."""
