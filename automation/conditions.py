@@ -179,7 +179,7 @@ def _stack(stack: str, st: Standing, observed: Observed) -> dict:
             "lastRun": {k: run[k] for k in ("id", "status", "operation") if k in run} if run else None}
 
 
-def _by_deployment(snap: dict) -> dict[str, tuple[list[dict], dict | None]]:
+def by_deployment(snap: dict) -> dict[str, tuple[list[dict], dict | None]]:
     """deployment -> (its placed replicas, its shortfall): built once per snapshot, which is never changed once
     made (a list of 100 deployments' statuses would otherwise scan a fleet's thousands of replicas 100 times)."""
     index = snap.get(INDEX)
@@ -201,7 +201,7 @@ def _deployment_status(body: dict, snap: dict, observed: Observed, generation: i
     namespace, name = meta.get("namespace", "default"), meta["name"]
     key = f"{namespace}/{name}"
     desired = body["spec"]["replicas"]
-    placed, missing = _by_deployment(snap).get(key, ([], None))
+    placed, missing = by_deployment(snap).get(key, ([], None))
     stack = str(StackId.model(namespace, name))
     st = standing(stack, snap, observed, ("ModelStarting", "ModelFailed"))
     ready = len(placed) if st.status == "True" else 0

@@ -3,9 +3,10 @@
 The fleet (plan_bench's generator) is stored straight into the portal's database and planned once, as if it had
 been accepted over time; then a real portal (`modelplane serve --no-apply`, its own process, SQLite) answers:
 - writes: PUT of one existing ModelDeployment with one more replica, one after another (each is validated,
-  stored, quota-checked and replanned before it is acknowledged); the first after start-up warms the replan
-  worker and is shown on its own;
+  stored, quota-checked, placed and schema-checked before it is acknowledged); the first after start-up is
+  shown on its own;
 - reads: a team's ModelDeployments listed in a loop, alone and while the writes run;
+- how long after the last write the background replan has planned the fleet (no reservation pending);
 - the page: GET / for a team and for the platform admin, first page.
 Prints figures; asserts nothing.
 
@@ -116,7 +117,7 @@ def caught_up(folder: Path, limit: float = 300.0) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < limit:
         with store.read() as conn:
-            if not store.pending_plans(conn):
+            if not store.pending_marker(conn)[0]:
                 break
         time.sleep(0.05)
     return time.perf_counter() - started

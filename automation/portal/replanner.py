@@ -47,7 +47,7 @@ class Replanner:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="portal-replanner")
         self._thread.start()
         with store.read() as conn:
-            if store.pending_plans(conn):  # accepted before a crash, never planned after: plan now
+            if store.pending_marker(conn)[0]:  # accepted before a crash, never planned after: plan now
                 self.want()
 
     def want(self) -> None:

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from sqlalchemy import (Column, DateTime, Integer, MetaData, String, Table, Text, UniqueConstraint, create_engine,
-                        event, select, text)
+from sqlalchemy import (Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, create_engine,
+                        event, func, select, text)
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
@@ -50,10 +50,12 @@ state = Table("state", metadata, Column("key", String(64), primary_key=True), Co
 reservations = Table(
     "reservations", metadata,
     Column("deployment", String(320), primary_key=True),  # namespace/name
-    Column("replicas", Text, nullable=False),
-    Column("plan", Text, nullable=False),
     Column("pending", Integer, nullable=False, default=0),
     Column("version", Integer, nullable=False, default=0),  # the resourceVersion of the write that placed it
+    Column("replicas", Text, nullable=False),
+    Column("plan", Text, nullable=False),
+    # every read asks what is pending: answered from the index, not by walking each row's long JSON
+    Index("reservations_pending", "pending", "version", "deployment"),
 )
 runs = Table(
     "runs", metadata,
@@ -265,11 +267,30 @@ class Store:
         conn.execute(reservations.delete().where(reservations.c.deployment == deployment))
 
     @staticmethod
-    def pending_plans(conn: Connection) -> builtins.list[tuple[str, str]]:
-        """(deployment, plan part JSON) placed by writes the background replan has not planned the fleet after."""
+    def pending_marker(conn: Connection) -> tuple[int, int]:
+        """(how many rows are pending, the newest write's version among them): every placed write raises the
+        second, and only a stored replan (with a new snapshot) takes rows out of pending."""
+        count, newest = conn.execute(select(func.count(), func.max(reservations.c.version))
+                                     .where(reservations.c.pending == 1)).one()
+        return int(count), int(newest or 0)
+
+    @staticmethod
+    def pending_versions(conn: Connection) -> builtins.list[tuple[str, int]]:
+        """(deployment, resourceVersion of the write that placed it) of pending rows: what changes when they do."""
         return [(row[0], row[1]) for row in conn.execute(
-            select(reservations.c.deployment, reservations.c.plan).where(reservations.c.pending == 1)
+            select(reservations.c.deployment, reservations.c.version).where(reservations.c.pending == 1)
             .order_by(reservations.c.deployment))]
+
+    @staticmethod
+    def pending_parts(conn: Connection, deployments: builtins.list[str] | None) -> dict[tuple[str, int], str]:
+        """(deployment, version) -> plan part JSON of pending rows, of those deployments (None: all of them)."""
+        if deployments == []:
+            return {}
+        query = select(reservations.c.deployment, reservations.c.version, reservations.c.plan).where(
+            reservations.c.pending == 1)
+        if deployments is not None:
+            query = query.where(reservations.c.deployment.in_(deployments))
+        return {(row[0], row[1]): row[2] for row in conn.execute(query)}
 
     @staticmethod
     def pending_since(conn: Connection, version: int) -> set[str]:
