@@ -121,8 +121,8 @@ def main() -> None:
                     ("portal read p50, writing", during, quiet, "~1x"),
                     ("portal page (admin)", f["pages"]["admin"], None, "<0.5s")):
                 ratio = f"{seconds / floor:6.1f}" if floor else f"{'':>6}"
-                print(f"{deployments:>11} {name:<27} {seconds:8.2f} {'':>8} "
-                      f"{(f'{floor:8.2f}' if floor else ''):>8} {ratio} {target:>7} {0:>4}")
+                print(f"{deployments:>11} {name:<27} {seconds:8.3f} {'':>8} "  # milliseconds matter here
+                      f"{(f'{floor:8.3f}' if floor else ''):>8} {ratio} {target:>7} {0:>4}")
     if args.memory_deployments:
         with tempfile.TemporaryDirectory() as folder:
             fleet = Path(folder) / "fleet.yaml"

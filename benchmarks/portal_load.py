@@ -2,8 +2,8 @@
 
 A real portal on loopback (`modelplane serve --no-apply` in its own process, SQLite in a temporary folder,
 so the load generator does not share its interpreter) with a 20-cluster fleet.
-Readers list a namespace's ModelDeployments in a loop; writers PUT ModelDeployments (each replans the
-fleet). Prints p50/p99 per phase and the ratio the security model promises (read p50 with 4 writers
+Readers list a namespace's ModelDeployments in a loop; writers PUT ModelDeployments (each is placed in its
+request; the fleet is replanned in the background). Prints p50/p99 per phase and the ratio the security model promises (read p50 with 4 writers
 within 2x of read-only p50). Asserts nothing. Run: .venv/bin/python benchmarks/portal_load.py
 """
 

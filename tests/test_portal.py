@@ -378,3 +378,33 @@ def test_the_portal_turns_nagles_algorithm_off_on_its_connections():
         return value
 
     assert asyncio.run(nodelay_of_accepted()) != 0
+
+
+def test_a_problem_only_the_background_replan_finds_holds_back_runs_and_is_shown_to_admins(tmp_path):
+    """A write's own model stack is checked in its request; what only the whole fleet shows is found by the
+    background replan, after the write was accepted: nothing is applied, and admins are told why."""
+    from automation.portal.service import compute_replan
+    found: list[str] = []
+
+    def replan_worker(*inputs):
+        result = compute_replan(*inputs)
+        if found:
+            result = {**result, "problems": result["problems"] + found, "runs": []}  # as compute_replan holds runs back
+        return result
+
+    with ThreadServer(tmp_path, apply=True, replan_worker=replan_worker) as server:
+        seed_fleet(server)
+        with server.client(ADMIN) as admin, server.client(TEAM_A) as team:
+            found.append("InferenceCluster/c1: the fleet's route table is full")
+            assert admin.put(OBJ_PATH.format(ns="team-a", name="a1"), json=deployment("a1", namespace="team-a")).status_code == 201
+            server.settle()
+            assert [r["stack"] for r in admin.get("/runs").json()["items"]] == ["platform-c1"]  # queued when seeded
+            assert admin.get("/plan").json()["problems"] == found
+            assert "the fleet&#39;s route table is full" in admin.get("/").text
+            assert "route table" not in team.get("/").text and "problems" not in team.get("/plan").json()
+            found.clear()
+            assert admin.put(OBJ_PATH.format(ns="team-a", name="a1"),
+                             json=deployment("a1", namespace="team-a", replicas=2)).status_code == 200
+            server.settle()
+            assert _queued(admin, "model-team-a.a1") == "queued"
+            assert admin.get("/plan").json()["problems"] == [] and 'id="held"' not in admin.get("/").text

@@ -528,13 +528,20 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         namespace = stack_namespace(stack)
         return namespace is not None and who.can_see(namespace)
 
+    def held_back(conn) -> list[str]:
+        """What the last background replan found that a cluster would reject: while there is any, no run is queued."""
+        return json.loads(store.get_state(conn, "problems") or "[]")
+
     @app.get("/plan")
     def get_plan(request: Request):
         who = principal(request)
         with store.read() as conn:
             plan = overlaid(json.loads(store.get_state(conn, "plan") or '{"replicas": [], "unscheduled": []}'),
                             {deployment: json.loads(part) for (deployment, _), part in store.pending_parts(conn, None).items()})
-        if not who.admin:
+            problems = held_back(conn)
+        if who.admin:
+            plan["problems"] = problems  # why no stack is applied, when the background replan found objects to reject
+        else:
             for key in ("replicas", "unscheduled", "dropped"):
                 plan[key] = [r for r in plan.get(key, []) if who.can_see(r["deployment"].split("/", 1)[0])]
         return JSONResponse(plan)
@@ -588,13 +595,14 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
             deployments = statuses(shown.items, conn)  # statuses of one page only: a fleet has thousands
             services = statuses([o for o in store.list(conn, "ModelService") if person.can_see(o["metadata"]["namespace"])], conn)
             run_rows = [r for r in store.list_runs(conn, 50) if visible_stack(person, r["stack"])]
+            held = held_back(conn) if person.admin else []  # they may name any team's objects
         pool_rows = _pools(clusters, classes, plan)
         totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
                   "total": sum(p["total"] for p in pool_rows), "deployments": len(visible)}
         return HTMLResponse(templates.get_template("fleet.html").render(
             who=person, pools=Paged(pool_rows, pools, "pools", {"page": shown.number}), deployments=deployments,
             deployment_pages=shown, services=services, runs=run_rows, message=message, gateway=gateway,
-            totals=totals, csrf=who.csrf or ""))
+            totals=totals, csrf=who.csrf or "", held=held[:20]))
 
     @app.post("/ui/signin")
     def signin(request: Request, token: str = Form(..., max_length=4096), csrf: str = Form(..., max_length=100)):
