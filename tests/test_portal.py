@@ -408,3 +408,18 @@ def test_a_problem_only_the_background_replan_finds_holds_back_runs_and_is_shown
             server.settle()
             assert _queued(admin, "model-team-a.a1") == "queued"
             assert admin.get("/plan").json()["problems"] == [] and 'id="held"' not in admin.get("/").text
+
+
+def test_a_deployment_write_checks_its_teams_stack_on_its_clusters_too(portal, monkeypatch):
+    """A write changes its model stack and its team's stack (namespace, policy, quota) on each of its clusters:
+    both are checked in the request, not left for the background replan to find after the write was accepted."""
+    import automation.stacks
+    real = automation.stacks.check
+    monkeypatch.setattr(automation.stacks, "check", lambda obj: real(obj) + (
+        ["spec.hard: this cluster's API server refuses the quota"] if obj["kind"] == "ResourceQuota" else []))
+    seed_fleet(portal)
+    with portal.client(ADMIN) as admin:
+        refused = admin.put(OBJ_PATH.format(ns="team-a", name="a1"), json=deployment("a1", namespace="team-a"))
+        assert refused.status_code == 422, refused.text
+        assert "team-team-a.c1" in refused.text and "refuses the quota" in refused.text
+        assert admin.get(OBJ_PATH.format(ns="team-a", name="a1")).status_code == 404

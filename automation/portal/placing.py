@@ -22,6 +22,7 @@ from fleet.incremental import FleetLedger
 from fleet.plan import Plan
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import PLATFORM_KINDS, PlanMemo
+from fleet.stack_id import StackId
 from fleet.validate import Fleet, cross_object_problems
 from workloads.render import model_stack, render
 
@@ -156,12 +157,16 @@ class Placing:
         return self._platform_objects
 
     def _checked(self, md: ModelDeployment, plan: Plan) -> Placed:
-        """Its model stack composed and schema-checked, as the full replan checks a changed stack; its warnings."""
+        """The stacks a deployment write changes, composed and schema-checked as the full replan checks a changed
+        stack: its model stack and its team's stack on each of its clusters (the team's namespace, policy and
+        quota there, composed with this deployment alone: the same objects, which the schema checks by shape).
+        And its warnings."""
         platform = self._platform()
         on = {r.cluster for r in plan.replicas}
         fleet = Fleet(objects=[o for o in platform if o.kind != "InferenceCluster" or o.name in on] + [md])
         rendered = render(fleet, plan)
-        problems = rendered_problems(rendered, {model_stack(md.namespace, md.name)})
+        changed = {model_stack(md.namespace, md.name)} | {str(StackId.team(md.namespace, cluster)) for cluster in on}
+        problems = rendered_problems(rendered, changed)
         everything = Fleet(objects=platform + [md])
         subject = f"ModelDeployment/{md.name}"
         warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(everything)
