@@ -43,10 +43,12 @@ class Document:
         return self.line
 
 
-def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: list, source: str):
+def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: list, source: str) -> bool:
+    """Record each field's line and duplicate keys; True if the document repeats a node through an alias."""
     if id(node) in seen:  # an alias: its lines were recorded where it was defined
-        return
+        return True
     seen.add(id(node))
+    aliased = False
     if isinstance(node, yaml.MappingNode):
         keys: set = set()
         for key_node, value_node in node.value:
@@ -60,11 +62,12 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: 
                 )
             keys.add(key)
             lines.setdefault(path + (key,), key_node.start_mark.line + 1)
-            _walk_lines(value_node, path + (key,), lines, seen, problems, source)
+            aliased = _walk_lines(value_node, path + (key,), lines, seen, problems, source) or aliased
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines.setdefault(path + (index,), item.start_mark.line + 1)
-            _walk_lines(item, path + (index,), lines, seen, problems, source)
+            aliased = _walk_lines(item, path + (index,), lines, seen, problems, source) or aliased
+    return aliased
 
 
 def expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
@@ -95,14 +98,17 @@ def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tupl
             node = loader.get_node()
             if node is None:
                 continue
-            size = expanded_size(node, {})
-            if size > max_expanded:
+            lines: dict[Path_, int] = {}
+            found: list[Problem] = []
+            # the walk visits each node once, aliases or not; only a document with aliases can expand beyond
+            # its text (bounded by MAX_BYTES), so only such a document is measured, before any of it is built
+            if _walk_lines(node, (), lines, set(), found, source) and \
+                    (size := expanded_size(node, {})) > max_expanded:
                 problems.append(Problem(source, node.start_mark.line + 1, "", "",
                                         f"the document expands to about {size:,} bytes through YAML aliases "
                                         f"(at most {max_expanded:,}): refused"))
                 continue
-            lines: dict[Path_, int] = {}
-            _walk_lines(node, (), lines, set(), problems, source)
+            problems += found
             data = loader.construct_document(node)
             documents.append(Document(source, node.start_mark.line + 1, data, lines))
     except yaml.MarkedYAMLError as exc:
