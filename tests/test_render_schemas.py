@@ -187,3 +187,24 @@ def test_the_fast_yaml_writer_writes_what_the_reference_writer_writes(seed):
     for obj in [*objects, tricky]:
         assert dump_fast(obj) == dump(obj)
     assert yaml.safe_load(dump_fast(tricky)) == tricky
+
+
+@pytest.mark.parametrize("folder", [ROOT / "workloads" / "crds", ROOT / "automation" / "crds"])
+def test_every_crd_file_is_named_by_its_group_as_the_schema_check_looks_it_up(folder):
+    """The check parses only the files of an object's API group (`<group>_<plural>.yaml`): a CRD in a file named
+    otherwise would never be found, and its objects would be refused as having no schema."""
+    files = sorted(folder.rglob("*.yaml"))
+    assert files
+    for path in files:
+        for crd in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
+            if crd and crd.get("kind") == "CustomResourceDefinition":
+                assert path.name == f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml", path
+
+
+def test_a_custom_resource_is_checked_against_its_groups_crd_only_when_its_kind_and_version_are_served():
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "x"},
+           "spec": {"replicas": "two"}}
+    assert any("replicas" in m for m in check(lws))
+    assert check({**lws, "apiVersion": "leaderworkerset.x-k8s.io/v9"}) == [
+        "apiVersion: no schema known for leaderworkerset.x-k8s.io/v9 LeaderWorkerSet"]
+    assert check({**lws, "kind": "LeaderWorkerThing"})[0].startswith("apiVersion: no schema known")

@@ -119,32 +119,35 @@ def with_defaults(data, schema):
     return data
 
 
-@lru_cache(maxsize=4)
-def _served(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
-    """(apiVersion, kind) -> the OpenAPI v3 schema of every served version of every CRD in `directory`."""
-    out = {}
-    for path in sorted(directory.rglob("*.yaml")):
+@lru_cache(maxsize=None)
+def _served(directory: Path, group: str) -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> the OpenAPI v3 schema of every served version of the CRDs of API `group` in
+    `directory`. CRD files are named `<group>_<plural>.yaml`, as upstream ships them (a test holds every file to
+    it), so only the group's files are parsed: the folder is megabytes of YAML, and every render worker checks."""
+    out: dict[tuple[str, str], dict] = {}
+    if not group:
+        return out
+    for path in sorted(directory.rglob(f"{group}_*.yaml")):
         for crd in yaml.load_all(path.read_text(), Loader=_Loader):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
+            if not crd or crd.get("kind") != "CustomResourceDefinition" or crd["spec"]["group"] != group:
                 continue
-            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            kind = crd["spec"]["names"]["kind"]
             for version in crd["spec"]["versions"]:
                 if version.get("served", True):
                     out[(f"{group}/{version['name']}", kind)] = version["schema"]["openAPIV3Schema"]
     return out
 
 
-@lru_cache(maxsize=4)
-def _crd_schemas(directory: Path = CRD_DIR) -> dict[tuple[str, str], dict]:
-    """(apiVersion, kind) -> converted schema, for every served version of every CRD in `directory`."""
-    return {key: to_json_schema(schema) for key, schema in _served(directory).items()}
+def _served_schema(directory: Path, api_version: str, kind: str) -> dict | None:
+    group = api_version.rpartition("/")[0]
+    return _served(directory, group).get((api_version, kind))
 
 
-@lru_cache(maxsize=4)
-def _root_rules(directory: Path = CRD_DIR) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(apiVersion, kind) -> the CEL rules on the object's root: (rule, message)."""
-    return {key: [(r["rule"], r.get("message") or f"failed rule: {r['rule']}") for r in rules]
-            for key, schema in _served(directory).items() if (rules := schema.get("x-kubernetes-validations"))}
+def _root_rules(directory: Path, api_version: str, kind: str) -> list[tuple[str, str]]:
+    """The CEL rules on the object's root: (rule, message)."""
+    schema = _served_schema(directory, api_version, kind) or {}
+    return [(r["rule"], r.get("message") or f"failed rule: {r['rule']}")
+            for r in schema.get("x-kubernetes-validations", [])]
 
 
 @lru_cache(maxsize=None)
@@ -177,9 +180,10 @@ def _rule_failures(data: dict, rules: list[tuple[str, str]]) -> list[str]:
 
 @lru_cache(maxsize=None)
 def _crd_validator(api_version: str, kind: str, directory: Path = CRD_DIR):
-    schema = _crd_schemas(directory).get((api_version, kind))
-    if schema is None:
+    served = _served_schema(directory, api_version, kind)
+    if served is None:
         return None, None
+    schema = to_json_schema(served)
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER), schema
 
 
@@ -200,8 +204,7 @@ def _core_validator(api_version: str, kind: str):
         schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", KUBERNETES_VERSION)
     except FileNotFoundError:
         return None
-    definitions = kv.schema_contents(f"{folder}/_definitions.json", KUBERNETES_VERSION)
-    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    registry = Resource.from_contents(_core_definitions()) @ (Resource.from_contents(schema) @ Registry())
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
@@ -238,11 +241,18 @@ def _compiled(schema: dict, registry=None):
 
 
 @lru_cache(maxsize=1)
-def _core_registry():
-    import jsonschema_rs
+def _core_definitions() -> dict:
+    """Kubernetes' shared definitions (1.5 MB of JSON): decoded once, not once per kind checked."""
     from kubernetes_validate import utils as kv
 
-    definitions = kv.schema_contents(f"{_core_folder()}/_definitions.json", KUBERNETES_VERSION)
+    return kv.schema_contents(f"{_core_folder()}/_definitions.json", KUBERNETES_VERSION)
+
+
+@lru_cache(maxsize=1)
+def _core_registry():
+    import jsonschema_rs
+
+    definitions = _core_definitions()
     return jsonschema_rs.Registry([(definitions["$id"], definitions)])
 
 
@@ -250,7 +260,7 @@ def _core_registry():
 def _checker(api_version: str, kind: str, crds: Path) -> _Checker | None:
     validator, schema = _crd_validator(api_version, kind, crds)
     if validator is not None:
-        return _Checker(validator, _compiled(schema), schema, tuple(_root_rules(crds).get((api_version, kind), [])))
+        return _Checker(validator, _compiled(schema), schema, tuple(_root_rules(crds, api_version, kind)))
     core = _core_validator(api_version, kind)
     if core is None:
         return None
