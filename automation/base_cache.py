@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 from automation.state import replica_from_dict
 from automation.stacks import DesiredState, Known
 from fleet.memory import RecordedReplica
+from workloads.disk_cache import default_root, write_atomically
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -72,14 +72,6 @@ class BaseSummary:
         return cls([replica_from_dict(p) for p in data["placements"]],
                    [BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
                    {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()})
-
-
-def default_root() -> Path:
-    explicit = os.environ.get("MODELPLANE_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "modelplane"
 
 
 @lru_cache(maxsize=1)
@@ -126,15 +118,11 @@ class BaseCache:
 
     def put(self, key: str, summary: BaseSummary) -> None:
         """Best effort: a cache that cannot be written only makes the next comparison slower."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=self.root)
-            with os.fdopen(fd, "w") as f:  # mkstemp creates it 0600
-                f.write(summary.to_json())
-            os.replace(tmp, self._path(key))
-            self._prune()
-        except OSError:
-            return
+        if write_atomically(self._path(key), summary.to_json()):
+            try:
+                self._prune()
+            except OSError:
+                return
 
     def _prune(self) -> None:
         entries = sorted(self.root.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)

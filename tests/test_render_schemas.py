@@ -6,6 +6,8 @@ import random
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from automation.cli import main
 from fleet.scheduler import schedule
@@ -189,6 +191,25 @@ def test_the_fast_yaml_writer_writes_what_the_reference_writer_writes(seed):
     assert yaml.safe_load(dump_fast(tricky)) == tricky
 
 
+TRICKY = ["", " ", "yes", "no", "null", "~", "0123", "1.5", "1e3", ".inf", "-", "- a", "? a", ": a", "a: b", "a #b",
+          "#c", "@x", "`x", "'q'", '"q"', "{a}", "[a]", "*x", "&x", "!x", "|x", ">x", "%x", "a\tb", "a\n", "a\nb",
+          "\na", " lead\nx", "trail \nx", "a\n\n", "a\n\n\nb\n", "a\r\nb", "Grüße", "x" * 130, "---", "...",
+          "a:b", "http://x/y?z=1", "2026-12-01", "0x1F", "+1", "true", "True", "NO"]
+scalars = st.one_of(st.sampled_from(TRICKY), st.text(max_size=12), st.integers(-10**6, 10**6), st.booleans(),
+                    st.none(), st.floats(allow_nan=False, allow_infinity=False))
+keys = st.one_of(st.sampled_from(TRICKY), st.text(min_size=1, max_size=10))
+documents = st.dictionaries(keys, st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)), max_leaves=20), min_size=1, max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(documents)
+def test_the_fast_yaml_writer_writes_what_libyaml_and_the_pure_python_writer_write_on_random_data(obj):
+    from workloads.yamlio import dump, dump_fast
+
+    assert dump_fast(obj) == dump(obj)
+
+
 @pytest.mark.parametrize("folder", [ROOT / "workloads" / "crds", ROOT / "automation" / "crds"])
 def test_every_crd_file_is_named_by_its_group_as_the_schema_check_looks_it_up(folder):
     """The check parses only the files of an object's API group (`<group>_<plural>.yaml`): a CRD in a file named
@@ -208,3 +229,23 @@ def test_a_custom_resource_is_checked_against_its_groups_crd_only_when_its_kind_
     assert check({**lws, "apiVersion": "leaderworkerset.x-k8s.io/v9"}) == [
         "apiVersion: no schema known for leaderworkerset.x-k8s.io/v9 LeaderWorkerSet"]
     assert check({**lws, "kind": "LeaderWorkerThing"})[0].startswith("apiVersion: no schema known")
+
+
+def test_a_crd_file_is_parsed_once_per_content_then_read_back_from_the_cache(tmp_path):
+    from workloads.schemas import crds_in
+
+    source = ROOT / "workloads" / "crds" / "upstream" / "inference.networking.k8s.io_inferencepools.yaml"
+    parsed = [d for d in yaml.load_all(source.read_text(), Loader=yaml.CSafeLoader) if d]
+    assert crds_in(source, tmp_path) == parsed
+    entries = list((tmp_path / "crds").glob("*.json"))
+    assert len(entries) == 1 and entries[0].stat().st_mode & 0o077 == 0
+    entries[0].write_text(json.dumps([{"kind": "Marker"}]))
+    assert crds_in(source, tmp_path) == [{"kind": "Marker"}]  # read back, not parsed again
+    entries[0].write_text("{not json")
+    assert crds_in(source, tmp_path) == parsed  # unreadable: parsed again, and rewritten
+    assert json.loads(entries[0].read_text()) == parsed
+    changed = tmp_path / "inference.networking.k8s.io_inferencepools.yaml"
+    changed.write_text(source.read_text().replace("InferencePool is", "An InferencePool is"))
+    assert crds_in(changed, tmp_path) != parsed and len(list((tmp_path / "crds").glob("*.json"))) == 2
+    (tmp_path / "a-file").write_text("")  # a cache folder that cannot be made, even by root: only slower
+    assert crds_in(source, tmp_path / "a-file") == parsed

@@ -70,6 +70,108 @@ class _FastNoAliases(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ig
         return super().represent_data(data)
 
 
-def dump_fast(obj) -> str:
-    """The same text as `dump` (tests hold them to it on generated fleets), written by libyaml: 6x faster."""
+def _libyaml(obj) -> str:
     return yaml.dump(obj, Dumper=_FastNoAliases, sort_keys=False, width=_WIDTH)
+
+
+def dump_fast(obj) -> str:
+    """The same text as `dump` (tests hold them to it on generated fleets and on random data), 20x faster.
+
+    Kubernetes objects are block mappings and sequences of a few thousand distinct scalars. Their layout is
+    written here; each distinct scalar is written once by libyaml (whose quoting and block-literal rules are
+    the reference's; keys by the reference itself) and its text reused. Anything else (a keep-chomped literal,
+    which ends the document with `...`; a key written as a complex key; a type of value other than JSON's) is
+    written by the reference whole."""
+    if type(obj) is not dict or not obj:
+        return dump(obj)
+    out: list[str] = []
+    try:
+        _mapping(obj, 0, out, None)
+    except _Unusual:
+        return dump(obj)
+    return "".join(out)
+
+
+class _Unusual(Exception):
+    """Something the layout here does not write as libyaml would: libyaml writes the whole object."""
+
+
+def _mapping(data: dict, indent: int, out: list[str], first: str | None) -> None:
+    """`first`: what starts the first key's line (a sequence item's dash), else the indent."""
+    for key, value in data.items():
+        start = " " * indent if first is None else first
+        first = None
+        if type(key) is not str:
+            raise _Unusual
+        name = _key(key)
+        if type(value) is dict and value:
+            out.append(f"{start}{name}:\n")
+            _mapping(value, indent + 2, out, None)
+        elif type(value) is list and value:
+            out.append(f"{start}{name}:\n")
+            _sequence(value, indent, out, None)  # a sequence in a mapping is not indented, as libyaml writes it
+        else:
+            head, body = _scalar(value)
+            out.append(f"{start}{name}: {head}\n")
+            _body(body, indent, out)
+
+
+def _sequence(items: list, indent: int, out: list[str], first: str | None) -> None:
+    for item in items:
+        dash = (" " * indent if first is None else first) + "- "
+        first = None
+        if type(item) is dict and item:
+            _mapping(item, indent + 2, out, dash)
+        elif type(item) is list and item:
+            _sequence(item, indent + 2, out, dash)
+        else:
+            head, body = _scalar(item)
+            out.append(f"{dash}{head}\n")
+            _body(body, indent, out)
+
+
+def _body(lines: tuple[str, ...], indent: int, out: list[str]) -> None:
+    """A block literal's lines, written 2 deeper than its parent (as libyaml wrote them); blank lines stay blank."""
+    pad = " " * indent
+    for line in lines:
+        out.append(f"{pad}{line}\n" if line else "\n")
+
+
+def _scalar(value) -> tuple[str, tuple[str, ...]]:
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if kind is bool:
+        return ("true" if value else "false"), ()
+    if kind is int:
+        return str(value), ()
+    if value is None:
+        return "null", ()
+    if kind is float:
+        return _string_of(value)
+    if kind is dict and not value:
+        return "{}", ()
+    if kind is list and not value:
+        return "[]", ()
+    raise _Unusual
+
+
+@lru_cache(maxsize=1 << 16)
+def _string(value: str) -> tuple[str, tuple[str, ...]]:
+    return _string_of(value)
+
+
+def _string_of(value) -> tuple[str, tuple[str, ...]]:
+    """How libyaml writes the scalar as a block sequence's item: the text after `- `, and a literal's lines."""
+    lines = _libyaml([value]).split("\n")[:-1]
+    if lines[-1] == "..." or not lines[0].startswith("- "):
+        raise _Unusual
+    return lines[0][2:], tuple(lines[1:])
+
+
+@lru_cache(maxsize=1 << 16)
+def _key(key: str) -> str:
+    text = dump({key: None})  # the pure-Python writer: libyaml writes an empty key as a simple key, it does not
+    if text.startswith("? ") or not text.endswith(": null\n") or text.count("\n") != 1:
+        raise _Unusual
+    return text[:-len(": null\n")]

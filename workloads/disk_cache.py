@@ -1,0 +1,33 @@
+"""Where this project keeps what it computed from content (never by time), and how it writes there.
+
+$MODELPLANE_CACHE_DIR, else $XDG_CACHE_HOME/modelplane, else ~/.cache/modelplane. Every entry is named by a
+hash of what it was computed from, written atomically, readable by its owner only; an entry that cannot be
+written or read is computed again, never an error.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def default_root() -> Path:
+    explicit = os.environ.get("MODELPLANE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "modelplane"
+
+
+def write_atomically(path: Path, text: str) -> bool:
+    """Best effort: False when it could not be written (a read-only home only makes the next run slower)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".entry-", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:  # mkstemp creates it 0600
+            f.write(text)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
