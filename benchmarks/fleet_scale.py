@@ -119,6 +119,7 @@ def main() -> None:
                     ("portal replan after writes", f["settled"], None, ""),
                     ("portal read p50, alone", quiet, None, ""),
                     ("portal read p50, writing", during, quiet, "~1x"),
+                    ("portal read p50, 5 writes/s", percentile(f["during_paced"], .5), quiet, "~1x"),
                     ("portal page (admin)", f["pages"]["admin"], None, "<0.5s")):
                 ratio = f"{seconds / floor:6.1f}" if floor else f"{'':>6}"
                 print(f"{deployments:>11} {name:<27} {seconds:8.3f} {'':>8} "  # milliseconds matter here

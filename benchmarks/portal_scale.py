@@ -2,10 +2,11 @@
 
 The fleet (plan_bench's generator) is stored straight into the portal's database and planned once, as if it had
 been accepted over time; then a real portal (`modelplane serve --no-apply`, its own process, SQLite) answers:
-- writes: PUT of one existing ModelDeployment with one more replica, one after another (each is validated,
+- writes: PUT of one existing ModelDeployment with 1 to 5 replicas, one after another (each is validated,
   stored, quota-checked, placed and schema-checked before it is acknowledged); the first after start-up is
   shown on its own;
-- reads: a team's ModelDeployments listed in a loop, alone and while the writes run;
+- reads: a team's ModelDeployments listed in a loop, alone, while the writes run back to back, and while
+  as many writes come 5 a second;
 - how long after the last write the background replan has planned the fleet (no reservation pending);
 - the page: GET / for a team and for the platform admin, first page.
 Prints figures; asserts nothing.
@@ -82,20 +83,10 @@ def measure(deployments: int, clusters: int, writes: int) -> dict:
         url = f"http://127.0.0.1:{port}"
         try:
             quiet = reads_for(url, TOKENS[1]["token"], 3)
-            timed: list[float] = []
-            stop, during = threading.Event(), []
-            thread = threading.Thread(target=reader, args=(url, TOKENS[1]["token"], stop, during))
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
-                thread.start()
-                for i in range(writes + 1):
-                    body = copy.deepcopy(mine[i % len(mine)])
-                    body["spec"]["replicas"] = body["spec"].get("replicas", 1) + 1 + i // len(mine)
-                    started = time.perf_counter()
-                    path = f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}"
-                    admin.put(path, json=body).raise_for_status()
-                    timed.append(time.perf_counter() - started)
-                stop.set()
-                thread.join()
+                timed, during = writes_with_reads(admin, url, mine, range(writes + 1), None)
+                caught_up(folder)
+                paced, during_paced = writes_with_reads(admin, url, mine, range(writes + 1, 2 * writes + 1), PACE)
             settled = caught_up(folder)
             pages = {}
             for who, token in (("team", TOKENS[1]["token"]), ("admin", ADMIN)):
@@ -108,7 +99,30 @@ def measure(deployments: int, clusters: int, writes: int) -> dict:
             process.terminate()
             process.wait(30)
     return {"seeded": seeded, "first_write": timed[0], "writes": timed[1:], "quiet": quiet, "during": during,
-            "pages": pages, "settled": settled}
+            "during_paced": during_paced, "paced_writes": paced, "pages": pages, "settled": settled}
+
+
+PACE = 5.0  # writes a second for the paced phase: a busy team's rate, not a load generator's
+
+
+def writes_with_reads(admin: httpx.Client, url: str, mine: list[dict], numbers: range,
+                      pace: float | None) -> tuple[list[float], list[float]]:
+    """PUT one deployment after another (`pace` a second, else back to back) while a team's list is read in a
+    loop; the seconds of each write and of each read."""
+    stop, reads, timed = threading.Event(), [], []
+    thread = threading.Thread(target=reader, args=(url, TOKENS[1]["token"], stop, reads))
+    thread.start()
+    for i in numbers:
+        body = copy.deepcopy(mine[i % len(mine)])
+        body["spec"]["replicas"] = 1 + i % 5  # within the schema's 10
+        started = time.perf_counter()
+        admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}", json=body).raise_for_status()
+        timed.append(time.perf_counter() - started)
+        if pace:
+            time.sleep(max(0.0, 1 / pace - timed[-1]))
+    stop.set()
+    thread.join()
+    return timed, reads
 
 
 def caught_up(folder: Path, limit: float = 300.0) -> float:
@@ -135,7 +149,8 @@ def main() -> None:
     print(f"first write after start-up  {f['first_write'] * 1000:8.0f} ms")
     print(f"writes (n={len(rest)})            p50 {percentile(rest, .5) * 1000:6.0f} ms  "
           f"p99 {percentile(rest, .99) * 1000:6.0f} ms   target: p50 < 100 ms")
-    for name, key in (("reads alone", "quiet"), ("reads during writes", "during")):
+    for name, key in (("reads alone", "quiet"), ("reads during writes", "during"),
+                      (f"reads during {PACE:.0f} writes/s", "during_paced")):
         print(f"{name:<27} p50 {percentile(f[key], .5) * 1000:6.1f} ms  p99 {percentile(f[key], .99) * 1000:6.1f} ms")
     print(f"background replan after the last write {f['settled']:6.1f} s")
     for who, seconds in f["pages"].items():
