@@ -95,9 +95,13 @@ class FleetLedger:
         self._built.pop(key, None)
 
     def reserve(self, key: str, replicas: list[RecordedReplica]) -> None:
-        """The deployment's reservations are now `replicas` (a placement, or the full plan reconciling it)."""
+        """The deployment's reservations are now `replicas` (a placement, or the full plan reconciling it); a
+        deployment the ledger does not hold (deleted since) holds nothing."""
         s = self._s
-        d = self._built[key]
+        d = self._built.get(key)
+        if d is None:
+            self.remove(key)
+            return
         touched = self._release(key)
         s.recorded[key] = sorted(replicas, key=lambda r: (r.name, r.cluster, r.index))
         kept, _ = s._retain_one(d)

@@ -124,3 +124,18 @@ def test_a_write_taken_back_leaves_the_ledger_as_it_was():
     ledger.place(added)
     ledger.restore("a/fresh", saved)
     assert ledger.states() == before and ledger.reserved("a/fresh") == []
+
+
+def test_the_full_plan_reconciling_a_deployment_the_ledger_no_longer_holds_leaves_nothing_of_it():
+    """The background replan stores reservations for deployments a later write deleted: they hold nothing."""
+    objects = generate(60, 10)
+    fleet = run(*objects).fleet
+    reserved = [r.recorded() for r in schedule(fleet, []).replicas]
+    ledger = FleetLedger(fleet, reserved)
+    gone = fleet.of("ModelDeployment")[5]
+    key = f"{gone.namespace}/{gone.name}"
+    ledger.remove(key)
+    ledger.reserve(key, [r for r in reserved if f"{r.namespace}/{r.deployment}" == key])
+    left = run(*[o for o in objects if o["metadata"].get("name") != gone.name or o["kind"] != "ModelDeployment"]).fleet
+    assert ledger.reserved(key) == []
+    assert ledger.states() == FleetLedger(left, [r for r in reserved if f"{r.namespace}/{r.deployment}" != key]).states()

@@ -3,7 +3,7 @@
 The portal process keeps the stored fleet validated and its reservations charged (`fleet.incremental.FleetLedger`),
 in step with the database by two counters (the objects' resourceVersion and the ledger's version): another process
 that wrote, or a replan that changed reservations, makes the next write load them again. Inside the serialized
-write transaction, the written deployment is placed alone, its model stack composed and checked, and its row of
+write transaction, the written deployment is placed alone, its stacks composed and checked, and its row of
 reservations written (`pending` until the background replan has planned the whole fleet after it). A request that
 fails after placing takes the placement back (`undo`), as its transaction is rolled back.
 """
@@ -33,7 +33,7 @@ CHECKED_WITH = (*PLATFORM_KINDS, "InferenceGateway")  # a deployment's model sta
 @dataclass
 class Placed:
     plan: Plan  # the deployment's replicas, shortfall and dropped replicas
-    problems: list[str] = field(default_factory=list)  # objects of its model stack a cluster would reject
+    problems: list[str] = field(default_factory=list)  # objects of its stacks a cluster would reject
     warnings: list[str] = field(default_factory=list)  # validation warnings about it, seen with the fleet
 
 
@@ -92,10 +92,7 @@ class Placing:
             self.forget()
             return
         for key, replicas in changed.items():
-            if key in self._ledger._built:
-                self._ledger.reserve(key, [replica_from_dict(r) for r in replicas])
-            else:
-                self._ledger.remove(key)
+            self._ledger.reserve(key, [replica_from_dict(r) for r in replicas])
         self._version = (self._version[0], store.ledger_version(conn))
 
     # ---- a write ------------------------------------------------------------------------------------
