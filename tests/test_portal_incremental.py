@@ -18,15 +18,15 @@ from tests.manifests import gateway
 from tests.test_scheduler_properties import _one_deployment_edit, fleets
 
 
-def stored(objects: list[dict]) -> list[dict]:
-    """As the portal stores them: each with a uid and a resourceVersion that moves when it changes."""
+def stored(objects: list[dict]) -> list[str]:
+    """As the portal stores them: each with a uid and a resourceVersion that moves when it changes, as JSON text."""
     out = []
     for i, obj in enumerate(objects):
         obj = copy.deepcopy(obj)
         meta = obj["metadata"]
         meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, f"{obj['kind']}/{meta.get('namespace')}/{meta['name']}")))
         meta["resourceVersion"] = str(hash(json.dumps(obj, sort_keys=True)) % 10**9)  # changes with content
-        out.append(obj)
+        out.append(json.dumps(obj))
     return out
 
 

@@ -10,7 +10,6 @@ whole fleet inside its serialized transaction. Both store a full replan with `co
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from automation.conditions import snapshot
 from automation.stacks import Known, changes, desired_state
@@ -143,19 +142,13 @@ class Warm:
 WARM = Warm()
 
 
-@dataclass
-class Replanned:
-    problems: list[str]  # objects the cluster would reject: the write is refused
-    warnings: list[str]  # about the written object
-
-
-def compute_replan(stored: list[dict] | list[str], placements: str, desired_before: str, applied: str, apply: bool,
+def compute_replan(stored: list[str], placements: str, desired_before: str, applied: str, apply: bool,
                    subject: tuple[str, str] | None = None) -> dict:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
     answers reads)."""
     warm = WARM
-    fleet = load_fleet([json.loads(b) if isinstance(b, str) else b for b in stored], warm.validated)
+    fleet = load_fleet([json.loads(b) for b in stored], warm.validated)  # texts as stored: decoded here
     reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
     desired = desired_state(fleet, reserved, known=warm.known, memo=warm.memo)
     before = json.loads(desired_before or "{}")
@@ -198,13 +191,9 @@ def _rows(fleet: Fleet, plan, whole: dict) -> dict[str, tuple[str, str]]:
     return {key: (json.dumps(recorded[key]), json.dumps(parts[key])) for key in parts}
 
 
-def replan(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> Replanned:
-    """Plan the whole fleet with the stored reservations, store the new ones, queue what must change.
-    `compute` runs compute_replan (in the calling thread by default, or in a worker process); `subject`: the
-    written object (kind, name), whose validation warnings come back."""
-    result = compute_for(store, conn, apply, compute, subject)
-    commit(store, conn, result)
-    return Replanned(result["problems"], result["warnings"])
+def replan(store, conn, apply: bool) -> None:
+    """Plan the whole fleet with the stored reservations and store it (a fleet stored directly: benchmarks, tests)."""
+    commit(store, conn, compute_for(store, conn, apply))
 
 
 def replan_inputs(store, conn, apply: bool, subject: tuple[str, str] | None = None) -> tuple:

@@ -152,13 +152,13 @@ def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_
     import signal
 
     from automation.portal.app import ReplanWorker
-    from automation.portal.service import compute_replan
+    from automation.portal.service import compute_replan, replan_inputs
 
     seed_fleet(portal)
     with portal.client(TEAM_A) as team:
         assert team.put(OBJ.format(name="web"), json=deployment("web", namespace="team-a", replicas=2)).status_code == 201
     with portal.store.read() as conn:
-        inputs = (portal.store.list(conn), portal.store.reservations_text(conn), "{}", "{}", True)
+        inputs = replan_inputs(portal.store, conn, True)  # what the portal hands the worker
     worker = ReplanWorker()
     try:
         expected = compute_replan(*inputs)
