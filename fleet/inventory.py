@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from fleet.cel import DeviceFacts
 from fleet.quantity import QuantityError, parse_quantity
+from fleet.shapes import HashedOnce, hash_once
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -35,17 +36,12 @@ class PoolDevice:
 
 
 @dataclass(frozen=True)
-class PoolKind:
+class PoolKind(HashedOnce):
     """What one node of a pool offers. Pools of the same class share one kind (and cache entries)."""
 
     devices: tuple[PoolDevice, ...]
 
-    def __hash__(self) -> int:  # used in every cache key: hash the nested tuple once
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash(self.devices)
-            object.__setattr__(self, "_hash", cached)
-        return cached
+    __hash__ = hash_once  # used in every cache key
 
     @property
     def full(self) -> tuple[int, ...]:

@@ -202,11 +202,7 @@ class Placer:
             return _said_of(cached, cluster.name)
         pools = {p.name: p for p in cluster.pools}
         self.stats["replica_evaluations"] += 1
-        static_key = (engines, self._layout(cluster), tuple(sorted((pinned or {}).items())))
-        static = self._static.get(static_key)
-        if static is None:
-            static = self._static[static_key] = self._static_candidates(engines, cluster, pinned)
-        candidates, reasons = static
+        candidates, reasons = self._static_for(engines, cluster, pinned)
         rejection = Rejection(cluster.name, list(reasons))
         result: tuple[ReplicaPlacement | None, Any]
         if any(not names for names in candidates.values()):
@@ -261,6 +257,17 @@ class Placer:
             result = (ReplicaPlacement(cluster.name, engines_out, total), {n: nodes[n] for n in touched})
         self._replicas[key] = result
         return result
+
+    def candidate_pools(self, engines: tuple[EngineShape, ...], cluster: ClusterView) -> dict[str, list[str]]:
+        """Per engine, the pools of the cluster it could ever run on, capacity aside, in name order."""
+        return self._static_for(engines, cluster, None)[0]
+
+    def _static_for(self, engines: tuple[EngineShape, ...], cluster: ClusterView, pinned: dict[str, str] | None):
+        key = (engines, self._layout(cluster), tuple(sorted((pinned or {}).items())))
+        static = self._static.get(key)
+        if static is None:
+            static = self._static[key] = self._static_candidates(engines, cluster, pinned)
+        return static
 
     def _layout(self, cluster: ClusterView) -> tuple:
         """The cluster's pools without its name: what static matching depends on, shared by alike clusters."""

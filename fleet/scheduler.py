@@ -22,7 +22,7 @@ the reason it moved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import hashlib
 import heapq
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from fleet.api.deployment import ModelDeployment
 from fleet.cel import CelEvaluator
 from fleet.inventory import ClusterView, build_clusters
-from fleet.ledger import PoolState
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
-from fleet.placement import Placer, ReplicaPlacement
+from fleet.ledger import ZERO, PoolState
+from fleet.placement import MAX_ASSIGNMENTS, Placer, ReplicaPlacement
 from fleet.plan import Dropped, PlacedReplica, Plan, Unscheduled
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
@@ -129,36 +129,67 @@ def summarise(found: list[tuple[str, str, str]]) -> list[str]:
 
 
 class _Ranking:
-    """The feasible clusters for deployments of one shape and the same candidate clusters, tightest fit first.
+    """The feasible places for deployments of one shape and the same candidate clusters, tightest fit first.
 
     Equivalent to trying every candidate for every replica (what `explain` still does, to list them all), but a
     placement only changes where the ledger did: when a replica lands on a cluster, each ranking that holds the
-    cluster re-places onto it once, instead of every replica re-trying every cluster.
-    Entries are (score, cluster name, ledger version of the cluster, cluster, placement, nodes); an entry whose
-    version is behind its cluster's is stale and skipped.
+    cluster marks what changed, and places onto it again once, the next time the ranking is asked (a ranking
+    whose deployments are all placed never does). Placing when asked rather than at once gives the same entries:
+    both place onto the ledger as it is when the ranking is read.
+
+    A shape of one engine is ranked per pool (`per_pool`): one engine runs on one pool, so a replica's placement
+    on a cluster is its tightest candidate pool, then the pool's name, and ordering (score, cluster, pool) entries
+    orders clusters as their best pools do. A changed pool is then placed on alone (one engine on one pool,
+    mostly a cache hit), not the replica on every pool of the cluster. Other shapes are ranked per cluster
+    (pool "").
+
+    Entries are (score, cluster name, pool, ledger version of the place, cluster, placement, nodes); an entry
+    whose version is behind the place's is stale and skipped.
     """
 
-    def __init__(self, scheduler: Scheduler, d: _Deployment, clusters: list[ClusterView]):
-        self.scheduler, self.d = scheduler, d
+    def __init__(self, scheduler: Scheduler, d: _Deployment, clusters: list[ClusterView], per_pool: bool):
+        self.scheduler, self.d, self.per_pool = scheduler, d, per_pool
         self.heap: list[tuple] = []
+        self.changed: dict[tuple[str, str], ClusterView] = {}  # places changed since the ranking was last read
+        engine = d.engines[0].name
+        # per cluster, the pools the engine could ever run on
+        self.pools = {c.name: scheduler.placer.candidate_pools(d.engines, c)[engine] if per_pool else [""]
+                      for c in clusters}
         for c in clusters:
-            self.push(c)
+            for pool in self.pools[c.name]:
+                self._place(c, pool)
 
-    def push(self, cluster: ClusterView) -> None:
-        placement, nodes = self.scheduler._place(self.d, cluster)
+    def mark(self, cluster: ClusterView, pools: Iterable[str]) -> None:
+        for pool in pools if self.per_pool else ("",):
+            self.changed[(cluster.name, pool)] = cluster
+
+    def _place(self, cluster: ClusterView, pool: str) -> None:
+        s = self.scheduler
+        if pool:
+            engine, nodes = s.placer.place_engine(self.d.engines[0], s.pool_views[cluster.name, pool],
+                                                  s.states[cluster.name][pool])
+            placement = None if engine is None else ReplicaPlacement(cluster.name, (engine,), ZERO + engine.score)
+            nodes = {pool: nodes}
+        else:
+            placement, nodes = s._place(self.d, cluster)
         if placement is not None:
-            version = self.scheduler.version[cluster.name]
-            heapq.heappush(self.heap, (placement.score.key(), cluster.name, version, cluster, placement, nodes))
+            heapq.heappush(self.heap, (placement.score.key(), cluster.name, pool, s.versions[cluster.name, pool],
+                                       cluster, placement, nodes))
 
     def best(self, load: Counter) -> tuple | None:
         """(rank, cluster, placement, nodes) of the best rank (replicas of the deployment here, score, name)."""
-        version = self.scheduler.version
+        if self.changed:
+            for (name, pool), cluster in self.changed.items():
+                if pool in self.pools[name]:
+                    self._place(cluster, pool)
+            self.changed.clear()
+        versions = self.scheduler.versions
         loaded = []
         found = None
         heap = self.heap
         while heap:
             entry = heap[0]
-            if entry[2] != version[entry[1]]:
+            if entry[3] != versions[entry[1], entry[2]]:
                 heapq.heappop(heap)
             elif load[entry[1]]:
                 loaded.append(heapq.heappop(heap))
@@ -168,10 +199,10 @@ class _Ranking:
         for entry in loaded:
             heapq.heappush(heap, entry)
         if found is None and loaded:  # every feasible cluster already has a replica of the deployment
-            found = min(loaded, key=lambda e: (load[e[1]], e[0], e[1]))
+            found = min(loaded, key=lambda e: (load[e[1]], e[0], e[1], e[2]))
         if found is None:
             return None
-        score, name, _, cluster, placement, nodes = found
+        score, name, _, _, cluster, placement, nodes = found
         return (load[name], score, name), cluster, placement, nodes
 
 
@@ -200,7 +231,7 @@ class PlanMemo:
     clusters: list[ClusterView] = field(default_factory=list)
     placer: Placer | None = None
     state_ids: dict[tuple, int] = field(default_factory=dict)
-    shape_ids: dict[tuple, int] = field(default_factory=dict)
+    shape_ids: dict[tuple, tuple[int, tuple]] = field(default_factory=dict)  # engines -> (id, the shared engines)
     deployments: dict[str, _Deployment] = field(default_factory=dict)  # ModelDeployment JSON -> built
     retained: dict[tuple, tuple] = field(default_factory=dict)  # (JSON, its recorded replicas) -> kept, dropped
     charged: dict[tuple, tuple] = field(default_factory=dict)  # (cluster, its kept replicas in order) -> ledger
@@ -234,9 +265,12 @@ class Scheduler:
         # Each cluster's pools and states, interned to an integer that changes when the cluster's ledger does.
         self._state_ids: dict[tuple, int] = self.memo.state_ids if self.memo else {}
         self.state_id: dict[str, int] = {c.name: self._intern_state(c.name) for c in self.clusters}
-        self.version: dict[str, int] = {c.name: 0 for c in self.clusters}  # bumped when the cluster's ledger changes
+        self.pool_views = {(c.name, p.name): p for c in self.clusters for p in c.pools}
+        # bumped when a pool's ledger changes, (cluster, "") when any of the cluster's does
+        self.versions: dict[tuple[str, str], int] = dict.fromkeys(
+            [(c.name, "") for c in self.clusters] + list(self.pool_views), 0)
         self._rankings: dict[str, list[_Ranking]] = defaultdict(list)  # cluster -> rankings that hold it
-        self._shape_ids: dict[tuple, int] = self.memo.shape_ids if self.memo else {}
+        self._shape_ids: dict[tuple, tuple[int, tuple]] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
@@ -263,10 +297,12 @@ class Scheduler:
     def _deployment(self, md: ModelDeployment, caches: dict) -> _Deployment:
         spec = md.spec.template.spec
         selector, blocked = _resolve_selector(md, caches)
-        engines = engine_shapes(md)
+        # deployments of equal shapes share one shape object: cache keys then compare by identity
+        shape = engine_shapes(md)
+        shape_id, engines = self._shape_ids.setdefault(shape, (len(self._shape_ids), shape))
         d = _Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
                         tuple(spec.tolerations or ()), blocked, _size(engines))
-        d.shape_id = self._shape_ids.setdefault(engines, len(self._shape_ids))
+        d.shape_id = shape_id
         d.backends = tuple((e.name, e.backend, e.backend_reason) for e in engines)
         d.cache = f"{md.namespace}/{spec.modelCacheRef.name}" if spec.modelCacheRef else None
         return d
@@ -334,10 +370,11 @@ class Scheduler:
         for pool, counter in nodes.items():
             state = self.states[cluster][pool]
             self.states[cluster][pool] = PoolState(state.kind, 0, Counter(counter))
+            self.versions[cluster, pool] += 1
         self.state_id[cluster] = self._intern_state(cluster)
-        self.version[cluster] += 1
+        self.versions[cluster, ""] += 1
         for ranking in self._rankings.get(cluster, ()):
-            ranking.push(self.by_name[cluster])
+            ranking.mark(self.by_name[cluster], nodes)
 
     # ---- phases ----------------------------------------------------------------------------
 
@@ -466,7 +503,9 @@ class Scheduler:
         key = (d.shape_id, id(candidates))  # candidate lists are shared per (selector, tolerations, cache?)
         ranking = rankings.get(key)
         if ranking is None:
-            ranking = rankings[key] = _Ranking(self, d, candidates)
+            # ranked per pool when the shape is one engine and no cluster has more pools than a search compares
+            per_pool = len(d.engines) == 1 and all(len(c.pools) <= MAX_ASSIGNMENTS for c in candidates)
+            ranking = rankings[key] = _Ranking(self, d, candidates, per_pool)
             for c in candidates:
                 self._rankings[c.name].append(ranking)
         return ranking

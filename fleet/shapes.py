@@ -9,6 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+class HashedOnce:
+    """A frozen dataclass that keys the placement caches: its nested tuples are hashed once, not on every lookup.
+    A subclass sets `__hash__ = hash_once` in its body (dataclass replaces an inherited one). The hash is left out
+    when pickled: another interpreter hashes strings differently."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
+def hash_once(self) -> int:
+    cached = self.__dict__.get("_hash")
+    if cached is None:
+        cached = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+        object.__setattr__(self, "_hash", cached)
+    return cached
+
+
 @dataclass(frozen=True)
 class Request:
     name: str
@@ -17,14 +34,16 @@ class Request:
 
 
 @dataclass(frozen=True)
-class MemberShape:
+class MemberShape(HashedOnce):
     role: str
     pods: int  # per copy: worker.nodes for a Worker, else 1
     requests: tuple[Request, ...]  # sorted by name: written order does not matter
 
+    __hash__ = hash_once
+
 
 @dataclass(frozen=True)
-class EngineShape:
+class EngineShape(HashedOnce):
     name: str
     copies: int
     phase: str | None
@@ -32,6 +51,8 @@ class EngineShape:
     backend: str = "native"
     backend_reason: str = ""
     needs_nvidia: bool = False  # Dynamo-served: only pools whose claimed devices are NVIDIA
+
+    __hash__ = hash_once
 
 
 def member_shape(member) -> MemberShape:
