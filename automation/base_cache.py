@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from automation.state import replica_from_dict
 from automation.stacks import DesiredState, Known
 from fleet.memory import RecordedReplica
-from workloads.disk_cache import default_root, write_atomically
+from fleet.disk_cache import default_root, write_atomically
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet

@@ -16,14 +16,17 @@ kinds costs a handful of evaluations.
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import lru_cache, partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import celpy
 import celpy.celtypes as ct
 import lark
+from celpy import celparser
 from celpy.evaluation import base_functions
+
+from fleet.disk_cache import default_root
 
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
@@ -296,6 +299,29 @@ def check_expression(expression: str, evaluator: CelEvaluator | None = None) -> 
     return None
 
 
+def _build_parser_through_cache() -> None:
+    """Build celpy's parser, keeping Lark's analysis of the grammar in the cache folder.
+
+    Every process would otherwise analyse the CEL grammar again (about 70 ms of each command's start-up). celpy
+    builds its Lark parser once per process; this builds it the same way, with Lark's `cache` option added, so
+    the parser is the one celpy would build. Lark keys the file by a hash of the grammar, the options and its own
+    version, rebuilds on a mismatch or an unreadable file, and never fails on a folder it cannot write."""
+    if celparser.CELParser.CEL_PARSER is not None:
+        return
+    folder = default_root()
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return  # celpy builds it without a cache
+    build = celparser.Lark
+    celparser.Lark = partial(build, cache=str(folder / "cel-grammar.lark-cache"))  # type: ignore[assignment, misc]
+    try:
+        celparser.CELParser()
+    finally:
+        celparser.Lark = build  # type: ignore[misc]
+
+
+_build_parser_through_cache()
 DEFAULT = CelEvaluator()
 
 

@@ -149,3 +149,45 @@ def test_selectors_that_can_never_match_are_warnings_and_plan_says_why(tmp_path,
     reasons = {u["deployment"]: " ".join(u["reasons"]) for u in _json.loads(capsys.readouterr().out)["unscheduled"]}
     assert "could not be evaluated on this pool's devices (no such member in mapping: 'architecure')" in reasons["ml-team/typo"]
     assert "could not be evaluated" in reasons["ml-team/units"] and "invalid quantity '20GB'" in reasons["ml-team/units"]
+
+
+def test_the_parser_built_through_the_cache_is_the_one_celpy_builds():
+    """fleet.cel builds celpy's parser with Lark's cache added; celpy's own construction must parse alike."""
+    from celpy import celparser
+
+    ours = celparser.CELParser.CEL_PARSER
+    celparser.CELParser.CEL_PARSER = None
+    try:
+        celparser.CELParser()
+        theirs = celparser.CELParser.CEL_PARSER
+    finally:
+        celparser.CELParser.CEL_PARSER = ours
+    assert ours is not None and theirs is not ours
+    for expression in [case[0] for case in CASES] + ['a.b[1] ? -x : "s" + b"y"', "f(1, 2u, 3.0, [1], {1: 2})"]:
+        assert ours.parse(expression) == theirs.parse(expression), expression
+
+
+def test_a_cache_folder_that_is_missing_unwritable_or_corrupt_changes_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    check = ("from fleet.cel import CelEvaluator, DeviceFacts\n"
+             "print(CelEvaluator().matches('device.driver == \"gpu.nvidia.com\"', DeviceFacts('gpu.nvidia.com')))\n")
+
+    def run(cache_dir) -> str:
+        result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "MODELPLANE_CACHE_DIR": str(cache_dir)})
+        assert result.returncode == 0 and not result.stderr, result.stderr
+        return result.stdout.strip()
+
+    folder = tmp_path / "cache"
+    assert run(folder) == "True"  # builds and keeps the parser
+    kept = list(folder.iterdir())
+    assert len(kept) == 1
+    assert run(folder) == "True"  # reads it
+    kept[0].write_bytes(b"not what Lark wrote\n" + os.urandom(64))
+    assert run(folder) == "True"
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert run(blocked) == "True"  # the cache folder cannot be made

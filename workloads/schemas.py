@@ -36,7 +36,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-from workloads.disk_cache import default_root, write_atomically
+from fleet.disk_cache import default_root, write_atomically
 
 CRD_DIR = Path(__file__).parent / "crds"
 KUBERNETES_VERSION = "1.35"
@@ -148,7 +148,7 @@ CRD_CACHE_FORMAT = "1"
 def crds_in(path: Path, cache: Path | None = None) -> list[dict]:
     """The documents of one CRD file. YAML is parsed once per content (LeaderWorkerSet's CRD alone is 1.3 MB, 0.4 s
     to parse), then read back as JSON, ten times faster, by every render writer and portal process: kept in the
-    cache folder (`cache`, default workloads/disk_cache.py's) under the hash of the file's bytes."""
+    cache folder (`cache`, default fleet/disk_cache.py's) under the hash of the file's bytes."""
     raw = path.read_bytes()
     entry = (cache or default_root()) / "crds" / f"{hashlib.sha256(CRD_CACHE_FORMAT.encode() + raw).hexdigest()}.json"
     try:
