@@ -70,6 +70,67 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: 
     return aliased
 
 
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_PLAIN_SCALARS = frozenset({"tag:yaml.org,2002:null", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
+                            "tag:yaml.org,2002:float"})
+
+
+class _Unusual(Exception):
+    """The document needs PyYAML's own constructor: an alias, a merge key, or a tag other than str, int, float,
+    bool, null, map and seq."""
+
+
+def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, seen: set, problems: list, source: str,
+           scalars: dict) -> Any:
+    """The document's data, as PyYAML's safe constructor builds it, with each field's line and duplicate keys
+    recorded on the way (what `_walk_lines` records): one walk instead of two, for documents of plain maps,
+    lists and scalars. Anything else raises `_Unusual`. `scalars` keeps each converted scalar (an int, a bool)
+    by its tag and text: manifests repeat a few."""
+    if id(node) in seen:  # an alias
+        raise _Unusual
+    seen.add(id(node))
+    cls = node.__class__
+    if cls is yaml.ScalarNode:
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        if tag not in _PLAIN_SCALARS:
+            raise _Unusual
+        key = (tag, node.value)
+        value = scalars.get(key, scalars)
+        if value is scalars:
+            try:
+                value = scalars[key] = loader.yaml_constructors[tag](loader, node)
+            except (ValueError, TypeError, OverflowError):
+                raise _Unusual from None  # PyYAML's path reports it
+        return value
+    if cls is yaml.MappingNode and node.tag == _MAP:
+        mapping: dict = {}
+        keys: set = set()
+        for key_node, value_node in node.value:
+            if key_node.__class__ is not yaml.ScalarNode:
+                raise _Unusual
+            raw = key_node.value
+            here = path + (raw,)
+            if raw in keys:
+                problems.append(Problem(source, key_node.start_mark.line + 1, "", format_path(here),
+                                        f"duplicate key {raw!r}"))
+            keys.add(raw)
+            lines.setdefault(here, key_node.start_mark.line + 1)
+            key = raw if key_node.tag == _STR else _build(loader, key_node, path, lines, seen, problems, source,
+                                                          scalars)
+            mapping[key] = _build(loader, value_node, here, lines, seen, problems, source, scalars)
+        return mapping
+    if cls is yaml.SequenceNode and node.tag == _SEQ:
+        sequence = []
+        for index, item in enumerate(node.value):
+            here = path + (index,)
+            lines.setdefault(here, item.start_mark.line + 1)
+            sequence.append(_build(loader, item, here, lines, seen, problems, source, scalars))
+        return sequence
+    raise _Unusual
+
+
 def expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
     """Roughly the bytes of the document's JSON once every alias is expanded, without expanding anything:
     each node's size is computed once and shared by the aliases that repeat it."""
@@ -91,6 +152,7 @@ def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tupl
     `max_expanded` bytes is a problem, found before any of it is built."""
     problems: list[Problem] = []
     documents: list[Document] = []
+    scalars: dict = {}
     loader = None
     try:
         loader = _Loader(text)  # the pure-Python reader rejects control characters already here
@@ -100,16 +162,22 @@ def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tupl
                 continue
             lines: dict[Path_, int] = {}
             found: list[Problem] = []
-            # the walk visits each node once, aliases or not; only a document with aliases can expand beyond
-            # its text (bounded by MAX_BYTES), so only such a document is measured, before any of it is built
-            if _walk_lines(node, (), lines, set(), found, source) and \
-                    (size := expanded_size(node, {})) > max_expanded:
-                problems.append(Problem(source, node.start_mark.line + 1, "", "",
-                                        f"the document expands to about {size:,} bytes through YAML aliases "
-                                        f"(at most {max_expanded:,}): refused"))
-                continue
-            problems += found
-            data = loader.construct_document(node)
+            try:
+                data = _build(loader, node, (), lines, set(), found, source, scalars)
+            except _Unusual:
+                lines, found = {}, []
+                # the walk visits each node once, aliases or not; only a document with aliases can expand beyond
+                # its text (bounded by MAX_BYTES), so only such a document is measured, before any of it is built
+                if _walk_lines(node, (), lines, set(), found, source) and \
+                        (size := expanded_size(node, {})) > max_expanded:
+                    problems.append(Problem(source, node.start_mark.line + 1, "", "",
+                                            f"the document expands to about {size:,} bytes through YAML aliases "
+                                            f"(at most {max_expanded:,}): refused"))
+                    continue
+                problems += found
+                data = loader.construct_document(node)
+            else:
+                problems += found
             documents.append(Document(source, node.start_mark.line + 1, data, lines))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -1,0 +1,87 @@
+"""The loader builds plain documents in one walk (data, lines and duplicate keys together); anything else goes
+through PyYAML's safe constructor after a separate walk for lines. Both must give what the second way gives:
+the same data as yaml.safe_load, the same line per field, the same problems."""
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet import loader
+from fleet.loader import parse_text
+
+
+def reference(text: str) -> tuple[list, list]:
+    """(data, lines, first line) per document and the problems, the two-walk way, for every document."""
+    documents, problems = [], []
+    parser = yaml.CSafeLoader(text)
+    try:
+        while parser.check_node():
+            node = parser.get_node()
+            lines: dict = {}
+            loader._walk_lines(node, (), lines, set(), problems, "f.yaml")
+            documents.append((repr(parser.construct_document(node)), lines, node.start_mark.line + 1))
+    finally:
+        parser.dispose()
+    return documents, [str(p) for p in problems]
+
+
+def loaded(text: str) -> tuple[list, list]:
+    documents, problems = parse_text(text, "f.yaml")
+    return [(repr(d.data), d.lines, d.line) for d in documents], [str(p) for p in problems]
+
+
+# scalars whose text YAML 1.1 resolves to something other than a string, and strings that look like them
+TRICKY = ["yes", "No", "on", "~", "null", "", "0x1F", "0o17", "017", "1_000", "1:30", "+.inf", "-.Inf", ".nan",
+          "1e3", "1.5e-3", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "=", "<<", "true", "False", "-0", "0.",
+          "a: b", "- x", "#", "'q'", "\"dq\"", "ünï", "\t", "123456789012345678901234567890"]
+keys = st.one_of(st.sampled_from(TRICKY), st.text(max_size=6), st.integers(-5, 5), st.booleans())
+scalars = st.one_of(st.sampled_from(TRICKY), st.text(max_size=8), st.integers(), st.booleans(), st.none(),
+                    st.floats(allow_nan=False))
+data = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                     st.dictionaries(keys, inner, max_size=4)), max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(data, min_size=1, max_size=3), st.sampled_from([None, False, True]))
+def test_dumped_documents_load_as_the_two_walks_load_them(documents, flow):
+    text = yaml.safe_dump_all(documents, default_flow_style=flow, allow_unicode=True)
+    assert loaded(text) == reference(text)
+
+
+UNUSUAL = {
+    "duplicate keys, nested under a duplicate": "a:\n  b: 1\n  b: 2\na:\n  b: 3\n  c: [1, 2]\n",
+    "an anchor and aliases": "base: &b {x: 1, y: [a, b]}\nuse: *b\nlist: [*b, *b]\n",
+    "a merge key": "base: &b {x: 1}\nmerged:\n  <<: *b\n  y: 2\n",
+    "timestamps and binary": "when: 2001-12-14 21:59:43.10 -5\nday: 2002-12-14\nblob: !!binary aGVsbG8=\n",
+    "explicit core tags": "a: !!str 12\nb: !!int '7'\nc: !!float '1'\nd: !!bool 'yes'\n",
+    "a set and an omap": "s: !!set {a, b}\no: !!omap [{a: 1}, {b: 2}]\n",
+    "a value key": "=: 1\nb: 2\n",
+    "keys that are not strings": "1: one\ntrue: t\n~: n\n1.5: f\n",
+    "a complex key": "? [a, b]\n: c\n",
+    "a scalar and an empty document": "just text\n---\n---\n- 1\n",
+    "deep lists and maps": "a: [[[{b: [[c]]}]]]\n",
+    "an unknown tag": "a: !custom x\n",
+}
+
+
+def test_unusual_documents_load_as_the_two_walks_load_them():
+    for name, text in UNUSUAL.items():
+        try:
+            expected = reference(text)
+        except yaml.YAMLError as exc:  # PyYAML refuses it: the loader reports a problem and keeps no document
+            documents, problems = parse_text(text, "f.yaml")
+            assert not documents and problems, (name, exc)
+            continue
+        assert loaded(text) == expected, name
+
+
+def test_plain_documents_take_the_one_walk(monkeypatch):
+    """Without this, a loader that always fell back would pass the tests above."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("PyYAML's constructor was used for a plain document")
+
+    monkeypatch.setattr(yaml.CSafeLoader, "construct_document", refuse)
+    documents, problems = parse_text("kind: A\nspec: {n: 1, on: yes, list: [a, ~, 1.5]}\n---\n- x\n", "f.yaml")
+    assert [d.data for d in documents] == [{"kind": "A", "spec": {"n": 1, True: True, "list": ["a", None, 1.5]}},
+                                           ["x"]]
+    assert not problems
