@@ -6,6 +6,7 @@ ours becomes one line and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import sys
@@ -1005,5 +1006,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def console() -> int:
+    """The `modelplane` command: `main` in a process of its own.
+
+    A command builds hundreds of thousands of small objects (parsed YAML, models, placements) and keeps most of
+    them until it exits. With CPython's default thresholds the cyclic collector rescans them every 700
+    allocations, and once more at shutdown; together a third of `plan`'s time at 2,000 deployments. Young
+    objects are collected less often, and what is left at the end is frozen, so shutdown frees it without
+    scanning it. Nothing else changes at exit (files, atexit handlers, threads). Tests call `main`, not this."""
+    gc.set_threshold(50_000, 20, 100)
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
