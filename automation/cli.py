@@ -6,7 +6,6 @@ ours becomes one line and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import json
 import sys
@@ -106,8 +105,12 @@ class WorkflowGroup(click.Group):
 
 @click.group(cls=WorkflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="modelplane-pulumi", prog_name="modelplane")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """A fleet control plane for LLM inference on Pulumi (modelplane.ai/v1alpha1 manifests)."""
+    from automation.console import command_chosen
+
+    command_chosen(ctx.invoked_subcommand)
 
 
 @cli.command()
@@ -1006,19 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def console() -> int:
-    """The `modelplane` command: `main` in a process of its own.
-
-    A command builds hundreds of thousands of small objects (parsed YAML, models, placements) and keeps most of
-    them until it exits. With CPython's default thresholds the cyclic collector rescans them every 700
-    allocations, and once more at shutdown; together a third of `plan`'s time at 2,000 deployments. Young
-    objects are collected less often, and what is left at the end is frozen, so shutdown frees it without
-    scanning it. Nothing else changes at exit (files, atexit handlers, threads). Tests call `main`, not this."""
-    gc.set_threshold(50_000, 20, 100)
-    code = main()
-    gc.freeze()
-    return code
-
-
 if __name__ == "__main__":
+    from automation.console import main as console
+
     sys.exit(console())
