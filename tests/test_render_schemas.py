@@ -194,7 +194,11 @@ def test_the_fast_yaml_writer_writes_what_the_reference_writer_writes(seed):
 TRICKY = ["", " ", "yes", "no", "null", "~", "0123", "1.5", "1e3", ".inf", "-", "- a", "? a", ": a", "a: b", "a #b",
           "#c", "@x", "`x", "'q'", '"q"', "{a}", "[a]", "*x", "&x", "!x", "|x", ">x", "%x", "a\tb", "a\n", "a\nb",
           "\na", " lead\nx", "trail \nx", "a\n\n", "a\n\n\nb\n", "a\r\nb", "Grüße", "x" * 130, "---", "...",
-          "a:b", "http://x/y?z=1", "2026-12-01", "0x1F", "+1", "true", "True", "NO"]
+          "a:b", "http://x/y?z=1", "2026-12-01", "0x1F", "+1", "true", "True", "NO",
+          # words the writer writes plain without asking libyaml, unless they read back as something else
+          "a", "a-b", "a.b", "a/b", "a_b", "a:", "a:b:c", "1:30", "1_000", "0o17", "0b101", "1.5e3", "6.", "ON", "off",
+          "Yes", "y", "n", "nan", "NaN", "inf", "v0.11.0", "vllm/vllm-openai:v0.11.0", "2026-12-01t10:00:00Z", "a/",
+          "1-2", "0.0.0.0", "12:30:45", "190:20:30", "1__2", "._", "A1/b.c-d_e"]
 scalars = st.one_of(st.sampled_from(TRICKY), st.text(max_size=12), st.integers(-10**6, 10**6), st.booleans(),
                     st.none(), st.floats(allow_nan=False, allow_infinity=False))
 keys = st.one_of(st.sampled_from(TRICKY), st.text(min_size=1, max_size=10))

@@ -44,7 +44,7 @@ def stream(rendered) -> str:
 PARALLEL_FROM = 2000  # objects: below this, forking costs more than it saves
 CHUNK = 500  # objects a writer process takes at a time (and the progress display's step)
 # what forked writers inherit instead of receiving a copy: (path, object, "stack/target"), and the check
-_WRITING: tuple[list[tuple[Path, dict, str]], Callable[[dict], list[str]] | None] | None = None
+_WRITING: tuple[list[tuple[str, dict, str]], Callable[[dict], list[str]] | None] | None = None
 
 
 def _write_range(bounds: tuple[int, int]) -> tuple[int, list[str]]:
@@ -55,8 +55,20 @@ def _write_range(bounds: tuple[int, int]) -> tuple[int, list[str]]:
     for path, obj, where in planned[bounds[0]:bounds[1]]:
         if check is not None:
             problems += [f"{where}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
-        path.write_text(dump(obj))
+        _create(path, dump(obj).encode())
     return bounds[1] - bounds[0], problems
+
+
+def _create(path: str, data: bytes) -> None:
+    """Write a new file (in the staging folder, each path once) without a text layer: at 40,000 files pathlib's
+    write_text was a fifth of a writer's time."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, jobs: int | None = None,
@@ -80,22 +92,23 @@ def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, 
     mask = os.umask(0)
     os.umask(mask)
     staging.chmod(0o777 & ~mask)
-    planned: list[tuple[Path, dict, str]] = []
+    planned: list[tuple[str, dict, str]] = []  # paths as text: pathlib's joins were a tenth of a large render
     problems: list[str] = []
     try:
         (staging / MARKER).write_text("written by modelplane render; the whole folder is replaced on each render\n")
-        taken: set[Path] = set()
-        folders: dict[Path, None] = {}
+        taken: set[str] = set()
+        folders: dict[str, None] = {}
         for stack, target, obj in rendered.objects():
-            folder = staging / stack / target
-            path = folder / file_name(obj)
+            where = f"{stack}/{target}"
+            name = file_name(obj)
+            path = f"{staging}/{where}/{name}"
             if path in taken:
-                raise OutputError(f"{stack}/{target}: two objects would be written to {path.name}")
+                raise OutputError(f"{where}: two objects would be written to {name}")
             taken.add(path)
-            folders[folder] = None
-            planned.append((path, obj, f"{stack}/{target}"))
+            folders[f"{staging}/{where}"] = None
+            planned.append((path, obj, where))
         for folder in folders:
-            folder.mkdir(parents=True, exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
         chunks = [(i, min(i + CHUNK, len(planned))) for i in range(0, len(planned), CHUNK)]
         jobs = min(jobs or os.cpu_count() or 1, 16)
         _WRITING = (planned, check)

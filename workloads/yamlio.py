@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import yaml
@@ -156,8 +157,15 @@ def _scalar(value) -> tuple[str, tuple[str, ...]]:
     raise _Unusual
 
 
+# A word of letters, digits and `._/-` (and `:` inside), starting with a letter or digit: libyaml writes it plain
+# wherever it stands, unless it would read back as something else (yes, 1e3, 2026-12-01), which the resolver says.
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._/:-]*[A-Za-z0-9._/-])?\Z")
+
+
 @lru_cache(maxsize=1 << 16)
 def _string(value: str) -> tuple[str, tuple[str, ...]]:
+    if _PLAIN_WORD.match(value) and _scalar_tag(value, (True, False)) == _TAG + "str":
+        return value, ()  # names, images, paths: most scalars of an object, without asking libyaml
     return _string_of(value)
 
 
