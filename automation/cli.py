@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from fleet.validate import Fleet  # the automation layer is imported only by the commands that run stacks
     from automation.runner import Operation
 
-from fleet.plan_output import plan_to_dict
+from fleet.plan_output import json_text, plan_to_dict
 from fleet.scheduler import schedule
 from fleet.validate import Loaded, load_fleet
 
@@ -164,8 +164,6 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
     Reads the placements `up` recorded (--state), so the plan shows what `up` will do."""
-    from automation.output import plan_table
-
     loaded = _load(paths)
     recorded = _recorded(state, fresh)
     if output == "markdown" and not against:
@@ -191,7 +189,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         document["stacks"] = compared["stacks"]  # as before, for existing readers
         document["changes"] = compared
     if output == "json":
-        click.echo(json.dumps(document, indent=2))
+        click.echo(json_text(document))
     elif output == "yaml":
         click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
     elif output == "name":
@@ -203,6 +201,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         assert comparison is not None  # -o markdown without --against was refused above
         click.echo(markdown(comparison), nl=False)
     else:
+        from automation.output import plan_table  # rich: only for people (20 ms to import)
+
         plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
         if comparison is not None:
             changed = comparison.changed

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
+
 from fleet.plan import Plan
+
+
+def json_text(document: Any) -> str:
+    """`json.dumps(document, indent=2)`, byte for byte, for documents like the plan's: strings, ints, bools, None,
+    lists and dicts with string keys, and no floats (orjson writes 1e-05 as 0.00001). orjson writes them 30x faster;
+    text it would write differently (characters beyond ASCII, DEL, ints beyond 64 bits) is left to json."""
+    try:
+        out = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a key that is not a string
+        return json.dumps(document, indent=2)
+    if not out.isascii() or b"\x7f" in out:  # json escapes both (ensure_ascii); orjson writes them as they are
+        return json.dumps(document, indent=2)
+    return out.decode()
 
 
 def plan_to_dict(plan: Plan, explain: bool = False) -> dict:
