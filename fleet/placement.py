@@ -210,6 +210,10 @@ class Placer:
             self._replicas[key] = result
             return result
 
+        if len(engines) == 1:
+            result = self._place_one_engine(engines[0], cluster, pools, states, candidates, rejection)
+            self._replicas[key] = result
+            return result
         ordered = sorted(engines, key=lambda e: e.name)
         best: tuple | None = None
         explored = 0
@@ -257,6 +261,25 @@ class Placer:
             result = (ReplicaPlacement(cluster.name, engines_out, total), {n: nodes[n] for n in touched})
         self._replicas[key] = result
         return result
+
+    def _place_one_engine(self, engine: EngineShape, cluster: ClusterView, pools: dict[str, PoolView],
+                          states: dict[str, PoolState], candidates: dict[str, list[str]], rejection: Rejection):
+        """What the search gives for one engine (most shapes), without its bookkeeping: the tightest of the first
+        MAX_ASSIGNMENTS pools it fits, then the pool name; else a capacity line per candidate pool."""
+        best: tuple | None = None
+        fitted = 0
+        for name in candidates[engine.name]:
+            placement, nodes = self.place_engine(engine, pools[name], states[name])
+            if placement is None:
+                rejection.reasons.append((name, *nodes))
+                continue
+            if fitted < MAX_ASSIGNMENTS and (best is None or (placement.score.key(), name) < best[0]):
+                best = ((placement.score.key(), name), placement, nodes)
+            fitted += 1
+        if best is None:
+            return None, rejection
+        (_, pool), placement, nodes = best
+        return ReplicaPlacement(cluster.name, (placement,), ZERO + placement.score), {pool: nodes}
 
     def candidate_pools(self, engines: tuple[EngineShape, ...], cluster: ClusterView) -> dict[str, list[str]]:
         """Per engine, the pools of the cluster it could ever run on, capacity aside, in name order."""
