@@ -7,7 +7,9 @@ Later comparisons against the same base read it back instead of planning and ren
 and compose only the head's model stacks whose inputs differ from the base's.
 
 The key hashes the validated base objects, the recorded placements it was planned with, the control plane
-and this project's own code, so a summary is never reused across a change to any of them. The summary holds
+and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
+base's files as read (names and bytes) with the same placements, control plane and code, leads to the same
+summary without parsing the base: the same bytes load to the same objects. The summary holds
 no secret (secret values are never rendered, so no fingerprint depends on them) and is written atomically,
 readable by its owner only. A file that cannot be read is ignored and rewritten.
 
@@ -97,9 +99,23 @@ def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str |
     return digest.hexdigest()
 
 
+def source_key(sources: list[tuple[str, bytes]], recorded: list[RecordedReplica],
+               control_plane: str | None = None) -> str:
+    """The base's files as read (name and bytes, in load order), with everything `base_key` holds besides the
+    objects: equal keys load to equal objects, so they lead to the same summary without parsing anything."""
+    digest = hashlib.sha256(b"sources\0" + code_digest().encode())
+    digest.update(json.dumps(control_plane).encode())
+    for name, raw in sources:
+        digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(raw).digest())
+    for r in sorted(recorded, key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
+        digest.update(json.dumps(asdict(r), sort_keys=True).encode() + b"\0")
+    return digest.hexdigest()
+
+
 class BaseCache:
     def __init__(self, root: Path | None = None):
         self.root = (root or default_root()) / "plans"
+        self.sources = self.root / "by-sources"  # a source key's file holds the base key of its summary
 
     def _path(self, key: str) -> Path:
         return self.root / f"{key}.json"
@@ -116,6 +132,22 @@ class BaseCache:
             pass
         return summary
 
+    def by_sources(self, key: str) -> BaseSummary | None:
+        try:
+            base = (self.sources / key).read_text().strip()
+        except OSError:
+            return None
+        summary = self.get(base) if len(base) == 64 and all(c in "0123456789abcdef" for c in base) else None
+        if summary is not None:
+            try:
+                os.utime(self.sources / key)
+            except OSError:
+                pass
+        return summary
+
+    def remember_sources(self, key: str, base: str) -> None:
+        write_atomically(self.sources / key, base)
+
     def put(self, key: str, summary: BaseSummary) -> None:
         """Best effort: a cache that cannot be written only makes the next comparison slower."""
         if write_atomically(self._path(key), summary.to_json()):
@@ -125,6 +157,7 @@ class BaseCache:
                 return
 
     def _prune(self) -> None:
-        entries = sorted(self.root.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in entries[KEEP:]:
-            old.unlink(missing_ok=True)
+        for pattern, keep in (("*.json", KEEP), ("by-sources/*", 4 * KEEP)):
+            entries = sorted(self.root.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+            for old in entries[keep:]:
+                old.unlink(missing_ok=True)

@@ -72,12 +72,13 @@ def _recorded(state: str, fresh: bool) -> list:
     return placements
 
 
-def _load(paths: tuple[str, ...]) -> Loaded:
+def _load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
+    """`sources`: the files under `paths` as already read, not read again."""
     from pathlib import Path
 
     secrets_dir = click.get_current_context().meta.get("secrets_dir")
     loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None,
-                        secrets_dir=Path(secrets_dir) if secrets_dir else None)
+                        secrets_dir=Path(secrets_dir) if secrets_dir else None, sources=sources)
     for note in loaded.notes:
         click.echo(f"note: {note}", err=True)
     for problem in loaded.problems:
@@ -89,6 +90,27 @@ def _load(paths: tuple[str, ...]) -> Loaded:
         click.echo(f"{len(loaded.errors)} error(s); nothing was planned or applied", err=True)
         raise SystemExit(EXIT_INVALID)
     return loaded
+
+
+def _base(paths: tuple[str, ...], recorded: list, cache, control_plane: str | None = None):
+    """The base's summary (`plan --against`, `preview --changed-against`). When the base's files are byte for byte
+    those of a base summarised before, with the same recorded placements and code, the summary is read back and the
+    base is not even parsed; otherwise it is loaded (its problems said as for any input), planned and kept."""
+    from automation.base_cache import source_key
+    from automation.compare import base_summary
+    from fleet.loader import read_sources
+
+    sources = read_sources(paths, sys.stdin if "-" in paths else None)
+    key = None
+    if cache is not None and not click.get_current_context().meta.get("secrets_dir") \
+            and all(s.raw is not None and not s.problems for s in sources):
+        key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane)
+        summary = cache.by_sources(key)
+        if summary is not None:
+            click.echo(f"note: base: {', '.join(paths)} read as summarised before (unchanged files; "
+                       "--no-cache to plan it afresh)", err=True)
+            return summary
+    return base_summary(_load(paths, sources).fleet, recorded, cache, control_plane, sources_key=key)
 
 
 WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "status", "up", "drift", "refresh",
@@ -174,7 +196,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         from automation.base_cache import BaseCache
         from automation.compare import compare
 
-        comparison = compare(_load(against).fleet, loaded.fleet, explain, recorded, None if no_cache else BaseCache())
+        base = _base(against, recorded, None if no_cache else BaseCache())
+        comparison = compare(None, loaded.fleet, explain, recorded, base=base)
         result = comparison.plan
     else:
         result = schedule(loaded.fleet, recorded, explain=explain)
@@ -613,12 +636,11 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
     only, changes = None, None
     if changed_against:
         from automation.base_cache import BaseCache
-        from automation.compare import base_summary
         from automation.offline_preview import around
         from automation.stacks import changes as stack_changes
 
         # the head planned with the base's placements, as `plan --against` plans it (the base's summary cached)
-        base = base_summary(_load(changed_against).fleet, [], BaseCache(), host)
+        base = _base(changed_against, [], BaseCache(), host)
         desired = desired_state(loaded.fleet, base.placements, control_plane=host)
         changes = {c.name: c.change for c in stack_changes(desired.specs, base.fingerprints) if c.change != "none"}
         only = around(desired.specs, {name for name, change in changes.items() if change != "delete"})

@@ -37,28 +37,33 @@ def _brief(r) -> dict:
 
 
 def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
-                 control_plane: str | None = None) -> BaseSummary:
-    """The base planned and fingerprinted, read from `cache` when the same base was summarised before."""
+                 control_plane: str | None = None, sources_key: str | None = None) -> BaseSummary:
+    """The base planned and fingerprinted, read from `cache` when the same base was summarised before.
+    `sources_key`: the base's files' key (base_cache.source_key), remembered to lead to this summary."""
     key = base_key(base_fleet, recorded, control_plane) if cache is not None else ""
     summary = cache.get(key) if cache is not None else None
     if summary is None:
         summary = BaseSummary.of(desired_state(base_fleet, recorded, control_plane, known={}))
         if cache is not None:
             cache.put(key, summary)
+    if cache is not None and sources_key:
+        cache.remember_sources(sources_key, key)
     return summary
 
 
-def compare(base_fleet: Fleet, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
-            cache: BaseCache | None = None, incremental: bool = True) -> Comparison:
+def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
+            cache: BaseCache | None = None, incremental: bool = True, base: BaseSummary | None = None) -> Comparison:
     """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would).
 
     The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
     composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
-    incremental path is tested against). `cache` keeps base summaries between runs."""
-    if incremental:
-        base = base_summary(base_fleet, recorded or [], cache)
-    else:
-        base = BaseSummary.of(desired_state(base_fleet, recorded or []))
+    incremental path is tested against). `cache` keeps base summaries between runs. `base`: the base's summary
+    when the caller has it (then `base_fleet` is not read)."""
+    if base is None:
+        if base_fleet is None:
+            raise ValueError("compare needs the base's fleet or its summary")
+        base = (base_summary(base_fleet, recorded or [], cache) if incremental
+                else BaseSummary.of(desired_state(base_fleet, recorded or [])))
     head = desired_state(head_fleet, base.placements, explain=explain, known=base.known if incremental else None)
     head_plan = head.plan
     stack_changes = changes(head.specs, base.fingerprints)

@@ -511,13 +511,12 @@ def check(graph: Graph, rules: Iterable[str] | None = None) -> list[Violation]:
 
 
 def cluster_facts(fleet: Fleet) -> dict[str, ClusterFacts]:
-    from components.args import cluster_args
+    from components.args import every_cluster_args
 
     out = {}
-    for ic in fleet.of("InferenceCluster"):
-        args = cluster_args(fleet, ic.name)
+    for name, args in every_cluster_args(fleet).items():
         provided = {args.cache_storage_class} if args.source == "Existing" and args.cache_storage_class else set()
-        out[ic.name] = ClusterFacts(args.source, args.region, frozenset(provided))
+        out[name] = ClusterFacts(args.source, args.region, frozenset(provided))
     return out
 
 

@@ -26,14 +26,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Mapping, NamedTuple, TYPE_CHECKING
 
-from components.args import cluster_args, control_plane_cluster, gateway_args
+from components.args import control_plane_cluster, every_cluster_args, gateway_args
 from components.versions import pinned, project_version
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
                               service_stack, team_stack)
-from workloads.schemas import check
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -101,11 +100,10 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     host = control_plane_cluster(fleet, control_plane)
     payload: dict[str, Any]
     release = project_version()
-    for ic in fleet.of("InferenceCluster"):
-        args = cluster_args(fleet, ic.name)
+    for name, args in every_cluster_args(fleet).items():
         payload = {"cluster": args.model_dump(), "versions": pinned(versions), "project": release}
-        platform = StackId.platform(ic.name)
-        stacks[str(platform)] = StackSpec(platform, fingerprint(payload), targets=[ic.name], payload=payload)
+        platform = StackId.platform(name)
+        stacks[str(platform)] = StackSpec(platform, fingerprint(payload), targets=[name], payload=payload)
     gateway = gateway_args(fleet, host)
     if gateway is not None:
         payload = {"gateway": gateway.model_dump(), "versions": pinned(versions), "host": host, "project": release}
@@ -197,6 +195,8 @@ class DesiredState:
 
 def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> list[str]:
     """Collisions, and objects (of `stacks`; None: all) that their cluster's schema rejects."""
+    from workloads.schemas import check  # jsonschema and the CRDs: only for what checks objects (25 ms to import)
+
     out = [str(p) for p in rendered.problems]
     for stack, target, obj in rendered.objects():
         if stacks is None or stack in stacks:

@@ -14,6 +14,8 @@ from fleet.backends import NVIDIA_DRIVER
 from fleet.inventory import cache_storage_class
 
 if TYPE_CHECKING:
+    from fleet.api.cluster import InferenceCluster
+    from fleet.api.inference_class import InferenceClass
     from fleet.validate import Fleet
 
 
@@ -114,7 +116,16 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
 
 def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
     ic = next(c for c in fleet.of("InferenceCluster") if c.name == name)
+    return _cluster_args(ic, {c.name: c for c in fleet.of("InferenceClass")})
+
+
+def every_cluster_args(fleet: Fleet) -> dict[str, ClusterArgs]:
+    """`cluster_args` of every InferenceCluster, in the fleet's order, in one pass."""
     classes = {c.name: c for c in fleet.of("InferenceClass")}
+    return {ic.name: _cluster_args(ic, classes) for ic in fleet.of("InferenceCluster")}
+
+
+def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass]) -> ClusterArgs:
     source = ic.spec.cluster.source
     block = getattr(ic.spec.cluster, source.lower())
     pools = []

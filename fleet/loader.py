@@ -233,31 +233,53 @@ def _expand(path: str) -> tuple[list[Path], list[Problem]]:
     return [], [Problem(path, 0, "", "", "no such file or folder")]
 
 
-def load_paths(paths: Iterable[str], stdin: Any = None) -> tuple[list[Document], list[Problem]]:
-    """Load every document under `paths` ("-" is standard input), in a stable order."""
-    documents: list[Document] = []
-    problems: list[Problem] = []
+@dataclass(frozen=True)
+class Source:
+    """One file's bytes as read (or standard input's), or why a path could not be read."""
+
+    name: str
+    raw: bytes | None
+    problems: tuple[Problem, ...] = ()
+
+
+def read_sources(paths: Iterable[str], stdin: Any = None) -> list[Source]:
+    """The bytes of every file under `paths` ("-" is standard input), in a stable order."""
+    sources: list[Source] = []
     for path in paths:
         if path == "-":
             stream = stdin if stdin is not None else sys.stdin
             raw = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
             if isinstance(raw, str):
                 raw = raw.encode("utf-8", errors="surrogateescape")
-            sources = [("<stdin>", raw)]
-        else:
-            files, found = _expand(path)
-            problems += found
-            sources = []
-            for f in files:
-                try:
-                    sources.append((str(f), f.read_bytes()))
-                except OSError as exc:
-                    problems.append(Problem(str(f), 0, "", "", f"cannot read: {exc.strerror or exc}"))
-        for source, raw in sources:
-            text, bad = _decode(raw, source)
+            sources.append(Source("<stdin>", raw))
+            continue
+        files, found = _expand(path)
+        if found:
+            sources.append(Source(path, None, tuple(found)))
+        for f in files:
+            try:
+                sources.append(Source(str(f), f.read_bytes()))
+            except OSError as exc:
+                sources.append(Source(str(f), None, (Problem(str(f), 0, "", "", f"cannot read: {exc.strerror or exc}"),)))
+    return sources
+
+
+def parse_sources(sources: Iterable[Source]) -> tuple[list[Document], list[Problem]]:
+    documents: list[Document] = []
+    problems: list[Problem] = []
+    for source in sources:
+        problems += source.problems
+        if source.raw is None:
+            continue
+        text, bad = _decode(source.raw, source.name)
+        problems += bad
+        if text is not None:
+            docs, bad = parse_text(text, source.name)
+            documents += docs
             problems += bad
-            if text is not None:
-                docs, bad = parse_text(text, source)
-                documents += docs
-                problems += bad
     return documents, problems
+
+
+def load_paths(paths: Iterable[str], stdin: Any = None) -> tuple[list[Document], list[Problem]]:
+    """Load every document under `paths` ("-" is standard input), in a stable order."""
+    return parse_sources(read_sources(paths, stdin))

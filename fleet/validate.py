@@ -23,7 +23,7 @@ from fleet import cel
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
-from fleet.loader import Document, load_paths
+from fleet.loader import Document, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
 
@@ -438,8 +438,10 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
     return Loaded(fleet, problems, notes)
 
 
-def load_fleet(paths: Iterable[str], stdin: Any = None, secrets_dir: Path | None = None) -> Loaded:
-    documents, problems = load_paths(paths, stdin)
+def load_fleet(paths: Iterable[str], stdin: Any = None, secrets_dir: Path | None = None,
+               sources: list[Source] | None = None) -> Loaded:
+    """`sources`: the files under `paths` as already read (fleet.loader.read_sources), so they are not read again."""
+    documents, problems = parse_sources(sources) if sources is not None else load_paths(paths, stdin)
     loaded = validate_documents(documents, secrets_dir)
     loaded.problems[:0] = problems
     return loaded

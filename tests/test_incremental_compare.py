@@ -190,3 +190,56 @@ def test_collisions_are_found_with_stacks_that_were_not_composed_again():
     full = desired_state(head, recorded)
     assert [str(p) for p in again.rendered.problems] == [str(p) for p in full.rendered.problems]
     assert any("already creates this object" in str(p) for p in full.rendered.problems)
+
+
+def test_a_base_whose_files_are_unchanged_is_not_parsed_again(tmp_path, monkeypatch, capsys):
+    """`plan --against` keys the base's summary by its files' bytes too: CI compares every pull request with the
+    same base, and then reads the summary back without parsing, validating or planning the base."""
+    import fleet.loader
+    from automation.cli import main
+
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / "cache"))
+    objects = generate(24, 6)
+    base, head = tmp_path / "base.yaml", tmp_path / "head.yaml"
+    base.write_text(yaml_text(objects))
+    head.write_text(yaml_text(EDITS["one deployment's image"](objects)))
+    parsed: list[str] = []
+    real = fleet.loader.parse_text
+    monkeypatch.setattr(fleet.loader, "parse_text", lambda text, source, *a: parsed.append(source) or real(text, source, *a))
+
+    def against(*extra: str) -> str:
+        parsed.clear()
+        assert main(["plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh", *extra]) == 0
+        return capsys.readouterr().out
+
+    full = against("--no-cache")
+    assert parsed == [str(head), str(base)]
+    assert against() == full and parsed == [str(head), str(base)]  # the first time: parsed, planned, kept
+    assert against() == full and parsed == [str(head)]  # the same bytes: the summary, by the files' key
+    base.write_text(base.read_text() + "# a comment: the same objects, other bytes\n")
+    assert against() == full and parsed == [str(head), str(base)]  # parsed; the objects' key finds the summary
+    assert against() == full and parsed == [str(head)]
+    base.write_text(yaml_text(EDITS["one deployment gains a replica"](objects)))
+    changed = against()
+    assert parsed == [str(head), str(base)] and changed != full
+    assert json.loads(changed)["changes"] == json.loads(against("--no-cache"))["changes"]
+
+
+def test_the_files_key_follows_every_input():
+    from automation.base_cache import source_key
+
+    files = [("a.yaml", b"kind: A\n"), ("b.yaml", b"kind: B\n")]
+    key = source_key(files, [])
+    assert source_key(list(files), []) == key
+    assert source_key([("a.yaml", b"kind: A \n"), files[1]], []) != key  # one byte
+    assert source_key([("c.yaml", b"kind: A\n"), files[1]], []) != key  # a name
+    assert source_key(files[::-1], []) != key  # the order files load in
+    assert source_key(files, [], control_plane="c1") != key
+    recorded = [r.recorded() for r in compare(fleet_of(generate(4, 2)), fleet_of(generate(4, 2))).plan.replicas]
+    assert source_key(files, recorded) != key
+
+
+def yaml_text(objects) -> str:
+    import yaml
+
+    return yaml.safe_dump_all(objects, sort_keys=False)

@@ -413,9 +413,9 @@ def test_a_problem_only_the_background_replan_finds_holds_back_runs_and_is_shown
 def test_a_deployment_write_checks_its_teams_stack_on_its_clusters_too(portal, monkeypatch):
     """A write changes its model stack and its team's stack (namespace, policy, quota) on each of its clusters:
     both are checked in the request, not left for the background replan to find after the write was accepted."""
-    import automation.stacks
-    real = automation.stacks.check
-    monkeypatch.setattr(automation.stacks, "check", lambda obj: real(obj) + (
+    import workloads.schemas
+    real = workloads.schemas.check
+    monkeypatch.setattr(workloads.schemas, "check", lambda obj: real(obj) + (
         ["spec.hard: this cluster's API server refuses the quota"] if obj["kind"] == "ResourceQuota" else []))
     seed_fleet(portal)
     with portal.client(ADMIN) as admin:
