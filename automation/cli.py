@@ -17,6 +17,7 @@ import yaml
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet  # the automation layer is imported only by the commands that run stacks
+    from automation.base_cache import BaseCache, BaseSummary
     from automation.runner import Operation
 
 from fleet.plan_output import json_text, plan_to_dict
@@ -92,7 +93,8 @@ def _load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
     return loaded
 
 
-def _base(paths: tuple[str, ...], recorded: list, cache, control_plane: str | None = None):
+def _base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
+          control_plane: str | None = None) -> BaseSummary:
     """The base's summary (`plan --against`, `preview --changed-against`). When the base's files are byte for byte
     those of a base summarised before, with the same recorded placements and code, the summary is read back and the
     base is not even parsed; otherwise it is loaded (its problems said as for any input), planned and kept."""
