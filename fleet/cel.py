@@ -15,8 +15,12 @@ kinds costs a handful of evaluations.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import sys
 import threading
-from functools import lru_cache, partial
+from functools import lru_cache
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -26,7 +30,7 @@ import lark
 from celpy import celparser
 from celpy.evaluation import base_functions
 
-from fleet.disk_cache import default_root
+from fleet.disk_cache import default_root, sealed, unsealed, write_atomically
 
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
@@ -300,25 +304,32 @@ def check_expression(expression: str, evaluator: CelEvaluator | None = None) -> 
 
 
 def _build_parser_through_cache() -> None:
-    """Build celpy's parser, keeping Lark's analysis of the grammar in the cache folder.
+    """celpy's parser, kept in the cache folder: celpy analyses the CEL grammar in every process (about 70 ms of
+    each command's start-up), and Lark can save the analysed parser and load it back.
 
-    Every process would otherwise analyse the CEL grammar again (about 70 ms of each command's start-up). celpy
-    builds its Lark parser once per process; this builds it the same way, with Lark's `cache` option added, so
-    the parser is the one celpy would build. Lark keys the file by a hash of the grammar, the options and its own
-    version, rebuilds on a mismatch or an unreadable file, and never fails on a folder it cannot write."""
+    The entry is keyed by celpy's grammar and parser module, Lark's version and Python's, and sealed with the hash
+    of its bytes (fleet/disk_cache.py): Lark loads with pickle, so a file cut short by a crash, or damaged, is
+    never loaded, only rebuilt. celpy builds the parser itself whenever there is no good entry."""
     if celparser.CELParser.CEL_PARSER is not None:
         return
-    folder = default_root()
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        return  # celpy builds it without a cache
-    build = celparser.Lark
-    celparser.Lark = partial(build, cache=str(folder / "cel-grammar.lark-cache"))  # type: ignore[assignment, misc]
-    try:
-        celparser.CELParser()
-    finally:
-        celparser.Lark = build  # type: ignore[misc]
+    here = Path(celparser.__file__).parent
+    key = hashlib.sha256((here / "cel.lark").read_bytes() + Path(celparser.__file__).read_bytes()
+                         + f"{lark.__version__} {sys.version}".encode()).hexdigest().encode()
+    entry = default_root() / "cel-grammar.lark"
+    kept = unsealed(entry)
+    if kept is not None and kept.startswith(key + b"\n"):
+        try:
+            celparser.CELParser.CEL_PARSER = lark.Lark.load(io.BytesIO(kept[len(key) + 1:]))
+            return
+        except Exception:  # noqa: BLE001 - an entry this Lark cannot load is built again
+            celparser.CELParser.CEL_PARSER = None
+    celparser.CELParser()
+    built: lark.Lark | None = getattr(celparser.CELParser, "CEL_PARSER")  # set just now (typed as read at the top)
+    if built is None:
+        return
+    saved = io.BytesIO()
+    built.save(saved)
+    write_atomically(entry, sealed(key + b"\n" + saved.getvalue()))
 
 
 _build_parser_through_cache()

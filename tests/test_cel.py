@@ -151,6 +151,10 @@ def test_selectors_that_can_never_match_are_warnings_and_plan_says_why(tmp_path,
     assert "could not be evaluated" in reasons["ml-team/units"] and "invalid quantity '20GB'" in reasons["ml-team/units"]
 
 
+PARSED = [case[0] for case in CASES] + ['a.b[1] ? -x : "s" + b"y"', "f(1, 2u, 3.0, [1], {1: 2})",
+                                       "true && false || x.exists(y, y > 1)"]
+
+
 def test_the_parser_built_through_the_cache_is_the_one_celpy_builds():
     """fleet.cel builds celpy's parser with Lark's cache added; celpy's own construction must parse alike."""
     from celpy import celparser
@@ -163,7 +167,7 @@ def test_the_parser_built_through_the_cache_is_the_one_celpy_builds():
     finally:
         celparser.CELParser.CEL_PARSER = ours
     assert ours is not None and theirs is not ours
-    for expression in [case[0] for case in CASES] + ['a.b[1] ? -x : "s" + b"y"', "f(1, 2u, 3.0, [1], {1: 2})"]:
+    for expression in PARSED:
         assert ours.parse(expression) == theirs.parse(expression), expression
 
 
@@ -172,8 +176,19 @@ def test_a_cache_folder_that_is_missing_unwritable_or_corrupt_changes_nothing(tm
     import subprocess
     import sys
 
-    check = ("from fleet.cel import CelEvaluator, DeviceFacts\n"
-             "print(CelEvaluator().matches('device.driver == \"gpu.nvidia.com\"', DeviceFacts('gpu.nvidia.com')))\n")
+    # whether importing fleet.cel built a parser (a load does not), whether the parser in use parses as one celpy
+    # builds afresh, and whether a selector evaluates
+    check = ("import lark\n"
+             "built, real = [], lark.Lark.__init__\n"
+             "lark.Lark.__init__ = lambda self, *a, **k: built.append(1) or real(self, *a, **k)\n"
+             "from celpy import celparser\n"
+             "from fleet.cel import CelEvaluator, DeviceFacts\n"
+             "at_import = len(built)\n"
+             "ours, celparser.CELParser.CEL_PARSER = celparser.CELParser.CEL_PARSER, None\n"
+             "celparser.CELParser()\n"
+             f"same = all(ours.parse(e) == celparser.CELParser.CEL_PARSER.parse(e) for e in {PARSED!r})\n"
+             "works = CelEvaluator().matches('device.driver == \"gpu.nvidia.com\"', DeviceFacts('gpu.nvidia.com'))\n"
+             "print('built' if at_import else 'loaded', same and works)\n")
 
     def run(cache_dir) -> str:
         result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120,
@@ -182,12 +197,15 @@ def test_a_cache_folder_that_is_missing_unwritable_or_corrupt_changes_nothing(tm
         return result.stdout.strip()
 
     folder = tmp_path / "cache"
-    assert run(folder) == "True"  # builds and keeps the parser
-    kept = list(folder.iterdir())
-    assert len(kept) == 1
-    assert run(folder) == "True"  # reads it
-    kept[0].write_bytes(b"not what Lark wrote\n" + os.urandom(64))
-    assert run(folder) == "True"
+    assert run(folder) == "built True"  # and kept
+    (entry,) = folder.iterdir()
+    good = entry.read_bytes()
+    assert run(folder) == "loaded True" and entry.read_bytes() == good and list(folder.iterdir()) == [entry]
+    # a file cut short by a crash, and random damage: never unpickled (that printed a SystemError), rebuilt
+    for damaged in [good[:len(good) // 2], good[:70] + os.urandom(200), os.urandom(64), b""]:
+        entry.write_bytes(damaged)
+        assert run(folder) == "built True"
+        assert run(folder) == "loaded True"  # kept again (Lark's bytes differ between processes: not compared)
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    assert run(blocked) == "True"  # the cache folder cannot be made
+    assert run(blocked) == "built True"  # the cache folder cannot be made
