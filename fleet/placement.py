@@ -279,7 +279,7 @@ class Placer:
         if best is None:
             return None, rejection
         (_, pool), placement, nodes = best
-        return ReplicaPlacement(cluster.name, (placement,), ZERO + placement.score), {pool: nodes}
+        return one_engine_replica(cluster.name, placement, pool, nodes)
 
     def candidate_pools(self, engines: tuple[EngineShape, ...], cluster: ClusterView) -> dict[str, list[str]]:
         """Per engine, the pools of the cluster it could ever run on, capacity aside, in name order."""
@@ -325,6 +325,11 @@ class Placer:
     def _fits_alone(self, engine, cluster, states, candidates) -> bool:
         pools = {p.name: p for p in cluster.pools}
         return any(self.place_engine(engine, pools[n], states[n])[0] is not None for n in candidates[engine.name])
+
+
+def one_engine_replica(cluster: str, placement: EnginePlacement, pool: str, nodes) -> tuple[ReplicaPlacement, dict]:
+    """A replica of one engine placed on `pool`: (ReplicaPlacement, {pool: new nodes}), as `place_replica` gives."""
+    return ReplicaPlacement(cluster, (placement,), ZERO + placement.score), {pool: nodes}
 
 
 def _said_of(result: tuple, cluster: str) -> tuple:

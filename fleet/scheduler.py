@@ -34,8 +34,8 @@ from fleet.cel import CelEvaluator
 from fleet.inventory import ClusterView, build_clusters
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
-from fleet.ledger import ZERO, PoolState
-from fleet.placement import MAX_ASSIGNMENTS, Placer, ReplicaPlacement
+from fleet.ledger import PoolState
+from fleet.placement import MAX_ASSIGNMENTS, Placer, ReplicaPlacement, one_engine_replica
 from fleet.plan import Dropped, PlacedReplica, Plan, Unscheduled
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
@@ -168,8 +168,9 @@ class _Ranking:
         if pool:
             engine, nodes = s.placer.place_engine(self.d.engines[0], s.pool_views[cluster.name, pool],
                                                   s.states[cluster.name][pool])
-            placement = None if engine is None else ReplicaPlacement(cluster.name, (engine,), ZERO + engine.score)
-            nodes = {pool: nodes}
+            placement = None
+            if engine is not None:
+                placement, nodes = one_engine_replica(cluster.name, engine, pool, nodes)
         else:
             placement, nodes = s._place(self.d, cluster)
         if placement is not None:
