@@ -31,7 +31,6 @@ from celpy import celparser
 from celpy.evaluation import base_functions
 
 from fleet.disk_cache import default_root, sealed, unsealed, write_atomically
-
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
 

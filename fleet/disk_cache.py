@@ -27,11 +27,15 @@ def write_atomically(path: Path, content: str | bytes) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".entry-", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return False
+    try:
         with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as f:  # mkstemp creates it 0600
             f.write(content)
         os.replace(tmp, path)
         return True
-    except OSError:
+    except OSError:  # a full disk: no half-written scratch file is left behind
+        Path(tmp).unlink(missing_ok=True)
         return False
 
 

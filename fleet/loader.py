@@ -52,22 +52,26 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: 
     if isinstance(node, yaml.MappingNode):
         keys: set = set()
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if key is None:
+            if not isinstance(key_node, yaml.ScalarNode):
                 continue
-            if key in keys:
-                problems.append(
-                    Problem(source, key_node.start_mark.line + 1, "", format_path(path + (key,)),
-                            f"duplicate key {key!r}")
-                )
-            keys.add(key)
-            lines.setdefault(path + (key,), key_node.start_mark.line + 1)
-            aliased = _walk_lines(value_node, path + (key,), lines, seen, problems, source) or aliased
+            here = _note_key(key_node, path, keys, lines, problems, source)
+            aliased = _walk_lines(value_node, here, lines, seen, problems, source) or aliased
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines.setdefault(path + (index,), item.start_mark.line + 1)
             aliased = _walk_lines(item, path + (index,), lines, seen, problems, source) or aliased
     return aliased
+
+
+def _note_key(key_node: yaml.ScalarNode, path: Path_, keys: set, lines: dict, problems: list, source: str) -> Path_:
+    """Record a mapping key's line (the first, if it repeats) and a repeat as a problem; the field's path."""
+    key = key_node.value
+    here = path + (key,)
+    if key in keys:
+        problems.append(Problem(source, key_node.start_mark.line + 1, "", format_path(here), f"duplicate key {key!r}"))
+    keys.add(key)
+    lines.setdefault(here, key_node.start_mark.line + 1)
+    return here
 
 
 _STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
@@ -110,14 +114,8 @@ def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, seen: set, pr
         for key_node, value_node in node.value:
             if key_node.__class__ is not yaml.ScalarNode:
                 raise _Unusual
-            raw = key_node.value
-            here = path + (raw,)
-            if raw in keys:
-                problems.append(Problem(source, key_node.start_mark.line + 1, "", format_path(here),
-                                        f"duplicate key {raw!r}"))
-            keys.add(raw)
-            lines.setdefault(here, key_node.start_mark.line + 1)
-            key = raw if key_node.tag == _STR else _build(loader, key_node, path, lines, seen, problems, source,
+            here = _note_key(key_node, path, keys, lines, problems, source)
+            key = key_node.value if key_node.tag == _STR else _build(loader, key_node, path, lines, seen, problems, source,
                                                           scalars)
             mapping[key] = _build(loader, value_node, here, lines, seen, problems, source, scalars)
         return mapping
