@@ -58,6 +58,17 @@ def _fresh_option(function):
                         help="Ignore the recorded placements: plan as if nothing were applied.")(function)
 
 
+def _gateways(state: str, fresh: bool):
+    """The gateway addresses `up` recorded in `state` (none with --fresh), so rendered endpoints show them."""
+    from pathlib import Path
+
+    from automation.state import StateStore
+    from workloads.render import Gateways
+
+    store = StateStore(Path(state))
+    return Gateways() if fresh or not store.path.exists() else store.gateways()
+
+
 def _recorded(state: str, fresh: bool) -> list:
     """The placements `up` recorded in `state` (none with --fresh); says on stderr what was read."""
     from pathlib import Path
@@ -267,7 +278,7 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
     loaded = _load(paths)
     # the objects only: stacks' fingerprints are not written, so they are not computed
     result = render_objects(loaded.fleet, schedule(loaded.fleet, _recorded(state, fresh)),
-                            control_plane_cluster(loaded.fleet, None))
+                            control_plane_cluster(loaded.fleet, None), gateways=_gateways(state, fresh))
     if out == "-":
         if problems := rendered_problems(result):
             refuse(problems)
@@ -415,7 +426,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     runner: Any = None
     recorded = None
     if on_operator:  # the cluster's Stacks are the record of what is applied; legacy names are the local executor's
-        runner, recorded = _operator_executor(operator_settings, fleet_name, force, unprotect)
+        runner, recorded = _operator_executor(operator_settings, fleet_name, force, unprotect or destroy_clusters)
     renames = [] if on_operator else plan_renames(StateStore(root), loaded.fleet)
     prepared = prepare(loaded.fleet, root, host, recorded)
     if prepared.problems:
@@ -455,7 +466,8 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     try:
         if runner is None:  # the local executor: every credential and secret value is needed here
             runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
-                                  unprotect=unprotect, refresh=refresh, fleet_name=fleet_name)  # says so if no CLI
+                                  unprotect=unprotect or destroy_clusters, refresh=refresh,  # says so if no CLI
+                                  fleet_name=fleet_name)
             check_passphrase(backend or default_backend(root))
             missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
             missing += [line for c in items if c.change in ("create", "update") and c.name in prepared.specs
@@ -965,7 +977,7 @@ def operator_export(paths, out, backend, git_url, git_ref, repo_dir, fleet_dir, 
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
-    desired = desired_state(loaded.fleet, _recorded(state, fresh), host)
+    desired = desired_state(loaded.fleet, _recorded(state, fresh), host, gateways=_gateways(state, fresh))
     if desired.problems:
         for line in desired.problems:
             click.echo(line, err=True)

@@ -487,7 +487,54 @@ def programs_run(graph: Graph) -> Iterable[Violation]:
             yield Violation(stack.name, "-", "program", stack.error)
 
 
+# Kinds pulumi-kubernetes 4.x awaits by itself; any other object is "ready" once the API server accepted it, unless
+# its `pulumi.com/waitFor` annotation says what to wait for (`pulumi.com/skipAwait` turns waiting off).
+AWAITED_BY_PULUMI = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Pod", "Service",
+                     "PersistentVolumeClaim", "Ingress"}
+# What a model stack's success must mean: the workload serves.
+SERVING_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet", "DynamoGraphDeployment"}
+# The CRDs a gateway controller's informers wait on before it serves anything (chart release name -> (group, kind)).
+INFORMERS = {"traefik": [("gateway.networking.k8s.io", kind) for kind in
+                         ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "ReferenceGrant")]}
+
+
+def awaited(kind: str, annotations: dict) -> bool:
+    """Would pulumi-kubernetes wait for this object to be ready before its step succeeds?"""
+    if annotations.get("pulumi.com/skipAwait") == "true":
+        return False
+    return bool(annotations.get("pulumi.com/waitFor")) or kind in AWAITED_BY_PULUMI
+
+
+def workloads_awaited(graph: Graph) -> Iterable[Violation]:
+    """A model stack succeeds only once its workloads serve: each is a kind Pulumi awaits, or says what to wait for."""
+    for node in graph.objects:
+        if node.stack.startswith("model-") and node.kind in SERVING_KINDS:
+            annotations = (node.inputs.get("metadata") or {}).get("annotations") or {}
+            if not awaited(node.kind, annotations):
+                yield violation(node, "awaited", f"Pulumi would not wait for {node.kind} {node.name} to be ready (give "
+                                                 "it a pulumi.com/waitFor annotation): its stack would succeed, and "
+                                                 "ReplicasReady turn True, while nothing serves")
+
+
+def controller_prerequisites(graph: Graph) -> Iterable[Violation]:
+    """A gateway controller's informers wait on CRDs: each is installed before its release on that cluster."""
+    installers: dict[tuple, list[Node]] = {}
+    for node in graph.objects:
+        if node.kind == "CustomResourceDefinition":
+            spec = node.inputs.get("spec") or {}
+            installers.setdefault((node.cluster, spec.get("group"), (spec.get("names") or {}).get("kind")), []).append(node)
+    for release in graph.releases:
+        chart = graph.chart(release)
+        for group, kind in INFORMERS.get(chart.key, []) if chart else ():
+            if not graph.exists_before(installers.get((release.cluster, group, kind), []), release):
+                yield violation(release, "controller-prerequisites", f"its controller waits on {kind}.{group}, whose CRD "
+                                                                    f"is not installed on {release.cluster} before it: "
+                                                                    "it would never serve")
+
+
 RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
+    "awaited": workloads_awaited,
+    "controller-prerequisites": controller_prerequisites,
     "program": programs_run,
     "one-owner": one_owner,
     "namespace": namespaces_exist,

@@ -25,7 +25,7 @@ FAKE_OUTPUTS: dict[str, dict] = {
     "gcp:container/cluster:Cluster": {"endpoint": "203.0.113.10",
                                       "masterAuth": {"clusterCaCertificate": "b2ZmbGluZS1wcmV2aWV3"}},
     "eks:index:Cluster": {"kubeconfigJson": '{"apiVersion": "v1", "kind": "Config", "clusters": []}',
-                          "nodeSecurityGroupId": "sg-0offline"},
+                          "clusterSecurityGroupId": "sg-0cluster"},
     "aws:ec2/launchTemplate:LaunchTemplate": {"latestVersion": 1},
     "kubernetes:gateway.networking.k8s.io/v1:Gateway": {"status": {"addresses": [{"type": "IPAddress",
                                                                                   "value": "203.0.113.20"}]}},

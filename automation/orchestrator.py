@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from automation.runner import EventSink, Operation, RunResult, StackRunner
 from automation.state import StateStore
-from automation.stacks import StackChange, StackSpec, waves
+from automation.stacks import StackChange, StackSpec, applied_fingerprint, waves
 
 
 @dataclass
@@ -83,7 +83,8 @@ class Orchestrator:
             self.on_event({"stack": change.name, "type": status, "error": result.error})
             return Outcome(change.name, status, result, result.error)
         if self.store is not None and op == "up" and spec is not None:
-            self.store.record(spec.name, spec.fingerprint, spec.payload.get("placements_recorded"), result.outputs)
+            self.store.record(spec.name, applied_fingerprint(spec, self.store.gateways()),
+                              spec.payload.get("placements_recorded"), result.outputs)
         elif self.store is not None and op == "destroy":
             self.store.forget(change.name)
         self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes,

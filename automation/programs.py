@@ -16,6 +16,7 @@ from components.kubernetes import provider
 from fleet.stack_id import StackId, backend_name
 from components.workload_objects import WorkloadObjects, secret_config_key
 from workloads.cache import secret_refs
+from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, address_type
 from infra.program import platform
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
 
     def run_workloads() -> None:
         for target, objects in sorted(spec.payload["objects"].items()):
+            if spec.kind == "endpoints":
+                objects = with_live_gateways(spec.name, objects, fleet_name)
             cluster = spec.payload.get("host") if target == "control-plane" else target
             if cluster is None:
                 raise pulumi.RunError(f"{spec.name}: no cluster of the fleet can host the control plane (a GKE, EKS or "
@@ -105,3 +108,37 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster),
                             secrets=values)
     return run_workloads
+
+
+def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None = None) -> list:
+    """A replica's EndpointSlice points at its cluster's gateway address as that cluster's platform stack outputs it
+    when this stack applies (a rendered address is only what the last recorded output said). While the platform
+    stack has no address (a first preview, or a cluster whose gateway has none yet), the slice has no endpoints:
+    a selectorless Service with an empty slice routes nowhere, instead of to a placeholder."""
+    references: dict[str, pulumi.Output] = {}
+    out: list = []
+    for obj in objects:
+        annotations = obj["metadata"].get("annotations") or {}
+        cluster = annotations.get(GATEWAY_OF_ANNOTATION)
+        if obj["kind"] != "EndpointSlice" or not cluster:
+            out.append(obj)
+            continue
+        if cluster not in references:
+            references[cluster] = pulumi.StackReference(
+                f"{stack}-{cluster}-gateway", stack_name=platform_reference(cluster, None, fleet_name)).get_output(
+                "gatewayAddress")
+        endpoint: dict = obj["endpoints"][0]
+        rendered: str | None = None if PLACEHOLDER_ANNOTATION in annotations else endpoint["addresses"][0]
+
+        def slice_endpoints(live: str | None, endpoint: dict = endpoint, known: str | None = rendered) -> list[dict]:
+            address = live or known
+            return [{**endpoint, "addresses": [address]}] if address else []
+
+        def slice_type(live: str | None, known: str | None = rendered) -> str:
+            address = live or known
+            return address_type(address) if address else "IPv4"
+
+        meta = {**obj["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
+        out.append({**obj, "metadata": meta, "addressType": references[cluster].apply(slice_type),
+                    "endpoints": references[cluster].apply(slice_endpoints)})
+    return out

@@ -80,6 +80,19 @@ def default_backend(root: Path) -> str:
     return os.environ.get("PULUMI_BACKEND_URL") or f"file://{(root / 'backend').resolve()}"
 
 
+def open_backend(backend: str, root: Path) -> None:
+    """The CLI's DIY backend refuses a `file://` folder that does not exist (pulumi/pulumi#15841): the default one,
+    under the state folder, is this project's to create; a folder the user named must be there already."""
+    if not backend.startswith("file://"):
+        return
+    folder = Path(os.path.expanduser(backend.removeprefix("file://")))
+    if folder.resolve() == (root / "backend").resolve():
+        folder.mkdir(parents=True, exist_ok=True)
+    elif not folder.is_dir():
+        raise AutomationError(f"the backend folder {folder} does not exist: create it (mkdir -p {folder}) or give "
+                              "another --backend")
+
+
 def is_pulumi_cloud(backend: str) -> bool:
     """Pulumi Cloud (https://api.pulumi.com) or a self-hosted Pulumi service: an http(s) URL. Everything else
     (file://, s3://, gs://, azblob://) is a DIY backend, whose secrets need a passphrase."""
@@ -137,6 +150,7 @@ class PulumiRunner:
         self.root = Path(root)
         self.fleet = fleet
         self.backend = backend or default_backend(self.root)
+        open_backend(self.backend, self.root)
         if pulumi_command is None:
             if shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME"):
                 raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}")
@@ -225,9 +239,7 @@ class PulumiRunner:
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes), _plain(result.outputs))
             if operation == "destroy":
                 if self.unprotect and spec.kind == "platform":
-                    # Protected clusters and networks: an update with protection off first, then the destroy.
-                    stack.set_config("modelplane:deletionProtection", auto.ConfigValue(value="false"))
-                    stack.up(on_event=forward, parallel=self.parallel, color="never")
+                    self.lift_protection(stack, spec, forward)
                 result = stack.destroy(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
             if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
@@ -251,6 +263,27 @@ class PulumiRunner:
             raise
         except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
             return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+
+    def lift_protection(self, stack, spec: StackSpec, forward) -> None:
+        """Protected clusters and networks (and GKE's own deletion protection): an update with protection off,
+        then the destroy can delete them. A cluster still in the fleet runs its program; one that left it runs
+        again from the `clusterArgs` its stack recorded, since the fleet no longer describes it."""
+        auto = self.auto
+        if not spec.payload:
+            recorded = stack.outputs().get("clusterArgs")
+            if recorded is None:
+                if not stack.outputs():
+                    return  # never applied: nothing to lift
+                raise AutomationError(f"{spec.name} recorded no clusterArgs (applied by an older modelplane): add "
+                                      f"InferenceCluster/{spec.id.cluster} back to the manifests and run `modelplane "
+                                      "destroy --unprotect` for it")
+            if (recorded.value.get("args") or {}).get("source") == "Existing":
+                return  # an existing cluster: this project created nothing there that is protected
+            from infra.program import recorded_cluster
+
+            stack.workspace.program = lambda: recorded_cluster(recorded.value)
+        stack.set_config("modelplane:deletionProtection", auto.ConfigValue(value="false"))
+        stack.up(on_event=forward, parallel=self.parallel, color="never")
 
     def rename(self, old: StackId, new: StackId, kind_spec: StackSpec | None = None) -> None:
         """Rename a stack in the backend, and move its workspace folder (its config and encryption salt)."""

@@ -39,7 +39,7 @@ def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = 
             recorded: dict[str, str] | None = None) -> Prepared:
     """`recorded`: what is applied, where the executor keeps it (the operator's Stacks); else the state folder's."""
     store = StateStore(root or Path(STATE_DIR))
-    desired = desired_state(fleet, store.placements(), control_plane)
+    desired = desired_state(fleet, store.placements(), control_plane, gateways=store.gateways())
     applied = store.fingerprints() if recorded is None else recorded
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, applied), store,
                     desired.problems, dict(desired.rendered.addresses), desired, dict(applied))

@@ -31,7 +31,8 @@ from components.versions import pinned, project_version
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
+from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
+from workloads.render import (Gateways, Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
                               service_stack, team_stack)
 
 if TYPE_CHECKING:
@@ -92,9 +93,39 @@ def kind_of(stack: str) -> StackKind:
     return StackId.parse(stack).kind
 
 
+def gateway_clusters(objects: Mapping[str, list[dict]]) -> list[str]:
+    """The clusters whose gateway addresses an endpoints stack's EndpointSlices point at."""
+    return sorted({(o["metadata"].get("annotations") or {})[GATEWAY_OF_ANNOTATION] for objs in objects.values()
+                   for o in objs if o["kind"] == "EndpointSlice"
+                   and GATEWAY_OF_ANNOTATION in (o["metadata"].get("annotations") or {})})
+
+
+def endpoints_fingerprint(payload: dict, gateways: Gateways) -> str:
+    """An endpoints stack's fingerprint: its objects with each replica slice's address left out, and the recorded
+    gateway address of every cluster they point at instead. The program reads the live address when it applies,
+    so the stack records the addresses known then (`applied_fingerprint`): a later change of one re-runs it."""
+    def without_address(o: dict) -> dict:
+        annotations = o["metadata"].get("annotations") or {}
+        if o["kind"] != "EndpointSlice" or GATEWAY_OF_ANNOTATION not in annotations:
+            return o
+        meta = {**o["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
+        return {**{k: v for k, v in o.items() if k not in ("endpoints", "addressType")}, "metadata": meta}
+
+    objects = {t: [without_address(o) for o in objs] for t, objs in payload["objects"].items()}
+    addresses = {c: gateways.clusters.get(c) for c in gateway_clusters(payload["objects"])}
+    return fingerprint({**payload, "objects": objects, "gateways": addresses})
+
+
+def applied_fingerprint(spec: StackSpec, gateways: Gateways) -> str:
+    """What to record once `spec` applied, with the gateway addresses recorded by then."""
+    return endpoints_fingerprint(spec.payload, gateways) if spec.kind == "endpoints" else spec.fingerprint
+
+
 def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
-                   control_plane: str | None = None, known: Mapping[str, str] | None = None) -> dict[str, StackSpec]:
-    """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`)."""
+                   control_plane: str | None = None, known: Mapping[str, str] | None = None,
+                   gateways: Gateways | None = None) -> dict[str, StackSpec]:
+    """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`).
+    `gateways`: the recorded gateway addresses (part of the endpoints stacks' fingerprints)."""
     stacks: dict[str, StackSpec] = {}
     known = known or {}
     host = control_plane_cluster(fleet, control_plane)
@@ -118,8 +149,9 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         deps = [str(StackId.platform(t)) for t in sorted(targets) if t != "control-plane"]
         if host and "control-plane" in targets:
             deps.append(str(StackId.platform(host)))
-        stacks[name] = StackSpec(StackId.parse(name), known.get(name) or fingerprint(payload), deps, sorted(targets),
-                                 payload)
+        id = StackId.parse(name)
+        digest = endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints" else fingerprint(payload)
+        stacks[name] = StackSpec(id, known.get(name) or digest, deps, sorted(targets), payload)
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
         spec = stacks.get(model_stack(r.namespace, r.deployment))
         if spec is not None:
@@ -205,7 +237,8 @@ def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> lis
 
 
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
-                  known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None) -> DesiredState:
+                  known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None,
+                  gateways: Gateways | None = None) -> DesiredState:
     """`known`: model stacks computed before (e.g. for a pull request's base). A model stack whose inputs are
     the same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is
     given. `memo`: what earlier plans in this process computed (fleet/scheduler.py). Both give the same
@@ -213,9 +246,9 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     plan = schedule(fleet, list(recorded), explain=explain, memo=memo)
     inputs = model_inputs(fleet, plan) if known is not None else {}
     reused = {s: known[s].objects for s, digest in inputs.items() if known and s in known and known[s].inputs == digest}
-    rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused)
+    rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused, gateways)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
-    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints)
+    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints, gateways=gateways)
     return DesiredState(plan, rendered, specs, inputs, reused)
 
 

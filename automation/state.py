@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import IO
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
+from fleet.stack_id import StackId, StackIdError
+from workloads.render import Gateways
 
 STATE_DIR = ".modelplane"
 
@@ -50,6 +52,22 @@ class StateStore:
 
     def placements(self) -> list[RecordedReplica]:
         return [replica_from_dict(p) for s in self.load()["stacks"].values() for p in s.get("placements", [])]
+
+    def gateways(self) -> Gateways:
+        """The gateway addresses the applied platform stacks and the gateway stack output."""
+        clusters = {}
+        front_door = None
+        for name, entry in self.load()["stacks"].items():
+            outputs = entry.get("outputs") or {}
+            try:
+                id = StackId.parse(name)
+            except StackIdError:
+                continue
+            if id.kind == "platform" and id.cluster and outputs.get("gatewayAddress"):
+                clusters[str(id.cluster)] = str(outputs["gatewayAddress"])
+            elif id.kind == "gateway" and outputs.get("address"):
+                front_door = str(outputs["address"])
+        return Gateways(clusters, front_door)
 
     def _write(self, state: dict) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -95,10 +95,14 @@ class GatewayArgs(Args):
 
 # Sources whose clusters this project creates or connects to: only these can host the fleet gateway.
 HOSTABLE = ("GKE", "EKS", "AKS", "Nebius", "Existing")
+# Clouds whose LoadBalancer Services get an address by themselves; an Existing cluster needs MetalLB (or its own).
+LOAD_BALANCED = ("GKE", "EKS", "AKS", "Nebius")
 
 
 def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
-    """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name that can host it.
+    """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name whose cloud gives
+    its LoadBalancer an address, else the first Existing one (whose gateway gets an address only from MetalLB or a
+    load balancer of its own: `status` and the deployability check say so).
 
     Raises ValueError when the chosen cluster is not in the fleet or cannot host it (a source this project
     neither provisions nor connects to).
@@ -111,7 +115,8 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
             raise ValueError(f"{chosen!r} is a {sources[chosen]} cluster, which this project does not provision: "
                              f"the fleet gateway needs a {', '.join(HOSTABLE)} cluster")
         return chosen
-    return next((name for name in sorted(sources) if sources[name] in HOSTABLE), None)
+    ranked = sorted((sources[name] not in LOAD_BALANCED, name) for name in sources if sources[name] in HOSTABLE)
+    return ranked[0][1] if ranked else None
 
 
 def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
@@ -175,4 +180,4 @@ def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     return GatewayArgs(name=ig.name, traefik_version=ig.spec.traefik.version,
                        metallb_address_pool=metallb.addressPool if metallb else None,
-                       load_balancer=sources.get(host or "") in ("GKE", "EKS"))
+                       load_balancer=sources.get(host or "") in LOAD_BALANCED)

@@ -15,6 +15,8 @@ import yaml
 UPSTREAM = Path(__file__).resolve().parent.parent / "workloads" / "crds" / "upstream"
 GATEWAY_API = ["gateway.networking.k8s.io_gatewayclasses.yaml", "gateway.networking.k8s.io_gateways.yaml",
                "gateway.networking.k8s.io_httproutes.yaml", "gateway.networking.k8s.io_referencegrants.yaml",
+               # Traefik 3.x's Gateway provider waits on informers for these too: without them it never serves
+               "gateway.networking.k8s.io_grpcroutes.yaml", "gateway.networking.k8s.io_tlsroutes.yaml",
                # external https endpoints: TLS from the gateway to the provider
                "gateway.networking.k8s.io_backendtlspolicies.yaml"]
 # InferencePool, and the objectives and rewrites the llm-d endpoint picker watches (it fails to start without them)

@@ -109,7 +109,10 @@ class EksInferenceCluster(pulumi.ComponentResource):
         # checked offline.
         self.cluster_name = args.name
         self.cluster = eks.Cluster(
+            # Managed node groups only: no pulumi-eks node security group. Every node (system, GPU, EFA) is in the
+            # security group EKS creates for the cluster, which lets its members reach each other on every port.
             name, name=self.cluster_name, vpc_id=self.vpc.id, public_subnet_ids=subnet_ids, skip_default_node_group=True,
+            skip_default_security_groups=True,
             version=args.kubernetes_version, create_oidc_provider=True,
             authentication_mode=eks.AuthenticationMode.API,
             access_entries={"nodes": eks.AccessEntryArgs(principal_arn=self.node_role.arn, type=eks.AccessEntryType.EC2_LINUX)},
@@ -204,7 +207,9 @@ class EksInferenceCluster(pulumi.ComponentResource):
             template_args["placement"] = aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name)
             template_args["network_interfaces"] = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                 device_index=0, network_card_index=0, interface_type="efa", delete_on_termination="true",
-                security_groups=[self.cluster.node_security_group_id])]
+                # EFA traffic and the node's ordinary traffic share this interface: the cluster security group, as
+                # the system nodes (CoreDNS) have, and self-referencing for EFA's all-traffic requirement
+                security_groups=[self.cluster.cluster_security_group_id])]
         template = aws.ec2.LaunchTemplate(f"{name}-{pool.name}", **template_args, opts=child)
         return aws.eks.NodeGroup(
             f"{name}-{pool.name}", cluster_name=self.cluster_name, node_role_arn=self.node_role.arn,

@@ -89,6 +89,32 @@ def published_pools(args: ClusterArgs) -> list[dict]:
             for p in args.pools]
 
 
+def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, metallb_pool: str | None = None,
+                  stored_kubeconfig: str | None = None):
+    """One cluster, its GPU pools, serving stack and Gateway; returns its Kubernetes provider, serving stack and
+    the outputs other stacks read. Built from typed arguments only, so a cluster no longer in the fleet can be
+    run again from what its stack recorded (`clusterArgs`), to lift its protection before it is destroyed."""
+    cluster = cluster_component(args, config, stored_kubeconfig)
+    k8s_provider = provider(args.name, cluster.kubeconfig, parent=cluster)
+    pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
+    stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
+                         facts=cluster.facts, metallb_pool=metallb_pool, opts=pulumi.ResourceOptions(parent=cluster))
+    outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
+               "pools": published_pools(args),
+               "clusterArgs": {"args": args.model_dump(mode="json"), "metallbPool": metallb_pool}}
+    return k8s_provider, stack, outputs
+
+
+def recorded_cluster(recorded: dict, config: pulumi.Config | None = None) -> dict:
+    """Run one cluster's stack again from its recorded `clusterArgs` output (the cluster left the fleet)."""
+    config = config or pulumi.Config("modelplane")
+    args = ClusterArgs.model_validate(recorded["args"])
+    _, _, outputs = cluster_stack(args, config, config.get_object("versions") or {}, recorded.get("metallbPool"))
+    for key, value in outputs.items():
+        pulumi.export(key, value)
+    return outputs
+
+
 def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconfig=None) -> dict:
     """Create every platform component of the fleet (or of one cluster); returns the outputs it exported.
 
@@ -114,16 +140,10 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
         args = cluster_args(fleet, name)
         ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
         stored = fleet.secrets.get(ref) if ref else None
-        cluster = cluster_component(args, config, stored.reveal() if stored else None)
-        k8s_provider = provider(name, cluster.kubeconfig, parent=cluster)
-        pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
         # MetalLB belongs to the cluster that hosts the gateway: its own Gateway needs the address first.
         metallb_pool = gateway.metallb_address_pool if gateway is not None and name == host else None
-        stack = ServingStack(f"{name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
-                             facts=cluster.facts, metallb_pool=metallb_pool, opts=pulumi.ResourceOptions(parent=cluster))
-        providers[name], serving[name] = k8s_provider, stack
-        outputs[name] = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
-                         "pools": published_pools(args)}
+        providers[name], serving[name], outputs[name] = cluster_stack(args, config, versions, metallb_pool,
+                                                                      stored.reveal() if stored else None)
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
         if separate is not None:  # a control-plane cluster no platform stack manages
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,

@@ -1,37 +1,53 @@
 """A strict stand-in for the `pulumi` CLI at the process boundary, for tests only.
 
 Installed as an executable named `pulumi` on PATH (`install(tmp_path)`), it answers the commands
-and files Pulumi's automation API uses: `version`; `stack select --create`, `stack init`,
-`stack output`, `stack history`, `stack rename`; `config set-all` / `config set`; `preview`,
-`up`, `destroy`, `refresh` (with `--preview-only`) sending engine events (prelude, resource
-steps, diagnostics, summary, cancel) to `--event-log`: over gRPC to the automation API's event
-server for a `tcp://` address (what the SDK uses with a CLI newer than 3.205), else to a file; `cancel`. Anything else
-is refused, as an unknown command would be. It is a contract double: it records what the real
-CLI would be asked (every argv, working directory and environment key, in `calls.jsonl`) and
-keeps per-stack config, outputs and history, so that the runner, orchestrator, CLI and portal
-run end to end; it never deploys anything and never runs a program.
+and files Pulumi's automation API uses: `version`; `stack select [--create]`, `stack init`,
+`stack output`, `stack history`, `stack rename`; `config set-all` / `config set`; `state unprotect`;
+`preview`, `up`, `destroy`, `refresh` (with `--preview-only`), sending engine events to
+`--event-log` (over gRPC to the automation API's event server for a `tcp://` address, else to a
+file); `cancel`. Anything else is refused, as an unknown command would be. Every call is recorded
+(argv, working directory, PULUMI_* environment keys) in `calls.jsonl`.
 
-What it enforces, like the real CLI: an operation needs a stack that exists (`stack select
---create` or `stack init` first), `--yes` for up/destroy/refresh, `--client` for an inline
-program's up/preview, an existing `--event-log` folder; `stack rename` needs the new name free.
+It is the program side too (tests/pulumi_engine.py): `up` and `preview` run the stack's program,
+inline (`--client`, the automation API's language server) or local (`Pulumi.yaml`'s `main`), serve
+its resource monitor, compute each step against the stack's checkpoint in the backend folder and
+keep what the program registered and exported. Providers are mocked; nothing is deployed.
+
+What it enforces, like the real CLI: a project file in the working directory; a `file://` backend
+folder that exists (PULUMI_BACKEND_URL or the project's `backend.url`); stack names of letters,
+digits, `-`, `_` and `.`; an operation needs a stack that exists; `--yes` for up/destroy/refresh;
+`--client` for an inline program; an existing `--event-log` folder; the passphrase a stack was
+created with (PULUMI_CONFIG_PASSPHRASE or _FILE) for its secrets; the project's declared config
+types and required keys; one update per stack at a time (a lock file in the backend); `protect`
+and provider-side deletion guards; `stack rename` needs the new name free.
 
 Told what to do through `control.json` in its folder (`PULUMI_DOUBLE_DIR`):
-  {"fail": {"<stack>": "error text"},   the next up/preview/destroy/refresh of that stack fails
+  {"fail": {"<stack>": "error text"},   the next up/preview/destroy/refresh of that stack fails before its program
+   "failOn": {"<stack>": {"resource": "<type or name>", "error": "text"}},  that create fails, mid-update
    "hang": ["<stack>"],                 up/destroy/refresh of that stack waits until SIGINT
-   "outputs": {"<stack>": {...}},       outputs an up of that stack records
+   "resourceOutputs": {"<stack>": {"<type>[::<name>]": {...}}},  what a mocked provider returns
+   "replaceOn": {"<type>": ["<input key>"]},  a change of these inputs replaces the resource
    "drift": ["<stack>"]}                refresh --preview-only of that stack reports changes
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
 import json
 import os
+import re
 import signal
 import stat
 import sys
 import time
 from pathlib import Path
+
+import yaml
+
+from tests.pulumi_engine import (Backend, Providers, Refused, Update, check_stack_name, destroy, is_secret,
+                                 outputs_of, reveal, run_inline, run_local, serve)
 
 VERSION = "3.272.0"
 
@@ -64,10 +80,6 @@ def install(folder: Path) -> Path:
     return bin_dir
 
 
-class Refused(Exception):
-    """What the real CLI would refuse: message on stderr, exit code 255."""
-
-
 def _flag(args: list[str], name: str) -> str | None:
     for i, a in enumerate(args):
         if a == name and i + 1 < len(args):
@@ -77,39 +89,128 @@ def _flag(args: list[str], name: str) -> str | None:
     return None
 
 
+def _passphrase() -> str | None:
+    if os.environ.get("PULUMI_CONFIG_PASSPHRASE") is not None:
+        return os.environ["PULUMI_CONFIG_PASSPHRASE"]
+    if os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE"):
+        return Path(os.environ["PULUMI_CONFIG_PASSPHRASE_FILE"]).read_text().rstrip("\n")
+    return None
+
+
+def _salt(stack: str, phrase: str) -> str:
+    return "v1:" + hashlib.sha256(f"{stack}\0{phrase}".encode()).hexdigest()[:24]
+
+
 class Double:
+    """One CLI invocation: the project in the working directory, its backend, the stack's config file."""
+
     def __init__(self, folder: Path, cwd: Path):
         self.folder = folder
         self.cwd = cwd
-        self.state_path = folder / "state.json"
-        self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {"stacks": {}}
         control = folder / "control.json"
         self.control = json.loads(control.read_text()) if control.exists() else {}
+        self._settings: dict | None = None
+        self._backend: Backend | None = None
 
-    def save(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1, sort_keys=True))
-        os.replace(tmp, self.state_path)
+    @property
+    def settings(self) -> dict:
+        if self._settings is None:
+            project_file = self.cwd / "Pulumi.yaml"
+            if not project_file.is_file():
+                raise Refused("error: no Pulumi.yaml project file found (searching upwards from "
+                              f"{self.cwd}). If you have not created a project yet, use `pulumi new` to do so")
+            self._settings = yaml.safe_load(project_file.read_text()) or {}
+            if not self._settings.get("name"):
+                raise Refused(f"error: {project_file}: project is missing a 'name' attribute")
+        return self._settings
 
     @property
     def project(self) -> str:
-        text = (self.cwd / "Pulumi.yaml").read_text() if (self.cwd / "Pulumi.yaml").exists() else ""
-        for line in text.splitlines():
-            if line.startswith("name:"):
-                return line.split(":", 1)[1].strip()
-        raise Refused("error: no Pulumi.yaml project file found in the working directory")
+        return str(self.settings["name"])
 
-    def key(self, stack: str) -> str:
-        return f"{self.project}/{stack}"
+    @property
+    def backend(self) -> Backend:
+        """Opened on first use, as the CLI logs in: PULUMI_BACKEND_URL, else the project's `backend.url`."""
+        if self._backend is None:
+            url = os.environ.get("PULUMI_BACKEND_URL") or (self.settings.get("backend") or {}).get("url")
+            self._backend = Backend(url)
+        return self._backend
 
-    def stack(self, args: list[str]) -> tuple[str, dict]:
+    def stack_name(self, args: list[str]) -> str:
         name = _flag(args, "--stack")
         if not name:
             raise Refused("error: no stack selected; use --stack")
-        entry = self.state["stacks"].get(self.key(name))
-        if entry is None:
-            raise Refused(f"error: no stack named '{name}' found")
-        return name, entry
+        if "/" in name:  # organization/project/stack or project/stack: this project's only
+            parts = name.split("/")
+            if len(parts) > 1 and parts[-2] != self.project:
+                raise Refused(f"error: stack {name} belongs to another project than {self.project}")
+            name = parts[-1]
+        check_stack_name(name)
+        return name
+
+    def stack(self, args: list[str]) -> tuple[str, dict]:
+        name = self.stack_name(args)
+        return name, self.backend.load(self.project, name)
+
+    # ---- config: Pulumi.<stack>.yaml in the project folder, as the CLI keeps it -----------------
+
+    def config_file(self, stack: str) -> Path:
+        return self.cwd / f"Pulumi.{stack}.yaml"
+
+    def read_config(self, stack: str) -> dict:
+        path = self.config_file(stack)
+        return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+    def write_config(self, stack: str, content: dict) -> None:
+        self.config_file(stack).write_text(yaml.safe_dump(content, sort_keys=True))
+
+    def needs_passphrase(self, stack: str) -> None:
+        """A passphrase-encrypted stack: the CLI needs the passphrase it was created with for any secret."""
+        salt = self.read_config(stack).get("encryptionsalt")
+        if salt is None:
+            return
+        phrase = _passphrase()
+        if phrase is None:
+            raise Refused("error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or "
+                          "PULUMI_CONFIG_PASSPHRASE_FILE environment variables")
+        if salt != _salt(stack, phrase):
+            raise Refused("error: incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase")
+
+    def set_config(self, stack: str, key: str, value: str, secret: bool) -> None:
+        if ":" not in key:
+            key = f"{self.project}:{key}"
+        if secret:
+            self.needs_passphrase(stack)
+        content = self.read_config(stack)
+        stored: object = {"secure": "v1:" + base64.b64encode(value.encode()[::-1]).decode()} if secret else value
+        content.setdefault("config", {})[key] = stored
+        self.write_config(stack, content)
+
+    def program_config(self, stack: str) -> tuple[dict[str, str], list[str]]:
+        """The config a program is given, checked against the project's declared keys as the CLI does."""
+        values: dict[str, str] = {}
+        secrets = []
+        for key, value in (self.read_config(stack).get("config") or {}).items():
+            if isinstance(value, dict) and "secure" in value:
+                self.needs_passphrase(stack)
+                values[key] = base64.b64decode(value["secure"][3:]).decode()[::-1]
+                secrets.append(key)
+            else:
+                values[key] = value if isinstance(value, str) else json.dumps(value)
+        for name, declared in (self.settings.get("config") or {}).items():
+            key = name if ":" in name else f"{self.project}:{name}"
+            declared = declared if isinstance(declared, dict) else {"default": declared}
+            if key not in values:
+                if "default" not in declared and "value" not in declared:
+                    raise Refused(f"error: Stack '{stack}' is missing configuration value '{key}'")
+                default = declared.get("default", declared.get("value"))
+                values[key] = default if isinstance(default, str) else json.dumps(default)
+            kind = declared.get("type")
+            if kind == "boolean" and values[key] not in ("true", "false"):
+                raise Refused(f"error: Stack '{stack}' with configuration key '{key}' must be of type 'boolean'")
+            if kind == "integer" and not re.fullmatch(r"-?[0-9]+", values[key]):
+                raise Refused(f"error: Stack '{stack}' with configuration key '{key}' must be of type 'integer'")
+        return values, sorted(secrets)
 
     # ---- commands --------------------------------------------------------------------------------
 
@@ -117,114 +218,215 @@ class Double:
         if args[:1] == ["version"]:
             return f"v{VERSION}\n", 0
         if args[:2] in (["stack", "select"], ["stack", "init"]):
-            name = _flag(args, "--stack") or (args[2] if len(args) > 2 and not args[2].startswith("-") else None)
-            if not name:
-                raise Refused("error: a stack name is required")
-            key = self.key(name)
-            if key not in self.state["stacks"]:
-                if args[1] == "select" and "--create" not in args:
-                    raise Refused(f"error: no stack named '{name}' found")
-                self.state["stacks"][key] = {"config": {}, "outputs": {}, "history": [], "resources": 0}
-            elif args[1] == "init":
-                raise Refused(f"error: stack '{name}' already exists")
-            return "", 0
+            return self.select_or_init(args)
         if args[:2] == ["config", "set-all"]:
-            _, entry = self.stack(args)
+            name, _ = self.stack(args)
             rest = args[2:]
             for i, a in enumerate(rest):
                 if a in ("--plaintext", "--secret") and i + 1 < len(rest):
                     key, _, value = rest[i + 1].partition("=")
-                    entry["config"][key] = {"value": value, "secret": a == "--secret"}
+                    self.set_config(name, key, value, a == "--secret")
             return "", 0
         if args[:2] == ["config", "set"]:
-            _, entry = self.stack(args)
-            positional = [a for a in args[2:] if not a.startswith("--") and a != _flag(args, "--stack")]
+            name, _ = self.stack(args)
+            rest = args[2:]
+            tail = rest[rest.index("--") + 1:] if "--" in rest else []
+            rest = rest[:rest.index("--")] if "--" in rest else rest
+            stack_flag = _flag(args, "--stack")
+            positional = [a for a in rest if not a.startswith("--") and a != stack_flag] + tail
             if len(positional) != 2:
                 raise Refused("error: config set takes a key and a value")
-            entry["config"][positional[0]] = {"value": positional[1], "secret": "--secret" in args}
+            self.set_config(name, positional[0], positional[1], "--secret" in rest)
             return "", 0
         if args[:2] == ["stack", "output"]:  # plain values; secrets masked unless --show-secrets, as the CLI does
-            _, entry = self.stack(args)
+            name, content = self.stack(args)
             shown = "--show-secrets" in args
-            return json.dumps({k: v["value"] if shown or not v["secret"] else "[secret]"
-                               for k, v in entry["outputs"].items()}), 0
+            if shown:
+                self.needs_passphrase(name)
+            return json.dumps({k: reveal(v) if shown or not is_secret(v) else "[secret]"
+                               for k, v in outputs_of(content).items()}), 0
         if args[:2] == ["stack", "history"]:
-            _, entry = self.stack(args)
-            return json.dumps(entry["history"][-1:][::-1]), 0
+            _, content = self.stack(args)
+            return json.dumps(content["history"][-1:][::-1]), 0
         if args[:2] == ["stack", "rename"]:
-            old, entry = self.stack(args)
-            new = args[2]
-            if self.key(new) in self.state["stacks"]:
-                raise Refused(f"error: a stack named '{new}' already exists")
-            self.state["stacks"][self.key(new)] = self.state["stacks"].pop(self.key(old))
+            old, _ = self.stack(args)
+            new = self.stack_name(["--stack", args[2]])
+            self.backend.rename(self.project, old, new)
+            if self.config_file(old).exists():
+                self.config_file(old).rename(self.config_file(new))
             return "", 0
+        if args[:2] == ["state", "unprotect"]:
+            return self.unprotect(args)
         if args[:1] == ["cancel"]:
-            self.stack(args)
-            return "", 0  # on a DIY backend this only removes the lock
+            name, _ = self.stack(args)
+            self.backend.unlock_all(self.project, name)  # on a DIY backend this only removes the lock
+            return "", 0
         if args[:1] in (["up"], ["preview"], ["destroy"], ["refresh"]):
             return self.operation(args[0], args)
         raise Refused(f"error: unknown command {' '.join(args[:2])!r} (the pulumi double answers only what "
                       "the automation API uses)")
 
+    def select_or_init(self, args: list[str]) -> tuple[str, int]:
+        given = _flag(args, "--stack") or (args[2] if len(args) > 2 and not args[2].startswith("-") else None)
+        if not given:
+            raise Refused("error: a stack name is required")
+        name = self.stack_name(["--stack", given])
+        if self.backend.exists(self.project, name):
+            if args[1] == "init":
+                raise Refused(f"error: stack '{name}' already exists")
+            return "", 0
+        if args[1] == "select" and "--create" not in args:
+            raise Refused(f"error: no stack named '{name}' found")
+        provider = _flag(args, "--secrets-provider") or "passphrase"  # a DIY backend's default
+        if provider == "passphrase" and "encryptionsalt" not in self.read_config(name):
+            phrase = _passphrase()
+            if phrase is None:
+                raise Refused("error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or "
+                              "PULUMI_CONFIG_PASSPHRASE_FILE environment variables")
+            self.write_config(name, {**self.read_config(name), "encryptionsalt": _salt(name, phrase)})
+        self.backend.create(self.project, name)
+        return "", 0
+
+    def unprotect(self, args: list[str]) -> tuple[str, int]:
+        name, content = self.stack(args)
+        if "--yes" not in args:
+            raise Refused("error: --yes must be passed in to proceed when running in non-interactive mode")
+        target = None if "--all" in args else next((a for a in args[2:] if a.startswith("urn:")), None)
+        for res in content["checkpoint"]["latest"]["resources"]:
+            if target is None or res["urn"] == target:
+                res["protect"] = False
+        self.backend.save(self.project, name, content)
+        return "", 0
+
     def operation(self, verb: str, args: list[str]) -> tuple[str, int]:
-        name, entry = self.stack(args)
+        name, content = self.stack(args)
         preview_only = verb == "preview" or "--preview-only" in args
         if verb in ("up", "destroy", "refresh") and "--yes" not in args and not preview_only:
             raise Refused(f"error: --yes must be passed in to proceed when running in non-interactive mode ({verb})")
-        if verb in ("up", "preview") and not any(a.startswith("--client=") for a in args):
+        client = _flag(args, "--client")
+        if verb in ("up", "preview") and not client and _flag(args, "--exec-kind") == "auto.inline":
             raise Refused("error: an inline program needs --client")
+        config, secret_keys = self.program_config(name) if verb in ("up", "preview") else ({}, [])
         events = Events(_flag(args, "--event-log"))
-        events.emit({"preludeEvent": {"config": {k: v["value"] if not v["secret"] else "[secret]"
-                                                 for k, v in entry["config"].items()}}})
-        failure = (self.control.get("fail") or {}).get(name)
-        if failure:
-            events.emit({"diagnosticEvent": {"message": failure + "\n", "severity": "error", "color": "never"}})
-            events.emit({"summaryEvent": {"resourceChanges": {}, "maybeCorrupt": False, "durationSeconds": 0}})
-            raise Refused(f"error: {failure}")
-        if name in (self.control.get("hang") or []) and not preview_only:
-            self.wait_for_interrupt(events, verb)
-        changes = self.step(verb, name, entry, preview_only, events)
-        events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 1}})
-        if not preview_only:
-            entry["history"].append({"kind": "update" if verb == "up" else verb, "startTime": _now(), "message": "",
-                                     "environment": {}, "config": {}, "result": "succeeded", "endTime": _now(),
-                                     "resourceChanges": changes, "version": len(entry["history"]) + 1})
+        lock = self.backend.lock(self.project, name) if not preview_only else None
+        _release_global_lock()  # other stacks' commands go on while this one runs its program
+        try:
+            events.emit({"preludeEvent": {"config": {k: "[secret]" if k in secret_keys else v
+                                                     for k, v in config.items()}}})
+            failure = (self.control.get("fail") or {}).get(name)
+            if failure:
+                return self.failed(events, failure, {})
+            if name in (self.control.get("hang") or []) and not preview_only:
+                self.wait_for_interrupt(events, verb)
+            if verb in ("up", "preview"):
+                return self.update(name, events, config, secret_keys, client, preview_only,
+                                   int(_flag(args, "--parallel") or 4))
+            if verb == "destroy":
+                return self.destroy(name, events, preview_only)
+            return self.refresh(name, content, events, preview_only)
+        finally:
+            _take_global_lock()
+            if lock is not None:
+                lock.unlink(missing_ok=True)
+
+    def failed(self, events: Events, message: str, changes: dict) -> tuple[str, int]:
+        events.emit({"diagnosticEvent": {"message": message + "\n", "severity": "error", "color": "never"}})
+        events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 0}})
+        raise Refused(f"error: {message}")
+
+    def save(self, name: str, resources: list[dict], kind: str, changes: dict, ok: bool, retained: list[str]) -> None:
+        """Write the checkpoint as it is after the operation (read afresh: other stacks' commands ran meanwhile)."""
+        content = self.backend.load(self.project, name)
+        content["checkpoint"]["latest"]["resources"] = resources
+        content["history"].append({"kind": kind, "startTime": _now(), "message": "", "environment": {}, "config": {},
+                                   "result": "succeeded" if ok else "failed", "endTime": _now(),
+                                   "resourceChanges": changes, "version": len(content["history"]) + 1})
+        self.backend.save(self.project, name, content)
+        if retained:  # deleted from the stack, left in the cloud
+            with open(self.folder / "retained.jsonl", "a", encoding="utf-8") as f:
+                f.writelines(json.dumps({"stack": name, "urn": urn}) + "\n" for urn in retained)
+
+    def update(self, name: str, events: Events, config: dict, secret_keys: list[str], client: str | None,
+               dry_run: bool, parallel: int) -> tuple[str, int]:
+        before = self.backend.load(self.project, name)["checkpoint"]["latest"]["resources"]
+        update = Update(self.project, name, before, Providers(name, self.control), dry_run, events.emit, self.backend)
+        diagnostics: list[str] = []
+
+        def log(severity: str, message: str, urn: str) -> None:
+            if severity == "error":
+                diagnostics.append(message.strip())
+            events.emit({"diagnosticEvent": {"urn": urn, "message": message.rstrip() + "\n", "severity": severity,
+                                             "color": "never"}})
+
+        server, monitor = serve(update, log)
+        try:
+            if client:
+                error = run_inline(client, monitor, self.project, name, config, secret_keys, dry_run, parallel,
+                                   str(self.cwd))
+            else:
+                error = self.run_local(monitor, name, config, secret_keys, dry_run, parallel)
+        finally:
+            server.stop(0)
+        resources = update.finish(program_failed=bool(error or update.errors))
+        ok = not (error or update.errors)
+        if not dry_run:
+            self.save(name, resources, "update", update.changes, ok, update.retained)
+        if not ok:
+            if error and not diagnostics:
+                log("error", error, "")
+            message = (update.errors or diagnostics or [error])[0] or "update failed"
+            return self.failed(events, message.strip().splitlines()[0], update.changes)
+        events.emit({"summaryEvent": {"resourceChanges": update.changes, "maybeCorrupt": False, "durationSeconds": 1}})
         return "", 0
 
-    def step(self, verb: str, name: str, entry: dict, preview_only: bool, events: Events) -> dict[str, int]:
-        urn = f"urn:pulumi:{name}::{self.project}::pulumi:pulumi:Stack::{self.project}-{name}"
-        if verb in ("up", "preview"):
-            op = "same" if entry["resources"] else "create"
-            events.emit({"resourcePreEvent": {"metadata": {"op": op, "urn": urn, "type": "pulumi:pulumi:Stack",
-                                                           "provider": ""}}})
-            if verb == "up":
-                entry["resources"] = 1
-                entry["outputs"] = {k: {"value": v, "secret": k == "kubeconfig"}  # the programs export it as a secret
-                                    for k, v in ((self.control.get("outputs") or {}).get(name) or {}).items()}
-            return {op: 1}
-        if verb == "destroy":
-            if preview_only:
-                return {"delete": entry["resources"]}
-            deleted = entry["resources"]
-            entry["resources"], entry["outputs"] = 0, {}
-            return {"delete": deleted}
-        # refresh
+    def run_local(self, monitor: str, name: str, config: dict, secret_keys: list[str], dry_run: bool,
+                  parallel: int) -> str:
+        """A program from Pulumi.yaml (`runtime`, `main`), run as the Python language host runs it."""
+        runtime = self.settings.get("runtime")
+        runtime_name = runtime.get("name") if isinstance(runtime, dict) else runtime
+        if runtime_name != "python":
+            raise Refused(f"error: the pulumi double runs only python programs, not {runtime_name!r}")
+        main_dir = (self.cwd / (self.settings.get("main") or ".")).resolve()
+        if not (main_dir / "__main__.py").is_file():
+            raise Refused(f"error: the program's main folder {main_dir} has no __main__.py")
+        options = (runtime.get("options") or {}) if isinstance(runtime, dict) else {}
+        venv = options.get("virtualenv")
+        python = self.cwd / venv / "bin" / "python" if venv else Path(sys.executable)
+        if not python.exists():
+            raise Refused(f"error: the virtual environment {self.cwd / venv} does not exist: run `pulumi install`")
+        return run_local(main_dir, monitor, self.project, name, config, secret_keys, dry_run, parallel, str(python),
+                         str(self.cwd))
+
+    def destroy(self, name: str, events: Events, dry_run: bool) -> tuple[str, int]:
+        resources = self.backend.load(self.project, name)["checkpoint"]["latest"]["resources"]
+        left, changes, retained, error = destroy(resources, dry_run, events.emit)
+        if not dry_run:
+            self.save(name, left, "destroy", changes, error is None, retained)
+        if error:
+            return self.failed(events, error, changes)
+        events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 1}})
+        return "", 0
+
+    def refresh(self, name: str, content: dict, events: Events, preview_only: bool) -> tuple[str, int]:
+        resources = content["checkpoint"]["latest"]["resources"]
+        count = sum(1 for r in resources if r.get("custom"))
         if preview_only and name in (self.control.get("drift") or []):
-            return {"update": 1, "same": max(entry["resources"] - 1, 0)}
-        return {"same": entry["resources"]}
+            changes = {"update": 1, "same": max(count - 1, 0)}
+        else:
+            changes = {"same": count}
+        if not preview_only:
+            self.save(name, resources, "refresh", changes, True, [])
+        events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 1}})
+        return "", 0
 
     def wait_for_interrupt(self, events: Events, verb: str) -> None:
         interrupted = []
         signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
         (self.folder / "hanging").write_text(str(os.getpid()))
-        self.save()
-        fcntl.flock(_LOCK, fcntl.LOCK_UN)  # other stacks' commands go on while this one hangs
         deadline = time.monotonic() + 60  # a test that forgets to interrupt still ends
         while not interrupted and time.monotonic() < deadline:
             time.sleep(0.05)
         (self.folder / "hanging").unlink(missing_ok=True)
-        fcntl.flock(_LOCK, fcntl.LOCK_EX)
-        self.__init__(self.folder, self.cwd)  # read what the others wrote meanwhile
         events.emit({"cancelEvent": {}})
         raise Refused(f"error: {verb} canceled" if interrupted else f"error: {verb} timed out in the double")
 
@@ -262,27 +464,32 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
-_LOCK = None
+_LOCK = None  # the double's own lock: one command at a time reads and writes the backend's files
+
+
+def _take_global_lock() -> None:
+    fcntl.flock(_LOCK, fcntl.LOCK_EX)
+
+
+def _release_global_lock() -> None:
+    fcntl.flock(_LOCK, fcntl.LOCK_UN)
 
 
 def main(argv: list[str]) -> int:
     global _LOCK
     folder = Path(os.environ.get("PULUMI_DOUBLE_DIR") or Path(__file__).parent / ".double")
     folder.mkdir(parents=True, exist_ok=True)
-    _LOCK = open(folder / "lock", "a")  # parallel stacks run several of these at once: one at a time in the state
-    fcntl.flock(_LOCK, fcntl.LOCK_EX)
+    _LOCK = open(folder / "lock", "a")
+    _take_global_lock()
     args = [a for a in argv if a not in ("--non-interactive",)]
     with open(folder / "calls.jsonl", "a", encoding="utf-8") as f:  # one line per call, before anything can fail
         f.write(json.dumps({"argv": argv, "cwd": os.getcwd(), "stack": _flag(args, "--stack"),
                             "env": sorted(k for k in os.environ if k.startswith("PULUMI_"))}) + "\n")
-    double = Double(folder, Path.cwd())
     try:
-        out, code = double.run(args)
+        out, code = Double(folder, Path.cwd()).run(args)
     except Refused as exc:
-        double.save()
         print(str(exc), file=sys.stderr)
         return 255
-    double.save()
     sys.stdout.write(out)
     return code
 
@@ -290,3 +497,17 @@ def main(argv: list[str]) -> int:
 def calls(folder: Path) -> list[dict]:
     path = folder / "calls.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def checkpoint(backend: Path, project: str, stack: str) -> dict:
+    """A stack's checkpoint in a backend folder the double wrote (for assertions)."""
+    return json.loads((backend / ".pulumi" / "stacks" / project / f"{stack}.json").read_text())
+
+
+def resources(backend: Path, project: str, stack: str) -> list[dict]:
+    return checkpoint(backend, project, stack)["checkpoint"]["latest"]["resources"]
+
+
+def stack_outputs(backend: Path, project: str, stack: str) -> dict:
+    """A stack's outputs as plain values (secrets revealed: for assertions only)."""
+    return reveal(outputs_of(checkpoint(backend, project, stack)))

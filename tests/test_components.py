@@ -100,6 +100,10 @@ def test_eks_cluster_vpc_and_gpu_node_groups():
         "capacityReservationId": "cr-0a1b2c3d4e5f60718"}
     assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert template["networkInterfaces"][0]["interfaceType"] == "efa"
+    # the EFA interface is the node's only one: it carries the cluster security group the system nodes (CoreDNS) are
+    # in, never pulumi-eks' node security group (which it does not create: managed node groups only)
+    assert template["networkInterfaces"][0]["securityGroups"] == ["sg-0cluster"]
+    assert inputs(eks)["skipDefaultSecurityGroups"] is True
     assert inputs(of_type(resources, "aws:ec2/placementGroup:PlacementGroup")[0])["strategy"] == "cluster"
     l4 = inputs(named(resources, "prod-us-east-l4", "aws:eks/nodeGroup:NodeGroup"))
     assert l4["scalingConfig"] == {"minSize": 1, "maxSize": 6, "desiredSize": 2} and l4["capacityType"] == "ON_DEMAND"
@@ -172,10 +176,10 @@ def test_serving_stack_releases_crds_and_gateway(example_fleet):
     crds = inputs(of_type(resources, "kubernetes:yaml/v2:ConfigGroup")[0])["objs"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "backendtlspolicies.gateway.networking.k8s.io", "gatewayclasses.gateway.networking.k8s.io",
-        "gateways.gateway.networking.k8s.io", "httproutes.gateway.networking.k8s.io",
-        "inferencemodelrewrites.llm-d.ai", "inferenceobjectives.inference.networking.x-k8s.io",
+        "gateways.gateway.networking.k8s.io", "grpcroutes.gateway.networking.k8s.io",
+        "httproutes.gateway.networking.k8s.io", "inferencemodelrewrites.llm-d.ai", "inferenceobjectives.inference.networking.x-k8s.io",
         "inferenceobjectives.llm-d.ai", "inferencepools.inference.networking.k8s.io",
-        "referencegrants.gateway.networking.k8s.io"]
+        "referencegrants.gateway.networking.k8s.io", "tlsroutes.gateway.networking.k8s.io"]
     gateway = inputs(of_type(resources, "kubernetes:gateway.networking.k8s.io/v1:Gateway")[0])
     assert gateway["metadata"]["name"] == "inference-gateway" and gateway["metadata"]["namespace"] == "modelplane-system"
     assert gateway["spec"]["listeners"][0]["allowedRoutes"] == {"namespaces": {"from": "All"}}
@@ -248,7 +252,7 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
     # the fleet gateway uses its host's provider (the first cluster by name that can host it): one owner per object
     assert {p.name for p in providers} == {"gke-us-central-k8s", "eks-us-west-k8s", "byo-eu-k8s"}
     traefik = named(resources, "fleet-gateway-traefik")
-    assert traefik.provider == "byo-eu-k8s" and "byo-eu-serving-system" in traefik.depends_on  # after the host's serving stack
+    assert traefik.provider == "eks-us-west-k8s" and "eks-us-west-serving-system" in traefik.depends_on  # a cloud LB host, first by name
     assert all(is_secret(p.inputs["kubeconfig"]) for p in providers)
     assert seen == [["byo-eu", "eks-us-west", "gateway", "gke-us-central"], True, True, True]
 

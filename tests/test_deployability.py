@@ -197,7 +197,26 @@ def _quota(release_waits: bool):
                                      waits=("dra", "dra/allow-critical-pods") if release_waits else ("dra",))]))
 
 
+def _workload(annotations: dict, kind: str = "LeaderWorkerSet", api: str = "leaderworkerset.x-k8s.io/v1"):
+    return graph(stack("model-ml.qwen", [k(api, kind, "qwen-0", "ml", metadata={"name": "qwen-0", "namespace": "ml",
+                                                                                  "annotations": annotations})]))
+
+
+def _traefik(kinds: tuple[str, ...]):
+    names = {"GatewayClass": "gatewayclasses", "Gateway": "gateways", "HTTPRoute": "httproutes",
+             "GRPCRoute": "grpcroutes", "TLSRoute": "tlsroutes", "ReferenceGrant": "referencegrants"}
+    crds = [crd("gateway.networking.k8s.io", kind, names[kind]) for kind in kinds]
+    return graph(stack("gateway", [*crds, release("traefik", "traefik", waits=tuple(c["name"] for c in crds))]))
+
+
+ALL_ROUTES = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "ReferenceGrant")
 ROWS = [
+    ("awaited", lambda: _workload({"pulumi.com/waitFor": "condition=Available"}),
+     lambda: _workload({"pulumi.com/timeoutSeconds": "3600"}), "Pulumi would not wait for LeaderWorkerSet qwen-0"),
+    ("awaited", lambda: _workload({}, "Deployment", "apps/v1"),
+     lambda: _workload({"pulumi.com/skipAwait": "true"}, "Deployment", "apps/v1"), "would not wait for Deployment"),
+    ("controller-prerequisites", lambda: _traefik(ALL_ROUTES), lambda: _traefik(ALL_ROUTES[:4]),
+     "waits on TLSRoute.gateway.networking.k8s.io"),
     ("one-owner", _one_owner_pass, _one_owner_fail, "also created by platform-c1/ml"),
     ("one-owner", _one_owner_other_cluster, _one_owner_crd_twice, "the CRD of ScaledObject.keda.sh on c1 is also created by"),
     ("namespace", _namespace_pass, _namespace_not_earlier, "namespace 'team' on c1 is not created"),

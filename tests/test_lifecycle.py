@@ -21,10 +21,12 @@ import yaml
 
 from automation.cli import main
 from tests import pulumi_double
+from tests.pulumi_engine import Backend
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
 HF_TOKEN = "hf_never_on_argv_93f1"
+GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
 
 
 @pytest.fixture
@@ -157,15 +159,15 @@ def test_removing_a_cluster_destroys_its_workloads_first_and_only_when_confirmed
 
 
 def test_a_failing_stack_skips_only_its_dependents_and_a_rerun_converges(double, capsys):
-    double.control(fail={"platform-eks-us-west": "creating node group: InsufficientInstanceCapacity"})
+    double.control(fail={"platform-gke-us-central": "creating node pool: GCE_STOCKOUT"})
     assert double.up() == 1
     err = capsys.readouterr().err
-    assert "failed: platform-eks-us-west: error: creating node group: InsufficientInstanceCapacity" in err
+    assert "failed: platform-gke-us-central: error: creating node pool: GCE_STOCKOUT" in err
     recorded = set(double.recorded())
-    assert "platform-eks-us-west" not in recorded
+    assert "platform-gke-us-central" not in recorded
     skipped = {line.split(": ")[1] for line in err.splitlines() if line.strip().startswith("skipped:")}
-    assert {"model-ml-team.qwen3-8b", "model-ml-team.kimi-k2", "cache-ml-team.qwen3-coder"} <= skipped
-    assert {"platform-gke-us-central", "platform-byo-eu", "gateway"} <= recorded  # the others went on
+    assert {"model-ml-team.qwen3-8b", "team-ml-team.gke-us-central", "endpoints-ml-team"} <= skipped
+    assert {"platform-eks-us-west", "platform-byo-eu", "gateway", "model-ml-team.kimi-k2"} <= recorded  # the others
     assert not skipped & recorded
     double.control()
     assert double.up() == 0, capsys.readouterr().err
@@ -191,10 +193,8 @@ def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(double, 
     state = json.loads(state_path.read_text())
     state["stacks"]["model-ml-team-qwen3-8b"] = state["stacks"].pop("model-ml-team.qwen3-8b")
     state_path.write_text(json.dumps(state))
-    backend = json.loads((double.root / "double" / "state.json").read_text())
-    key = "modelplane-workloads/model-ml-team.qwen3-8b"
-    backend["stacks"]["modelplane-workloads/model-ml-team-qwen3-8b"] = backend["stacks"].pop(key)
-    (double.root / "double" / "state.json").write_text(json.dumps(backend))
+    backend = Backend(f"file://{double.work / '.modelplane' / 'backend'}")
+    backend.rename("modelplane-workloads", "model-ml-team.qwen3-8b", "model-ml-team-qwen3-8b")
     assert main(["status", "-f", double.fleet()]) == 0
     assert "the next `up` renames it to model-ml-team.qwen3-8b" in capsys.readouterr().out
     assert double.up() == 0, capsys.readouterr().err
@@ -409,15 +409,15 @@ def test_two_fleets_share_one_backend_without_colliding(double, capsys):
     (state / "state.json").rename(double.root / "staging-state.json")  # production keeps its own recorded state
     assert double.up("--fleet", "production") == 0, capsys.readouterr().err
     assert set(double.ran("up")) == {f"production_{name}" for name in EVERY_STACK}
-    backend = json.loads((double.root / "double" / "state.json").read_text())["stacks"]
-    assert {k.split("/", 1)[1] for k in backend} == staging | {f"production_{name}" for name in EVERY_STACK}
+    backend = Backend(f"file://{state / 'backend'}").stacks()
+    assert {stack for _, stack in backend} == staging | {f"production_{name}" for name in EVERY_STACK}
     assert main(["up", *double.args("--fleet", "Not_A_Label")]) == 2
 
 
 def test_status_shows_each_service_address_once_the_gateway_is_known(double, capsys):
     assert main(["status", "-f", double.fleet()]) == 0
     assert "service ml-team/qwen3-8b: pending (known once the gateway stack applied)" in capsys.readouterr().out
-    double.control(outputs={"gateway": {"address": "203.0.113.7"}})
+    double.control(resourceOutputs={"gateway": {GATEWAY: {"status": {"addresses": [{"value": "203.0.113.7"}]}}}})
     assert double.up() == 0
     capsys.readouterr()
     assert main(["status", "-f", double.fleet(), "-o", "json"]) == 0
@@ -426,8 +426,83 @@ def test_status_shows_each_service_address_once_the_gateway_is_known(double, cap
 
 
 def test_secret_outputs_never_reach_the_recorded_state(double):
-    double.control(outputs={"platform-byo-eu": {"kubeconfig": "apiVersion: v1 # SECRET-KC", "gatewayAddress": "198.51.100.4"}})
+    double.kubeconfig.write_text("apiVersion: v1\nkind: Config\n# SECRET-KC\n")
     assert double.up() == 0
     state_text = (double.work / ".modelplane" / "state.json").read_text()
-    assert double.recorded()["platform-byo-eu"]["outputs"] == {"gatewayAddress": "198.51.100.4"}
+    outputs = pulumi_double.stack_outputs(double.work / ".modelplane" / "backend", "modelplane-platform", "platform-byo-eu")
+    assert "SECRET-KC" in outputs["kubeconfig"]  # the program exported it, as a secret ...
+    assert "kubeconfig" not in double.recorded()["platform-byo-eu"]["outputs"]  # ... which the record never holds
     assert "SECRET-KC" not in state_text
+
+
+# ---- the first real run: what the program-running double shows ----------------------------------------------
+
+def _slices(backend: pathlib.Path, stack: str) -> list[dict]:
+    """The EndpointSlices an endpoints stack applied (its ConfigGroup's objects, as the engine received them)."""
+    return [o for r in pulumi_double.resources(backend, "modelplane-workloads", stack)
+            if r["type"] == "kubernetes:yaml/v2:ConfigGroup" for o in r["inputs"]["objs"] if o["kind"] == "EndpointSlice"]
+
+
+def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_its_platform_stack_output(double, capsys):
+    backend = double.work / ".modelplane" / "backend"
+    assert not backend.exists()
+    assert double.up() == 0, capsys.readouterr().err
+    assert (backend / ".pulumi" / "stacks" / "modelplane-platform").is_dir()  # the default backend was created
+    addresses = {c: pulumi_double.stack_outputs(backend, "modelplane-platform", f"platform-{c}").get("gatewayAddress")
+                 for c in ("byo-eu", "eks-us-west", "gke-us-central")}
+    assert addresses["gke-us-central"] and addresses["eks-us-west"]  # cloud load balancers gave their Gateways one
+    assert addresses["byo-eu"] is None  # an Existing cluster with no MetalLB: its Gateway has no address
+    slices = _slices(backend, "endpoints-ml-team")
+    assert slices
+    for s in slices:
+        cluster = s["metadata"]["annotations"]["modelplane.ai/gateway-of"]
+        if addresses[cluster]:
+            assert s["endpoints"][0]["addresses"] == [addresses[cluster]] and s["addressType"] == "IPv4"
+        else:  # no address: the slice routes nowhere rather than to a placeholder
+            assert s["endpoints"] == []
+    assert "pending.modelplane.invalid" not in json.dumps(slices)
+    # the record holds the addresses: nothing is left to do, and render shows what up recorded
+    assert double.up() == 0 and double.ran("up") == []
+    capsys.readouterr()
+    assert main(["render", "-f", double.fleet(), "--out", "-"]) == 0
+    rendered = capsys.readouterr().out
+    assert addresses["gke-us-central"] in rendered and "gke-us-central.gateway.pending" not in rendered
+
+
+def test_a_changed_gateway_address_updates_exactly_the_endpoints_stack(double, capsys):
+    assert double.up() == 0
+    state = json.loads((double.work / ".modelplane" / "state.json").read_text())
+    state["stacks"]["platform-gke-us-central"]["outputs"]["gatewayAddress"] = "192.0.2.99"  # as a re-created LB would
+    (double.work / ".modelplane" / "state.json").write_text(json.dumps(state))
+    assert double.up() == 0, capsys.readouterr().err
+    assert double.ran("up") == ["endpoints-ml-team"]
+
+
+def test_removing_a_provisioned_cluster_runs_to_the_end_through_its_protection(double, capsys):
+    """The protection-lifting update runs the cluster's program from what its stack recorded (the fleet no longer
+    describes it), then the destroy deletes the protected cluster and network; GKE's own deletion protection too."""
+    assert double.up() == 0
+    backend = double.work / ".modelplane" / "backend"
+    cluster = next(r for r in pulumi_double.resources(backend, "modelplane-platform", "platform-gke-us-central")
+                   if r["type"] == "gcp:container/cluster:Cluster")
+    assert cluster["protect"] and cluster["inputs"]["deletionProtection"] is True
+    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")]
+    assert double.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
+    assert "platform-gke-us-central" not in double.recorded()
+    assert pulumi_double.resources(backend, "modelplane-platform", "platform-gke-us-central") == []
+    lifted = [c for c in double.calls()[double.mark:] if _verb(c["argv"]) == "up" and c["stack"] == "platform-gke-us-central"]
+    assert len(lifted) == 1  # the update that lifted the protection, before the destroy
+
+
+def test_a_program_that_fails_half_way_keeps_what_it_created_and_a_rerun_converges(double, capsys):
+    double.control(failOn={"platform-eks-us-west": {"resource": "aws:eks/nodeGroup:NodeGroup",
+                                                    "error": "creating node group: InsufficientInstanceCapacity"}})
+    assert double.up() == 1
+    assert "InsufficientInstanceCapacity" in capsys.readouterr().err
+    backend = double.work / ".modelplane" / "backend"
+    created = pulumi_double.resources(backend, "modelplane-platform", "platform-eks-us-west")
+    assert any(r["type"] == "aws:ec2/vpc:Vpc" for r in created)  # what came before the failure is in the checkpoint
+    assert "platform-eks-us-west" not in double.recorded()
+    double.control()
+    assert double.up() == 0, capsys.readouterr().err
+    assert set(double.recorded()) == EVERY_STACK

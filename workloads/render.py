@@ -81,13 +81,18 @@ class Rendered:
 # workload to become ready: the Kubernetes provider reads this annotation as the object's own timeout.
 READY_TIMEOUT = {"pulumi.com/timeoutSeconds": "3600"}
 WAITED_KINDS = ("Deployment", "LeaderWorkerSet", "DynamoGraphDeployment", "StatefulSet")
+# pulumi-kubernetes awaits Deployments and StatefulSets by itself; a custom resource only with `pulumi.com/waitFor`,
+# so a model stack's success would not mean serving. The condition each controller sets once its pods are ready:
+READY_WHEN = {"LeaderWorkerSet": "condition=Available",  # LWS: every group's pods ready
+              "DynamoGraphDeployment": "condition=Ready"}  # Dynamo operator: every component ready
 
 
 def with_ready_timeout(objects: list[dict]) -> list[dict]:
     for obj in objects:
         if obj["kind"] in WAITED_KINDS:
             meta = obj["metadata"]
-            meta["annotations"] = {**READY_TIMEOUT, **(meta.get("annotations") or {})}
+            wait = {"pulumi.com/waitFor": READY_WHEN[obj["kind"]]} if obj["kind"] in READY_WHEN else {}
+            meta["annotations"] = {**READY_TIMEOUT, **wait, **(meta.get("annotations") or {})}
     return objects
 
 
@@ -118,13 +123,26 @@ def _replica_ready(fleet: Fleet) -> dict[tuple[str, str], bool]:
     return out
 
 
+@dataclass(frozen=True)
+class Gateways:
+    """Gateway addresses the applied stacks output: per cluster (`platform-<cluster>`'s `gatewayAddress`) and the
+    fleet's front door (the `gateway` stack's `address`)."""
+
+    clusters: Mapping[str, str] = field(default_factory=dict)
+    front_door: str | None = None
+
+
 def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
-def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None) -> Rendered:
+def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None,
+           gateways: Gateways | None = None) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
     (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
+
+    `gateways`: the gateway addresses the applied platform and gateway stacks output (an InferenceCluster's or
+    InferenceGateway's observed `status` comes first); with none known, an address is a marked placeholder.
 
     `reuse`: model stacks whose objects the caller already knows (their inputs did not change, see
     `model_inputs`), with those objects' identities (`object_keys`): their replicas are not composed, the stacks
@@ -146,12 +164,14 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
             continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
-        address = cluster.gateway or placeholder_address(cluster.name)
-        placeholder = None if cluster.gateway else f"gateway address of {cluster.name}, known once its platform stack applies"
+        known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
+        address = known or placeholder_address(cluster.name)
+        placeholder = None if known else f"gateway address of {cluster.name}, known once its platform stack applies"
         labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
                   **ctx.labels}
         endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{routing.replica_path(md.namespace, placed.name)}v1",
-                                  routing.replica_path(md.namespace, placed.name), labels, placeholder, composed=True))
+                                  routing.replica_path(md.namespace, placed.name), labels, placeholder, composed=True,
+                                  cluster=cluster.name))
     replicas = {(ep.namespace, ep.name) for ep in endpoints}
     for me in fleet.of("ModelEndpoint"):
         if (me.namespace, me.name) in replicas:  # both would be backed by the Service ep-<name>
@@ -162,7 +182,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
     out.endpoints = list(endpoints)
     gateway = next(iter(fleet.of("InferenceGateway")), None)
-    gateway_address = ((gateway.status or {}).get("address") if gateway else None) or "fleet-gateway.pending.modelplane.invalid"
+    gateway_address = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
+                       or "fleet-gateway.pending.modelplane.invalid")
     routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
     for ms in fleet.of("ModelService"):
         stack = service_stack(ms.namespace, ms.name)

@@ -24,6 +24,9 @@ from fleet.names import bounded
 FLEET_GATEWAY = {"name": "modelplane", "namespace": "modelplane-system"}
 MAX_WEIGHT = 1_000_000
 PLACEHOLDER_ANNOTATION = "modelplane.ai/placeholder"
+# On a replica's EndpointSlice: the cluster whose gateway it points at. The endpoints stack's program reads that
+# cluster's `gatewayAddress` from its platform stack when it applies, so the slice never waits for a second `up`.
+GATEWAY_OF_ANNOTATION = "modelplane.ai/gateway-of"
 
 
 def backend_service_name(endpoint: str) -> str:
@@ -40,6 +43,7 @@ class Endpoint:
     labels: dict = field(default_factory=dict, hash=False, compare=False)
     placeholder: str | None = None  # why the address is not known yet (render and previews only)
     composed: bool = False  # a placed replica's endpoint (the reference composes a ModelEndpoint for it)
+    cluster: str | None = None  # a placed replica's cluster, whose gateway the endpoint points at
 
     @property
     def parsed(self):
@@ -103,7 +107,7 @@ def select(service, endpoints: list[Endpoint]) -> list[tuple[int, list[Endpoint]
     return groups
 
 
-def _address_type(host: str) -> str:
+def address_type(host: str) -> str:
     try:
         return "IPv6" if ipaddress.ip_address(host).version == 6 else "IPv4"
     except ValueError:
@@ -114,14 +118,17 @@ def backend_objects(ep: Endpoint) -> list[dict]:
     name = ep.service_name
     labels = {"modelplane.ai/endpoint": bounded(ep.name, 63)}
     annotations = {PLACEHOLDER_ANNOTATION: ep.placeholder} if ep.placeholder else None
-    meta = {"name": name, "namespace": ep.namespace, "labels": labels, **({"annotations": annotations} if annotations else {})}
+    # a replica's address is its cluster's gateway's: only its slice says so (the Service is the same either way)
+    meta = {"name": name, "namespace": ep.namespace, "labels": labels,
+            **({"annotations": annotations} if annotations and not ep.cluster else {})}
+    slice_meta = {**meta, "annotations": {**(annotations or {}), GATEWAY_OF_ANNOTATION: ep.cluster}} if ep.cluster else meta
     objects: list[dict] = [
         {"apiVersion": "v1", "kind": "Service", "metadata": dict(meta),
          "spec": {"ports": [{"name": "backend", "port": ep.port, "targetPort": ep.port, "protocol": "TCP"}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {**meta, "labels": {**labels, "kubernetes.io/service-name": name,
+         "metadata": {**slice_meta, "labels": {**labels, "kubernetes.io/service-name": name,
                                          "endpointslice.kubernetes.io/managed-by": "modelplane.ai"}},
-         "addressType": _address_type(ep.host),
+         "addressType": address_type(ep.host),
          # ready must be explicit: some gateways skip endpoints whose readiness is unset
          "endpoints": [{"addresses": [ep.host], "conditions": {"ready": True}}],
          "ports": [{"name": "backend", "port": ep.port, "protocol": "TCP"}]},

@@ -151,7 +151,7 @@ class Worker(threading.Thread):
         with self.store.read() as conn:
             fleet = load_fleet(self.store.list(conn))
             reserved = [replica_from_dict(p) for p in json.loads(self.store.get_state(conn, "placements") or "[]")]
-        specs = desired_state(fleet, reserved).specs
+        specs = desired_state(fleet, reserved, gateways=StateStore(self.state_dir).gateways()).specs
         by_stack = {run["stack"]: run for run in batch}
         items = []
         for run in batch:
