@@ -379,7 +379,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
            kubeconfig: tuple[str, ...] = (), unprotect: bool = False, prune: bool = False,
            destroy_clusters: bool = False, force: tuple[str, ...] = (), refresh: bool = False,
            check: bool = True, fleet_name: str | None = None, state: str = ".modelplane", executor: str = "local",
-           operator_settings: str = "modelplane-operator.yaml") -> None:
+           operator_settings: str = "modelplane-operator.yaml", config: dict[str, str] | None = None) -> None:
     from pathlib import Path
 
     from automation.migration import migrate, plan_renames
@@ -461,13 +461,13 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
                                                   else "every stack is up to date with the manifests"))
         return
     if check and operation in ("up", "preview") and items:
-        _refuse_undeployable(loaded.fleet, prepared.specs)
+        _refuse_undeployable(loaded.fleet, prepared.specs, config)
     kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
     try:
         if runner is None:  # the local executor: every credential and secret value is needed here
             runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
                                   unprotect=unprotect or destroy_clusters, refresh=refresh,  # says so if no CLI
-                                  fleet_name=fleet_name)
+                                  fleet_name=fleet_name, config=config)
             check_passphrase(backend or default_backend(root))
             missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
             missing += [line for c in items if c.change in ("create", "update") and c.name in prepared.specs
@@ -514,13 +514,51 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
             raise SystemExit(EXIT_INVALID)
 
 
-def _refuse_undeployable(fleet, specs) -> None:
+def _stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, str]:
+    """`--config-file` then `--config`: provider and program settings, `namespace:key` to a plain value.
+    Exit 2 naming the file or pair that is not one."""
+    import yaml
+
+    out: dict[str, str] = {}
+
+    def put(key: object, value: object, where: str) -> None:
+        if not isinstance(key, str) or ":" not in key or key.startswith(":") or key.endswith(":"):
+            click.echo(f"error: {where}: {key!r} is not a namespaced key such as gcp:project", err=True)
+            raise SystemExit(2)
+        if isinstance(value, dict) and "secure" in value:
+            click.echo(f"error: {where}: {key} is encrypted (secure:): give secrets as the fleet's Secrets "
+                       "(docs/teams.md), never as stack config here", err=True)
+            raise SystemExit(2)
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+
+    for path in files:
+        try:
+            document = yaml.safe_load(open(path, encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            click.echo(f"error: --config-file {path}: not readable as YAML ({type(exc).__name__})", err=True)
+            raise SystemExit(2) from None
+        section = document.get("config") if isinstance(document, dict) else None
+        if not isinstance(section, dict):
+            click.echo(f"error: --config-file {path}: expected a `config:` mapping of KEY: VALUE", err=True)
+            raise SystemExit(2)
+        for key, value in section.items():
+            put(key, value, f"--config-file {path}")
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            click.echo(f"error: --config {pair!r}: expected KEY=VALUE", err=True)
+            raise SystemExit(2)
+        put(key, value, f"--config {pair}")
+    return out
+
+
+def _refuse_undeployable(fleet, specs, config: dict[str, str] | None = None) -> None:
     """The deployability check over every desired stack (the graph, not only what changes): a fleet a real API
     server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
     from automation.deployability import check_fleet
     from automation.offline_preview import preview_stack
 
-    previews = [preview_stack(spec, fleet) for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name))]
+    previews = [preview_stack(spec, fleet, config) for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name))]
     violations = check_fleet(fleet, previews)
     if violations:
         for v in violations:
@@ -601,6 +639,14 @@ def _apply_options(function):
     function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
                             help="Several fleets on one backend: stacks are named <NAME>_<stack> there "
                                  "(default: $MODELPLANE_FLEET, else unprefixed).")(function)
+    function = click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE",
+                            help="Stack config for the platform and gateway programs, as `pulumi config set` takes it "
+                                 "(gcp:project=my-project, aws:profile=prod, any provider setting). Plain values only; "
+                                 "repeatable; after --config-file.")(function)
+    function = click.option("--config-file", "config_files", multiple=True, metavar="PATH",
+                            type=click.Path(dir_okay=False),
+                            help="A Pulumi stack config file (`config:` of KEY: VALUE, as Pulumi.<stack>.yaml) with "
+                                 "the same settings. Repeatable.")(function)
     function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
                             help="The kubeconfig file of an Existing cluster (else $MODELPLANE_KUBECONFIG_<CLUSTER>, or "
                                  ".modelplane/kubeconfigs/<existing.secretRef.name>). Read by the program, kept a "
@@ -625,10 +671,11 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
                    "them), with every stack they depend on and every stack that depends on them for the check. "
                    "Repeatable.")
 @_PRUNE
-def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, config_pairs, config_files,
             offline, jobs, changed_against, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
+    settings = _stack_settings(config_pairs, config_files)
     if changed_against and not offline:
         click.echo("error: --changed-against previews offline: add --offline (a live preview already runs only the "
                    "stacks whose fingerprint changed)", err=True)
@@ -636,7 +683,7 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
     if not offline:
         _apply("preview", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
                destroy_clusters=True, fleet_name=fleet_name, state=state, executor=executor,
-               operator_settings=operator_settings)  # a preview destroys nothing
+               operator_settings=operator_settings, config=settings)  # a preview destroys nothing
         return
     from automation.deployability import check_fleet
     from automation.offline_preview import all_stacks
@@ -661,7 +708,7 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
     else:
         desired = desired_state(loaded.fleet, control_plane=host)
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), output) as bar:
-        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only)
+        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only, config=settings)
     violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
         from automation.output import stream_json
@@ -708,32 +755,34 @@ def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, prune,
+def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, config_pairs, config_files, prune,
        destroy_clusters, force, refresh, skip_check) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     _apply("up", paths, output, backend, parallel, control_plane, kubeconfig, prune=prune,
            destroy_clusters=destroy_clusters, force=force, refresh=refresh, check=not skip_check, fleet_name=fleet_name,
-           state=state, executor=executor, operator_settings=operator_settings)
+           state=state, executor=executor, operator_settings=operator_settings,
+           config=_stack_settings(config_pairs, config_files))
 
 
 @cli.command()
 @_apply_options
 def drift(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor,
-          operator_settings) -> None:
+          operator_settings, config_pairs, config_files) -> None:
     """Report applied stacks whose cloud or cluster state no longer matches (a refresh preview; exit 1 on drift)."""
     _apply("preview-refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name,
-           state=state, executor=executor, operator_settings=operator_settings)
+           state=state, executor=executor, operator_settings=operator_settings,
+           config=_stack_settings(config_pairs, config_files))
 
 
 @cli.command(name="refresh")
 @_apply_options
 def refresh_command(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor,
-                    operator_settings) -> None:
+                    operator_settings, config_pairs, config_files) -> None:
     """Refresh the applied stacks' state from the clouds and clusters."""
     _apply("refresh", paths, output, backend, parallel, control_plane, kubeconfig, fleet_name=fleet_name, state=state,
-           executor=executor, operator_settings=operator_settings)
+           executor=executor, operator_settings=operator_settings, config=_stack_settings(config_pairs, config_files))
 
 
 @cli.command()
@@ -742,11 +791,12 @@ def refresh_command(paths, output, backend, parallel, control_plane, fleet_name,
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
-def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, config_pairs, config_files,
             unprotect, yes) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
     _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes,
-           fleet_name=fleet_name, state=state, executor=executor, operator_settings=operator_settings)
+           fleet_name=fleet_name, state=state, executor=executor, operator_settings=operator_settings,
+           config=_stack_settings(config_pairs, config_files))
 
 
 @cli.command()

@@ -13,7 +13,7 @@ deployability check (automation/deployability.py) then reads the whole graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from automation.offline import Registered, run
 from automation.programs import project_of, program_for, stack_config
@@ -117,8 +117,9 @@ def locate(resources: list[Registered]) -> list[Registered]:
 _RAN_HERE = [False]  # a Pulumi program ran in this process: forking it could inherit a half-held runtime
 
 
-def preview_stack(spec: StackSpec, fleet) -> StackPreview:
-    config = {**stack_config(spec), **_existing_kubeconfigs(fleet), **_workload_secrets(spec)}
+def preview_stack(spec: StackSpec, fleet, settings: Mapping[str, str] | None = None) -> StackPreview:
+    """`settings`: the user's stack config (`--config`), as `up` gives it to the programs."""
+    config = {**stack_config(spec, settings), **_existing_kubeconfigs(fleet), **_workload_secrets(spec)}
     secret_keys = [k for k, v in config.items() if v == PLACEHOLDER]
     cluster = spec.id.cluster
     preview = StackPreview(spec.name, [], None, spec.kind, list(spec.depends_on), cluster)
@@ -134,18 +135,18 @@ def preview_stack(spec: StackSpec, fleet) -> StackPreview:
 
 
 PARALLEL_FROM = 32  # stacks: below this, forking costs more than it saves
-_PREVIEWING: tuple[Fleet, list[StackSpec]] | None = None  # what forked previewers inherit (never pickled)
+_PREVIEWING: tuple[Fleet, list[StackSpec], Mapping[str, str] | None] | None = None  # what forked previewers inherit (never pickled)
 
 
 def _preview_at(index: int) -> StackPreview:
     assert _PREVIEWING is not None
-    fleet, specs = _PREVIEWING
-    return preview_stack(specs[index], fleet)
+    fleet, specs, settings = _PREVIEWING
+    return preview_stack(specs[index], fleet, settings)
 
 
 def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredState | None = None,
                on_stack: Callable[[], None] | None = None, jobs: int | None = None,
-               only: set[str] | None = None) -> list[StackPreview]:
+               only: set[str] | None = None, config: Mapping[str, str] | None = None) -> list[StackPreview]:
     """Every desired stack (or those named in `only`) previewed, in rank order; `on_stack` is called after each
     (a progress bar).
 
@@ -163,14 +164,14 @@ def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredS
     jobs = min(jobs or os.cpu_count() or 1, 16)
     if (jobs > 1 and len(specs) >= PARALLEL_FROM and not _RAN_HERE[0]
             and "fork" in multiprocessing.get_all_start_methods()):
-        _PREVIEWING = (fleet, specs)
+        _PREVIEWING = (fleet, specs, config)
         try:
             with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
                 previews = pool.map(_preview_at, range(len(specs)), chunksize=4)
                 return [_counted(preview, on_stack) for preview in previews]
         finally:
             _PREVIEWING = None
-    return [_counted(preview_stack(spec, fleet), on_stack) for spec in specs]
+    return [_counted(preview_stack(spec, fleet, config), on_stack) for spec in specs]
 
 
 def around(specs: dict[str, StackSpec], changed: set[str]) -> set[str]:

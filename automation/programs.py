@@ -41,14 +41,16 @@ def platform_reference(cluster: str, org: str | None = None, fleet_name: str | N
     return f"{org or organization()}/{PLATFORM_PROJECT}/{backend_name(StackId.platform(cluster), fleet_name)}"
 
 
-def stack_config(spec) -> dict[str, str]:
-    """Plain config each stack's program reads."""
+def stack_config(spec, settings: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Plain config each stack's program reads. `settings`: what the user gave (`--config`, `--config-file`:
+    gcp:project, a provider's region or profile), for the programs that create cloud resources."""
     host = spec.payload.get("host")
+    given = dict(settings or {})
     if spec.kind == "platform":
         config = {"modelplane:cluster": str(spec.id.cluster), "modelplane:gateway": "false"}
-        return {**config, **({"modelplane:controlPlaneCluster": host} if host else {})}
+        return {**given, **config, **({"modelplane:controlPlaneCluster": host} if host else {})}
     if spec.kind == "gateway":
-        return {"modelplane:gatewayOnly": "true", **({"modelplane:controlPlaneCluster": host} if host else {})}
+        return {**given, "modelplane:gatewayOnly": "true", **({"modelplane:controlPlaneCluster": host} if host else {})}
     return {}
 
 

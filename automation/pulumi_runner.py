@@ -143,7 +143,7 @@ def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], 
 class PulumiRunner:
     def __init__(self, root: Path, fleet: Fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
                  kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False,
-                 fleet_name: str | None = None):
+                 fleet_name: str | None = None, config: dict[str, str] | None = None):
         from pulumi import automation as auto
 
         self.auto = auto
@@ -164,6 +164,7 @@ class PulumiRunner:
         self.unprotect = unprotect  # destroying a platform stack first lifts its deletion protection
         self.refresh = refresh  # `up --refresh`: read the clouds' state before updating
         self.fleet_name = fleet_name  # `--fleet`: stacks are <fleet>_<stack> in the backend
+        self.config = dict(config or {})  # `--config`, `--config-file`: settings for the platform programs
         self._stacks: dict[str, Any] = {}  # name -> automation.Stack
         self._lock = threading.Lock()
 
@@ -198,7 +199,7 @@ class PulumiRunner:
                                                 project_name=project_of(spec.kind),
                                                 program=program_for(spec, self.fleet, None, self.fleet_name),
                                                 opts=self.workspace_options(spec))
-            plain = dict(stack_config(spec))
+            plain = dict(stack_config(spec, self.config))
             cluster = plain.get("modelplane:cluster")
             if spec.kind == "platform" and cluster in self.kubeconfigs:
                 plain["modelplane:kubeconfigFile"] = self.kubeconfigs[cluster]  # a path: the value is never on argv

@@ -506,3 +506,24 @@ def test_a_program_that_fails_half_way_keeps_what_it_created_and_a_rerun_converg
     double.control()
     assert double.up() == 0, capsys.readouterr().err
     assert set(double.recorded()) == EVERY_STACK
+
+
+def test_stack_config_reaches_the_platform_programs_as_pulumi_users_give_it(double, capsys, tmp_path):
+    """A GKE cluster named without gke.project (the reference's own manifests) takes gcp:project from --config or a
+    --config-file, in the offline preview and in up, as `pulumi config set` would give it."""
+    cluster = next(d for d in double.docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")
+    del cluster["spec"]["cluster"]["gke"]["project"]
+    assert main(["preview", "--offline", "-f", double.fleet()]) == 1
+    assert "gcp:project" in capsys.readouterr().err
+    assert main(["preview", "--offline", "-f", double.fleet(), "--config", "gcp:project=ml-prod-4821"]) == 0
+    settings = tmp_path / "Pulumi.prod.yaml"
+    settings.write_text("config:\n  gcp:project: ml-prod-4821\n")
+    assert double.up("--config-file", str(settings)) == 0, capsys.readouterr().err
+    gke = next(r for r in pulumi_double.resources(double.work / ".modelplane" / "backend", "modelplane-platform",
+                                                  "platform-gke-us-central") if r["type"] == "pulumi:providers:gcp")
+    assert gke["inputs"]["project"] == "ml-prod-4821"
+    for bad, fragment in ((["--config", "project"], "expected KEY=VALUE"),
+                          (["--config", "project=x"], "not a namespaced key")):
+        assert double.up(*bad) == 2 and fragment in capsys.readouterr().err
+    settings.write_text("config:\n  gcp:project:\n    secure: AAABAE\n")
+    assert double.up("--config-file", str(settings)) == 2 and "encrypted" in capsys.readouterr().err
