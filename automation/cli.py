@@ -633,7 +633,8 @@ def _apply_options(function):
     function = _executor_options("local: Pulumi engines on this machine; operator: Stack objects applied to the "
                                  "control-plane cluster's Pulumi Kubernetes Operator.")(function)
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
-                            help="The InferenceCluster hosting the fleet gateway (default: the first by name that this "
+                            help="The InferenceCluster hosting the fleet gateway (default: the first by name whose cloud gives a "
+                                 "LoadBalancer an address, else the first Existing one; of those this "
                                  "project provisions or connects to).")(function)
     function = _state_option(function)
     function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
@@ -806,7 +807,8 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, 
                    "yaml: every object (and the ModelReplicas and ModelEndpoints it composes) with the status and "
                    "conditions the portal serves, as a Kubernetes List.")
 @click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
-              help="The InferenceCluster hosting the fleet gateway (default: the first by name that can host it).")
+              help="The InferenceCluster hosting the fleet gateway (default: the first by name whose cloud gives a "
+                   "LoadBalancer an address, else the first Existing one).")
 @_state_option
 @_executor_options("local: what `up` recorded in --state; operator: the Stack objects in the control-plane cluster, "
                    "with where the operator is with each.")

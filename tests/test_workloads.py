@@ -227,7 +227,8 @@ def test_service_route_with_replicas_and_external_https():
         "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1/"}, "hostname": "api.together.xyz"}
     slices = {s["metadata"]["name"]: s for s in find(result, "EndpointSlice")}
     assert slices[f"ep-{ra}"]["addressType"] == "IPv4" and slices[f"ep-{ra}"]["endpoints"][0]["addresses"] == ["34.1.2.3"]
-    assert "annotations" not in slices[f"ep-{ra}"]["metadata"]
+    # a replica's slice names the cluster whose gateway it points at (the endpoints program reads its live address)
+    assert slices[f"ep-{ra}"]["metadata"]["annotations"] == {"modelplane.ai/gateway-of": "a"}
     assert slices[f"ep-{rb}"]["addressType"] == "FQDN"
     assert slices[f"ep-{rb}"]["metadata"]["annotations"]["modelplane.ai/placeholder"].startswith("gateway address of b")
     assert slices["ep-together"]["endpoints"][0]["addresses"] == ["api.together.xyz"]
