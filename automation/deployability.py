@@ -287,8 +287,8 @@ def namespaces_exist(graph: Graph) -> Iterable[Violation]:
                                                "(before this object) or by a stack that runs earlier")
 
 
-def crds_installed(graph: Graph) -> Iterable[Violation]:
-    """Every custom resource's CRD is installed before it on that cluster, by a CRD object or a chart that declares it."""
+def crd_installers(graph: Graph) -> dict[tuple, list[Node]]:
+    """(cluster, group, kind) -> what installs that CRD there: a CRD object, or a chart that declares it."""
     installers: dict[tuple, list[Node]] = {}
     for node in graph.objects:
         if node.kind == "CustomResourceDefinition":
@@ -298,6 +298,12 @@ def crds_installed(graph: Graph) -> Iterable[Violation]:
         chart = graph.chart(node)
         for group, kind in chart.crds if chart and not chart.skip_crds else ():
             installers.setdefault((node.cluster, group, kind), []).append(node)
+    return installers
+
+
+def crds_installed(graph: Graph) -> Iterable[Violation]:
+    """Every custom resource's CRD is installed before it on that cluster, by a CRD object or a chart that declares it."""
+    installers = crd_installers(graph)
     for node in graph.objects:
         if node.group in BUILT_IN_GROUPS:
             continue
@@ -518,11 +524,7 @@ def workloads_awaited(graph: Graph) -> Iterable[Violation]:
 
 def controller_prerequisites(graph: Graph) -> Iterable[Violation]:
     """A gateway controller's informers wait on CRDs: each is installed before its release on that cluster."""
-    installers: dict[tuple, list[Node]] = {}
-    for node in graph.objects:
-        if node.kind == "CustomResourceDefinition":
-            spec = node.inputs.get("spec") or {}
-            installers.setdefault((node.cluster, spec.get("group"), (spec.get("names") or {}).get("kind")), []).append(node)
+    installers = crd_installers(graph)
     for release in graph.releases:
         chart = graph.chart(release)
         for group, kind in INFORMERS.get(chart.key, []) if chart else ():
