@@ -28,7 +28,7 @@ def desired(tmp_path_factory):
                                       "metadata": {"name": "hf-token", "namespace": "ml-team"},
                                       "stringData": {"HF_TOKEN": TOKEN}}))
     loaded = load_fleet([str(ROOT / "examples"), str(secret)])
-    return desired_state(loaded.fleet)
+    return desired_state(loaded.fleet, control_plane="byo-eu")  # the gateway on the on-prem cluster
 
 
 def unescape(value):

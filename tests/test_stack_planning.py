@@ -99,7 +99,7 @@ def test_change_kinds_against_recorded_fingerprints():
 def test_dependencies_and_waves():
     loaded = run(*EXAMPLES)
     schedule(loaded.fleet)
-    desired = desired_state(loaded.fleet).specs
+    desired = desired_state(loaded.fleet, control_plane="byo-eu").specs
     assert desired["model-ml-team.qwen3-coder"].depends_on == [
         "cache-ml-team.qwen3-coder", "platform-byo-eu", "team-ml-team.byo-eu"]
     # services land on the control plane: the host's platform stack (its CRDs), the gateway (its namespaces), their
@@ -116,7 +116,7 @@ def test_dependencies_and_waves():
     for spec in desired.values():
         assert all(position[d] < position[spec.name] for d in spec.depends_on)
     assert groups[0] == ["platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"]  # parallel group
-    assert desired["gateway"].depends_on == ["platform-byo-eu"]  # hosted on the first cluster by name
+    assert desired["gateway"].depends_on == ["platform-byo-eu"]  # hosted where --control-plane says
     assert all(len(set(w)) == len(w) for w in groups)
 
 
