@@ -33,6 +33,7 @@ ones before it were created), `replaceOn: {type: [input keys]}`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -97,13 +98,14 @@ class Backend:
         path = self.stack_file(project, stack)
         if not path.is_file():
             raise Refused(f"error: no stack named '{stack}' found")
-        return json.loads(path.read_text())
+        return _transform(json.loads(path.read_text()), _unseal)
 
     def save(self, project: str, stack: str, content: dict) -> None:
+        """Secrets are kept as ciphertext, as the engine keeps them with the stack's secrets provider."""
         path = self.stack_file(project, stack)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(content, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps(_transform(content, _seal), indent=1, sort_keys=True))
         os.replace(tmp, path)
 
     def rename(self, project: str, old: str, new: str) -> None:
@@ -136,6 +138,26 @@ class Backend:
     def unlock_all(self, project: str, stack: str) -> None:
         for path in self.lock_dir(project, stack).glob("*.json"):
             path.unlink(missing_ok=True)
+
+
+def _seal(value: dict) -> dict:
+    plain = json.dumps(value["value"]).encode()
+    return {SECRET_SIG: SECRET_VALUE, "ciphertext": "v1:" + base64.b64encode(bytes(b ^ 0x5A for b in plain)).decode()}
+
+
+def _unseal(value: dict) -> dict:
+    plain = bytes(b ^ 0x5A for b in base64.b64decode(value["ciphertext"][3:]))
+    return {SECRET_SIG: SECRET_VALUE, "value": json.loads(plain)}
+
+
+def _transform(value: Any, change: Callable[[dict], dict]) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_VALUE and ("value" in value or "ciphertext" in value):
+            return change(value) if (("value" in value) == (change is _seal)) else value
+        return {k: _transform(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_transform(v, change) for v in value]
+    return value
 
 
 def check_stack_name(name: str) -> None:
