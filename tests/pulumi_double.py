@@ -501,7 +501,7 @@ def calls(folder: Path) -> list[dict]:
 
 def checkpoint(backend: Path, project: str, stack: str) -> dict:
     """A stack's checkpoint in a backend folder the double wrote (for assertions)."""
-    return json.loads((backend / ".pulumi" / "stacks" / project / f"{stack}.json").read_text())
+    return Backend(f"file://{backend}").load(project, stack)  # secrets unsealed, as the CLI reads them
 
 
 def resources(backend: Path, project: str, stack: str) -> list[dict]:
