@@ -25,6 +25,7 @@ from automation.offline import Registered, unwrap
 from automation.offline_preview import StackPreview
 from components.versions import Chart, by_release_name
 from fleet.stack_id import MAX_LENGTH, StackId
+from workloads.readiness import awaited
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -493,22 +494,11 @@ def programs_run(graph: Graph) -> Iterable[Violation]:
             yield Violation(stack.name, "-", "program", stack.error)
 
 
-# Kinds pulumi-kubernetes 4.x awaits by itself; any other object is "ready" once the API server accepted it, unless
-# its `pulumi.com/waitFor` annotation says what to wait for (`pulumi.com/skipAwait` turns waiting off).
-AWAITED_BY_PULUMI = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Pod", "Service",
-                     "PersistentVolumeClaim", "Ingress"}
 # What a model stack's success must mean: the workload serves.
 SERVING_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet", "DynamoGraphDeployment"}
 # The CRDs a gateway controller's informers wait on before it serves anything (chart release name -> (group, kind)).
 INFORMERS = {"traefik": [("gateway.networking.k8s.io", kind) for kind in
                          ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "ReferenceGrant")]}
-
-
-def awaited(kind: str, annotations: dict) -> bool:
-    """Would pulumi-kubernetes wait for this object to be ready before its step succeeds?"""
-    if annotations.get("pulumi.com/skipAwait") == "true":
-        return False
-    return bool(annotations.get("pulumi.com/waitFor")) or kind in AWAITED_BY_PULUMI
 
 
 def workloads_awaited(graph: Graph) -> Iterable[Violation]:

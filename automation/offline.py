@@ -17,27 +17,10 @@ from typing import Any, Callable
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
 
+from automation.fake_outputs import FAKE_CALLS, FAKE_OUTPUTS
+
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 MASK = "[secret]"
-
-# Outputs a provider would return that programs read (so they can run to the end under mocks).
-FAKE_OUTPUTS: dict[str, dict] = {
-    "gcp:container/cluster:Cluster": {"endpoint": "203.0.113.10",
-                                      "masterAuth": {"clusterCaCertificate": "b2ZmbGluZS1wcmV2aWV3"}},
-    "eks:index:Cluster": {"kubeconfigJson": '{"apiVersion": "v1", "kind": "Config", "clusters": []}',
-                          "clusterSecurityGroupId": "sg-0cluster"},
-    "aws:ec2/launchTemplate:LaunchTemplate": {"latestVersion": 1},
-    "kubernetes:gateway.networking.k8s.io/v1:Gateway": {"status": {"addresses": [{"type": "IPAddress",
-                                                                                  "value": "203.0.113.20"}]}},
-    "nebius:index/mk8sV1Cluster:Mk8sV1Cluster": {"status": {"controlPlane": {
-        "endpoints": {"publicEndpoint": "https://203.0.113.30"},
-        "auth": {"clusterCaCertificate": "-----BEGIN CERTIFICATE-----\nb2ZmbGluZQ==\n-----END CERTIFICATE-----\n"}}}},
-}
-# Results of provider functions (invokes) that programs read.
-FAKE_CALLS: dict[str, dict] = {
-    "azure-native:containerservice:listManagedClusterUserCredentials": {"kubeconfigs": [{
-        "name": "clusterUser", "value": "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg=="}]},  # "apiVersion: v1\nkind: Config\n"
-}
 
 
 @dataclass

@@ -19,7 +19,7 @@ break it:
   deleted (the update or destroy fails naming it); `retainOnDelete` leaves it in the cloud
   (`retained.jsonl`).
 - Providers are mocked: a custom resource's outputs are its inputs plus what a provider would add
-  (`automation.offline.FAKE_OUTPUTS`, then `resourceOutputs` in control.json). What the real
+  (`automation/fake_outputs.py`, then `resourceOutputs` in control.json). What the real
   providers refuse is refused: GKE deletes a cluster only once `deletionProtection` is false in its
   state; pulumi-kubernetes returns an object's status only when it awaits it (`pulumi.com/waitFor`,
   or a kind it awaits by itself), so a Gateway with `pulumi.com/skipAwait` has no address yet.
@@ -45,8 +45,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
 
-import grpc
-from google.protobuf import empty_pb2, json_format, struct_pb2
+# grpc and protobuf are imported where the engine runs a program: most CLI commands (config, outputs) need neither,
+# and the double is a process per command
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
@@ -192,11 +192,15 @@ def secret(value: Any) -> dict:
     return {SECRET_SIG: SECRET_VALUE, "value": value}
 
 
-def to_dict(struct: struct_pb2.Struct) -> dict:
+def to_dict(struct) -> dict:
+    from google.protobuf import json_format
+
     return json_format.MessageToDict(struct)
 
 
-def to_struct(value: dict) -> struct_pb2.Struct:
+def to_struct(value: dict):
+    from google.protobuf import struct_pb2
+
     out = struct_pb2.Struct()
     out.update(value)
     return out
@@ -212,7 +216,7 @@ class Providers:
         self.control = control
 
     def outputs(self, type_: str, name: str, inputs: dict, awaited: bool) -> dict:
-        from automation.offline import FAKE_OUTPUTS
+        from automation.fake_outputs import FAKE_OUTPUTS
 
         out = dict(inputs)
         if type_.startswith("kubernetes:") and not awaited:
@@ -246,9 +250,9 @@ class Providers:
 
 
 def awaited(type_: str, inputs: dict) -> bool:
-    """Whether pulumi-kubernetes would wait for this object to be ready before the step succeeds (the table is the
-    deployability check's: one place says which kinds Pulumi awaits)."""
-    from automation.deployability import awaited as awaited_kind
+    """Whether pulumi-kubernetes would wait for this object to be ready before the step succeeds (one table says which
+    kinds Pulumi awaits: workloads/readiness.py)."""
+    from workloads.readiness import awaited as awaited_kind
 
     if not type_.startswith("kubernetes:") or type_.startswith("kubernetes:helm") or "providers" in type_:
         return True
@@ -412,6 +416,8 @@ def destroy(resources: list[dict], dry_run: bool, emit: Callable[[dict], None]
 
 def serve(update: Update, log: Callable[[str, str, str], None]):
     """Start the resource monitor and engine services for one update; returns (server, monitor address)."""
+    import grpc
+    from google.protobuf import empty_pb2
     from pulumi.runtime.proto import engine_pb2_grpc, resource_pb2, resource_pb2_grpc
 
     class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
@@ -451,7 +457,7 @@ def serve(update: Update, log: Callable[[str, str, str], None]):
             return resource_pb2.ReadResourceResponse(urn=urn, properties=to_struct(state))
 
         def Invoke(self, request, context):
-            from automation.offline import FAKE_CALLS
+            from automation.fake_outputs import FAKE_CALLS
 
             if request.tok == "pulumi:pulumi:getResource":
                 urn = to_dict(request.args).get("urn")
@@ -500,6 +506,7 @@ def serve(update: Update, log: Callable[[str, str, str], None]):
 def run_inline(client: str, monitor: str, project: str, stack: str, config: dict[str, str], secret_keys: list[str],
                dry_run: bool, parallel: int, pwd: str) -> str:
     """Ask the automation API's language server (`--client`) to run the program; returns its error, if any."""
+    import grpc
     from pulumi.runtime.proto import language_pb2, language_pb2_grpc
 
     channel = grpc.insecure_channel(client)

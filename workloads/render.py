@@ -27,6 +27,7 @@ from fleet.plan import Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
 from workloads import autoscaling, dynamo, llmd, native, routing
+from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context
@@ -81,10 +82,6 @@ class Rendered:
 # workload to become ready: the Kubernetes provider reads this annotation as the object's own timeout.
 READY_TIMEOUT = {"pulumi.com/timeoutSeconds": "3600"}
 WAITED_KINDS = ("Deployment", "LeaderWorkerSet", "DynamoGraphDeployment", "StatefulSet")
-# pulumi-kubernetes awaits Deployments and StatefulSets by itself; a custom resource only with `pulumi.com/waitFor`,
-# so a model stack's success would not mean serving. The condition each controller sets once its pods are ready:
-READY_WHEN = {"LeaderWorkerSet": "condition=Available",  # LWS: every group's pods ready
-              "DynamoGraphDeployment": "condition=Ready"}  # Dynamo operator: every component ready
 
 
 def with_ready_timeout(objects: list[dict]) -> list[dict]:
