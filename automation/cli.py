@@ -633,9 +633,9 @@ def _apply_options(function):
     function = _executor_options("local: Pulumi engines on this machine; operator: Stack objects applied to the "
                                  "control-plane cluster's Pulumi Kubernetes Operator.")(function)
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
-                            help="The InferenceCluster hosting the fleet gateway (default: the first by name whose cloud gives a "
-                                 "LoadBalancer an address, else the first Existing one; of those this "
-                                 "project provisions or connects to).")(function)
+                            help="The InferenceCluster hosting the fleet gateway (default: the first by name whose "
+                                 "cloud gives a LoadBalancer an address, GKE, EKS, AKS or Nebius, else the first "
+                                 "Existing one).")(function)
     function = _state_option(function)
     function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
                             help="Several fleets on one backend: stacks are named <NAME>_<stack> there "
@@ -672,8 +672,8 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
                    "them), with every stack they depend on and every stack that depends on them for the check. "
                    "Repeatable.")
 @_PRUNE
-def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, config_pairs, config_files,
-            offline, jobs, changed_against, prune) -> None:
+def preview(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+            config_pairs, config_files, offline, jobs, changed_against, prune) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     settings = _stack_settings(config_pairs, config_files)
@@ -756,8 +756,8 @@ def _control_plane(fleet: Fleet, chosen: str | None) -> str | None:
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, config_pairs, config_files, prune,
-       destroy_clusters, force, refresh, skip_check) -> None:
+def up(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+       config_pairs, config_files, prune, destroy_clusters, force, refresh, skip_check) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
@@ -792,8 +792,8 @@ def refresh_command(paths, output, backend, parallel, control_plane, fleet_name,
               help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
                    "Without it, platform stacks refuse to be destroyed.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
-def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings, config_pairs, config_files,
-            unprotect, yes) -> None:
+def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, kubeconfig, executor, operator_settings,
+            config_pairs, config_files, unprotect, yes) -> None:
     """Destroy the applied stacks these manifests describe, dependents first."""
     _apply("destroy", paths, output, backend, parallel, control_plane, kubeconfig, unprotect, destroy_clusters=yes,
            fleet_name=fleet_name, state=state, executor=executor, operator_settings=operator_settings,

@@ -271,9 +271,10 @@ class PulumiRunner:
         again from the `clusterArgs` its stack recorded, since the fleet no longer describes it."""
         auto = self.auto
         if not spec.payload:
-            recorded = stack.outputs().get("clusterArgs")
+            outputs = stack.outputs()
+            recorded = outputs.get("clusterArgs")
             if recorded is None:
-                if not stack.outputs():
+                if not outputs:
                     return  # never applied: nothing to lift
                 raise AutomationError(f"{spec.name} recorded no clusterArgs (applied by an older modelplane): add "
                                       f"InferenceCluster/{spec.id.cluster} back to the manifests and run `modelplane "

@@ -101,8 +101,8 @@ LOAD_BALANCED = ("GKE", "EKS", "AKS", "Nebius")
 
 def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
     """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name whose cloud gives
-    its LoadBalancer an address, else the first Existing one (whose gateway gets an address only from MetalLB or a
-    load balancer of its own: `status` and the deployability check say so).
+    its LoadBalancer an address, else the first Existing one (whose gateway gets an address only from the
+    InferenceGateway's MetalLB pool: without one, its services stay `pending` in `status`).
 
     Raises ValueError when the chosen cluster is not in the fleet or cannot host it (a source this project
     neither provisions nor connects to).
