@@ -114,8 +114,9 @@ class Backend:
             raise Refused(f"error: a stack named '{new}' already exists")
         content = self.load(project, old)
         content["checkpoint"]["stack"] = f"organization/{project}/{new}"
-        for res in content["checkpoint"]["latest"]["resources"]:  # URNs carry the stack's name
-            res["urn"] = res["urn"].replace(f"urn:pulumi:{old}::", f"urn:pulumi:{new}::", 1)
+        resources = json.dumps(content["checkpoint"]["latest"]["resources"])  # every URN carries the stack's name
+        content["checkpoint"]["latest"]["resources"] = json.loads(
+            resources.replace(f'"urn:pulumi:{old}::', f'"urn:pulumi:{new}::'))
         self.save(project, new, content)
         self.stack_file(project, old).unlink()
 
@@ -291,10 +292,19 @@ class Update:
 
     def register(self, request) -> tuple[str, str, dict]:
         urn = self.urn(request.parent, request.type, request.name)
-        inputs = to_dict(request.object)
-        with self.guard:
+        with self.guard:  # claimed at once: of two registrations of one URN, the second is refused
             if urn in self.new:
                 raise Refused(f"error: Duplicate resource URN '{urn}'; try giving it a unique name")
+            self.new[urn] = {"urn": urn, "type": request.type}
+        try:
+            return self._register(urn, request)
+        except Refused:
+            with self.guard:  # not created: nothing of it is kept
+                self.new.pop(urn, None)
+            raise
+
+    def _register(self, urn: str, request) -> tuple[str, str, dict]:
+        inputs = to_dict(request.object)
         before = self.old.get(urn)
         is_custom = request.custom or request.remote
         resource = {"urn": urn, "type": request.type, "custom": bool(request.custom), "parent": request.parent or None,
@@ -315,7 +325,7 @@ class Update:
                 op = "same"
             if op in ("create", "replace") and not self.dry_run:
                 self.providers.check_create(request.type, request.name)
-            if op == "replace" and not self.dry_run and request.deleteBeforeReplace:
+            if op == "replace" and not self.dry_run:  # a protected resource is never replaced, in either order
                 self._delete(before, replacing=True)
             rid = (before or {}).get("id") if op in ("same", "update") else None
             rid = rid or f"{request.name}-{uuid.uuid4().hex[:8]}"
