@@ -998,7 +998,11 @@ def operator() -> None:
               help="This project's repository (with the fleet's manifests in it): platform and gateway stacks run "
                    "its Pulumi.yaml.")
 @click.option("--git-ref", "git_ref", default="main", show_default=True, metavar="REF",
-              help="A branch, or a 40-hex commit (pinned).")
+              help="A branch, a tag or a 40-hex commit: the Stacks are pinned to the commit it resolves to now "
+                   "(git ls-remote), so a later commit re-runs only the stacks an export changes.")
+@click.option("--git-auth", "git_auth", default=None, metavar="MODE=SECRET",
+              help="A private repository: accessToken=SECRET (key accessToken), sshAuth=SECRET (key sshPrivateKey) "
+                   "or basicAuth=SECRET (keys username, password), a Secret in --namespace.")
 @click.option("--repo-dir", "repo_dir", default=".", show_default=True, metavar="DIR",
               help="Where Pulumi.yaml is in the repository.")
 @click.option("--fleet-dir", "fleet_dir", default="fleet", show_default=True, metavar="DIR",
@@ -1007,7 +1011,7 @@ def operator() -> None:
 @click.option("--namespace", default="modelplane-stacks", show_default=True,
               help="The namespace of the Stack and Program objects in the control-plane cluster.")
 @click.option("--image", default=None, metavar="IMAGE", help="The workspaces' Pulumi image (default: a pinned "
-                                                             "pulumi/pulumi-python).")
+                                                             "pulumi/pulumi nonroot image).")
 @click.option("--secret", "secrets", multiple=True, metavar="NAME",
               help="A Secret in --namespace whose keys become every workspace's environment (cloud credentials, "
                    "PULUMI_ACCESS_TOKEN or PULUMI_CONFIG_PASSPHRASE). Repeatable; values are never read.")
@@ -1019,11 +1023,12 @@ def operator() -> None:
               help="The InferenceCluster hosting the fleet gateway (and the operator).")
 @_state_option
 @_fresh_option
-def operator_export(paths, out, backend, git_url, git_ref, repo_dir, fleet_dir, namespace, image, secrets,
+def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, fleet_dir, namespace, image, secrets,
                     organization, fleet_name, control_plane, state, fresh) -> None:
     """Write the Pulumi Kubernetes Operator objects that run every desired stack (nothing is applied)."""
     from pathlib import Path
 
+    from automation.git_source import pinned_commit
     from automation.operator import PULUMI_IMAGE, ExportError, ExportOptions, export, problems, write
     from automation.stacks import desired_state
 
@@ -1036,9 +1041,14 @@ def operator_export(paths, out, backend, git_url, git_ref, repo_dir, fleet_dir, 
         click.echo(f"{len(desired.problems)} invalid object(s); nothing was written", err=True)
         raise SystemExit(EXIT_INVALID)
     try:
-        options = ExportOptions(backend=backend, git_url=git_url, git_ref=git_ref, repo_dir=repo_dir,
+        mode, _, secret = (git_auth or "").partition("=")
+        if git_auth is not None and not (mode and secret):
+            raise ExportError(f"--git-auth {git_auth!r}: expected MODE=SECRET, e.g. accessToken=github-token")
+        options = ExportOptions(backend=backend, git_url=git_url,
+                                git_ref=pinned_commit(git_url, git_ref) if git_url else git_ref, repo_dir=repo_dir,
                                 fleet_dir=fleet_dir, namespace=namespace, image=image or PULUMI_IMAGE,
-                                secrets=tuple(secrets), organization=organization, fleet_name=fleet_name)
+                                secrets=tuple(secrets), organization=organization, fleet_name=fleet_name,
+                                git_auth=(mode, secret) if git_auth else None)
         files = export(desired, options)
         found = problems(files)
         if found:

@@ -30,17 +30,33 @@ from automation.stacks import DesiredState, StackSpec
 from fleet.stack_id import StackId, backend_name
 from workloads.cache import secret_refs
 from workloads.schemas import check
-from workloads.service_routing import PLACEHOLDER_ANNOTATION
+from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 from workloads.yamlio import dump_fast
 
 CRDS = Path(__file__).parent / "crds"
 LAPTOP_PROJECT = "modelplane"  # the root Pulumi.yaml: platform and gateway stacks run from the repository
-# The Pulumi image the workspaces run in: Python, for the platform program (its dependencies are installed
-# from the repository's pyproject.toml by the workspace, as `pulumi install` does).
-PULUMI_IMAGE = "pulumi/pulumi-python:3.209.0-nonroot"
+# The Pulumi image the workspaces run in. PKO's default `restricted` profile runs it as a non-root user, and only
+# the kitchen-sink image `pulumi/pulumi` has `-nonroot` tags (`pulumi-python` has none). Its CLI is at least the
+# Python SDK pyproject.toml pins (tests/test_operator.py checks it). The workspace's `pulumi install` installs the
+# platform program's dependencies from infra/requirements.txt: the Python host reads the program's folder.
+PULUMI_IMAGE = "pulumi/pulumi:3.272.0-nonroot"
 SERVICE_ACCOUNT = "modelplane-stacks"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MAX_NAME = 42  # the operator's Stack CRD refuses longer names (a CEL rule on the object)
+# PKO names the Stack's Workspace after it, and the Workspace's Service and StatefulSet `<name>-workspace`: a
+# Service name is a DNS-1035 label (a letter first, no `.`), and a StatefulSet's pods carry the label
+# `controller-revision-hash: <statefulset>-<10 characters>`, at most 63. 42 + 10 + 1 + 10 = 63: the CEL limit holds.
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+WORKSPACE_SUFFIX = "-workspace"
+# The workspaces' compute: the operator's webhook defaults a workspace to a 64Mi memory request, and its agent
+# limits itself to the request (AGENT_MEMLIMIT). The platform program installs and runs the cloud SDKs; a
+# Program (Pulumi YAML) runs the Kubernetes provider only.
+WORKSPACE_RESOURCES = {
+    "repository": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+    "program": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+}
+# gitAuth for a private repository, by mode: the Secret's keys (accessToken; sshPrivateKey; username and password).
+GIT_AUTH_MODES = ("accessToken", "sshAuth", "basicAuth")
 STACK_ANNOTATION = "modelplane.ai/stack"  # the full stack name, when the object's name had to be shortened
 FINGERPRINT_ANNOTATION = "modelplane.ai/fingerprint"  # what the Stack runs: the executor's record of what is applied
 KIND_LABEL = "modelplane.ai/stack-kind"
@@ -54,7 +70,7 @@ class ExportError(ValueError):
 class ExportOptions:
     backend: str  # s3://, gs://, azblob://, or a Pulumi Cloud URL
     git_url: str  # this project's repository, with the fleet's manifests in it
-    git_ref: str = "main"  # a branch, or a 40-hex commit
+    git_ref: str  # a 40-hex commit (automation/git_source.py resolves a branch or tag to one)
     repo_dir: str = "."  # where Pulumi.yaml is, in the repository
     fleet_dir: str = "fleet"  # the fleet's manifests, relative to repo_dir (the platform program's modelplane:fleet)
     namespace: str = "modelplane-stacks"
@@ -62,12 +78,23 @@ class ExportOptions:
     secrets: tuple[str, ...] = ()  # Secret names whose keys become every workspace's environment (credentials)
     organization: str = "organization"  # the backend's (DIY backends: `organization`)
     fleet_name: str | None = None  # --fleet: stacks are <fleet>_<stack> in the backend
+    git_auth: tuple[str, str] | None = None  # (mode, Secret name): how the workspaces clone a private repository
 
     def __post_init__(self) -> None:
-        if not self.backend.startswith(("s3://", "gs://", "azblob://", "https://", "http://", "file://")):
+        if self.backend.startswith("file://"):
+            raise ExportError(f"--backend {self.backend!r}: a file:// backend is a folder inside each workspace pod, "
+                              "gone when it restarts and seen by no other stack; use s3://, gs://, azblob:// or "
+                              "a Pulumi Cloud URL")
+        if not self.backend.startswith(("s3://", "gs://", "azblob://", "https://", "http://")):
             raise ExportError(f"--backend {self.backend!r}: expected s3://, gs://, azblob:// or a Pulumi Cloud URL")
         if not self.git_url:
             raise ExportError("--git-url: the repository the operator clones for the platform program is required")
+        if not COMMIT.match(self.git_ref):
+            raise ExportError(f"--git-ref {self.git_ref!r}: a platform Stack tracking a branch re-runs every cluster "
+                              "on every commit; give a 40-hex commit (`modelplane operator export` resolves a branch "
+                              "to its commit with git ls-remote)")
+        if self.git_auth is not None and self.git_auth[0] not in GIT_AUTH_MODES:
+            raise ExportError(f"--git-auth {self.git_auth[0]!r}: expected one of {', '.join(GIT_AUTH_MODES)}")
 
     @property
     def cloud(self) -> bool:
@@ -79,14 +106,32 @@ class ExportOptions:
 
 
 def object_name(stack: str) -> str:
-    """The Kubernetes name of a stack's Stack and Program: the stack name (a DNS subdomain already), or, when
-    longer than the operator's 42 characters, its head and a hash of the whole (the full name is annotated).
-    A Program's name is its Pulumi project, so this name is part of the stack's identity in the backend."""
+    """The Kubernetes name of a stack's Stack and Program: a DNS-1035 label of at most 42 characters, so that
+    every object PKO derives from it is valid. The stack name itself when it is one (`_` read as `-`); otherwise
+    its head, made a label, and a hash of the whole, so `model-ml-team.qwen` and `model-ml.team-qwen` stay apart
+    (the full name is annotated). A Program's name is its Pulumi project: part of the stack's identity."""
     name = stack.replace("_", "-")
-    if len(name) <= MAX_NAME:
+    if len(name) <= MAX_NAME and DNS_1035.match(name):
         return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[:MAX_NAME - 9].rstrip('-.')}-{digest}"
+    digest = hashlib.sha256(stack.encode()).hexdigest()[:8]
+    head = re.sub(r"[^a-z0-9-]+", "-", name.lower())
+    head = head if head[:1].isalpha() else f"s-{head}"
+    return f"{head[:MAX_NAME - 9].rstrip('-')}-{digest}"
+
+
+def derived_name_problems(name: str) -> list[str]:
+    """What the API server would refuse among the objects PKO derives from a Stack named `name`."""
+    workspace = name + WORKSPACE_SUFFIX
+    found = []
+    if len(name) > MAX_NAME:
+        found.append(f"Stack name must be no more than {MAX_NAME} characters in length")
+    if not DNS_1035.match(workspace) or len(workspace) > 63:
+        found.append(f"its workspace Service {workspace!r} is not a DNS-1035 label (a letter first; lowercase "
+                     "letters, digits and '-'; at most 63)")
+    if len(f"{workspace}-0123456789") > 63:
+        found.append(f"its workspace StatefulSet {workspace!r} is too long for its pods' controller-revision-hash "
+                     "label (63)")
+    return found
 
 
 def escaped(value):
@@ -107,15 +152,28 @@ def _stack_name(options: ExportOptions, project: str, stack: StackId, qualified:
 
 
 def _source(options: ExportOptions) -> dict:
-    ref = {"commit": options.git_ref} if COMMIT.match(options.git_ref) else {"branch": options.git_ref}
-    return {"projectRepo": options.git_url, **ref, "repoDir": options.repo_dir}
+    """A pinned commit: a Stack tracking a branch would re-run on every commit, whichever stacks it touches."""
+    out: dict = {"projectRepo": options.git_url, "commit": options.git_ref, "repoDir": options.repo_dir}
+    if options.git_auth:
+        out["gitAuth"] = _git_auth(*options.git_auth)
+    return out
 
 
-def _common(options: ExportOptions, spec: StackSpec) -> dict:
+def _git_auth(mode: str, secret: str) -> dict:
+    def ref(key: str) -> dict:
+        return {"type": "Secret", "secret": {"name": secret, "key": key}}
+    if mode == "accessToken":
+        return {"accessToken": ref("accessToken")}
+    if mode == "sshAuth":
+        return {"sshAuth": {"sshPrivateKey": ref("sshPrivateKey")}}
+    return {"basicAuth": {"userName": ref("username"), "password": ref("password")}}
+
+
+def _common(options: ExportOptions, spec: StackSpec, source: str) -> dict:
     out: dict = {
         "backend": options.backend,
         "serviceAccountName": SERVICE_ACCOUNT,
-        "workspaceTemplate": {"spec": {"image": options.image, **(
+        "workspaceTemplate": {"spec": {"image": options.image, "resources": WORKSPACE_RESOURCES[source], **(
             {"envFrom": [{"secretRef": {"name": name}} for name in options.secrets]} if options.secrets else {})}},
     }
     if spec.depends_on:  # the planner's dependencies, already only desired stacks
@@ -149,7 +207,7 @@ def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
             config["modelplane:controlPlaneStack"] = _stack_name(options, LAPTOP_PROJECT,
                                                                  StackId.platform(spec.payload["host"]), qualified=True)
     body = {"stack": _stack_name(options, LAPTOP_PROJECT, spec.id), **_source(options), "config": config,
-            **_common(options, spec), "destroyOnFinalize": False}
+            **_common(options, spec, "repository"), "destroyOnFinalize": False}
     if secrets_ref:
         body["secretsRef"] = secrets_ref
     return [_stack(options, spec, body)]
@@ -163,6 +221,21 @@ def _provider_resources(options: ExportOptions, target: str, cluster: str) -> di
         f"{target}-k8s": {"type": "pulumi:providers:kubernetes", "properties": {
             "kubeconfig": f"${{{reference}.outputs[\"kubeconfig\"]}}", "clusterIdentifier": cluster}},
     }
+
+
+def _live_gateway(options: ExportOptions, obj: dict, resources: dict) -> dict:
+    """A replica's EndpointSlice holds what its cluster's platform stack outputs when the Program runs (the
+    laptop's programs read the same outputs, automation/programs.py): never a recorded or placeholder address."""
+    annotations = obj["metadata"].get("annotations") or {}
+    cluster = annotations.get(GATEWAY_OF_ANNOTATION)
+    if obj["kind"] != "EndpointSlice" or not cluster:
+        return obj
+    reference = f"{cluster}-gateway"
+    resources[reference] = {"type": "pulumi:pulumi:StackReference", "properties": {
+        "name": _stack_name(options, LAPTOP_PROJECT, StackId.platform(cluster), qualified=True)}}
+    meta = {**obj["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
+    return {**obj, "metadata": meta, "addressType": f'${{{reference}.outputs["gatewayAddressType"]}}',
+            "endpoints": f'${{{reference}.outputs["gatewayEndpoints"]}}'}
 
 
 def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
@@ -192,7 +265,9 @@ def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
                                "properties": {"metadata": meta, "type": obj.get("type", "Opaque"), "stringData": values},
                                "options": {"provider": f"${{{target}-k8s}}", "additionalSecretOutputs": ["stringData"]}}
             depends.append(f"${{{name}}}")
-        resources[f"{target}-objects"] = {"type": "kubernetes:yaml/v2:ConfigGroup", "properties": {"objs": escaped(plain)},
+        resources[f"{target}-objects"] = {"type": "kubernetes:yaml/v2:ConfigGroup",
+                                          "properties": {"objs": [_live_gateway(options, o, resources)
+                                                                  for o in escaped(plain)]},
                                           "options": {"provider": f"${{{target}-k8s}}",
                                                       **({"dependsOn": depends} if depends else {})}}
     program: dict = {"resources": resources}
@@ -201,7 +276,7 @@ def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     name = options.object_name(spec.id)
     # a Program-backed stack's project is its Program's name
     stack_body = {"stack": _stack_name(options, name, spec.id), "programRef": {"name": name},
-                  **_common(options, spec), "destroyOnFinalize": True}
+                  **_common(options, spec, "program"), "destroyOnFinalize": True}
     if secrets_ref:
         stack_body["secretsRef"] = secrets_ref
     return [{"apiVersion": "pulumi.com/v1", "kind": "Program", "metadata": _metadata(options, spec), "program": program},
@@ -236,10 +311,42 @@ def stack_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     return workload_objects(options, spec)
 
 
+_REFERENCE = re.compile(r"(?<!\$)\$\{([^.\[}]+)")  # `${name...}`; `$${` is a literal
+
+
+def undeclared_references(program: dict) -> list[str]:
+    """The `${name}` a Pulumi YAML program uses without declaring it (a resource or a configuration key)."""
+    declared = set(program.get("resources") or {}) | set(program.get("configuration") or {})
+    used: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, str):
+            used.update(_REFERENCE.findall(value))
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+    walk(program.get("resources") or {})
+    return [f"program: ${{{name}}} is undeclared (no resource or configuration key of that name)"
+            for name in sorted(used - declared)]
+
+
+def _object_problems(obj: dict) -> list[str]:
+    found = check(obj, CRDS)
+    if obj["kind"] == "Stack":
+        found += derived_name_problems(obj["metadata"]["name"])
+    if obj["kind"] == "Program":
+        found += undeclared_references(obj.get("program") or {})
+    return found
+
+
 def problems(files: dict[str, list[dict]]) -> list[str]:
-    """Every object checked against the operator's CRDs (and core kinds against Kubernetes' schemas)."""
+    """Every object checked against the operator's CRDs (and core kinds against Kubernetes' schemas), every
+    Stack's name against the objects PKO derives from it, and every Program's references."""
     return [f"{file}: {obj['kind']}/{obj['metadata']['name']}: {message}"
-            for file, objects in files.items() for obj in objects for message in check(obj, CRDS)]
+            for file, objects in files.items() for obj in objects for message in _object_problems(obj)]
 
 
 PARALLEL_FROM = 256  # files: below this, forking costs more than it saves

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from automation.git_source import pinned_commit
 from automation.operator import PULUMI_IMAGE, ExportError, ExportOptions
 from automation.runner import AutomationError
 
@@ -29,12 +31,29 @@ class SettingsError(AutomationError):
     pass
 
 
+class GitAuth(BaseModel):
+    """A Secret in `namespace` holding the repository's credentials: key `accessToken` (mode accessToken),
+    `sshPrivateKey` (sshAuth), or `username` and `password` (basicAuth)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["accessToken", "sshAuth", "basicAuth"]
+    secret: str
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not a Secret name (a DNS subdomain)")
+        return value
+
+
 class OperatorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
     backend: str  # the stacks' Pulumi backend: s3://, gs://, azblob:// or a Pulumi Cloud URL
     git_url: str  # this project's repository, with the fleet's manifests in it
-    git_ref: str = "main"
+    git_ref: str = "main"  # a branch, a tag or a 40-hex commit; the workspaces clone the commit it resolves to
+    git_auth: GitAuth | None = None  # a private repository: how the workspaces authenticate
     repo_dir: str = "."
     fleet_dir: str = "fleet"
     namespace: str = "modelplane-stacks"
@@ -63,14 +82,19 @@ class OperatorSettings(BaseModel):
                 raise ValueError(f"{name!r} is not a Secret name (a DNS subdomain)")
         return value
 
-    def export_options(self, fleet_name: str | None = None) -> ExportOptions:
+    def export_options(self, fleet_name: str | None = None, resolve: Callable[[str, str], str] = pinned_commit
+                       ) -> ExportOptions:
+        """The export's options, with gitRef resolved to the commit the remote's branch or tag is at now."""
         try:
-            return ExportOptions(backend=self.backend, git_url=self.git_url, git_ref=self.git_ref,
+            return ExportOptions(backend=self.backend, git_url=self.git_url,
+                                 git_ref=resolve(self.git_url, self.git_ref) if self.git_url else self.git_ref,
                                  repo_dir=self.repo_dir, fleet_dir=self.fleet_dir, namespace=self.namespace,
                                  image=self.image, secrets=tuple(self.secrets), organization=self.organization,
-                                 fleet_name=fleet_name)
+                                 fleet_name=fleet_name,
+                                 git_auth=(self.git_auth.mode, self.git_auth.secret) if self.git_auth else None)
         except ExportError as exc:
-            raise SettingsError(str(exc).replace("--backend", "backend").replace("--git-url", "gitUrl")) from None
+            raise SettingsError(str(exc).replace("--backend", "backend").replace("--git-url", "gitUrl")
+                                .replace("--git-ref", "gitRef")) from None
 
     def kubeconfig_path(self) -> Path:
         if self.kubeconfig:
@@ -97,5 +121,10 @@ def load_settings(path: str | Path) -> OperatorSettings:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(file)"
         raise SettingsError(f"{path}: {field}: {first['msg']}") from None
-    settings.export_options()  # the backend and git URL are checked once, here
+    settings.export_options(resolve=_unresolved)  # the backend and git URL are checked once, here
     return settings
+
+
+def _unresolved(url: str, ref: str) -> str:
+    """While checking the file: any ref stands for a commit (it is resolved when a run needs it)."""
+    return "0" * 40

@@ -16,7 +16,8 @@ from components.kubernetes import provider
 from fleet.stack_id import StackId, backend_name
 from components.workload_objects import WorkloadObjects, secret_config_key
 from workloads.cache import secret_refs
-from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, address_type
+from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
+                                       slice_address_type)
 from infra.program import platform
 
 if TYPE_CHECKING:
@@ -129,18 +130,13 @@ def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None =
             references[cluster] = pulumi.StackReference(
                 f"{stack}-{cluster}-gateway", stack_name=platform_reference(cluster, None, fleet_name)).get_output(
                 "gatewayAddress")
-        endpoint: dict = obj["endpoints"][0]
-        rendered: str | None = None if PLACEHOLDER_ANNOTATION in annotations else endpoint["addresses"][0]
+        rendered: str | None = None if PLACEHOLDER_ANNOTATION in annotations else obj["endpoints"][0]["addresses"][0]
 
-        def slice_endpoints(live: str | None, endpoint: dict = endpoint, known: str | None = rendered) -> list[dict]:
-            address = live or known
-            return [{**endpoint, "addresses": [address]}] if address else []
+        def live_or_known(live: str | None, known: str | None = rendered) -> str | None:
+            return live or known
 
-        def slice_type(live: str | None, known: str | None = rendered) -> str:
-            address = live or known
-            return address_type(address) if address else "IPv4"
-
+        address = references[cluster].apply(live_or_known)
         meta = {**obj["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
-        out.append({**obj, "metadata": meta, "addressType": references[cluster].apply(slice_type),
-                    "endpoints": references[cluster].apply(slice_endpoints)})
+        out.append({**obj, "metadata": meta, "addressType": address.apply(slice_address_type),
+                    "endpoints": address.apply(gateway_endpoints)})
     return out

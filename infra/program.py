@@ -9,7 +9,8 @@
   modelplane:controlPlaneKubeconfig  (secret) a kubeconfig for a separate control-plane cluster instead
   modelplane:deletionProtection   GKE deletion protection (default true)
   modelplane:versions             chart version overrides, e.g. {keda: 2.20.2}
-Stack outputs per cluster: kubeconfig (secret), gatewayAddress, pools (name, nodes, devices).
+Stack outputs per cluster: kubeconfig (secret), gatewayAddress (and the replica slices' gatewayEndpoints and
+gatewayAddressType made from it), pools (name, nodes, devices).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.secrets import kubeconfig_ref
 from fleet.validate import load_fleet
+from workloads.service_routing import gateway_endpoints, slice_address_type
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -100,6 +102,9 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
                          facts=cluster.facts, metallb_pool=metallb_pool, opts=pulumi.ResourceOptions(parent=cluster))
     outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
+               # what a replica's EndpointSlice holds for this gateway: the operator's Programs use it as is
+               "gatewayEndpoints": stack.gateway_address.apply(gateway_endpoints),
+               "gatewayAddressType": stack.gateway_address.apply(slice_address_type),
                "pools": published_pools(args),
                "clusterArgs": {"args": args.model_dump(mode="json"), "metallbPool": metallb_pool}}
     return k8s_provider, stack, outputs

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from automation.operator import CRDS
 from workloads.schemas import check
 
 FINALIZER = "finalizer.stack.pulumi.com"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the settings' gitRef: a commit, so nothing asks a remote
 TOKEN = "fake-cluster-token-never-printed-7f3a"
 BY_RESOURCE = {(api_version, resource): (kind, namespaced)
                for (api_version, kind), (resource, namespaced) in RESOURCES.items()}
@@ -84,10 +86,12 @@ class FakeCluster:
     objects: dict[tuple, dict] = field(default_factory=dict)  # (apiVersion, kind, namespace, name) -> object
     requests: list[Request] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
-    outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)  # Stack name -> (state, message)
-    stalls: dict[str, tuple[str, str]] = field(default_factory=dict)  # Stack name -> (reason, message)
-    outputs: dict[str, dict] = field(default_factory=dict)  # Stack name -> status.outputs
-    runs: list[tuple[str, str]] = field(default_factory=list)  # (Stack name, update type) in the order they ran
+    # keyed by the stack's full name (the Stack's `modelplane.ai/stack` annotation), as tests script them
+    outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)  # stack -> (state, message)
+    stalls: dict[str, tuple[str, str]] = field(default_factory=dict)  # stack -> (reason, message)
+    outputs: dict[str, dict] = field(default_factory=dict)  # stack -> status.outputs
+    runs: list[tuple[str, str]] = field(default_factory=list)  # (stack, update type) in the order they ran
+    heads: dict[str, str] = field(default_factory=dict)  # the repository's branches: a branch Stack follows its head
     # what each run ran against in the backend: (namespace, Pulumi project, spec.stack, update type). As in PKO,
     # a Program-backed stack's project is its Program's name; a git-backed one's is the repository's Pulumi.yaml.
     backend_runs: list[tuple[str | None, str, str, str]] = field(default_factory=list)
@@ -98,8 +102,9 @@ class FakeCluster:
         return [r for r in self.requests if r.method != "GET" and (method is None or r.method == method)]
 
     def stacks(self, namespace: str = "modelplane-stacks") -> dict[str, dict]:
+        """The Stack objects by the full stack name they are annotated with."""
         with self.lock:
-            return {k[3]: copy.deepcopy(o) for k, o in self.objects.items()
+            return {stack_name(o): copy.deepcopy(o) for k, o in self.objects.items()
                     if k[1] == "Stack" and k[2] == namespace}
 
     def add_namespace(self, name: str) -> None:
@@ -207,8 +212,8 @@ class FakeCluster:
 
     def _program_revision(self, stack: dict) -> str | None:
         ref = (stack["spec"].get("programRef") or {}).get("name")
-        if ref is None:
-            return "git-head"
+        if ref is None:  # a git source: its pinned commit, or the head of the branch it follows (polled)
+            return stack["spec"].get("commit") or self.heads.setdefault(stack["spec"].get("branch", ""), "1" * 40)
         program = self.objects.get(("pulumi.com/v1", "Program", stack["metadata"]["namespace"], ref))
         return None if program is None else str(program["metadata"]["generation"])
 
@@ -224,7 +229,7 @@ class FakeCluster:
             for key, stack in list(self.objects.items()):
                 if key[1] != "Stack":
                     continue
-                name, meta = key[3], stack["metadata"]
+                name, meta = stack_name(stack), stack["metadata"]
                 status = stack.setdefault("status", {})
                 if meta.get("deletionTimestamp"):
                     if FINALIZER not in (meta.get("finalizers") or []):
@@ -251,6 +256,11 @@ class FakeCluster:
                     continue  # synced
                 status["observedGeneration"] = meta["generation"]
                 status["observedReconcileRequest"] = request
+                refused = workspace_refused(key[3])
+                if refused:  # PKO's Workspace cannot make its Service or StatefulSet: the Stack never runs
+                    status["conditions"] = [{"type": "Reconciling", "status": "True", "reason": "WorkspaceNotReady",
+                                             "message": refused}]
+                    continue
                 if name in self.stalls:
                     reason, message = self.stalls[name]
                     status["conditions"] = [{"type": "Stalled", "status": "True", "reason": reason, "message": message},
@@ -354,9 +364,32 @@ class FakeKube:
     def settings(self, folder: Path, **extra) -> Path:
         path = folder / "modelplane-operator.yaml"
         path.write_text(yaml.safe_dump({"backend": "s3://acme-fleet-state", "gitUrl": "https://github.com/acme/fleet",
+                                        "gitRef": COMMIT,
                                         "secrets": ["cloud-credentials"], "kubeconfig": str(self.kubeconfig),
                                         "pollSeconds": 0.01, "timeoutMinutes": 0.5, **extra}))
         return path
+
+
+def stack_name(stack: dict) -> str:
+    return (stack["metadata"].get("annotations") or {}).get("modelplane.ai/stack") or stack["metadata"]["name"]
+
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def workspace_refused(name: str) -> str | None:
+    """What the API server says to PKO's workspace controller for a Stack named `name`: its Workspace's Service
+    and StatefulSet are `<name>-workspace` (a Service name is a DNS-1035 label), and the StatefulSet's pods are
+    labelled `controller-revision-hash: <statefulset>-<10 characters>` (a label value: at most 63)."""
+    service = f"{name}-workspace"
+    if len(service) > 63 or not _DNS_1035.match(service):
+        return (f'Service "{service}" is invalid: metadata.name: Invalid value: "{service}": a DNS-1035 label must '
+                "consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end "
+                "with an alphanumeric character")
+    if len(service) + 11 > 63:
+        return (f'StatefulSet "{service}" is invalid: spec.template.labels: Invalid value: "{service}-xxxxxxxxxx": '
+                "must be no more than 63 characters")
+    return None
 
 
 def wait_until(predicate, timeout: float = 5.0) -> bool:

@@ -217,6 +217,9 @@ class Double:
     def run(self, args: list[str]) -> tuple[str, int]:
         if args[:1] == ["version"]:
             return f"v{VERSION}\n", 0
+        if args[:1] == ["install"]:  # what the Python host would pip-install; nothing is installed here
+            plan = install_plan(self.cwd)
+            return json.dumps(None if plan is None else {"cwd": str(plan[0]), "requirements": plan[1]}) + "\n", 0
         if args[:2] in (["stack", "select"], ["stack", "init"]):
             return self.select_or_init(args)
         if args[:2] == ["config", "set-all"]:
@@ -492,6 +495,20 @@ def main(argv: list[str]) -> int:
         return 255
     sys.stdout.write(out)
     return code
+
+
+def install_plan(project_dir: Path) -> tuple[Path, list[str]] | None:
+    """What `pulumi install` has the Python host install, as the host does it (pip toolchain): `pip install -r
+    requirements.txt` run in the program's folder (Pulumi.yaml's `main`), not the project's; None when that
+    folder has no requirements.txt (the host then installs nothing, and says nothing). Returns the folder pip
+    runs in and the file's requirement lines."""
+    settings = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+    program = (project_dir / (settings.get("main") or ".")).resolve()
+    requirements = program / "requirements.txt"
+    if not requirements.is_file():
+        return None
+    lines = [line.split("#", 1)[0].strip() for line in requirements.read_text().splitlines()]
+    return program, [line for line in lines if line]
 
 
 def calls(folder: Path) -> list[dict]:

@@ -460,6 +460,9 @@ def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_i
             assert s["endpoints"][0]["addresses"] == [addresses[cluster]] and s["addressType"] == "IPv4"
         else:  # no address: the slice routes nowhere rather than to a placeholder
             assert s["endpoints"] == []
+        # the operator's Programs use the platform stack's outputs as is: they hold the same slice
+        outputs = pulumi_double.stack_outputs(backend, "modelplane-platform", f"platform-{cluster}")
+        assert outputs["gatewayEndpoints"] == s["endpoints"] and outputs["gatewayAddressType"] == s["addressType"]
     assert "pending.modelplane.invalid" not in json.dumps(slices)
     # the record holds the addresses: nothing is left to do, and render shows what up recorded
     assert double.up() == 0 and double.ran("up") == []

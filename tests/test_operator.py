@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import copy
 import pathlib
+import re
 
 import pytest
 import yaml
 
 from automation.cli import main
-from automation.operator import CRDS, ExportError, ExportOptions, export, problems
+from automation.operator import (CRDS, STACK_ANNOTATION, ExportError, ExportOptions, derived_name_problems, export,
+                                 object_name, problems)
 from automation.stacks import desired_state
 from fleet.validate import load_fleet
+from tests import pulumi_double
 from workloads.schemas import check
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKEN = "hf_operator_never_written_5e1"
-OPTIONS = ExportOptions(backend="s3://bucket/fleet", git_url="https://github.com/acme/fleet", secrets=("cloud",))
+OPTIONS = ExportOptions(backend="s3://bucket/fleet", git_url="https://github.com/acme/fleet", git_ref=COMMIT, secrets=("cloud",))
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +33,16 @@ def desired(tmp_path_factory):
                                       "stringData": {"HF_TOKEN": TOKEN}}))
     loaded = load_fleet([str(ROOT / "examples"), str(secret)])
     return desired_state(loaded.fleet, control_plane="byo-eu")  # the gateway on the on-prem cluster
+
+
+def by_stack(files: dict, kind: str) -> dict[str, dict]:
+    """The exported objects of a kind, by the full stack name each is annotated with."""
+    return {o["metadata"]["annotations"][STACK_ANNOTATION]: o for objs in files.values() for o in objs
+            if o["kind"] == kind}
+
+
+def file_of(stack: str) -> str:
+    return f"{OPTIONS.object_name(stack)}.yaml"
 
 
 def unescape(value):
@@ -44,23 +58,24 @@ def unescape(value):
 def test_every_stack_becomes_valid_operator_objects_with_the_planners_order(desired):
     files = export(desired, OPTIONS)
     assert problems(files) == []
-    stacks = {o["metadata"]["name"]: o for objs in files.values() for o in objs if o["kind"] == "Stack"}
+    stacks = by_stack(files, "Stack")
     assert set(stacks) == set(desired.specs)
     for name, spec in desired.specs.items():
         body = stacks[name]["spec"]
-        assert [p["name"] for p in body.get("prerequisites", [])] == spec.depends_on
+        assert [p["name"] for p in body.get("prerequisites", [])] == [OPTIONS.object_name(d) for d in spec.depends_on]
         assert body["destroyOnFinalize"] is (spec.kind not in ("platform", "gateway"))  # clusters only on purpose
         assert body["workspaceTemplate"]["spec"]["envFrom"] == [{"secretRef": {"name": "cloud"}}]
         assert body["backend"] == "s3://bucket/fleet"
     platform = stacks["platform-byo-eu"]["spec"]
-    assert platform["projectRepo"] == "https://github.com/acme/fleet" and platform["branch"] == "main"
+    assert platform["projectRepo"] == "https://github.com/acme/fleet" and platform["commit"] == COMMIT
+    assert "branch" not in platform  # a Stack tracking a branch re-runs on every commit
     assert platform["config"] == {"modelplane:fleet": "fleet", "modelplane:cluster": "byo-eu", "modelplane:gateway": "false"}
     assert stacks["gateway"]["spec"]["config"]["modelplane:gatewayOnly"] == "true"
 
 
 def test_programs_hold_exactly_what_render_writes_and_no_secret_value(desired):
     files = export(desired, OPTIONS)
-    programs = {o["metadata"]["name"]: o for objs in files.values() for o in objs if o["kind"] == "Program"}
+    programs = by_stack(files, "Program")
     assert set(programs) == {n for n, s in desired.specs.items() if s.kind not in ("platform", "gateway")}
     for name, program in programs.items():
         resources = program["program"]["resources"]
@@ -69,11 +84,12 @@ def test_programs_hold_exactly_what_render_writes_and_no_secret_value(desired):
             secrets = [r["properties"]["metadata"]["name"] for key, r in resources.items()
                        if key.startswith(f"{target}-secret-")]
             expected = [o for o in objects if not (o["kind"] == "Secret" and o["metadata"]["name"] in secrets)]
-            assert written == expected
+            assert [o for o in written if "modelplane.ai/gateway-of" not in (o["metadata"].get("annotations") or {})] \
+                == [o for o in expected if "modelplane.ai/gateway-of" not in (o["metadata"].get("annotations") or {})]
             assert resources[f"{target}-k8s"]["properties"]["kubeconfig"] == f'${{{target}-platform.outputs["kubeconfig"]}}'
     cache = programs["cache-ml-team.qwen3-coder"]["program"]
     assert cache["configuration"] == {"secret-ml-team-hf-token-hf_token": {"type": "String"}}
-    (cache_stack,) = [o for o in files["cache-ml-team.qwen3-coder.yaml"] if o["kind"] == "Stack"]
+    (cache_stack,) = [o for o in files[file_of("cache-ml-team.qwen3-coder")] if o["kind"] == "Stack"]
     assert cache_stack["spec"]["secretsRef"]["secret-ml-team-hf-token-hf_token"] == {
         "type": "Secret", "secret": {"name": "ml-team-hf-token", "key": "HF_TOKEN"}}
     assert TOKEN not in yaml.safe_dump_all([o for objs in files.values() for o in objs])
@@ -96,10 +112,11 @@ def test_the_export_is_byte_identical_and_refuses_a_folder_it_did_not_write(tmp_
 
 
 def test_pulumi_cloud_names_stacks_fully(desired):
-    cloud = ExportOptions(backend="https://api.pulumi.com", git_url="https://github.com/acme/fleet", organization="acme")
-    stacks = {o["metadata"]["name"]: o for objs in export(desired, cloud).values() for o in objs if o["kind"] == "Stack"}
+    cloud = ExportOptions(backend="https://api.pulumi.com", git_url="https://github.com/acme/fleet", git_ref=COMMIT, organization="acme")
+    stacks = by_stack(export(desired, cloud), "Stack")
     assert stacks["platform-byo-eu"]["spec"]["stack"] == "acme/modelplane/platform-byo-eu"
-    assert stacks["model-ml-team.qwen3-8b"]["spec"]["stack"] == "acme/model-ml-team.qwen3-8b/model-ml-team.qwen3-8b"
+    project = object_name("model-ml-team.qwen3-8b")  # a Program's project is its object's name
+    assert stacks["model-ml-team.qwen3-8b"]["spec"]["stack"] == f"acme/{project}/model-ml-team.qwen3-8b"
 
 
 def test_the_checker_is_as_strict_as_the_operators_api_server(desired):
@@ -112,10 +129,104 @@ def test_the_checker_is_as_strict_as_the_operators_api_server(desired):
     assert any("stack" in m for m in check(stack, CRDS))
 
 
-@pytest.mark.parametrize("backend,git_url", [("ftp://x", "https://g"), ("s3://b", "")])
-def test_bad_options_are_one_clear_error(backend, git_url):
-    with pytest.raises(ExportError):
-        ExportOptions(backend=backend, git_url=git_url)
+@pytest.mark.parametrize("options,says", [
+    ({"backend": "ftp://x"}, "expected s3://"),
+    ({"git_url": ""}, "--git-url"),
+    ({"backend": "file:///tmp/state"}, "inside each workspace pod"),  # pod-local: gone on restart, seen by no one
+    ({"git_ref": "main"}, "re-runs every cluster"),  # a branch: resolved before, never exported
+    ({"git_auth": ("password", "git")}, "--git-auth"),
+])
+def test_bad_options_are_one_clear_error(options, says):
+    with pytest.raises(ExportError, match=says):
+        ExportOptions(**{"backend": "s3://b", "git_url": "https://g", "git_ref": COMMIT, **options})
+
+
+def test_every_object_the_operator_derives_from_a_stack_name_is_valid(desired):
+    """PKO names a Stack's Workspace after it, and the Workspace's Service and StatefulSet `<name>-workspace`:
+    a dotted stack name is a valid Stack name but never a Service name, so such a Stack stalls."""
+    assert derived_name_problems("model-ml-team.qwen3-8b")  # the stack name as it is
+    for name in [*desired.specs, "model-" + "a" * 60 + ".b", "1fleet_platform-x"]:
+        assert derived_name_problems(object_name(name)) == [], name
+    # one-to-one still: the encoding that once gave two stacks one name does not come back through the label
+    assert object_name("model-ml-team.qwen") != object_name("model-ml.team-qwen")
+    assert problems(export(desired, OPTIONS)) == []
+
+
+def test_a_dotted_name_is_refused_by_the_operators_check():
+    stack = {"apiVersion": "pulumi.com/v1", "kind": "Stack", "metadata": {"name": "model-ml-team.qwen"},
+             "spec": {"stack": "model-ml-team.qwen", "programRef": {"name": "x"}}}
+    assert any("DNS-1035" in line for line in problems({"x.yaml": [stack]}))
+
+
+def test_workspaces_get_memory_for_what_they_run_and_a_nonroot_image_as_new_as_the_sdk(desired):
+    """The operator's webhook gives a workspace 64Mi and its agent holds to the request: installing the cloud
+    SDKs needs more. The restricted profile runs as non-root: only `pulumi/pulumi` has `-nonroot` tags."""
+    from fleet.quantity import parse_quantity
+
+    stacks = by_stack(export(desired, OPTIONS), "Stack")
+    for name, stack in stacks.items():
+        spec = stack["spec"]["workspaceTemplate"]["spec"]
+        memory = parse_quantity(spec["resources"]["requests"]["memory"])
+        assert memory >= parse_quantity("2Gi" if "projectRepo" in stack["spec"] else "512Mi"), name
+        assert parse_quantity(spec["resources"]["limits"]["memory"]) >= memory
+        image, _, tag = spec["image"].partition(":")
+        assert image == "pulumi/pulumi" and tag.endswith("-nonroot")
+    floor = re.search(r'"pulumi>=([0-9.]+)', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert tuple(map(int, tag.removesuffix("-nonroot").split("."))) >= tuple(map(int, floor.split(".")))
+
+
+def test_pulumi_install_in_a_workspace_installs_this_project():
+    """The Python host runs `pip install -r requirements.txt` in the program's folder (`main: infra/`)."""
+    plan = pulumi_double.install_plan(ROOT)
+    assert plan is not None, "pulumi install would install nothing"
+    cwd, requirements = plan
+    installed = [(cwd / line).resolve() for line in requirements if not line.startswith("-")]
+    assert ROOT in installed and 'name = "modelplane-pulumi"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_a_private_repository_is_cloned_with_a_named_secret(desired):
+    for mode, expected in [
+        ("accessToken", {"accessToken": {"type": "Secret", "secret": {"name": "git", "key": "accessToken"}}}),
+        ("sshAuth", {"sshAuth": {"sshPrivateKey": {"type": "Secret", "secret": {"name": "git", "key": "sshPrivateKey"}}}}),
+        ("basicAuth", {"basicAuth": {"userName": {"type": "Secret", "secret": {"name": "git", "key": "username"}},
+                                     "password": {"type": "Secret", "secret": {"name": "git", "key": "password"}}}}),
+    ]:
+        options = ExportOptions(backend="s3://b", git_url="git@github.com:acme/fleet.git", git_ref=COMMIT,
+                                git_auth=(mode, "git"))
+        files = export(desired, options)
+        assert problems(files) == []
+        stacks = by_stack(files, "Stack")
+        assert stacks["platform-byo-eu"]["spec"]["gitAuth"] == expected
+        assert "gitAuth" not in stacks["model-ml-team.qwen3-8b"]["spec"]  # Programs are not cloned
+
+
+def test_replica_slices_in_programs_hold_their_clusters_live_gateway_output(desired):
+    """An endpoints Program's replica EndpointSlices take the platform stack's `gatewayEndpoints` and
+    `gatewayAddressType` outputs when the operator runs it, through StackReferences the Program declares."""
+    programs = by_stack(export(desired, OPTIONS), "Program")
+    program = programs["endpoints-ml-team"]["program"]
+    slices = [o for r in program["resources"].values() if r["type"] == "kubernetes:yaml/v2:ConfigGroup"
+              for o in r["properties"]["objs"] if o["kind"] == "EndpointSlice"]
+    assert slices
+    for s in slices:
+        cluster = s["metadata"]["annotations"]["modelplane.ai/gateway-of"]
+        assert s["endpoints"] == f'${{{cluster}-gateway.outputs["gatewayEndpoints"]}}'
+        assert s["addressType"] == f'${{{cluster}-gateway.outputs["gatewayAddressType"]}}'
+        assert "modelplane.ai/placeholder" not in s["metadata"]["annotations"]
+        assert program["resources"][f"{cluster}-gateway"] == {"type": "pulumi:pulumi:StackReference", "properties": {
+            "name": f"organization/modelplane/platform-{cluster}"}}
+    assert "pending.modelplane.invalid" not in yaml.safe_dump(program)
+
+
+def test_every_reference_in_a_program_names_what_it_declares(desired):
+    """Pulumi YAML fails a run on an undeclared `${name}`: the check refuses it before anything is applied."""
+    files = export(desired, OPTIONS)
+    assert problems(files) == []
+    broken = copy.deepcopy(files)
+    program = next(o for objs in broken.values() for o in objs if o["kind"] == "Program"
+                   and o["metadata"]["annotations"][STACK_ANNOTATION] == "endpoints-ml-team")
+    del program["program"]["resources"][next(k for k in program["program"]["resources"] if k.endswith("-gateway"))]
+    assert any("undeclared" in line for line in problems(broken))
 
 
 def test_an_existing_clusters_kubeconfig_comes_from_a_secret_in_the_stacks_namespace(desired):

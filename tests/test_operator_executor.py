@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import time
 
 import pytest
 import yaml
@@ -16,8 +17,9 @@ from automation.cli import main
 from automation.kube import KubeClient, KubeError
 from automation.operator import ExportOptions, object_name
 from automation.operator_runner import verdict
-from tests.fake_kube import TOKEN, FakeKube
+from tests.fake_kube import TOKEN, FakeKube, stack_name, wait_until
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NS = "modelplane-stacks"
 
@@ -43,7 +45,11 @@ def run(kube, tmp_path, command, *args, fleet=None, state="state", capsys=None, 
 
 
 def applied(kube, kind="Stack"):
-    return [r.body["metadata"]["name"] for r in kube.cluster.writes("PATCH") if r.body["kind"] == kind]
+    return [stack_name(r.body) for r in kube.cluster.writes("PATCH") if r.body["kind"] == kind]
+
+
+def O(stack: str) -> str:  # noqa: E743 - the object a stack's Stack and Program are named
+    return object_name(stack)
 
 
 def test_up_hands_every_stack_to_the_operator_in_the_planners_order(kube, tmp_path, capsys):
@@ -59,13 +65,13 @@ def test_up_hands_every_stack_to_the_operator_in_the_planners_order(kube, tmp_pa
     stacks = kube.cluster.stacks()
     assert len(stacks) == 15
     # the operator ran each stack after its prerequisites, which are the planner's dependencies
-    ran = [name for name, kind in kube.cluster.runs]
+    ran = [O(name) for name, kind in kube.cluster.runs]
     for name, stack in stacks.items():
         for prerequisite in stack["spec"].get("prerequisites", []):
-            assert ran.index(prerequisite["name"]) < ran.index(name)
+            assert ran.index(prerequisite["name"]) < ran.index(O(name))
     # a Program is applied before the Stack that runs it
     order = [(r.body["kind"], r.body["metadata"]["name"]) for r in kube.cluster.writes()]
-    assert order.index(("Program", "model-ml-team.qwen3-8b")) < order.index(("Stack", "model-ml-team.qwen3-8b"))
+    assert order.index(("Program", O("model-ml-team.qwen3-8b"))) < order.index(("Stack", O("model-ml-team.qwen3-8b")))
     assert json.loads((tmp_path / "state" / "state.json").read_text())["stacks"].keys() == set(
         s["metadata"]["annotations"]["modelplane.ai/stack"] for s in stacks.values())
 
@@ -82,11 +88,11 @@ def test_the_cluster_is_the_record_a_fresh_machine_changes_nothing_and_a_change_
     # one deployment changes: only its stacks are applied again, and the run reads the new Program revision
     path = fleet / "models" / "qwen3-8b.yaml"
     path.write_text(path.read_text().replace("--max-model-len=16384", "--max-model-len=8192"))
-    generation = kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")]["metadata"]["generation"]
+    generation = kube.cluster.objects[("pulumi.com/v1", "Program", NS, O("model-ml-team.qwen3-8b"))]["metadata"]["generation"]
     assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet, state="fresh") == 0
-    changed = {r.body["metadata"]["name"] for r in kube.cluster.writes()[before:] if r.body["kind"] == "Stack"}
+    changed = {stack_name(r.body) for r in kube.cluster.writes()[before:] if r.body["kind"] == "Stack"}
     assert changed == {"model-ml-team.qwen3-8b"}
-    program = kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")]
+    program = kube.cluster.objects[("pulumi.com/v1", "Program", NS, O("model-ml-team.qwen3-8b"))]
     assert program["metadata"]["generation"] == generation + 1
     stack = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
     assert stack["status"]["lastUpdate"]["lastAttemptedCommit"] == str(generation + 1)
@@ -130,13 +136,13 @@ def test_removed_stacks_are_deleted_so_the_operator_destroys_them_program_last(k
     capsys.readouterr()
     assert run(kube, tmp_path, "up", "--skip-check", "--prune", fleet=fleet, state="fresh") == 0
     deletes = [r.path.rsplit("/", 2)[-2:] for r in kube.cluster.writes("DELETE")]
-    assert ["stacks", "service-ml-team.qwen3-8b"] in deletes and ["stacks", "model-ml-team.qwen3-8b"] in deletes
+    assert ["stacks", O("service-ml-team.qwen3-8b")] in deletes and ["stacks", O("model-ml-team.qwen3-8b")] in deletes
     # the service goes before the model it routes to; each Program only once its Stack is gone (destroy needs it)
-    assert deletes.index(["stacks", "service-ml-team.qwen3-8b"]) < deletes.index(["stacks", "model-ml-team.qwen3-8b"])
-    assert deletes.index(["stacks", "model-ml-team.qwen3-8b"]) < deletes.index(["programs", "model-ml-team.qwen3-8b"])
+    assert deletes.index(["stacks", O("service-ml-team.qwen3-8b")]) < deletes.index(["stacks", O("model-ml-team.qwen3-8b")])
+    assert deletes.index(["stacks", O("model-ml-team.qwen3-8b")]) < deletes.index(["programs", O("model-ml-team.qwen3-8b")])
     assert ("model-ml-team.qwen3-8b", "destroy") in kube.cluster.runs
     assert "model-ml-team.qwen3-8b" not in kube.cluster.stacks()
-    assert ("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b") not in kube.cluster.objects
+    assert ("pulumi.com/v1", "Program", NS, O("model-ml-team.qwen3-8b")) not in kube.cluster.objects
 
 
 def test_a_failed_destroy_is_reported_and_the_stack_is_kept(kube, tmp_path, fleet, capsys):
@@ -147,7 +153,7 @@ def test_a_failed_destroy_is_reported_and_the_stack_is_kept(kube, tmp_path, flee
     err = capsys.readouterr().err
     assert "[service-ml-team.qwen3-8b] failed: destroy failed on the operator: error: the route is still referenced" in err
     assert "service-ml-team.qwen3-8b" in kube.cluster.stacks()
-    assert ("pulumi.com/v1", "Program", NS, "service-ml-team.qwen3-8b") in kube.cluster.objects  # still needed
+    assert ("pulumi.com/v1", "Program", NS, O("service-ml-team.qwen3-8b")) in kube.cluster.objects  # still needed
     assert "platform-byo-eu" in kube.cluster.stacks()  # its dependents did not all go: clusters stay
 
 
@@ -169,14 +175,14 @@ def test_preview_runs_a_separate_preview_stack_on_the_same_backend_stack(kube, t
     path = fleet / "models" / "qwen3-8b.yaml"
     path.write_text(path.read_text().replace("--max-model-len=16384", "--max-model-len=8192"))
     live = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
-    live_program = kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")]
+    live_program = kube.cluster.objects[("pulumi.com/v1", "Program", NS, O("model-ml-team.qwen3-8b"))]
     before = len(kube.cluster.writes())
     capsys.readouterr()
     assert run(kube, tmp_path, "preview", fleet=fleet, state="fresh") == 0
     assert "[model-ml-team.qwen3-8b] done: preview succeeded on the operator" in capsys.readouterr().out
     proposal = [r.body for r in kube.cluster.writes("PATCH")[before:] if r.body["kind"] in ("Stack", "Program")]
     assert {(p["kind"], p["metadata"]["namespace"], p["metadata"]["name"]) for p in proposal} == {
-        ("Program", f"{NS}-preview", "model-ml-team.qwen3-8b"), ("Stack", f"{NS}-preview", "model-ml-team.qwen3-8b")}
+        ("Program", f"{NS}-preview", O("model-ml-team.qwen3-8b")), ("Stack", f"{NS}-preview", O("model-ml-team.qwen3-8b"))}
     body = next(p for p in proposal if p["kind"] == "Stack")["spec"]
     assert body["preview"] is True and body["destroyOnFinalize"] is False and "prerequisites" not in body
     # the same Pulumi project (a Program's name) and stack as the live one: a diff against what is deployed
@@ -184,16 +190,16 @@ def test_preview_runs_a_separate_preview_stack_on_the_same_backend_stack(kube, t
     preview_run = next(r for r in kube.cluster.backend_runs if r[0] == f"{NS}-preview")
     assert preview_run[1:3] == live_run[1:3] and preview_run[3] == "preview"
     assert kube.cluster.stacks()["model-ml-team.qwen3-8b"] == live  # untouched
-    assert kube.cluster.objects[("pulumi.com/v1", "Program", NS, "model-ml-team.qwen3-8b")] == live_program
+    assert kube.cluster.objects[("pulumi.com/v1", "Program", NS, O("model-ml-team.qwen3-8b"))] == live_program
     assert kube.cluster.stacks(f"{NS}-preview") == {}  # removed afterwards
-    assert ("pulumi.com/v1", "Program", f"{NS}-preview", "model-ml-team.qwen3-8b") not in kube.cluster.objects
+    assert ("pulumi.com/v1", "Program", f"{NS}-preview", O("model-ml-team.qwen3-8b")) not in kube.cluster.objects
 
 
 def test_a_long_stack_name_fits_the_operators_limit_and_stays_unique():
     long = "model-research-inference.deepseek-r1-distill-llama-70b-instruct"
     names = {object_name(long), object_name(long + "x"), object_name(long + "-preview")}
     assert len(names) == 3 and all(len(n) <= 42 for n in names)
-    options = ExportOptions(backend="s3://b", git_url="https://g/x", fleet_name="eu")
+    options = ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT, fleet_name="eu")
     assert options.object_name("gateway") == "eu-gateway"  # two fleets in one namespace never collide
 
 
@@ -333,3 +339,30 @@ def test_the_operator_executor_hands_over_many_stacks_at_once_unless_told(kube, 
     assert seen == [64, 3]  # the stacks run in the cluster; here they are only watched
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]  # one connection per watcher
     assert main(["up", "-f", str(ROOT / "examples"), "--parallel", "17", "--skip-check"]) == 2  # local: at most 16
+
+
+def test_the_fake_operator_is_as_strict_as_pko_about_names_and_follows_a_branch_as_pko_does(kube):
+    """What the executor's tests lean on: a Stack whose `<name>-workspace` Service the API server refuses never
+    runs; a Stack on a branch runs again whenever the branch moves, one pinned to a commit does not."""
+    cluster = kube.cluster
+
+    def put(name: str, source: dict) -> None:
+        with cluster.lock:
+            cluster.objects[("pulumi.com/v1", "Stack", NS, name)] = {
+                "apiVersion": "pulumi.com/v1", "kind": "Stack",
+                "metadata": {"name": name, "namespace": NS, "generation": 1},
+                "spec": {"stack": name, "projectRepo": "https://github.com/acme/fleet", **source}}
+
+    put("model-ml-team.qwen", {"commit": COMMIT})
+    put("on-a-branch", {"branch": "main"})
+    put("on-a-commit", {"commit": COMMIT})
+    assert wait_until(lambda: {"on-a-branch", "on-a-commit"} <= {name for name, _ in cluster.runs})
+    assert "model-ml-team.qwen" not in {name for name, _ in cluster.runs}
+    (condition,) = cluster.stacks()["model-ml-team.qwen"]["status"]["conditions"]
+    assert "DNS-1035" in condition["message"]
+    ran = len(cluster.runs)
+    with cluster.lock:
+        cluster.heads["main"] = "2" * 40  # someone pushes to main
+    assert wait_until(lambda: len(cluster.runs) > ran)
+    time.sleep(0.1)  # a few more operator passes
+    assert [name for name, _ in cluster.runs[ran:]] == ["on-a-branch"]

@@ -19,6 +19,7 @@ from automation.stacks import desired_state
 from fleet.validate import load_fleet
 from workloads import schemas
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PER_KIND = 120  # broken copies per kind
 
@@ -30,7 +31,7 @@ def _objects() -> list[tuple[dict, pathlib.Path]]:
         if (obj["apiVersion"], obj["kind"]) not in seen:
             seen.add((obj["apiVersion"], obj["kind"]))
             out.append((obj, schemas.CRD_DIR))
-    files = export(desired, ExportOptions(backend="s3://b", git_url="https://g/x", secrets=("cloud",)))
+    files = export(desired, ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT, secrets=("cloud",)))
     for objects in files.values():
         for obj in objects:
             if (obj["apiVersion"], obj["kind"], "operator") not in seen:

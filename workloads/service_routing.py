@@ -114,6 +114,18 @@ def address_type(host: str) -> str:
         return "FQDN"
 
 
+def gateway_endpoints(address: str | None) -> list[dict]:
+    """A replica slice's endpoints: its cluster gateway's address, ready (some gateways skip endpoints whose
+    readiness is unset); none while the gateway has no address, so the slice routes nowhere rather than to a
+    placeholder. Platform stacks output it (`gatewayEndpoints`) for the operator's Programs to use as is."""
+    return [{"addresses": [address], "conditions": {"ready": True}}] if address else []
+
+
+def slice_address_type(address: str | None) -> str:
+    """The slice's addressType for that address (an empty slice's is immaterial: IPv4)."""
+    return address_type(address) if address else "IPv4"
+
+
 def backend_objects(ep: Endpoint) -> list[dict]:
     name = ep.service_name
     labels = {"modelplane.ai/endpoint": bounded(ep.name, 63)}
@@ -128,9 +140,8 @@ def backend_objects(ep: Endpoint) -> list[dict]:
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
          "metadata": {**slice_meta, "labels": {**labels, "kubernetes.io/service-name": name,
                                          "endpointslice.kubernetes.io/managed-by": "modelplane.ai"}},
-         "addressType": address_type(ep.host),
-         # ready must be explicit: some gateways skip endpoints whose readiness is unset
-         "endpoints": [{"addresses": [ep.host], "conditions": {"ready": True}}],
+         "addressType": slice_address_type(ep.host),
+         "endpoints": gateway_endpoints(ep.host),
          "ports": [{"name": "backend", "port": ep.port, "protocol": "TCP"}]},
     ]
     if ep.tls:

@@ -1,0 +1,66 @@
+"""The commit the operator's workspaces clone: a branch or tag resolved with `git ls-remote`, against a real
+repository on this machine; failures are one line that never shows a URL's credentials."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from automation.git_source import GitRefError, pinned_commit, redacted
+
+
+def git(cwd, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@example.com", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
+                          ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "f").write_text("1")
+    git(tmp_path, "add", "f")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    first = git(tmp_path, "rev-parse", "HEAD")
+    git(tmp_path, "tag", "-a", "v1", "-m", "release one")  # annotated: its own object, pointing at `first`
+    (tmp_path / "f").write_text("2")
+    git(tmp_path, "commit", "-q", "-am", "two")
+    return tmp_path, first, git(tmp_path, "rev-parse", "HEAD")
+
+
+def test_a_branch_resolves_to_its_head_and_a_tag_to_its_commit(repo):
+    path, first, head = repo
+    assert pinned_commit(str(path), "main") == head
+    assert pinned_commit(str(path), "refs/heads/main") == head
+    assert pinned_commit(str(path), "v1") == first  # the commit, not the annotated tag's own object
+    assert pinned_commit("https://unreachable.invalid/x", first) == first  # a commit is never looked up
+
+
+def test_an_unknown_ref_or_an_unreadable_remote_is_one_clear_error(repo, tmp_path):
+    path, _, _ = repo
+    with pytest.raises(GitRefError, match="no such branch or tag"):
+        pinned_commit(str(path), "nope")
+    with pytest.raises(GitRefError, match="cannot read") as raised:
+        pinned_commit("https://deploy:s3cr3t-token@127.0.0.1:9/acme/fleet.git", "main")
+    assert "s3cr3t-token" not in str(raised.value) and "***@127.0.0.1:9" in str(raised.value)
+    assert redacted("https://github.com/acme/fleet") == "https://github.com/acme/fleet"
+
+
+def test_operator_export_pins_every_repository_stack_to_the_commit_the_branch_is_at(repo, tmp_path, capsys):
+    import yaml
+
+    from automation.cli import main
+    from tests.test_operator import ROOT
+
+    path, _, head = repo
+    args = ["operator", "export", "-f", str(ROOT / "examples"), "--backend", "s3://b", "--git-url", str(path),
+            "--fresh"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 0
+    (platform,) = yaml.safe_load_all((tmp_path / "out" / "platform-byo-eu.yaml").read_text())
+    assert platform["spec"]["commit"] == head and "branch" not in platform["spec"]
+    capsys.readouterr()
+    assert main([*args, "--git-ref", "no-such-branch", "--out", str(tmp_path / "bad")]) != 0
+    err = capsys.readouterr().err
+    assert "no such branch or tag" in err and "Traceback" not in err and not (tmp_path / "bad").exists()
