@@ -23,7 +23,8 @@ from typing import Callable, Iterable, TYPE_CHECKING
 
 from automation.offline import Registered, unwrap
 from automation.offline_preview import StackPreview
-from components.versions import Chart, by_release_name
+from components.versions import COMPATIBLE, Chart, by_release_name, minor
+from fleet.semver import SemverError, parse_semver
 from fleet.stack_id import MAX_LENGTH, StackId
 from workloads.readiness import awaited
 
@@ -49,6 +50,7 @@ CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo", "AKS": "managed-csi"}
 # Nebius Managed Kubernetes' own.
 TRUSTED_DEFAULT_CLASS = {"Existing", "Nebius"}
 RWX_PROVISIONERS = {"filestore.csi.storage.gke.io", "efs.csi.aws.com", "file.csi.azure.com", "nfs.csi.k8s.io",
+                    "mounted-fs-path.csi.nebius.ai",
                     "cephfs.csi.ceph.com", "lustre.csi.aws.com", "lustre.csi.storage.gke.io"}
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:", "nebius:")
@@ -70,6 +72,8 @@ CSI_DRIVERS: dict[str, tuple[str, Callable[[Registered], bool]]] = {
     "ebs.csi.aws.com": ("the EKS add-on aws-ebs-csi-driver", _eks_addon("aws-ebs-csi-driver")),
     "efs.csi.aws.com": ("the EKS add-on aws-efs-csi-driver", _eks_addon("aws-efs-csi-driver")),
     "filestore.csi.storage.gke.io": ("the GKE cluster's Filestore CSI add-on", _filestore_addon),
+    "mounted-fs-path.csi.nebius.ai": ("Nebius's chart csi-mounted-fs-path",
+                                      lambda r: r.type == RELEASE and r.inputs.get("name") == "mp-nebius-csi-mounted-fs-path"),
 }
 # GatewayClass controllers that route HTTPRoutes to InferencePools natively.
 NATIVE_INFERENCE_CONTROLLERS = {"networking.gke.io/gateway", "istio.io/gateway-controller", "kgateway.dev/kgateway"}
@@ -524,7 +528,192 @@ def controller_prerequisites(graph: Graph) -> Iterable[Violation]:
                                                                     "it would never serve")
 
 
+def _version(release: Node, chart: Chart) -> str:
+    return str(release.inputs.get("version") or chart.version)
+
+
+def _older(version: str, than: str) -> bool:
+    try:
+        return parse_semver(version, normalize=True) < parse_semver(than, normalize=True)
+    except SemverError:
+        return False  # not a version this check can order: nothing to say
+
+
+def webhooks_ready(graph: Graph) -> Iterable[Violation]:
+    """An object a chart's admission webhook guards is created after that release, which waits until the
+    webhook serves: else the API server refuses it ("failed calling webhook ... connection refused")."""
+    guarded: dict[tuple, list[tuple[Node, Chart]]] = {}
+    for release in graph.releases:
+        chart = graph.chart(release)
+        for group, kind in chart.webhooks if chart else ():
+            guarded.setdefault((release.cluster, group, kind), []).append((release, chart))  # type: ignore[arg-type]
+    for node in graph.objects:
+        for release, chart in guarded.get((node.cluster, node.group, node.kind), []):
+            version = _version(release, chart)
+            if not graph.before(release, node):
+                yield violation(node, "webhook-ready", f"{chart.key}'s webhook validates {node.kind}, but the object "
+                                                       f"is not created after its release on {node.cluster}: the API "
+                                                       "server would refuse it while no webhook serves")
+            elif str(release.inputs.get("skipAwait")).lower() == "true":
+                yield violation(node, "webhook-ready", f"{chart.key}'s release does not wait for its pods "
+                                                       "(skipAwait): its webhook may not serve yet")
+            elif chart.webhook_ready_from and _older(version, chart.webhook_ready_from):
+                yield violation(node, "webhook-ready", f"{chart.key} {version} reports ready before its webhook "
+                                                       f"serves (fixed in {chart.webhook_ready_from}): pin "
+                                                       f"{chart.key} >= {chart.webhook_ready_from}")
+
+
+def served_versions(graph: Graph) -> Iterable[Violation]:
+    """A custom resource's apiVersion is one its CRD serves: the CRD object registered on that cluster, or what
+    the pinned chart that installs the kind serves (a version the API server does not serve is a 404)."""
+    served: dict[tuple, set[str]] = {}
+    for node in graph.objects:
+        if node.kind == "CustomResourceDefinition":
+            spec = node.inputs.get("spec") or {}
+            names = spec.get("names") or {}
+            versions = {f"{spec.get('group')}/{v.get('name')}" for v in spec.get("versions") or []
+                        if v.get("served", True)}
+            if versions and names.get("kind"):
+                served.setdefault((node.cluster, spec.get("group"), names["kind"]), set()).update(versions)
+    for release in graph.releases:
+        chart = graph.chart(release)
+        if chart and chart.serves and _version(release, chart) == chart.version:
+            for group, kind in chart.crds:
+                served.setdefault((release.cluster, group, kind), set()).update(
+                    v for v in chart.serves if v.startswith(f"{group}/"))
+    for node in graph.objects:
+        serving = served.get((node.cluster, node.group, node.kind)) or set()
+        api_version = node.resource.type.split(":")[1]
+        if serving and api_version not in serving:
+            yield violation(node, "served-version", f"{node.kind} {api_version} is not served on {node.cluster} "
+                                                    f"(its CRD serves {', '.join(sorted(serving))})")
+
+
+def compatible_versions(graph: Graph) -> Iterable[Violation]:
+    """Charts that run on each other are a pair their projects build and test together (COMPATIBLE)."""
+    for release in graph.releases:
+        chart = graph.chart(release)
+        wanted = COMPATIBLE.get((chart.key, minor(_version(release, chart)))) if chart else None
+        if chart is None or wanted is None:
+            continue
+        base, base_minor = wanted
+        for other in graph.on(release.cluster, graph.releases):
+            other_chart = graph.chart(other)
+            if other_chart and other_chart.key == base and minor(_version(other, other_chart)) != base_minor:
+                yield violation(release, "compatible-versions",
+                                f"{chart.key} {_version(release, chart)} is built on {base} {base_minor}.x, not "
+                                f"{_version(other, other_chart)}: pin {base} to {base_minor}.x")
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str | None
+    effect: str
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str | None
+    operator: str
+    value: str | None
+    effect: str | None
+
+
+POOL_LABEL = "modelplane.ai/pool"
+CLOUD_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+# Taints a cloud puts on a pool's nodes itself: AKS on every spot pool (and it refuses to remove it).
+AKS_SPOT_TAINT = Taint("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule")
+# Node daemons GPU nodes need, and where their chart's values take tolerations.
+NODE_DAEMONS = {"node-feature-discovery": ("worker", "tolerations"), "nvidia-dra-driver": ("kubeletPlugin", "tolerations")}
+
+
+def _taint_text(text: str) -> Taint:
+    head, _, effect = text.partition(":")
+    key, _, value = head.partition("=")
+    return Taint(key, value or None, effect)
+
+
+def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
+    """A cloud node pool's `modelplane.ai/pool` label and the taints its nodes carry, or None."""
+    inputs = node.inputs
+    type_ = node.resource.type
+    if type_ == "azure-native:containerservice:AgentPool":
+        labels, taints = inputs.get("nodeLabels") or {}, [_taint_text(t) for t in inputs.get("nodeTaints") or []]
+        if inputs.get("scaleSetPriority") == "Spot":
+            taints.append(AKS_SPOT_TAINT)
+    elif type_ == "gcp:container/nodePool:NodePool":
+        config = inputs.get("nodeConfig") or {}
+        labels, taints = config.get("labels") or {}, [
+            Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in config.get("taints") or []]
+    elif type_ == "aws:eks/nodeGroup:NodeGroup":
+        labels, taints = inputs.get("labels") or {}, [
+            Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in inputs.get("taints") or []]
+    elif type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup"):
+        template = inputs.get("template") or {}
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        taints = [Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect")))
+                  for t in template.get("taints") or []]
+    else:
+        return None
+    return (labels[POOL_LABEL], taints) if POOL_LABEL in labels else None
+
+
+def _tolerations(items) -> list[Toleration]:
+    return [Toleration(t.get("key"), t.get("operator") or "Equal", t.get("value"), t.get("effect"))
+            for t in items or [] if isinstance(t, dict)]
+
+
+def _pod_specs(value) -> Iterable[dict]:
+    """Every PodSpec inside an object (a Deployment's template, a LeaderWorkerSet's leader and worker...)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("containers"), list):
+            yield value
+        for v in value.values():
+            yield from _pod_specs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _pod_specs(v)
+
+
+def pool_taints_tolerated(graph: Graph) -> Iterable[Violation]:
+    """A pod pinned to a pool tolerates every taint its nodes carry, the cloud's own included; a node daemon
+    GPU nodes need tolerates every GPU pool's. Else it stays Pending, or the pool never advertises devices."""
+    from fleet.taints import describe, untolerated
+
+    pools: dict[tuple, list[Taint]] = {}
+    platform_cluster = {s.name: s.cluster for s in graph.stacks}  # a cloud resource's cluster is its stack's
+    for node in graph.nodes:
+        found = pool_taints(node)
+        if found:
+            pools[(node.cluster or platform_cluster.get(node.stack), found[0])] = found[1]
+    blocking = ("NoSchedule", "NoExecute")
+    for node in graph.objects:
+        for pod in _pod_specs(node.inputs.get("spec")):
+            pool = (pod.get("nodeSelector") or {}).get(POOL_LABEL)
+            left = untolerated(pools.get((node.cluster, pool), []), _tolerations(pod.get("tolerations")), blocking)
+            if left:
+                yield violation(node, "pool-taints", f"its pods on pool {pool} of {node.cluster} do not tolerate "
+                                                     f"{', '.join(describe(t) for t in left)}: they would stay Pending")
+    for release in graph.releases:
+        chart = graph.chart(release)
+        if chart is None or chart.key not in NODE_DAEMONS:
+            continue
+        section, key = NODE_DAEMONS[chart.key]
+        tolerations = _tolerations(((release.inputs.get("values") or {}).get(section) or {}).get(key))
+        for (cluster, pool), taints in sorted(pools.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+            left = untolerated(taints, tolerations, blocking) if cluster == release.cluster else []
+            if left:
+                yield violation(release, "pool-taints", f"its {section} pods do not tolerate "
+                                                        f"{', '.join(describe(t) for t in left)} on pool {pool}: the "
+                                                        "pool's devices would never be advertised")
+
+
 RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
+    "pool-taints": pool_taints_tolerated,
+    "webhook-ready": webhooks_ready,
+    "served-version": served_versions,
+    "compatible-versions": compatible_versions,
     "awaited": workloads_awaited,
     "controller-prerequisites": controller_prerequisites,
     "program": programs_run,

@@ -26,11 +26,11 @@ from components import crds
 from components.args import ClusterArgs
 from components.gateway_resource import Gateway
 from components.versions import Chart, chart
+from workloads.pods import GPU_NODE_TOLERATIONS
 
 TYPE = "modelplane:cluster:ServingStack"
 SYSTEM_NAMESPACE = "modelplane-system"
 GATEWAY_SERVICE = "modelplane-inference-gateway"  # a stable name for the gateway's load balancer Service
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
 AI_GATEWAY_PORT = 1063
 # Installing or upgrading a release waits for its pods; image pulls on fresh nodes take minutes.
@@ -44,6 +44,7 @@ class ClusterFacts:
 
     storage_classes: list[dict] = field(default_factory=list)  # StorageClass manifests (values may be Outputs)
     storage_ready: list = field(default_factory=list)  # resources the StorageClasses need first (CSI drivers)
+    storage_charts: dict[str, dict] = field(default_factory=dict)  # chart -> values: CSI drivers, before the classes
     load_balancer: bool = True  # a Service of type LoadBalancer gets an address from the cloud
     autoscaler: dict | None = None  # cluster-autoscaler values (EKS pools that can grow)
     gpu_driver_installer: bool = False  # GKE with DRA: the driver is installed by a DaemonSet, not by GKE
@@ -76,10 +77,10 @@ def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = Non
         return envoy_gateway_values()
     if key == "node-feature-discovery":
         # GPU nodes are tainted; without this the PCI labels never appear and the DRA plugin never starts.
-        return {"worker": {"tolerations": [GPU_TOLERATION]}}
+        return {"worker": {"tolerations": [dict(t) for t in GPU_NODE_TOLERATIONS]}}
     if key == "nvidia-dra-driver":
         values: dict = {"gpuResourcesEnabledOverride": True, "resources": {"computeDomains": {"enabled": False}},
-                        "kubeletPlugin": {"tolerations": [GPU_TOLERATION]}}
+                        "kubeletPlugin": {"tolerations": [dict(t) for t in GPU_NODE_TOLERATIONS]}}
         if args.nvidia_driver_root != "/":
             values["nvidiaDriverRoot"] = args.nvidia_driver_root
         return values
@@ -91,6 +92,8 @@ def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = Non
         return {}
     if key == "cluster-autoscaler":
         return dict((facts.autoscaler if facts else None) or {})
+    if facts and key in facts.storage_charts:
+        return dict(facts.storage_charts[key])
     return {}
 
 
@@ -176,16 +179,18 @@ class ServingStack(pulumi.ComponentResource):
         self.namespace = k8s.core.v1.Namespace(f"{name}-system", metadata={"name": SYSTEM_NAMESPACE}, opts=k8s_opts)
         self.crds = k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api() + crds.inference_extension(),
                                             opts=k8s_opts)
-        self.storage_classes = [
-            k8s.storage.v1.StorageClass(f"{name}-{sc['metadata']['name']}", **sc, opts=pulumi.ResourceOptions(
-                provider=provider, parent=self, depends_on=after + list(facts.storage_ready)))
-            for sc in facts.storage_classes]
         self.releases: dict[str, k8s.helm.v3.Release] = {}
 
         def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
             self.releases[key] = release(f"{name}-{key}", chart(key, versions), release_values(key, args, facts),
                                          provider, self, after + wait, create_namespace)
             return self.releases[key]
+
+        drivers = [install(key, [], create_namespace=False) for key in facts.storage_charts]
+        self.storage_classes = [
+            k8s.storage.v1.StorageClass(f"{name}-{sc['metadata']['name']}", **sc, opts=pulumi.ResourceOptions(
+                provider=provider, parent=self, depends_on=after + list(facts.storage_ready) + drivers))
+            for sc in facts.storage_classes]
 
         cert_manager = install("cert-manager", [])
         envoy_crds = install("envoy-gateway-crds", [self.crds])

@@ -13,7 +13,7 @@ files) is told not to install them, so every CRD has one owner.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CertManager = ("cert-manager.io", ("Certificate", "CertificateRequest", "Issuer", "ClusterIssuer"))
 Acme = ("acme.cert-manager.io", ("Order", "Challenge"))
@@ -46,6 +46,9 @@ class Chart:
     crds: tuple[tuple[str, str], ...] = ()  # (group, kind) of every CRD the release installs
     skip_crds: bool = False  # the chart's own crds/ folder is not installed: another owner installs those
     needs_volumes: bool = False  # its pods claim dynamically provisioned volumes (a default StorageClass)
+    serves: tuple[str, ...] = ()  # the apiVersions its CRDs serve at this version (group/version; empty: unchecked)
+    webhooks: tuple[tuple[str, str], ...] = ()  # (group, kind) its admission webhook validates or mutates
+    webhook_ready_from: str | None = None  # the first version whose readiness waits for its webhook to serve
 
     @property
     def oci(self) -> bool:
@@ -54,38 +57,61 @@ class Chart:
 
 CHARTS: dict[str, Chart] = {c.key: c for c in (
     Chart("cert-manager", "cert-manager", "https://charts.jetstack.io", "v1.17.1", "cert-manager",
-          crds=kinds(CertManager, Acme)),
+          crds=kinds(CertManager, Acme), serves=("cert-manager.io/v1", "acme.cert-manager.io/v1"),
+          webhooks=kinds(CertManager)),
     # Envoy Gateway's own CRDs from its CRD chart (Gateway API CRDs off: they come from the bundled files),
-    # then the controller with its CRDs off.
-    Chart("envoy-gateway-crds", "gateway-crds-helm", "oci://docker.io/envoyproxy", "v1.9.0", "envoy-gateway-system",
-          crds=kinds(EnvoyGatewayKinds)),
-    Chart("envoy-gateway", "gateway-helm", "oci://docker.io/envoyproxy", "v1.9.0", "envoy-gateway-system",
+    # then the controller with its CRDs off. The version the Envoy AI Gateway below is built on and tested with
+    # (COMPATIBLE): v0.5 is "built on Envoy Gateway v1.6", its CI runs v1.6.2.
+    Chart("envoy-gateway-crds", "gateway-crds-helm", "oci://docker.io/envoyproxy", "v1.6.2", "envoy-gateway-system",
+          crds=kinds(EnvoyGatewayKinds), serves=("gateway.envoyproxy.io/v1alpha1",)),
+    Chart("envoy-gateway", "gateway-helm", "oci://docker.io/envoyproxy", "v1.6.2", "envoy-gateway-system",
           skip_crds=True),
     # Envoy AI Gateway: the extension server that lets Envoy Gateway route to InferencePools.
     Chart("ai-gateway-crds", "ai-gateway-crds-helm", "oci://docker.io/envoyproxy", "v0.5.0", "envoy-ai-gateway-system",
           crds=kinds(AiGatewayKinds)),
     Chart("ai-gateway", "ai-gateway-helm", "oci://docker.io/envoyproxy", "v0.5.0", "envoy-ai-gateway-system",
           skip_crds=True),
-    Chart("lws", "lws", "oci://registry.k8s.io/lws/charts", "0.10.0", "lws-system", crds=kinds(Lws)),
+    Chart("lws", "lws", "oci://registry.k8s.io/lws/charts", "0.10.0", "lws-system", crds=kinds(Lws),
+          serves=("leaderworkerset.x-k8s.io/v1",), webhooks=kinds(Lws)),
     Chart("node-feature-discovery", "node-feature-discovery", "oci://registry.k8s.io/nfd/charts", "0.18.3",
-          "node-feature-discovery", crds=kinds(Nfd)),
+          "node-feature-discovery", crds=kinds(Nfd), serves=("nfd.k8s-sigs.io/v1alpha1",)),
     Chart("nvidia-dra-driver", "dra-driver-nvidia-gpu", "oci://registry.k8s.io/dra-driver-nvidia/charts", "0.4.0",
           "dra-driver-nvidia-gpu", crds=kinds(NvidiaDra)),
-    Chart("keda", "keda", "https://kedacore.github.io/charts", "2.20.2", "keda", crds=kinds(Keda)),
+    Chart("keda", "keda", "https://kedacore.github.io/charts", "2.20.2", "keda", crds=kinds(Keda),
+          serves=("keda.sh/v1alpha1",), webhooks=kinds(Keda)),
     Chart("prometheus", "kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "72.6.2",
-          "monitoring", crds=kinds(Monitoring)),
+          "monitoring", crds=kinds(Monitoring), serves=("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1")),
     # Dynamo 0.6.x ships its CRDs as a separate chart, installed before the platform.
     Chart("dynamo-crds", "dynamo-crds", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo", "0.6.1", "dynamo-system",
-          crds=kinds(Dynamo)),
+          crds=kinds(Dynamo), serves=("nvidia.com/v1alpha1",)),
     # The platform's etcd and NATS keep state on volumes.
     Chart("dynamo", "dynamo-platform", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo", "0.6.1", "dynamo-system",
           skip_crds=True, needs_volumes=True),
     # Traefik's own CRDs are not needed (its kubernetesCRD provider is off) and its Gateway API CRDs are ours.
     Chart("traefik", "traefik", "https://traefik.github.io/charts", "40.2.0", "traefik-system", skip_crds=True),
-    Chart("metallb", "metallb", "https://metallb.github.io/metallb", "0.14.9", "metallb-system", crds=kinds(MetalLb)),
+    # Its webhook validates address pools; before 0.13.7 the controller was ready before the webhook served, so an
+    # IPAddressPool applied right after the release was refused ("failed calling webhook ... connection refused").
+    Chart("metallb", "metallb", "https://metallb.github.io/metallb", "0.14.9", "metallb-system", crds=kinds(MetalLb),
+          serves=("metallb.io/v1beta1", "metallb.io/v1beta2"), webhooks=kinds(MetalLb), webhook_ready_from="0.13.7"),
+    # Nebius: a StorageClass (mounted-fs-path.csi.nebius.ai) over the shared filesystem mounted on every node,
+    # one directory per volume: ReadWriteMany for model caches. Nebius's own chart, as its docs install it.
+    Chart("nebius-csi-mounted-fs-path", "csi-mounted-fs-path", "oci://cr.eu-north1.nebius.cloud/mk8s/helm", "0.1.5",
+          "kube-system"),
     # EKS: scales managed node groups whose maxNodeCount exceeds nodeCount.
     Chart("cluster-autoscaler", "cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.57.0", "kube-system"),
 )}
+
+# Pairs that must move together: (chart, its version's major.minor) -> (the chart it runs on, the major.minor
+# of that chart it is built on and tested with). From each project's compatibility matrix and CI.
+COMPATIBLE: dict[tuple[str, str], tuple[str, str]] = {
+    ("ai-gateway", "0.5"): ("envoy-gateway", "1.6"),  # Envoy AI Gateway v0.5.x: Envoy Gateway v1.6.x
+    ("ai-gateway-crds", "0.5"): ("envoy-gateway-crds", "1.6"),
+}
+
+
+def minor(version: str) -> str:
+    """`v1.6.2` -> `1.6`."""
+    return ".".join(version.removeprefix("v").split(".")[:2])
 
 
 def chart(key: str, overrides: dict[str, str] | None = None) -> Chart:
@@ -93,7 +119,7 @@ def chart(key: str, overrides: dict[str, str] | None = None) -> Chart:
     version = (overrides or {}).get(key)
     if not version:
         return spec
-    return Chart(spec.key, spec.chart, spec.repo, version, spec.namespace, spec.crds, spec.skip_crds, spec.needs_volumes)
+    return replace(spec, version=version, serves=())  # what another version serves is not known here
 
 
 def pinned(overrides: dict[str, str] | None = None) -> dict[str, str]:

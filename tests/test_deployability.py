@@ -209,8 +209,71 @@ def _traefik(kinds: tuple[str, ...]):
     return graph(stack("gateway", [*crds, release("traefik", "traefik", waits=tuple(c["name"] for c in crds))]))
 
 
+def _with(spec: dict, **inputs) -> dict:
+    return {**spec, "inputs": {**spec["inputs"], **inputs}}
+
+
+def _aks_pool(spot: bool) -> dict:
+    return r("azure-native:containerservice:AgentPool", "c1-a100",
+             {"nodeTaints": ["nvidia.com/gpu=true:NoSchedule"], "nodeLabels": {"modelplane.ai/pool": "a100"},
+              **({"scaleSetPriority": "Spot"} if spot else {})}, cluster=None)  # a cloud resource: its stack's cluster
+
+
+GPU = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+SPOT = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+
+
+def _pool_pods(spot: bool, tolerations: list[dict]):
+    pod = {"nodeSelector": {"modelplane.ai/pool": "a100"}, "tolerations": tolerations, "containers": [{"name": "e"}]}
+    workload = k("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "qwen-0", "ml",
+                 spec={"leaderWorkerTemplate": {"workerTemplate": {"spec": pod}}})
+    return graph(stack("platform-c1", [_aks_pool(spot)], cluster="c1"),
+                 stack("model-ml.qwen", [workload], depends_on=("platform-c1",)))
+
+
+def _pool_daemon(tolerations: list[dict]):
+    dra = release("nvidia-dra-driver", "dra", values={"kubeletPlugin": {"tolerations": tolerations}})
+    return graph(stack("platform-c1", [_aks_pool(True), dra], cluster="c1"))
+
+
+def _metallb(*, waits: bool = True, version: str = "0.14.9", skip_await: bool = False):
+    installed = _with(release("metallb", "metallb-system"), version=version, skipAwait=skip_await)
+    pool = k("metallb.io/v1beta1", "IPAddressPool", "modelplane", "metallb-system",
+             waits=("rel-metallb",) if waits else ())
+    return graph(stack("platform-c1", [installed, pool]))
+
+
+def _served(api: str):
+    return graph(stack("platform-c1", [release("lws", "lws-system")]),
+                 stack("model-ml.qwen", [k(api, "LeaderWorkerSet", "qwen-0", "ml")], depends_on=("platform-c1",)))
+
+
+def _served_by_crd(api: str):
+    definition = k("apiextensions.k8s.io/v1", "CustomResourceDefinition", "widgets.example.com",
+                   spec={"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"},
+                         "versions": [{"name": "v1", "served": True}, {"name": "v1beta1", "served": False}]})
+    return graph(stack("s", [definition, k(api, "Widget", "w", "ml", waits=("widgets.example.com",))]))
+
+
+def _pair(envoy: str):
+    return graph(stack("platform-c1", [_with(release("envoy-gateway", "envoy-gateway-system"), version=envoy),
+                                       _with(release("ai-gateway", "envoy-ai-gateway-system"), version="v0.5.0")]))
+
+
 ALL_ROUTES = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "ReferenceGrant")
 ROWS = [
+    ("pool-taints", lambda: _pool_pods(True, [GPU, SPOT]), lambda: _pool_pods(True, [GPU]),
+     "do not tolerate kubernetes.azure.com/scalesetpriority=spot:NoSchedule"),  # AKS taints spot pools itself
+    ("pool-taints", lambda: _pool_pods(False, [GPU]), lambda: _pool_pods(False, []), "nvidia.com/gpu=true:NoSchedule"),
+    ("pool-taints", lambda: _pool_daemon([GPU, SPOT]), lambda: _pool_daemon([GPU]), "devices would never be advertised"),
+    ("webhook-ready", _metallb, lambda: _metallb(waits=False), "not created after its release"),
+    ("webhook-ready", _metallb, lambda: _metallb(version="0.13.5"), "pin metallb >= 0.13.7"),
+    ("webhook-ready", _metallb, lambda: _metallb(skip_await=True), "does not wait for its pods"),
+    ("served-version", lambda: _served("leaderworkerset.x-k8s.io/v1"), lambda: _served("leaderworkerset.x-k8s.io/v1alpha1"),
+     "LeaderWorkerSet leaderworkerset.x-k8s.io/v1alpha1 is not served on c1"),
+    ("served-version", lambda: _served_by_crd("example.com/v1"), lambda: _served_by_crd("example.com/v1beta1"),
+     "its CRD serves example.com/v1"),
+    ("compatible-versions", lambda: _pair("v1.6.2"), lambda: _pair("v1.9.0"), "built on envoy-gateway 1.6.x"),
     ("awaited", lambda: _workload({"pulumi.com/waitFor": "condition=Available"}),
      lambda: _workload({"pulumi.com/timeoutSeconds": "3600"}), "Pulumi would not wait for LeaderWorkerSet qwen-0"),
     ("awaited", lambda: _workload({}, "Deployment", "apps/v1"),
@@ -324,6 +387,10 @@ def _generated_fleet(tmp_path: pathlib.Path, gateway: str, host_source: str) -> 
     return path
 
 
+DYNAMO_GAP = ("model-ml-team.graph: ml-team/graph-b2058: served-version: DynamoGraphDeployment nvidia.com/v1beta1 is "
+              "not served on b-eks (its CRD serves nvidia.com/v1alpha1)")
+
+
 @pytest.mark.parametrize("gateway,host", [("traefik", "GKE"), ("traefik", "EKS"), ("metallb", "Existing"),
                                           ("traefik", "Existing")])
 def test_generated_fleets_are_deployable(tmp_path, gateway, host):
@@ -338,14 +405,17 @@ def test_generated_fleets_are_deployable(tmp_path, gateway, host):
     types = {r.type for r in resources}
     assert {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet",
             "kubernetes:apps/v1:Deployment", "kubernetes:gateway.networking.k8s.io/v1:BackendTLSPolicy"} <= types
-    assert [str(v) for v in check_fleet(loaded.fleet, previews)] == []
+    # The one gap left is issue 30's: the pinned dynamo-crds 0.6.1 serves DynamoGraphDeployment v1alpha1 only,
+    # and the graphs are v1beta1 (the API server would answer 404). Until Dynamo is pinned to a release that
+    # serves them, the check refuses the graph: that is what a real `up` would meet.
+    assert [str(v) for v in check_fleet(loaded.fleet, previews)] == [DYNAMO_GAP]
     gateway_stack = next(p for p in previews if p.name == "gateway")
     assert {r.cluster for r in gateway_stack.resources if r.type.startswith("kubernetes:") and r.custom} == {host_name}
 
 
 def test_generated_fleet_without_a_gateway_has_services_that_would_route_nothing(tmp_path):
     """ModelService routes attach to the fleet gateway's Gateway: without an InferenceGateway, say so."""
-    violations = _violations([str(_generated_fleet(tmp_path, "none", "GKE"))])
+    violations = [v for v in _violations([str(_generated_fleet(tmp_path, "none", "GKE"))]) if v != DYNAMO_GAP]
     assert violations and all(": inference-routing: " in v and "modelplane-system/modelplane is not created" in v
                               and v.startswith("service-") for v in violations), violations
 
@@ -417,3 +487,32 @@ def test_previews_made_by_several_processes_are_the_ones_one_process_makes(tmp_p
     stacks = yaml.safe_load(one.stdout)["stacks"]
     assert len(stacks) >= 32  # enough to be previewed by several processes
     assert two.stdout == one.stdout
+
+
+def test_a_model_on_an_aks_spot_pool_tolerates_the_taint_aks_puts_there(tmp_path):
+    """AKS taints every spot pool `kubernetes.azure.com/scalesetpriority=spot:NoSchedule` and will not remove it:
+    the rendered pods and the node daemons the pool needs tolerate it, through the real programs."""
+    from tests.manifests import cluster, deployment, gpu_class
+
+    icl = gpu_class("a100", count=1)
+    icl["spec"]["provisioning"] = {"provider": "AKS", "aks": {"vmSize": "Standard_NC24ads_A100_v4"}}
+    ic = cluster("c1", pools=(("a100", "a100", 1),))
+    ic["spec"]["cluster"] = {"source": "AKS", "aks": {"location": "eastus"}}
+    ic["spec"]["nodePools"][0]["spot"] = True
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([icl, ic, deployment("qwen")]))
+    loaded = load_fleet([str(path)])
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    previews = all_stacks(loaded.fleet)
+    assert any(p.name == "model-ml-team.qwen" and p.resources for p in previews)
+    assert [str(v) for v in check_fleet(loaded.fleet, previews) if v.rule == "pool-taints"] == []
+    # and the rule sees the pool: the same fleet's pods without the spot toleration are refused
+    from workloads import pods
+
+    untolerant = (pods.GPU_TOLERATION,)
+    original, pods.GPU_NODE_TOLERATIONS = pods.GPU_NODE_TOLERATIONS, untolerant
+    try:
+        found = [str(v) for v in check_fleet(loaded.fleet, all_stacks(loaded.fleet)) if v.rule == "pool-taints"]
+    finally:
+        pods.GPU_NODE_TOLERATIONS = original
+    assert any("scalesetpriority=spot:NoSchedule" in v for v in found), found

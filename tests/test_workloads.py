@@ -14,7 +14,9 @@ LABELS = lambda name, cluster_name, index=0: {  # noqa: E731
     "modelplane.ai/deployment": name, "modelplane.ai/cluster": cluster_name,
     "modelplane.ai/replica-index": str(index), "modelplane.ai/replica": replica_name(name, cluster_name, index)}
 PROBE = {"httpGet": {"path": "/health", "port": 8000}, "initialDelaySeconds": 30, "periodSeconds": 10, "timeoutSeconds": 5}
-GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},  # our GPU pools' taint
+                   {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot",
+                    "effect": "NoSchedule"}]  # AKS's own, on spot pools
 
 
 def test_native_deployment_exact():
@@ -34,7 +36,7 @@ def test_native_deployment_exact():
             "metadata": {"labels": {"team": "nlp", **labels, "modelplane.ai/serving": replica, "modelplane.ai/workload": workload}},
             "spec": {
                 "nodeSelector": {"modelplane.ai/pool": "gpu"},
-                "tolerations": GPU_TOLERATION,
+                "tolerations": GPU_TOLERATIONS,
                 "containers": [{
                     "name": "engine", "image": "vllm/vllm-openai:v0.11.0", "args": ["--model=/mnt/models"],
                     "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}], "readinessProbe": PROBE,

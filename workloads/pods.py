@@ -16,6 +16,11 @@ from fleet.names import child_name
 ENGINE_PORT = 8000
 CACHE_MOUNT = "/mnt/models"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# AKS taints every spot pool's nodes itself, and refuses to have it removed. A toleration only permits: the
+# pool's nodeSelector still decides where a pod runs, so every GPU pod and node daemon carries both.
+AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot",
+                       "effect": "NoSchedule"}
+GPU_NODE_TOLERATIONS = (GPU_TOLERATION, AKS_SPOT_TOLERATION)
 PROBE = {"initialDelaySeconds": 30, "periodSeconds": 10, "timeoutSeconds": 5}
 
 
@@ -100,7 +105,7 @@ def pod_template(member: MemberContext, labels: dict, container: dict, extra: di
         volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": member.cache_pvc}})
     spec: dict = {
         "nodeSelector": {"modelplane.ai/pool": member.pool},
-        "tolerations": [dict(GPU_TOLERATION)],
+        "tolerations": [dict(t) for t in GPU_NODE_TOLERATIONS],
         "containers": [container],
         "volumes": volumes,
     }
