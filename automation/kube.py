@@ -23,6 +23,9 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("clusterrolebindings", False),
     ("pulumi.com/v1", "Stack"): ("stacks", True),
     ("pulumi.com/v1", "Program"): ("programs", True),
+    # a provisioned cluster's load balancers, drained before it is destroyed (automation/load_balancers.py)
+    ("v1", "Service"): ("services", True),
+    ("gateway.networking.k8s.io/v1", "Gateway"): ("gateways", True),
 }
 
 
@@ -32,6 +35,9 @@ class KubeError(AutomationError):
         self.status = status
 
 
+ALL_NAMESPACES = "*"  # a namespaced kind's collection across every namespace (list only)
+
+
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
     """The REST path of a collection (name None) or of one object."""
     try:
@@ -39,8 +45,10 @@ def resource_path(api_version: str, kind: str, namespace: str | None, name: str 
     except KeyError:
         raise KubeError(f"{api_version} {kind}: not a kind the operator executor writes") from None
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    if namespaced:
-        if not namespace:
+    if namespaced and namespace == ALL_NAMESPACES and name is None:
+        pass  # /api/v1/services: every namespace's
+    elif namespaced:
+        if not namespace or namespace == ALL_NAMESPACES:
             raise KubeError(f"{kind}/{name}: a namespaced kind needs a namespace")
         base += f"/namespaces/{namespace}"
     return f"{base}/{resource}" + (f"/{name}" if name else "")
@@ -80,11 +88,12 @@ def _server_message(body: Any) -> str:
 class KubeClient:
     """`KubeAPI` over the official Kubernetes client, from a kubeconfig file and (optionally) a context."""
 
-    def __init__(self, kubeconfig: Path, context: str | None = None, timeout: float = 30.0, connections: int = 64):
+    def __init__(self, kubeconfig: Path, context: str | None = None, timeout: float = 30.0, connections: int = 64,
+                 cluster: str = "the control-plane cluster"):
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
-        self.timeout = timeout
+        self.timeout, self.cluster = timeout, cluster
         try:
             if not kubeconfig.is_file():
                 raise KubeError(f"kubeconfig {kubeconfig}: no such file (settings: kubeconfig, or $KUBECONFIG)")
@@ -112,7 +121,7 @@ class KubeClient:
             message = _server_message(exc.body) or exc.reason or "no message"
             raise KubeError(f"{verb} {what}: {exc.status} {message}", exc.status) from None
         except (HTTPError, OSError) as exc:
-            raise KubeError(f"{verb} {what}: cannot reach the control-plane cluster at {self.server} "
+            raise KubeError(f"{verb} {what}: cannot reach {self.cluster} at {self.server} "
                             f"({type(exc).__name__})") from None
 
     def apply(self, obj: dict) -> dict:

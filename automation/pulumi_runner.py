@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
@@ -25,6 +26,7 @@ from fleet.stack_id import StackId, backend_name
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
+LOAD_BALANCER_WAIT = 600.0  # seconds for the cloud to delete a destroyed cluster's load balancers
 INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
                 "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
 
@@ -241,6 +243,13 @@ class PulumiRunner:
             if operation == "destroy":
                 if self.unprotect and spec.kind == "platform":
                     self.lift_protection(stack, spec, forward)
+                if spec.kind == "platform":
+                    left = self.drain_load_balancers(stack, spec, on_event)
+                    if left:
+                        return RunResult(spec.name, operation, False, error=(
+                            f"the cloud has not deleted the load balancers of {', '.join(left)} in "
+                            f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
+                            "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
                 result = stack.destroy(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
             if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
@@ -259,11 +268,43 @@ class PulumiRunner:
             if operation == "destroy" and "protected" in error:
                 error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
                          "run `modelplane destroy --unprotect` to lift the protection and destroy it")
+            if operation == "destroy" and "DependencyViolation" in error:
+                error += (" (a load balancer or network interface the cluster's Services made outlived it: delete "
+                          "it in the cloud, e.g. the ELBs tagged kubernetes.io/cluster/<name>, then destroy again)")
             return RunResult(spec.name, operation, False, error=error)
         except CLIMissing:
             raise
         except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
             return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+
+    def drain_load_balancers(self, stack, spec: StackSpec, on_event: EventSink) -> list[str]:
+        """Before a provisioned cluster's platform stack is destroyed, have the cloud delete the load balancers
+        its Services made (automation/load_balancers.py); returns the Services still there. A cluster this
+        machine cannot reach is destroyed anyway, with a warning: draining is then the user's."""
+        from automation import load_balancers
+        from automation.kube import KubeClient
+
+        outputs = stack.outputs()
+        recorded = (outputs.get("clusterArgs").value or {}).get("args") if outputs.get("clusterArgs") else None
+        source = (spec.payload.get("cluster") or {}).get("source") if spec.payload else (recorded or {}).get("source")
+        kubeconfig = outputs.get("kubeconfig")
+        if source in (None, "Existing") or kubeconfig is None or not kubeconfig.value:
+            return []  # an existing cluster stays, with its load balancers; a stack never applied has none
+
+        def say(line: str, severity: str = "info") -> None:
+            on_event({"stack": spec.name, "type": "diagnostic", "severity": severity, "message": line})
+
+        with tempfile.TemporaryDirectory(prefix="modelplane-") as private:  # 0700: the kubeconfig is a credential
+            path = Path(private) / "kubeconfig"
+            path.touch(mode=0o600)
+            path.write_text(str(kubeconfig.value))
+            try:
+                api = KubeClient(path, cluster=f"cluster {spec.id.cluster}")
+                return load_balancers.drain(api, LOAD_BALANCER_WAIT, say=say)
+            except AutomationError as exc:
+                say(f"could not delete the cluster's load balancers before destroying it ({exc}); any the cloud "
+                    "made for its Services may be left behind and hold its network", "warning")
+                return []
 
     def lift_protection(self, stack, spec: StackSpec, forward) -> None:
         """Protected clusters and networks (and GKE's own deletion protection): an update with protection off,

@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from automation.kube import RESOURCES
+from automation.kube import ALL_NAMESPACES, RESOURCES
 from automation.operator import CRDS
 from workloads.schemas import check
 
@@ -74,6 +74,8 @@ def _parse(path: str):
     if found is None:
         return None
     kind, namespaced = found
+    if namespaced and namespace is None and len(rest) == 1:
+        return api_version, kind, ALL_NAMESPACES, None  # a list across every namespace (GET only)
     if namespaced != (namespace is not None):
         return None
     return api_version, kind, namespace, rest[1] if len(rest) == 2 else None
@@ -97,6 +99,11 @@ class FakeCluster:
     backend_runs: list[tuple[str | None, str, str, str]] = field(default_factory=list)
     resource_version: int = 0
     operator_running: bool = True
+    # a workload cluster's controllers: the gateway controller (a Gateway's LoadBalancer Service follows it) and
+    # the cloud's service controller (a deleted LoadBalancer Service goes once its load balancer is deleted)
+    cloud_stuck: bool = False  # the cloud never deletes a load balancer
+    deleted_load_balancers: list[str] = field(default_factory=list)  # namespace/name, as the cloud deleted them
+    recreated: list[str] = field(default_factory=list)  # Services the gateway controller made again
 
     def writes(self, method: str | None = None) -> list[Request]:
         return [r for r in self.requests if r.method != "GET" and (method is None or r.method == method)]
@@ -128,7 +135,7 @@ class FakeCluster:
                 if obj is None:
                     return 404, _status(404, "NotFound", f'{RESOURCES[(api_version, kind)][0]} "{name}" not found')
                 return 200, copy.deepcopy(obj)
-            if name is None:
+            if name is None or namespace == ALL_NAMESPACES:
                 return 405, _status(405, "MethodNotAllowed", "the server does not allow this method on a collection")
             if method == "PATCH":
                 return self._apply(api_version, kind, namespace, name, query, content_type, body)
@@ -151,7 +158,7 @@ class FakeCluster:
                     return False
             return True
         return [copy.deepcopy(o) for (v, k, ns, _), o in sorted(self.objects.items(), key=lambda i: str(i[0]))
-                if v == api_version and k == kind and ns == namespace and matches(o)]
+                if v == api_version and k == kind and namespace in (ns, ALL_NAMESPACES) and matches(o)]
 
     def _apply(self, api_version, kind, namespace, name, query, content_type, body) -> tuple[int, dict]:
         if content_type != "application/apply-patch+yaml":
@@ -223,9 +230,45 @@ class FakeCluster:
         return (last.get("generation") == stack["metadata"]["generation"] and last.get("reconcileRequest", "") == request
                 and last.get("state") == "succeeded")
 
-    def step(self) -> None:
-        """One pass of the operator's controllers over every Stack."""
+    def add_gateway(self, namespace: str, name: str) -> None:
+        """A Gateway, and the LoadBalancer Service its controller made for it in the controller's namespace."""
         with self.lock:
+            self.objects[(GATEWAY_API, "Gateway", namespace, name)] = {
+                "apiVersion": GATEWAY_API, "kind": "Gateway", "metadata": {"name": name, "namespace": namespace}}
+            self._gateway_service(namespace, name)
+
+    def add_load_balancer(self, namespace: str, name: str) -> None:
+        with self.lock:
+            self.objects[("v1", "Service", namespace, name)] = _load_balancer(namespace, name, {})
+
+    def _gateway_service(self, namespace: str, name: str) -> None:
+        labels = {OWNING_NAME: name, OWNING_NAMESPACE: namespace}
+        service = f"envoy-{namespace}-{name}"
+        self.objects[("v1", "Service", "envoy-gateway-system", service)] = _load_balancer("envoy-gateway-system",
+                                                                                           service, labels)
+
+    def _workload_controllers(self) -> None:
+        for key, obj in list(self.objects.items()):
+            if key[:2] != ("v1", "Service"):
+                continue
+            labels, meta = obj["metadata"].get("labels") or {}, obj["metadata"]
+            owner = (GATEWAY_API, "Gateway", labels.get(OWNING_NAMESPACE), labels.get(OWNING_NAME))
+            if OWNING_NAME in labels and owner not in self.objects and not meta.get("deletionTimestamp"):
+                meta["deletionTimestamp"] = "2026-11-30T00:00:00Z"  # the controller deletes its Gateway's Service
+            if meta.get("deletionTimestamp") and not self.cloud_stuck:
+                self.deleted_load_balancers.append(f"{key[2]}/{key[3]}")  # the cloud deleted it: the finalizer goes
+                del self.objects[key]
+        for key, obj in list(self.objects.items()):  # a Gateway without its Service gets it back
+            if key[:2] == (GATEWAY_API, "Gateway") and not any(
+                    (o["metadata"].get("labels") or {}).get(OWNING_NAME) == key[3] for k, o in self.objects.items()
+                    if k[:2] == ("v1", "Service")):
+                self.recreated.append(f"{key[2]}/{key[3]}")
+                self._gateway_service(key[2], key[3])
+
+    def step(self) -> None:
+        """One pass of the operator's controllers over every Stack (and a workload cluster's controllers)."""
+        with self.lock:
+            self._workload_controllers()
             for key, stack in list(self.objects.items()):
                 if key[1] != "Stack":
                     continue
@@ -368,6 +411,17 @@ class FakeKube:
                                         "secrets": ["cloud-credentials"], "kubeconfig": str(self.kubeconfig),
                                         "pollSeconds": 0.01, "timeoutMinutes": 0.5, **extra}))
         return path
+
+
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+OWNING_NAME, OWNING_NAMESPACE = "gateway.envoyproxy.io/owning-gateway-name", "gateway.envoyproxy.io/owning-gateway-namespace"
+
+
+def _load_balancer(namespace: str, name: str, labels: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "finalizers": ["service.kubernetes.io/load-balancer-cleanup"]},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}
 
 
 def stack_name(stack: dict) -> str:

@@ -530,3 +530,70 @@ def test_stack_config_reaches_the_platform_programs_as_pulumi_users_give_it(doub
         assert double.up(*bad) == 2 and fragment in capsys.readouterr().err
     settings.write_text("config:\n  gcp:project:\n    secure: AAABAE\n")
     assert double.up("--config-file", str(settings)) == 2 and "encrypted" in capsys.readouterr().err
+
+
+def _eks_cluster_with_load_balancers(double, tmp_path):
+    """eks-us-west's kubeconfig output points at a fake API server whose Gateway and Traefik-style Service hold
+    cloud load balancers (the gateway controller and the cloud's service controller are played by the fake)."""
+    from tests.fake_kube import FakeKube
+
+    folder = tmp_path / "eks-api"
+    folder.mkdir()
+    kube = FakeKube(folder)
+    kube.cluster.add_gateway("modelplane-system", "modelplane")
+    kube.cluster.add_load_balancer("traefik-system", "mp-traefik")
+    double.control(resourceOutputs={"platform-eks-us-west": {
+        "eks:index:Cluster": {"kubeconfigJson": kube.kubeconfig.read_text()}}})
+    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
+    return kube
+
+
+def test_destroying_a_provisioned_cluster_first_has_the_cloud_delete_its_load_balancers(double, tmp_path, capsys):
+    """Nothing in the stack's state holds the load balancers its controllers made: left to the destroy, they would
+    outlive the cluster and hold its subnets and VPC. The Gateway goes first (its controller would make its
+    Service again), then the LoadBalancer Services, and the destroy waits until the cloud has deleted them."""
+    docs = copy.deepcopy(double.docs)
+    kube = _eks_cluster_with_load_balancers(double, tmp_path)
+    try:
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0, \
+            capsys.readouterr().err
+        assert double.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
+        assert "platform-eks-us-west" in double.ran("destroy")
+        assert sorted(kube.cluster.deleted_load_balancers) == [
+            "envoy-gateway-system/envoy-modelplane-system-modelplane", "traefik-system/mp-traefik"]
+        assert kube.cluster.recreated == []  # the Gateway went before its Service
+        assert not [k for k in kube.cluster.objects if k[1] in ("Service", "Gateway")]
+    finally:
+        kube.close()
+
+
+def test_a_load_balancer_the_cloud_does_not_delete_stops_the_destroy_before_anything_is_destroyed(
+        double, tmp_path, capsys, monkeypatch):
+    from automation import pulumi_runner
+
+    monkeypatch.setattr(pulumi_runner, "LOAD_BALANCER_WAIT", 0.3)
+    docs = copy.deepcopy(double.docs)
+    kube = _eks_cluster_with_load_balancers(double, tmp_path)
+    kube.cluster.cloud_stuck = True
+    try:
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0
+        capsys.readouterr()
+        assert double.up("--prune", "--yes-destroy-clusters") == 1
+        err = capsys.readouterr().err
+        assert "has not deleted the load balancers of envoy-gateway-system/envoy-modelplane-system-modelplane" in err
+        assert "platform-eks-us-west" not in double.ran("destroy") and "platform-eks-us-west" in double.recorded()
+        assert pulumi_double.resources(double.work / ".modelplane" / "backend", "modelplane-platform",
+                                       "platform-eks-us-west")  # nothing was destroyed
+        assert "fake-cluster-token" not in err  # the kubeconfig's credential is never shown
+    finally:
+        kube.close()
+
+
+def test_a_network_held_by_a_leftover_load_balancer_says_what_to_delete(double, capsys):
+    assert double.up() == 0
+    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
+    double.control(fail={"platform-eks-us-west": "deleting ec2 Subnet: DependencyViolation: The subnet has dependencies "
+                                                 "and cannot be deleted"})
+    assert double.up("--prune", "--yes-destroy-clusters") == 1
+    err = capsys.readouterr().err
+    assert "DependencyViolation" in err and "a load balancer or network interface the cluster's Services made" in err
