@@ -10,9 +10,11 @@ drivers preset, and Nebius's own DRA support (`gpuSettings.dra`), carry the
 `nvidia.com/gpu=true:NoSchedule` taint and the `modelplane.ai/pool` label, use preemptible
 capacity where asked, and autoscale between the pool's bounds (Nebius scales node groups
 itself). The kubeconfig authenticates with the `nebius` CLI, as `nebius mk8s cluster
-get-credentials` writes it (no long-lived credential inside). Model caches do not stage on
-Nebius clusters yet (no ReadWriteMany class is provisioned). The network and cluster are
-protected unless `modelplane:deletionProtection` is false.
+get-credentials` writes it (no long-lived credential inside). Model caches stage on a shared
+filesystem (a Compute Filesystem attached read-write to every node group and mounted by
+cloud-init at /mnt/modelplane-cache, as Nebius documents it), through Nebius's
+csi-mounted-fs-path driver and the `modelplane-rwx-fs` StorageClass (ReadWriteMany, one directory
+per volume). The network and cluster are protected unless `modelplane:deletionProtection` is false.
 """
 
 from __future__ import annotations
@@ -29,6 +31,19 @@ from components.serving_stack import ClusterFacts
 TYPE = "modelplane:nebius:InferenceCluster"
 SYSTEM_PLATFORM, SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
+RWX_CLASS = "modelplane-rwx-fs"
+RWX_PROVISIONER = "mounted-fs-path.csi.nebius.ai"
+CACHE_FS_GIB = 2048  # the shared filesystem for model caches (every cache on the cluster shares it)
+CACHE_MOUNT, CACHE_TAG = "/mnt/modelplane-cache", "modelplane-cache"
+# The API only attaches the filesystem as a virtiofs device; the node mounts it (nofail: a node still boots).
+CACHE_CLOUD_INIT = f"""#cloud-config
+mounts:
+  - [{CACHE_TAG}, {CACHE_MOUNT}, virtiofs, "defaults,nofail", "0", "2"]
+runcmd:
+  - [modprobe, fuse]
+  - [mkdir, -p, {CACHE_MOUNT}]
+  - [mount, -a]
+"""
 
 
 def kubeconfig(name: str, endpoint: str, ca: str) -> str:
@@ -80,12 +95,19 @@ class NebiusInferenceCluster(pulumi.ComponentResource):
                     public_endpoint=nebius.Mk8sV1ClusterControlPlaneEndpointsPublicEndpointArgs())),
             opts=protected)
         after = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(custom_timeouts=POOL_TIMEOUTS))
+        self.cache_fs = nebius.ComputeV1Filesystem(
+            f"{name}-cache-fs", name=f"{args.name}-cache", parent_id=parent_id, type="NETWORK_SSD",
+            size_gibibytes=CACHE_FS_GIB, block_size_bytes=4096, labels=labels, opts=child)
+        self.filesystems = [nebius.Mk8sV1NodeGroupTemplateFilesystemArgs(  # on every node group: pods may land on any
+            attach_mode="READ_WRITE", mount_tag=CACHE_TAG,
+            existing_filesystem=nebius.Mk8sV1NodeGroupTemplateFilesystemExistingFilesystemArgs(id=self.cache_fs.id))]
         self.system_group = nebius.Mk8sV1NodeGroup(
             f"{name}-system", name="system", parent_id=self.cluster.id, labels=labels,
             autoscaling=nebius.Mk8sV1NodeGroupAutoscalingArgs(min_node_count=1, max_node_count=2),
             template=nebius.Mk8sV1NodeGroupTemplateArgs(
                 resources=nebius.Mk8sV1NodeGroupTemplateResourcesArgs(platform=SYSTEM_PLATFORM, preset=SYSTEM_PRESET),
-                metadata=nebius.Mk8sV1NodeGroupTemplateMetadataArgs(labels={"modelplane.ai/role": "system"})),
+                metadata=nebius.Mk8sV1NodeGroupTemplateMetadataArgs(labels={"modelplane.ai/role": "system"}),
+                filesystems=self.filesystems, cloud_init_user_data=CACHE_CLOUD_INIT),
             opts=after)
         fabrics = sorted({p.infiniband_fabric for p in args.pools if p.infiniband_fabric})
         self.gpu_clusters = {fabric: nebius.ComputeV1GpuCluster(
@@ -95,7 +117,11 @@ class NebiusInferenceCluster(pulumi.ComponentResource):
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.status.apply(
             lambda status: kubeconfig(args.name, _endpoint(status), _ca(status))))
         self.cluster_identifier = args.name
-        self.facts = ClusterFacts()  # no ReadWriteMany class yet; the cluster's default class backs charts' volumes
+        self.facts = ClusterFacts(  # the cluster's default class backs charts' volumes; caches use the shared one
+            storage_classes=[{"metadata": {"name": RWX_CLASS}, "provisioner": RWX_PROVISIONER,
+                              "reclaim_policy": "Delete", "volume_binding_mode": "WaitForFirstConsumer"}],
+            # volumes are directories under the shared filesystem's mount
+            storage_charts={"nebius-csi-mounted-fs-path": {"dataDir": f"{CACHE_MOUNT}/csi-mounted-fs-path-data/"}})
         self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})
 
     def _gpu_group(self, name: str, pool: GpuPoolArgs, labels: dict, opts: pulumi.ResourceOptions):
@@ -107,7 +133,8 @@ class NebiusInferenceCluster(pulumi.ComponentResource):
             gpu_cluster=nebius.Mk8sV1NodeGroupTemplateGpuClusterArgs(id=gpu_cluster.id) if gpu_cluster else None,
             preemptible=nebius.Mk8sV1NodeGroupTemplatePreemptibleArgs() if pool.spot else None,
             taints=[nebius.Mk8sV1NodeGroupTemplateTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")],
-            metadata=nebius.Mk8sV1NodeGroupTemplateMetadataArgs(labels={"modelplane.ai/pool": pool.name}))
+            metadata=nebius.Mk8sV1NodeGroupTemplateMetadataArgs(labels={"modelplane.ai/pool": pool.name}),
+            filesystems=self.filesystems, cloud_init_user_data=CACHE_CLOUD_INIT)
         sizing: dict = ({"autoscaling": nebius.Mk8sV1NodeGroupAutoscalingArgs(min_node_count=pool.min_nodes or 0,
                                                                               max_node_count=pool.max_nodes)}
                         if pool.autoscaled else {"fixed_node_count": pool.node_count})

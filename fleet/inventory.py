@@ -103,8 +103,9 @@ def _readiness(status) -> tuple[bool, str | None, str | None]:
 
 # The RWX StorageClass each platform stack creates for model caches (the reference's names).
 # Vultr has none, and an existing cluster has one only if its admin names it.
-# The RWX StorageClass each cloud's platform stack creates for model caches (Nebius: none yet).
-CACHE_STORAGE_CLASSES = {"GKE": "modelplane-rwx", "EKS": "modelplane-rwx-efs", "AKS": "modelplane-rwx-fs"}
+# The RWX StorageClass each cloud's platform stack creates for model caches.
+CACHE_STORAGE_CLASSES = {"GKE": "modelplane-rwx", "EKS": "modelplane-rwx-efs", "AKS": "modelplane-rwx-fs",
+                         "Nebius": "modelplane-rwx-fs"}
 
 
 def cache_storage_class(ic) -> str | None:

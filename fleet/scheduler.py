@@ -519,8 +519,9 @@ class Scheduler:
             elif not c.ready:
                 found.append((c.name, f"not ready ({c.not_ready})", ""))
             elif d.cache and not c.cache_storage_class:
-                found.append((c.name, f"cannot stage ModelCache {d.cache} (no RWX storage class: set "
-                                      "spec.cluster.existing.cache.storageClassName)", ""))
+                hint = ("set spec.cluster.existing.cache.storageClassName" if c.source == "Existing"
+                        else f"this project provisions none on {c.source}")
+                found.append((c.name, f"cannot stage ModelCache {d.cache} (no RWX storage class: {hint})", ""))
             elif blocking := untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")):
                 found.append((c.name, f"taint {describe(blocking[0])} is not tolerated", ""))
             else:

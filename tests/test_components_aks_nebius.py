@@ -175,3 +175,45 @@ def test_aks_infiniband_is_a_warning_not_silently_ignored(tmp_path, capsys):
     path.write_text(yaml.safe_dump_all([icl, ic]))
     assert main(["validate", "-f", str(path)]) == 0
     assert "warning: InfiniBand on AKS is not set up by this project yet" in capsys.readouterr().err
+
+
+def test_nebius_caches_stage_on_a_shared_filesystem_every_node_mounts(tmp_path):
+    """A Compute Filesystem attached read-write to every node group and mounted by cloud-init, Nebius's
+    csi-mounted-fs-path driver over it, then the ReadWriteMany class caches use: before it, caches never
+    staged on Nebius and its replicas were lost."""
+    fleet = _fleet(tmp_path, "Nebius", {"nebius": {"projectId": "project-e00abc"}},
+                   {"provider": "Nebius", "nebius": {"platform": "gpu-h100-sxm", "preset": "8gpu-128vcpu-1600gb"}},
+                   {"name": "h100", "nodeCount": 1}, gpus=8)
+    resources = _platform(fleet, "c1")
+    fs = named(resources, "c1-cache-fs", "nebius:index/computeV1Filesystem:ComputeV1Filesystem")
+    assert inputs(fs)["type"] == "NETWORK_SSD" and inputs(fs)["parentId"] == "project-e00abc"
+    groups = of_type(resources, "nebius:index/mk8sV1NodeGroup:Mk8sV1NodeGroup")
+    assert {g.name for g in groups} == {"c1-system", "c1-h100"}
+    for group in groups:
+        template = inputs(group)["template"]
+        (attached,) = template["filesystems"]
+        assert attached["attachMode"] == "READ_WRITE" and attached["existingFilesystem"]["id"]
+        mounts = yaml.safe_load(template["cloudInitUserData"])["mounts"]
+        assert [attached["mountTag"], "/mnt/modelplane-cache", "virtiofs"] == mounts[0][:3]
+    driver = next(r for r in of_type(resources, "kubernetes:helm.sh/v3:Release")
+                  if inputs(r)["name"] == "mp-nebius-csi-mounted-fs-path")
+    assert inputs(driver)["values"]["dataDir"].startswith("/mnt/modelplane-cache/")
+    storage = named(resources, "c1-serving-modelplane-rwx-fs")
+    assert inputs(storage)["provisioner"] == "mounted-fs-path.csi.nebius.ai"
+    assert driver.urn in storage.dependency_urns  # the driver is installed before its class
+
+
+def test_a_cached_deployment_places_a_replica_on_nebius(tmp_path):
+    from fleet.scheduler import schedule
+    from tests.manifests import cache, cluster, deployment
+
+    fleet_path = tmp_path / "fleet.yaml"
+    icl = gpu_class("h", count=1)
+    icl["spec"]["provisioning"] = {"provider": "Nebius", "nebius": {"platform": "gpu-l40s-a", "preset": "1gpu-8vcpu-32gb"}}
+    ic = cluster("neb", pools=(("l40s", "h", 1),))
+    ic["spec"]["cluster"] = {"source": "Nebius", "nebius": {"projectId": "project-e00abc"}}
+    fleet_path.write_text(yaml.safe_dump_all([icl, ic, cache(), deployment("qwen", modelCacheRef={"name": "weights"})]))
+    loaded = load_fleet([str(fleet_path)])
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    plan = schedule(loaded.fleet)
+    assert [(r.deployment, r.cluster) for r in plan.replicas] == [("qwen", "neb")]
