@@ -634,6 +634,11 @@ def _taint_text(text: str) -> Taint:
     return Taint(key, value or None, effect)
 
 
+def _cloud_taints(items) -> list[Taint]:
+    """Taints as a cloud's API writes them (`NO_SCHEDULE`), as Kubernetes does (`NoSchedule`)."""
+    return [Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in items or []]
+
+
 def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
     """A cloud node pool's `modelplane.ai/pool` label and the taints its nodes carry, or None."""
     inputs = node.inputs
@@ -644,16 +649,12 @@ def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
             taints.append(AKS_SPOT_TAINT)
     elif type_ == "gcp:container/nodePool:NodePool":
         config = inputs.get("nodeConfig") or {}
-        labels, taints = config.get("labels") or {}, [
-            Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in config.get("taints") or []]
+        labels, taints = config.get("labels") or {}, _cloud_taints(config.get("taints"))
     elif type_ == "aws:eks/nodeGroup:NodeGroup":
-        labels, taints = inputs.get("labels") or {}, [
-            Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in inputs.get("taints") or []]
+        labels, taints = inputs.get("labels") or {}, _cloud_taints(inputs.get("taints"))
     elif type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup"):
         template = inputs.get("template") or {}
-        labels = (template.get("metadata") or {}).get("labels") or {}
-        taints = [Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect")))
-                  for t in template.get("taints") or []]
+        labels, taints = (template.get("metadata") or {}).get("labels") or {}, _cloud_taints(template.get("taints"))
     else:
         return None
     return (labels[POOL_LABEL], taints) if POOL_LABEL in labels else None

@@ -121,10 +121,8 @@ def object_name(stack: str) -> str:
 
 def derived_name_problems(name: str) -> list[str]:
     """What the API server would refuse among the objects PKO derives from a Stack named `name`."""
-    workspace = name + WORKSPACE_SUFFIX
+    workspace = name + WORKSPACE_SUFFIX  # (the Stack's own 42-character limit is the CRD's rule: check() has it)
     found = []
-    if len(name) > MAX_NAME:
-        found.append(f"Stack name must be no more than {MAX_NAME} characters in length")
     if not DNS_1035.match(workspace) or len(workspace) > 63:
         found.append(f"its workspace Service {workspace!r} is not a DNS-1035 label (a letter first; lowercase "
                      "letters, digits and '-'; at most 63)")

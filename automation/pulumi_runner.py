@@ -243,7 +243,7 @@ class PulumiRunner:
             if operation == "destroy":
                 if self.unprotect and spec.kind == "platform":
                     self.lift_protection(stack, spec, forward)
-                if spec.kind == "platform":
+                if spec.kind == "platform" and not self.protected:  # a protected cluster stays: so do its LBs
                     left = self.drain_load_balancers(stack, spec, on_event)
                     if left:
                         return RunResult(spec.name, operation, False, error=(
@@ -265,7 +265,8 @@ class PulumiRunner:
                                    "or a crashed one: run `pulumi cancel` in its workspace to release it)")
         except auto.errors.CommandError as exc:
             error = _first_error(exc)
-            if operation == "destroy" and "protected" in error:
+            # the CLI's first line names the resource; "marked for protection" follows on the next
+            if operation == "destroy" and ("protected" in error or "marked for protection" in str(exc)):
                 error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
                          "run `modelplane destroy --unprotect` to lift the protection and destroy it")
             if operation == "destroy" and "DependencyViolation" in error:
@@ -276,6 +277,12 @@ class PulumiRunner:
             raise
         except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
             return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+
+    @property
+    def protected(self) -> bool:
+        """Would a destroy keep the clusters (their protection is on)? Then it fails, and must change nothing."""
+        given = str(self.config.get("modelplane:deletionProtection", "true")).lower()
+        return not self.unprotect and given != "false"
 
     def drain_load_balancers(self, stack, spec: StackSpec, on_event: EventSink) -> list[str]:
         """Before a provisioned cluster's platform stack is destroyed, have the cloud delete the load balancers

@@ -25,9 +25,10 @@ import pulumi_azure_native as azure
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
+from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:aks:InferenceCluster"
-RWX_CLASS = "modelplane-rwx-fs"
+RWX_CLASS = CACHE_STORAGE_CLASSES["AKS"]  # the class caches stage to (fleet/inventory.py)
 SYSTEM_VM_SIZE = "Standard_D4s_v5"
 VNET_CIDR, NODE_CIDR, POD_CIDR = "10.0.0.0/16", "10.0.0.0/20", "10.244.0.0/16"
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")

@@ -32,13 +32,14 @@ import pulumi_eks as eks
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
+from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:eks:InferenceCluster"
 VPC_CIDR = "10.0.0.0/16"
 SUBNET_CIDRS = ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20", "10.0.48.0/20", "10.0.64.0/20", "10.0.80.0/20"]
 NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
                  "AmazonSSMManagedInstanceCore"]
-RWX_CLASS = "modelplane-rwx-efs"
+RWX_CLASS = CACHE_STORAGE_CLASSES["EKS"]  # the class caches stage to (fleet/inventory.py)
 BLOCK_CLASS = "gp3"
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
 AUTOSCALED = pulumi.ResourceOptions(ignore_changes=["scalingConfig.desiredSize"])  # cluster-autoscaler owns it

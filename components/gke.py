@@ -26,10 +26,11 @@ import pulumi_gcp as gcp
 from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
 from components.serving_stack import ClusterFacts
+from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:gke:InferenceCluster"
 POD_RANGE, SERVICE_RANGE, NODE_RANGE = "10.1.0.0/16", "10.2.0.0/16", "10.0.0.0/20"
-RWX_CLASS = "modelplane-rwx"
+RWX_CLASS = CACHE_STORAGE_CLASSES["GKE"]  # the class caches stage to (fleet/inventory.py)
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")  # GPU capacity can take long
 CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="45m", update="45m", delete="45m")
 

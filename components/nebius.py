@@ -27,11 +27,12 @@ import pulumi_nebius as nebius
 from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
 from components.serving_stack import ClusterFacts
+from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:nebius:InferenceCluster"
 SYSTEM_PLATFORM, SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
-RWX_CLASS = "modelplane-rwx-fs"
+RWX_CLASS = CACHE_STORAGE_CLASSES["Nebius"]  # the class caches stage to (fleet/inventory.py)
 RWX_PROVISIONER = "mounted-fs-path.csi.nebius.ai"
 CACHE_FS_GIB = 2048  # the shared filesystem for model caches (every cache on the cluster shares it)
 CACHE_MOUNT, CACHE_TAG = "/mnt/modelplane-cache", "modelplane-cache"

@@ -597,3 +597,25 @@ def test_a_network_held_by_a_leftover_load_balancer_says_what_to_delete(double, 
     assert double.up("--prune", "--yes-destroy-clusters") == 1
     err = capsys.readouterr().err
     assert "DependencyViolation" in err and "a load balancer or network interface the cluster's Services made" in err
+
+
+def test_a_destroy_that_keeps_its_protected_cluster_leaves_its_load_balancers_serving(double, tmp_path, capsys):
+    """A runner that keeps protection on (the portal's worker, any caller without unprotect) fails to destroy a
+    protected cluster: it must not first take its gateway away."""
+    from automation.pulumi_runner import PulumiRunner
+    from automation.stacks import StackSpec
+    from fleet.stack_id import StackId
+    from fleet.validate import load_fleet
+
+    docs = copy.deepcopy(double.docs)
+    kube = _eks_cluster_with_load_balancers(double, tmp_path)
+    try:
+        fleet = double.fleet(docs)
+        assert main(["up", "-f", fleet, "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0
+        runner = PulumiRunner(double.work / ".modelplane", load_fleet([fleet]).fleet, unprotect=False)
+        result = runner.run("destroy", StackSpec.for_deletion(StackId.platform("eks-us-west")), lambda event: None)
+        assert not result.ok and "holds protected resources" in (result.error or "")
+        assert kube.cluster.deleted_load_balancers == []
+        assert ("gateway.networking.k8s.io/v1", "Gateway", "modelplane-system", "modelplane") in kube.cluster.objects
+    finally:
+        kube.close()
