@@ -2,7 +2,7 @@
 
 Installed as an executable named `pulumi` on PATH (`install(tmp_path)`), it answers the commands
 and files Pulumi's automation API uses: `version`; `stack select [--create]`, `stack init`,
-`stack output`, `stack history`, `stack rename`; `config set-all` / `config set`; `state unprotect`;
+`stack output`, `stack ls --json`, `stack history`, `stack rename` (also into another project); `config set-all` / `config set`; `state unprotect`;
 `preview`, `up`, `destroy`, `refresh` (with `--preview-only`), sending engine events to
 `--event-log` (over gRPC to the automation API's event server for a `tcp://` address, else to a
 file); `cancel`. Anything else is refused, as an unknown command would be. Every call is recorded
@@ -248,11 +248,28 @@ class Double:
                 self.needs_passphrase(name)
             return json.dumps({k: reveal(v) if shown or not is_secret(v) else "[secret]"
                                for k, v in outputs_of(content).items()}), 0
+        if args[:2] == ["stack", "ls"]:  # this project's stacks, as the DIY backend lists them (short names)
+            if "--json" not in args:
+                raise Refused("error: the pulumi double answers `stack ls` only with --json")
+            listed = []
+            for _, name in self.backend.stacks(self.project):
+                content = self.backend.load(self.project, name)
+                entry = {"name": name, "current": False,
+                         "updateInProgress": any(self.backend.lock_dir(self.project, name).glob("*.json")),
+                         "resourceCount": len(content["checkpoint"]["latest"]["resources"])}
+                if content["history"]:
+                    entry["lastUpdate"] = content["history"][-1]["endTime"]
+                listed.append(entry)
+            return json.dumps(listed), 0
         if args[:2] == ["stack", "history"]:
             _, content = self.stack(args)
             return json.dumps(content["history"][-1:][::-1]), 0
         if args[:2] == ["stack", "rename"]:
             old, _ = self.stack(args)
+            parts = args[2].split("/")
+            if len(parts) == 3 and parts[1] != self.project:  # organization/project/stack: into another project
+                self.backend.rename(self.project, old, parts[2], parts[1])
+                return "", 0
             new = self.stack_name(["--stack", args[2]])
             self.backend.rename(self.project, old, new)
             if self.config_file(old).exists():

@@ -108,16 +108,18 @@ class Backend:
         tmp.write_text(json.dumps(_transform(content, _seal), indent=1, sort_keys=True))
         os.replace(tmp, path)
 
-    def rename(self, project: str, old: str, new: str) -> None:
+    def rename(self, project: str, old: str, new: str, new_project: str | None = None) -> None:
+        """Rename a stack, into `new_project` too when given (the CLI rewrites every URN's stack and project)."""
         check_stack_name(new)
-        if self.exists(project, new):
+        target = new_project or project
+        if self.exists(target, new):
             raise Refused(f"error: a stack named '{new}' already exists")
         content = self.load(project, old)
-        content["checkpoint"]["stack"] = f"organization/{project}/{new}"
-        resources = json.dumps(content["checkpoint"]["latest"]["resources"])  # every URN carries the stack's name
+        content["checkpoint"]["stack"] = f"organization/{target}/{new}"
+        resources = json.dumps(content["checkpoint"]["latest"]["resources"])  # every URN carries stack and project
         content["checkpoint"]["latest"]["resources"] = json.loads(
-            resources.replace(f'"urn:pulumi:{old}::', f'"urn:pulumi:{new}::'))
-        self.save(project, new, content)
+            resources.replace(f'urn:pulumi:{old}::{project}::', f'urn:pulumi:{new}::{target}::'))
+        self.save(target, new, content)
         self.stack_file(project, old).unlink()
 
     # locks: one file per running update, as the DIY backend writes them
@@ -372,6 +374,10 @@ class Update:
         kept = list(self.new.values())
         gone = [r for urn, r in self.old.items() if urn not in self.new]
         if program_failed:  # what the program never reached stays as it was
+            for resource in kept:  # the engine (since 3.112) updates the stack outputs registered, keeps the rest
+                if resource["type"] == STACK_TYPE and resource["urn"] in self.old:
+                    resource["outputs"] = {**(self.old[resource["urn"]].get("outputs") or {}),
+                                           **(resource.get("outputs") or {})}
             return kept + gone
         while gone:
             resource = gone[-1]
