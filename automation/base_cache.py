@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automation.state import replica_from_dict
+from automation.record import replica_from_dict
 from automation.stacks import DesiredState, Known
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import default_root, write_atomically

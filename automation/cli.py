@@ -49,39 +49,82 @@ def _paths_option(function):
 
 def _state_option(function):
     return click.option("--state", "state", default=".modelplane", show_default=True, type=click.Path(file_okay=False),
-                        metavar="DIR", help="The recorded state (what `up` applied): placements are read from it, so "
-                                            "replicas stay where `up` put them.")(function)
+                        metavar="DIR", help="The local folder for workspaces, caches and the lock (what is applied is "
+                                            "read from the backend: deleting this folder changes no result).")(function)
 
 
 def _fresh_option(function):
     return click.option("--fresh", is_flag=True,
-                        help="Ignore the recorded placements: plan as if nothing were applied.")(function)
+                        help="Ignore the record of what is applied: plan as if nothing were.")(function)
 
 
-def _gateways(state: str, fresh: bool):
-    """The gateway addresses `up` recorded in `state` (none with --fresh), so rendered endpoints show them."""
+def _executor_options(executor_help: str):
+    """`--executor local|operator` and the operator's settings file, as every command that runs stacks takes them."""
+    def add(function):
+        function = click.option("--operator-settings", "operator_settings", default="modelplane-operator.yaml",
+                                show_default=True, envvar="MODELPLANE_OPERATOR_SETTINGS",
+                                type=click.Path(dir_okay=False), metavar="FILE",
+                                help="The operator executor's settings: the control-plane cluster's kubeconfig and "
+                                     "context, backend, gitUrl, ... (docs/operator.md).")(function)
+        return click.option("--executor", type=click.Choice(["local", "operator"]), default="local",
+                            show_default=True, envvar="MODELPLANE_EXECUTOR", help=executor_help)(function)
+    return add
+
+
+def _record_options(function):
+    """Where a command that plans reads the record from: the executor's (the backend, or the operator's Stacks)."""
+    function = click.option("--backend", metavar="URL", default=None,
+                            help="Pulumi backend holding the record (default: file://.modelplane/backend, or "
+                                 "PULUMI_BACKEND_URL).")(function)
+    function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
+                            help="Several fleets on one backend: this fleet's stacks, <NAME>_<stack>.")(function)
+    function = _executor_options("where the record of what is applied is read: local: the Pulumi backend; operator: "
+                                 "the Stack objects in the control-plane cluster.")(function)
+    return _fresh_option(_state_option(function))
+
+
+def _open_record(state: str, backend: str | None, fleet_name: str | None, executor: str, operator_settings: str,
+                 strict: bool):
+    """The executor's record, or exit 2 saying why it cannot be opened."""
     from pathlib import Path
 
-    from automation.state import StateStore
-    from workloads.render import Gateways
+    if executor == "operator":
+        from automation.operator_runner import OperatorRecord
 
-    store = StateStore(Path(state))
-    return Gateways() if fresh or not store.path.exists() else store.gateways()
+        _, api, options = _operator_client(operator_settings, fleet_name)
+        return OperatorRecord(api, options)
+    from automation.pulumi_record import PulumiRecord
+
+    return PulumiRecord(Path(state), backend, fleet_name, strict=strict)
 
 
-def _recorded(state: str, fresh: bool) -> list:
-    """The placements `up` recorded in `state` (none with --fresh); says on stderr what was read."""
-    from pathlib import Path
+def _read_record(record, fresh: bool = False):
+    """Read the record (a plan: the cache stands in, and says so, when the backend cannot be read); say on stderr
+    what was read. Exit 2 when it cannot be read and nothing may stand in."""
+    from automation.record import Applied
+    from automation.runner import AutomationError
 
-    from automation.state import StateStore
+    if fresh:
+        return Applied({}, "nothing (--fresh)")
+    try:
+        applied = record.read()
+    except AutomationError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    count = len(applied.placements())
+    if applied.guessed:
+        click.echo(f"warning: the record of what is applied could not be read; planned with {applied.source}: "
+                   f"{count} replica(s). Moves and stack changes may be wrong.", err=True)
+    elif applied.stacks:
+        click.echo(f"note: placements: {count} applied replica(s) read from {applied.source} "
+                   "(--fresh to ignore them)", err=True)
+    return applied
 
-    store = StateStore(Path(state))
-    if fresh or not store.path.exists():
-        return []
-    placements = store.placements()
-    click.echo(f"note: placements: {len(placements)} recorded replica(s) read from {store.path} "
-               "(what `up` applied; --fresh to ignore them)", err=True)
-    return placements
+
+def _record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh: bool):
+    if fresh:
+        return _read_record(None, fresh=True)
+    return _read_record(_open_record(state, backend, fleet_name, executor, operator_settings, strict=False))
 
 
 def _load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
@@ -192,15 +235,16 @@ def validate(paths: tuple[str, ...], output: str) -> None:
 @click.option("--no-cache", "no_cache", is_flag=True,
               help="With --against: plan the base afresh, neither reading nor writing its cached summary "
                    "($MODELPLANE_CACHE_DIR, else ~/.cache/modelplane; see docs/performance.md).")
-@_state_option
-@_fresh_option
+@_record_options
 def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, namespace: str | None,
-         deployment: str | None, fail_on_unscheduled: bool, no_cache: bool, state: str, fresh: bool) -> None:
+         deployment: str | None, fail_on_unscheduled: bool, no_cache: bool, state: str, fresh: bool,
+         backend: str | None, fleet_name: str | None, executor: str, operator_settings: str) -> None:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
-    Reads the placements `up` recorded (--state), so the plan shows what `up` will do."""
+    Plans with the record of what is applied (the backend's, or the operator's), so the plan shows what `up` will do."""
     loaded = _load(paths)
-    recorded = _recorded(state, fresh)
+    applied = _record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+    recorded = applied.placements()
     if output == "markdown" and not against:
         click.echo("error: -o markdown summarises a change: give the base manifests with --against", err=True)
         raise SystemExit(2)
@@ -235,6 +279,9 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         from automation.compare import markdown
 
         assert comparison is not None  # -o markdown without --against was refused above
+        if applied.guessed:  # the comment says what it could not know
+            click.echo(f"> **Warning:** the record of what is applied could not be read, so this was planned with "
+                       f"{applied.source}. Moves and stack changes below may be wrong.\n")
         click.echo(markdown(comparison), nl=False)
     else:
         from automation.output import plan_table  # rich: only for people (20 ms to import)
@@ -257,9 +304,9 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Folder to write to: DIR/<stack>/<cluster or control-plane>/<kind>-<name>.yaml (replaced as a whole); "
                    "- for one YAML stream on standard output.")
-@_state_option
-@_fresh_option
-def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
+@_record_options
+def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: str | None, fleet_name: str | None,
+           executor: str, operator_settings: str) -> None:
     """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
     from pathlib import Path
 
@@ -276,9 +323,10 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool) -> None:
         raise SystemExit(EXIT_INVALID)
 
     loaded = _load(paths)
+    applied = _record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
     # the objects only: stacks' fingerprints are not written, so they are not computed
-    result = render_objects(loaded.fleet, schedule(loaded.fleet, _recorded(state, fresh)),
-                            control_plane_cluster(loaded.fleet, None), gateways=_gateways(state, fresh))
+    result = render_objects(loaded.fleet, schedule(loaded.fleet, applied.placements()),
+                            control_plane_cluster(loaded.fleet, None), gateways=applied.gateways())
     if out == "-":
         if problems := rendered_problems(result):
             refuse(problems)
@@ -354,10 +402,10 @@ def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 OPERATOR_PARALLEL = 64  # the operator executor's default --parallel: stacks handed over and watched at once
 
 
-def _operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False):
-    """The operator executor's runner and the cluster's record of what is applied, or exit 2 saying why not."""
+def _operator_client(settings_file: str, fleet_name: str | None):
+    """The operator's settings, a client of the control-plane cluster and the export options, or exit 2."""
     from automation.kube import KubeClient
-    from automation.operator_runner import OperatorRunner, check_reachable, recorded_on_operator
+    from automation.operator_runner import check_reachable
     from automation.operator_settings import load_settings
     from automation.runner import AutomationError
 
@@ -366,13 +414,54 @@ def _operator_executor(settings_file: str, fleet_name: str | None, force=(), unp
         options = settings.export_options(fleet_name)
         api = KubeClient(settings.kubeconfig_path(), settings.context)
         check_reachable(api, options)
-        recorded = recorded_on_operator(api, options)
     except AutomationError as exc:
         click.echo(f"error: --executor operator: {exc}", err=True)
         raise SystemExit(2) from None
+    return settings, api, options
+
+
+def _operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False):
+    """The operator executor's runner and its record (the cluster's Stacks), or exit 2 saying why not."""
+    from automation.operator_runner import OperatorRecord, OperatorRunner
+
+    settings, api, options = _operator_client(settings_file, fleet_name)
     runner = OperatorRunner(api, options, force=set(force), unprotect=unprotect, poll=settings.poll_seconds,
                             timeout=settings.timeout_minutes * 60)
-    return runner, recorded
+    return runner, OperatorRecord(api, options)
+
+
+def _selected_or_exit(prepared, operation: Operation, fleet, prune: bool, force: tuple[str, ...],
+                      destroy_clusters: bool, check: bool, config: dict[str, str] | None) -> list:
+    """The stacks `operation` touches, after the checks every road runs: invalid objects, unknown --force names,
+    destroying clusters unconfirmed, the deployability check. Exit naming what stops it."""
+    from automation.session import selected
+
+    if prepared.problems:
+        for line in prepared.problems:
+            click.echo(line, err=True)
+        click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
+        raise SystemExit(EXIT_INVALID)
+    unknown_force = sorted(set(force) - set(prepared.specs))
+    if unknown_force:
+        click.echo(f"error: --force names {', '.join(unknown_force)}, not a stack of these manifests", err=True)
+        raise SystemExit(2)
+    items = selected(prepared, operation, prune=prune, force=set(force))
+    for change in prepared.kept_by_default(operation, prune):
+        click.echo(f"kept: {change.name} is recorded but not in the input; `{operation} --prune` would destroy it",
+                   err=True)
+    doomed = sorted(c.name for c in items if c.change == "delete" and c.kind == "platform")
+    clusters = f", clusters included ({', '.join(doomed)})" if doomed else ""
+    if operation == "destroy" and items and not destroy_clusters:
+        if not _confirm(f"destroy {len(items)} stack(s){clusters}?"):
+            click.echo(f"error: this would destroy {len(items)} stack(s){clusters}: pass --yes to confirm", err=True)
+            raise SystemExit(2)
+    elif doomed and not destroy_clusters and not _confirm(f"destroy the cluster stack(s) {', '.join(doomed)}?"):
+        click.echo(f"error: this would destroy {', '.join(doomed)} (clusters and their GPU pools): pass "
+                   "--yes-destroy-clusters to confirm", err=True)
+        raise SystemExit(2)
+    if check and operation in ("up", "preview") and items:
+        _refuse_undeployable(fleet, prepared.specs, config)
+    return items
 
 
 def _apply(operation: Operation, paths, output: str, backend: str | None, parallel: int, control_plane: str | None,
@@ -385,13 +474,13 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     from automation.migration import migrate, plan_renames
     from automation.orchestrator import Orchestrator
     from automation.programs import missing_secrets
-    from automation.pulumi_runner import (PulumiRunner, check_passphrase, default_backend, existing_kubeconfigs,
-                                          missing_kubeconfigs)
+    from automation.pulumi_record import PulumiRecord
+    from automation.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs, missing_kubeconfigs
     from automation.runner import AutomationError
     from automation.session import prepare, run_interruptibly, selected
-    from automation.state import StateLocked, StateStore
+    from automation.state import WorkdirLock
 
-    from fleet.stack_id import StackIdError, backend_name
+    from fleet.stack_id import StackId, StackIdError, backend_name
 
     try:
         backend_name("gateway", fleet_name)
@@ -424,75 +513,67 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     root = Path(state)
     host = _control_plane(loaded.fleet, control_plane)
     runner: Any = None
-    recorded = None
+    lock = WorkdirLock(root)
     if on_operator:  # the cluster's Stacks are the record of what is applied; legacy names are the local executor's
-        runner, recorded = _operator_executor(operator_settings, fleet_name, force, unprotect or destroy_clusters)
-    renames = [] if on_operator else plan_renames(StateStore(root), loaded.fleet)
-    prepared = prepare(loaded.fleet, root, host, recorded)
-    if prepared.problems:
-        for line in prepared.problems:
-            click.echo(line, err=True)
-        click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
-        raise SystemExit(EXIT_INVALID)
-    unknown_force = sorted(set(force) - set(prepared.specs))
-    if unknown_force:
-        click.echo(f"error: --force names {', '.join(unknown_force)}, not a stack of these manifests", err=True)
-        raise SystemExit(2)
-    items = selected(prepared, operation, prune=prune, force=set(force))
-    kept = prepared.kept_by_default(operation, prune)
-    for change in kept:
-        click.echo(f"kept: {change.name} is recorded but not in the input; `{operation} --prune` would destroy it",
-                   err=True)
-    doomed = sorted(c.name for c in items if c.change == "delete" and c.kind == "platform")
-    if operation == "destroy" and items and not destroy_clusters:
-        if not _confirm(f"destroy {len(items)} stack(s)" + (f", clusters included ({', '.join(doomed)})" if doomed
-                                                             else "") + "?"):
-            click.echo(f"error: this would destroy {len(items)} stack(s)"
-                       + (f", clusters included ({', '.join(doomed)})" if doomed else "")
-                       + ": pass --yes to confirm", err=True)
-            raise SystemExit(2)
-    elif doomed and not destroy_clusters and not _confirm(f"destroy the cluster stack(s) {', '.join(doomed)}?"):
-        click.echo(f"error: this would destroy {', '.join(doomed)} (clusters and their GPU pools): pass "
-                   "--yes-destroy-clusters to confirm", err=True)
-        raise SystemExit(2)
-    if not items and not renames:
-        click.echo(f"nothing to {operation}: " + ("nothing is applied" if operation in ("destroy", "refresh", "preview-refresh")
-                                                  and not prepared.recorded
-                                                  else "every stack is up to date with the manifests"))
-        return
-    if check and operation in ("up", "preview") and items:
-        _refuse_undeployable(loaded.fleet, prepared.specs, config)
-    kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
+        runner, record = _operator_executor(operator_settings, fleet_name, force, unprotect or destroy_clusters)
+    else:
+        record = PulumiRecord(root, backend, fleet_name, strict=True)
     try:
+        if operation != "preview":
+            lock.lock()  # before reading the record: what this process plans with is not changed under it
+        applied = record.read()
+    except AutomationError as exc:
+        lock.unlock()
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    moves = sorted(getattr(record, "legacy", {}).items())  # platform stacks still in the old project
+    renames = plan_renames(applied, loaded.fleet)
+    prepared = prepare(loaded.fleet, applied, host)
+    try:
+        items = _selected_or_exit(prepared, operation, loaded.fleet, prune, force, destroy_clusters, check, config)
+        if not items and not renames and not moves:
+            click.echo(f"nothing to {operation}: " + ("nothing is applied" if operation in ("destroy", "refresh",
+                                                                                            "preview-refresh")
+                                                      and not prepared.recorded
+                                                      else "every stack is up to date with the manifests"))
+            lock.unlock()
+            return
+        kubeconfigs = existing_kubeconfigs(loaded.fleet, given, root)
         if runner is None:  # the local executor: every credential and secret value is needed here
             runner = PulumiRunner(root, loaded.fleet, backend=backend, parallel=parallel, kubeconfigs=kubeconfigs,
                                   unprotect=unprotect or destroy_clusters, refresh=refresh,  # says so if no CLI
                                   fleet_name=fleet_name, config=config)
-            check_passphrase(backend or default_backend(root))
+            check_passphrase(runner.backend)
             missing = missing_kubeconfigs(loaded.fleet, kubeconfigs, [c.name for c in items], root)
             missing += [line for c in items if c.change in ("create", "update") and c.name in prepared.specs
                         for line in missing_secrets(prepared.specs[c.name], loaded.fleet)]
             if missing and operation != "destroy":
                 raise AutomationError("; ".join(missing))
-        if operation != "preview" or renames:
-            prepared.store.lock()
-        if renames:  # stacks recorded under the first, ambiguous names move first, then the plan is made again
-            for done in migrate(prepared.store, loaded.fleet, runner.rename):
+        if (renames or moves) and operation == "preview":
+            lock.lock()
+        if renames or moves:  # stacks under old names or in the old project move first; then the plan is made again
+            for stack, organization in moves:
+                runner.move_project(StackId.parse(stack), organization)
+                click.echo(f"moved stack {stack} into the Pulumi project modelplane", err=True)
+            for done in migrate(renames, runner.rename):
                 click.echo(f"renamed stack {done.old} to {done.new}", err=True)
-            prepared = prepare(loaded.fleet, root, host)
+            prepared = prepare(loaded.fleet, record.read(), host)
             items = selected(prepared, operation, prune=prune, force=set(force))
-    except (AutomationError, StateLocked) as exc:
-        prepared.store.unlock()
+    except AutomationError as exc:
+        lock.unlock()
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
+    except SystemExit:
+        lock.unlock()
+        raise
     from automation.progress import Bar
 
     try:
         with Bar(f"{operation}: stacks", len(items), output) as bar:
-            report = run_interruptibly(Orchestrator(runner, prepared.store, _progress(output, bar), parallel),
+            report = run_interruptibly(Orchestrator(runner, record, _progress(output, bar), parallel),
                                        operation, items, prepared.specs, lambda m: click.echo(m, err=True))
     finally:
-        prepared.store.unlock()
+        lock.unlock()
     good = sum(1 for o in report.outcomes if o.status == "succeeded")
     click.echo(f"{operation}: {good} of {len(report.outcomes)} stack(s) succeeded"
                + (" (cancelled)" if report.cancelled else ""), err=output == "json")
@@ -555,14 +636,12 @@ def _stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str,
 def _refuse_undeployable(fleet, specs, config: dict[str, str] | None = None) -> None:
     """The deployability check over every desired stack (the graph, not only what changes): a fleet a real API
     server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
-    from automation.deployability import check_fleet
-    from automation.offline_preview import preview_stack
+    from automation.session import undeployable
 
-    previews = [preview_stack(spec, fleet, config) for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name))]
-    violations = check_fleet(fleet, previews)
+    violations = undeployable(fleet, specs, config)
     if violations:
         for v in violations:
-            click.echo(str(v), err=True)
+            click.echo(v, err=True)
         click.echo(f"{len(violations)} deployability violation(s); nothing was applied (see `modelplane preview "
                    "--offline`; --skip-check to apply anyway)", err=True)
         raise SystemExit(EXIT_INVALID)
@@ -606,19 +685,6 @@ def _confirm(question: str) -> bool:
     if not sys.stdin.isatty():
         return False
     return click.confirm(question, default=False, err=True)
-
-
-def _executor_options(executor_help: str):
-    """`--executor local|operator` and the operator's settings file, as every command that runs stacks takes them."""
-    def add(function):
-        function = click.option("--operator-settings", "operator_settings", default="modelplane-operator.yaml",
-                                show_default=True, envvar="MODELPLANE_OPERATOR_SETTINGS",
-                                type=click.Path(dir_okay=False), metavar="FILE",
-                                help="The operator executor's settings: the control-plane cluster's kubeconfig and "
-                                     "context, backend, gitUrl, ... (docs/operator.md).")(function)
-        return click.option("--executor", type=click.Choice(["local", "operator"]), default="local",
-                            show_default=True, envvar="MODELPLANE_EXECUTOR", help=executor_help)(function)
-    return add
 
 
 def _apply_options(function):
@@ -810,11 +876,13 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, 
               help="The InferenceCluster hosting the fleet gateway (default: the first by name whose cloud gives a "
                    "LoadBalancer an address, else the first Existing one).")
 @_state_option
-@_executor_options("local: what `up` recorded in --state; operator: the Stack objects in the control-plane cluster, "
+@_executor_options("local: the record in the Pulumi backend; operator: the Stack objects in the control-plane cluster, "
                    "with where the operator is with each.")
 @click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
               help="Several fleets on one backend or operator namespace: this fleet's stacks.")
-def status(paths, output, control_plane, state, executor, operator_settings, fleet_name) -> None:
+@click.option("--backend", metavar="URL", default=None,
+              help="Pulumi backend holding the record (default: file://.modelplane/backend, or PULUMI_BACKEND_URL).")
+def status(paths, output, control_plane, state, executor, operator_settings, fleet_name, backend) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
     from pathlib import Path
 
@@ -825,18 +893,19 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     host = _control_plane(loaded.fleet, control_plane)
     on_operator: dict[str, str] = {}
     if executor == "operator":
-        from automation.operator_runner import applied_details, live_stacks, stack_state
+        from automation.operator_runner import OperatorRecord, live_stacks, stack_state
 
-        runner, recorded = _operator_executor(operator_settings, fleet_name)
-        live = live_stacks(runner.api, runner.options)
-        on_operator = {name: stack_state(stack) for name, stack in live.items()}
-        prepared = prepare(loaded.fleet, Path(state), host, recorded)
-        applied = applied_details(live)
-        renames = {}
+        _, api, options = _operator_client(operator_settings, fleet_name)
+        on_operator = {name: stack_state(stack) for name, stack in live_stacks(api, options).items()}
+        record: Any = OperatorRecord(api, options)
     else:
-        prepared = prepare(loaded.fleet, Path(state), host)
-        applied = prepared.store.load()["stacks"]
-        renames = {str(r.old): str(r.new) for r in plan_renames(prepared.store, loaded.fleet)}
+        from automation.pulumi_record import PulumiRecord
+
+        record = PulumiRecord(Path(state), backend, fleet_name, strict=False)
+    read = _read_record(record)
+    prepared = prepare(loaded.fleet, read, host)
+    applied = read.details()
+    renames = {str(r.old): str(r.new) for r in plan_renames(read, loaded.fleet)}
     reasons = {"create": "not applied yet", "update": "its manifests changed since it was applied",
                "delete": "recorded but not in the input: `up --prune` destroys it", "none": ""}
     rows = []
@@ -1034,7 +1103,8 @@ def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, f
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
-    desired = desired_state(loaded.fleet, _recorded(state, fresh), host, gateways=_gateways(state, fresh))
+    applied = _record_for_plan(state, backend, fleet_name, "local", "", fresh)
+    desired = desired_state(loaded.fleet, applied.placements(), host, gateways=applied.gateways())
     if desired.problems:
         for line in desired.problems:
             click.echo(line, err=True)

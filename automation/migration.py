@@ -4,9 +4,12 @@ The first encoding named a stack `<kind>-<namespace>-<name>`; fleet/stack_id.py 
 `<kind>-<namespace>.<name>`. A recorded legacy name is resolved to the object it held by the
 objects of the fleet (the legacy name each would have had) or, for a model stack, by its own
 recorded placements (namespace and deployment). Each resolved stack is renamed in the Pulumi
-backend first (so its resources keep their one owner), then in the recorded state. A name that
+backend (its resources keep their one owner, and its record moves with it). A name that
 cannot be resolved (its object is gone and nothing recorded says which it was) stays as it is:
 it still parses, as a legacy id, and is destroyed under that name when it is pruned.
+
+Platform stacks made before one project held them (`modelplane-platform`) move into `modelplane`
+(automation/projects.py) the same way: renamed in the backend, before anything runs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, TYPE_CHECKING
 
-from automation.state import StateStore
+from automation.record import Applied
 from fleet.stack_id import StackId
 
 if TYPE_CHECKING:
@@ -39,30 +42,28 @@ def legacy_names(fleet: Fleet) -> dict[str, StackId]:
     return out
 
 
-def plan_renames(store: StateStore, fleet) -> list[Renamed]:
+def plan_renames(applied: Applied, fleet) -> list[Renamed]:
     """Which recorded stacks are legacy, and what each becomes (unresolvable ones are left out)."""
     known = legacy_names(fleet)
     out = []
-    for name, record in sorted(store.load()["stacks"].items()):
+    for name, record in sorted(applied.stacks.items()):
         old = StackId.parse(name)
         if old.legacy is None:
             continue
         new = known.get(name)
-        placements = record.get("placements") or []
-        if new is None and old.kind == "model" and placements:
-            first = placements[0]
-            candidate = StackId.model(first["namespace"], first["deployment"])
+        if new is None and old.kind == "model" and record.placements:
+            first = record.placements[0]
+            candidate = StackId.model(first.namespace, first.deployment)
             new = candidate if candidate.legacy_name() == name else None
         if new is not None:
             out.append(Renamed(old, new))
     return out
 
 
-def migrate(store: StateStore, fleet, rename_backend: Callable[[StackId, StackId], None]) -> list[Renamed]:
-    """Rename every resolvable legacy stack, in the backend then in the state; returns what was renamed."""
+def migrate(renames: list[Renamed], rename_backend: Callable[[StackId, StackId], None]) -> list[Renamed]:
+    """Rename every resolvable legacy stack in the backend; returns what was renamed."""
     done = []
-    for item in plan_renames(store, fleet):
+    for item in renames:
         rename_backend(item.old, item.new)
-        store.rename(str(item.old), str(item.new))
         done.append(item)
     return done

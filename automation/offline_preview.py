@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from automation.offline import Registered, run
-from automation.programs import project_of, program_for, stack_config
+from automation.programs import program_for, stack_config
+from automation.projects import project_of
 from automation.stacks import DesiredState, StackSpec, desired_state
 
 if TYPE_CHECKING:

@@ -20,6 +20,8 @@ gives byte-identical files, and every object is checked against the operator's o
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 import re
 from dataclasses import dataclass
@@ -59,6 +61,7 @@ WORKSPACE_RESOURCES = {
 GIT_AUTH_MODES = ("accessToken", "sshAuth", "basicAuth")
 STACK_ANNOTATION = "modelplane.ai/stack"  # the full stack name, when the object's name had to be shortened
 FINGERPRINT_ANNOTATION = "modelplane.ai/fingerprint"  # what the Stack runs: the executor's record of what is applied
+PLACEMENTS_ANNOTATION = "modelplane.ai/placements"  # a model Stack's replicas as placed: the planner's memory
 KIND_LABEL = "modelplane.ai/stack-kind"
 
 
@@ -180,9 +183,13 @@ def _common(options: ExportOptions, spec: StackSpec, source: str) -> dict:
 
 
 def _metadata(options: ExportOptions, spec: StackSpec) -> dict:
+    annotations = {STACK_ANNOTATION: spec.name, FINGERPRINT_ANNOTATION: spec.fingerprint}
+    placements = spec.payload.get("placements_recorded")
+    if placements:  # compact JSON: a Kubernetes object's annotations hold at most 256 KiB together
+        annotations[PLACEMENTS_ANNOTATION] = json.dumps([p.to_dict() for p in placements], separators=(",", ":"),
+                                                        sort_keys=True)
     return {"name": options.object_name(spec.id), "namespace": options.namespace,
-            "labels": {KIND_LABEL: spec.kind},
-            "annotations": {STACK_ANNOTATION: spec.name, FINGERPRINT_ANNOTATION: spec.fingerprint}}
+            "labels": {KIND_LABEL: spec.kind}, "annotations": annotations}
 
 
 def _stack(options: ExportOptions, spec: StackSpec, body: dict) -> dict:

@@ -24,15 +24,17 @@ The operator keeps going when this process stops waiting (Ctrl-C, a timeout): th
 from __future__ import annotations
 
 import copy
+import json
 import itertools
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from automation.kube import KubeAPI, KubeError, describe
-from automation.operator import (FINGERPRINT_ANNOTATION, KIND_LABEL, STACK_ANNOTATION, ExportOptions, shared_objects,
-                                 stack_objects)
+from automation.operator import (FINGERPRINT_ANNOTATION, KIND_LABEL, PLACEMENTS_ANNOTATION, STACK_ANNOTATION,
+                                 ExportOptions, shared_objects, stack_objects)
+from automation.record import Applied, AppliedStack, replica_from_dict
 from automation.runner import AutomationError, EventSink, Operation, RunResult
 from automation.stacks import StackSpec
 from fleet.stack_id import StackId, StackIdError
@@ -113,9 +115,32 @@ def live_stacks(api: KubeAPI, options: ExportOptions) -> dict[str, dict]:
     return out
 
 
-def recorded_on_operator(api: KubeAPI, options: ExportOptions) -> dict[str, str]:
-    """The cluster as the record of what is applied: stack name -> the fingerprint it ran successfully."""
-    return {name: applied_fingerprint(stack) for name, stack in live_stacks(api, options).items()}
+class OperatorRecord:
+    """The operator executor's record: this fleet's Stack objects. A Stack's fingerprint counts once its latest run
+    succeeded; its placements always do (they are where its replicas are or are being put, retried by the
+    operator), so a fresh machine plans with them and running replicas stay where they are."""
+
+    def __init__(self, api: KubeAPI, options: ExportOptions):
+        self.api, self.options = api, options
+
+    def read(self) -> Applied:
+        stacks = {}
+        for name, stack in live_stacks(self.api, self.options).items():
+            annotations = (stack.get("metadata") or {}).get("annotations") or {}
+            try:
+                placements = tuple(replica_from_dict(p) for p in json.loads(annotations.get(PLACEMENTS_ANNOTATION, "[]")))
+            except (ValueError, KeyError, TypeError):
+                placements = ()
+            outputs = {k: v for k, v in ((stack.get("status") or {}).get("outputs") or {}).items() if v != SECRET_OUTPUT}
+            when = ((stack.get("status") or {}).get("lastUpdate") or {}).get("lastResyncTime")
+            stacks[name] = AppliedStack(applied_fingerprint(stack), placements, outputs, applied_at=when)
+        return Applied(stacks, f"the Stack objects in namespace {self.options.namespace} of the control-plane cluster")
+
+    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None:
+        pass  # the Stack is the record
+
+    def destroyed(self, stack: str) -> None:
+        pass
 
 
 def _labelled(obj: dict, options: ExportOptions, preview: bool = False) -> dict:
@@ -185,6 +210,10 @@ class OperatorRunner:
 
     def rename(self, old: StackId, new: StackId) -> None:
         raise AutomationError(f"stack {old} is recorded under a legacy name: rename it to {new} with the local "
+                              "executor first (`modelplane up` without --executor operator)")
+
+    def move_project(self, stack: StackId, organization: str) -> None:
+        raise AutomationError(f"stack {stack} is in the old Pulumi project modelplane-platform: move it with the local "
                               "executor first (`modelplane up` without --executor operator)")
 
     # ---- operations ----------------------------------------------------------------------------

@@ -6,8 +6,9 @@
   skipped with that reason; every other stack goes on. A platform or gateway stack is not
   destroyed after another stack of the same run failed (or was skipped): the cluster outlives
   whatever may still be on it, and a rerun converges.
-- State is recorded only after a stack's update succeeded (fingerprint, placements, plain
-  outputs), and forgotten only after its destroy succeeded, so a rerun converges.
+- The record of what is applied is written by the update itself (each program exports it,
+  automation/record.py); the orchestrator only tells the executor's record what succeeded, so
+  a cache of it follows (after an update its outputs, after a destroy nothing).
 - Cancelling (Ctrl-C) starts nothing new and asks running operations to cancel through the
   runner (Pulumi stops at a safe point); they are waited for, never killed mid-write.
 """
@@ -19,8 +20,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from automation.runner import EventSink, Operation, RunResult, StackRunner
-from automation.state import StateStore
-from automation.stacks import StackChange, StackSpec, applied_fingerprint, waves
+from automation.record import Record
+from automation.stacks import StackChange, StackSpec, waves
 
 
 @dataclass
@@ -46,9 +47,9 @@ class Report:
 
 
 class Orchestrator:
-    def __init__(self, runner: StackRunner, store: StateStore | None, on_event: EventSink, parallel: int = 2):
+    def __init__(self, runner: StackRunner, record: Record | None, on_event: EventSink, parallel: int = 2):
         self.runner = runner
-        self.store = store
+        self.record = record
         self.on_event = on_event
         self.parallel = max(1, parallel)
         self.cancel_requested = threading.Event()
@@ -82,11 +83,10 @@ class Orchestrator:
             status = "cancelled" if self.cancel_requested.is_set() else "failed"
             self.on_event({"stack": change.name, "type": status, "error": result.error})
             return Outcome(change.name, status, result, result.error)
-        if self.store is not None and op == "up" and spec is not None:
-            self.store.record(spec.name, applied_fingerprint(spec, self.store.gateways()),
-                              spec.payload.get("placements_recorded"), result.outputs)
-        elif self.store is not None and op == "destroy":
-            self.store.forget(change.name)
+        if self.record is not None and op == "up" and spec is not None:
+            self.record.applied(spec.name, result.outputs)
+        elif self.record is not None and op == "destroy":
+            self.record.destroyed(change.name)
         self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes,
                        **({"summary": result.summary} if result.summary else {})})
         return Outcome(change.name, "succeeded", result)

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import pulumi
 
+from automation.projects import PLATFORM_PROJECT
+from automation.record import RECORD_OUTPUT, record_output
+from automation.stacks import endpoints_fingerprint
 from components.kubernetes import provider
 from fleet.stack_id import StackId, backend_name
 from components.workload_objects import WorkloadObjects, secret_config_key
@@ -19,17 +22,11 @@ from workloads.cache import secret_refs
 from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
                                        slice_address_type)
 from infra.program import platform
+from workloads.render import Gateways
 
 if TYPE_CHECKING:
     from automation.stacks import StackSpec
     from fleet.validate import Fleet
-
-PLATFORM_PROJECT = "modelplane-platform"
-WORKLOAD_PROJECT = "modelplane-workloads"
-
-
-def project_of(kind: str) -> str:
-    return PLATFORM_PROJECT if kind in ("platform", "gateway") else WORKLOAD_PROJECT
 
 
 def organization() -> str:
@@ -85,24 +82,46 @@ def missing_secrets(spec: StackSpec, fleet: Fleet) -> list[str]:
     return out
 
 
+def recorded(program: Callable[[], None], fingerprint: Callable[[], pulumi.Output[str] | str],
+             placements: list | None = None, versions: Mapping[str, str] | None = None) -> Callable[[], None]:
+    """`program`, exporting the stack's record (`automation/record.py`) once every resource it registered was
+    applied: the record's value waits on every resource's URN, which resolves only when its step succeeded, so
+    a failed update never records a fingerprint (the engine keeps the outputs of the last update instead)."""
+    def run() -> None:
+        created: list[pulumi.Resource] = []
+
+        def collect(args: pulumi.ResourceTransformationArgs) -> None:
+            created.append(args.resource)
+            return None
+
+        pulumi.runtime.register_stack_transformation(collect)
+        program()
+        applied = pulumi.Output.all(fingerprint(), *[r.urn for r in created])
+        pulumi.export(RECORD_OUTPUT, applied.apply(lambda values: record_output(values[0], placements or [], versions)))
+    return run
+
+
 def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None = None,
                 fleet_name: str | None = None) -> Callable[[], None]:
     """The stack's inline program. `secrets` (config key -> value) reach it in memory, never as CLI arguments."""
+    placements = spec.payload.get("placements_recorded")
+    versions = spec.payload.get("versions")
     if spec.kind in ("platform", "gateway"):
         def run_platform() -> None:
             config = pulumi.Config("modelplane")
             kubeconfig = None
             if spec.kind == "gateway" and spec.payload.get("host") and config.get_secret("controlPlaneKubeconfig") is None:
                 kubeconfig = kubeconfig_of("gateway-host-platform", spec.payload["host"], fleet_name)
-            platform(fleet, config, kubeconfig)
-        return run_platform
+            platform(fleet, config, kubeconfig, only=spec.id.cluster, gateway_only=spec.kind == "gateway")
+        return recorded(run_platform, lambda: spec.fingerprint, placements, versions)
 
     values = {**stack_secrets(spec, fleet), **(secrets or {})}
+    live: dict[str, pulumi.Output] = {}  # cluster -> its gateway address as its platform stack outputs it now
 
     def run_workloads() -> None:
         for target, objects in sorted(spec.payload["objects"].items()):
             if spec.kind == "endpoints":
-                objects = with_live_gateways(spec.name, objects, fleet_name)
+                objects = with_live_gateways(spec.name, objects, fleet_name, live)
             cluster = spec.payload.get("host") if target == "control-plane" else target
             if cluster is None:
                 raise pulumi.RunError(f"{spec.name}: no cluster of the fleet can host the control plane (a GKE, EKS or "
@@ -110,15 +129,25 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
             kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster, fleet_name)
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster),
                             secrets=values)
-    return run_workloads
+
+    def fingerprint() -> pulumi.Output[str] | str:
+        if spec.kind != "endpoints":
+            return spec.fingerprint
+        # what the slices hold is what this update applied: the fingerprint of the addresses read now
+        clusters = sorted(live)
+        return pulumi.Output.all(*[live[c] for c in clusters]).apply(
+            lambda addresses: endpoints_fingerprint(spec.payload, Gateways(dict(zip(clusters, addresses)))))
+    return recorded(run_workloads, fingerprint, placements, versions)
 
 
-def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None = None) -> list:
+def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None = None,
+                       references: dict[str, pulumi.Output] | None = None) -> list:
     """A replica's EndpointSlice points at its cluster's gateway address as that cluster's platform stack outputs it
     when this stack applies (a rendered address is only what the last recorded output said). While the platform
     stack has no address (a first preview, or a cluster whose gateway has none yet), the slice has no endpoints:
-    a selectorless Service with an empty slice routes nowhere, instead of to a placeholder."""
-    references: dict[str, pulumi.Output] = {}
+    a selectorless Service with an empty slice routes nowhere, instead of to a placeholder. `references` collects
+    each cluster's live address."""
+    references = {} if references is None else references
     out: list = []
     for obj in objects:
         annotations = obj["metadata"].get("annotations") or {}

@@ -18,8 +18,13 @@ import threading
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
-from automation.programs import program_for, project_of, stack_config
-from automation.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy
+import pulumi
+
+from automation.programs import program_for, stack_config
+from automation.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
+from automation.pulumi_record import default_backend
+from automation.record import RECORD_OUTPUT
+from automation.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error
 from automation.stacks import StackSpec
 from fleet.stack_id import StackId, backend_name
 
@@ -27,8 +32,6 @@ if TYPE_CHECKING:
     from fleet.validate import Fleet
 
 LOAD_BALANCER_WAIT = 600.0  # seconds for the cloud to delete a destroyed cluster's load balancers
-INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
-                "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
 
 
 def interruptible_command(auto: Any) -> Any:
@@ -76,10 +79,6 @@ def interruptible_command(auto: Any) -> Any:
             return bool(running)
 
     return InterruptibleCommand()
-
-
-def default_backend(root: Path) -> str:
-    return os.environ.get("PULUMI_BACKEND_URL") or f"file://{(root / 'backend').resolve()}"
 
 
 def open_backend(backend: str, root: Path) -> None:
@@ -172,11 +171,11 @@ class PulumiRunner:
 
     # ---- construction (checked in tests without running an engine) ----------------------------
 
-    def workspace_options(self, spec):
+    def workspace_options(self, spec, project: str | None = None):
         auto = self.auto
         work_dir = self.root / "stacks" / backend_name(spec.id, self.fleet_name)
         work_dir.mkdir(parents=True, exist_ok=True)
-        project = project_of(spec.kind)
+        project = project or project_of(spec.kind)
         env = {"PULUMI_BACKEND_URL": self.backend, "PULUMI_SKIP_UPDATE_CHECK": "true"}
         for name in ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "PULUMI_ACCESS_TOKEN"):
             if os.environ.get(name):
@@ -209,7 +208,7 @@ class PulumiRunner:
             if config:
                 stack.set_all_config(config)
         except auto.errors.CommandError as exc:
-            raise StackBusy(_first_error(exc)) if isinstance(exc, auto.ConcurrentUpdateError) else exc
+            raise StackBusy(first_error(exc)) if isinstance(exc, auto.ConcurrentUpdateError) else exc
         with self._lock:
             self._stacks[spec.name] = stack
         return stack
@@ -264,7 +263,7 @@ class PulumiRunner:
                              error=f"stack {spec.name} is locked by another update (another `modelplane up`, "
                                    "or a crashed one: run `pulumi cancel` in its workspace to release it)")
         except auto.errors.CommandError as exc:
-            error = _first_error(exc)
+            error = first_error(exc)
             # the CLI's first line names the resource; "marked for protection" follows on the next
             if operation == "destroy" and ("protected" in error or "marked for protection" in str(exc)):
                 error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
@@ -331,7 +330,14 @@ class PulumiRunner:
                 return  # an existing cluster: this project created nothing there that is protected
             from infra.program import recorded_cluster
 
-            stack.workspace.program = lambda: recorded_cluster(recorded.value)
+            before = outputs.get(RECORD_OUTPUT)
+
+            def lift() -> None:
+                recorded_cluster(recorded.value)
+                if before is not None:  # the stack is still what it applied, until its destroy succeeds
+                    pulumi.export(RECORD_OUTPUT, before.value)
+
+            stack.workspace.program = lift
         stack.set_config("modelplane:deletionProtection", auto.ConfigValue(value="false"))
         stack.up(on_event=forward, parallel=self.parallel, color="never")
 
@@ -346,11 +352,29 @@ class PulumiRunner:
                                       program=lambda: None, opts=self.workspace_options(spec))
             stack.rename(new_name)
         except auto.errors.CommandError as exc:
-            raise AutomationError(f"could not rename stack {old} to {new}: {_first_error(exc)}") from None
+            raise AutomationError(f"could not rename stack {old} to {new}: {first_error(exc)}") from None
         if old_dir.exists() and not new_dir.exists():
             old_dir.rename(new_dir)
         with self._lock:
             self._stacks.pop(str(old), None)
+
+    def move_project(self, stack: StackId, organization: str) -> None:
+        """Move a platform stack made in the old project into `modelplane` (automation/projects.py): a rename to its
+        fully qualified name in the new project, which rewrites its resources' URNs; nothing is replaced."""
+        auto = self.auto
+        name = backend_name(stack, self.fleet_name)
+        try:
+            old = auto.select_stack(stack_name=name, project_name=LEGACY_PLATFORM_PROJECT, program=lambda: None,
+                                    opts=self.workspace_options(StackSpec.for_deletion(stack), LEGACY_PLATFORM_PROJECT))
+            # the command itself: Stack.rename reads the stack's history afterwards, by a name of another project
+            old.workspace.pulumi_command.run(["stack", "rename", f"{organization}/{PLATFORM_PROJECT}/{name}",
+                                              "--stack", name, "--non-interactive"], old.workspace.work_dir,
+                                             old.workspace.env_vars)
+        except auto.errors.CommandError as exc:
+            raise AutomationError(f"could not move stack {stack} from the Pulumi project {LEGACY_PLATFORM_PROJECT} "
+                                  f"into {PLATFORM_PROJECT}: {first_error(exc)}") from None
+        with self._lock:
+            self._stacks.pop(str(stack), None)
 
     def cancel(self, stack_name: str) -> None:
         """Stop a running operation cleanly: SIGINT to its `pulumi` process, which it waits for (never a kill)."""
@@ -372,10 +396,3 @@ def _counts(summary) -> dict[str, int]:
 def _plain(outputs) -> dict:
     """Stack outputs without secrets: only these are stored in the state file."""
     return {k: v.value for k, v in (outputs or {}).items() if not v.secret}
-
-
-def _first_error(exc: Exception) -> str:
-    """The CLI's first `error:` line. A CommandError's text is `code: N / stdout: ... / stderr: ...`."""
-    text = getattr(exc, "stderr", None) or str(exc)
-    lines = [line[line.index("error:"):].strip() for line in text.splitlines() if "error:" in line]
-    return (lines[0] if lines else text.strip().splitlines()[-1] if text.strip() else type(exc).__name__)[:400]

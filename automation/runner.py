@@ -28,6 +28,17 @@ class RunResult:
     summary: str | None = None  # what happened, when there are no per-resource counts (the operator executor)
 
 
+INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
+                "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
+
+
+def first_error(exc: Exception) -> str:
+    """The CLI's first `error:` line. A CommandError's text is `code: N / stdout: ... / stderr: ...`."""
+    text = getattr(exc, "stderr", None) or str(exc)
+    lines = [line[line.index("error:"):].strip() for line in text.splitlines() if "error:" in line]
+    return (lines[0] if lines else text.strip().splitlines()[-1] if text.strip() else type(exc).__name__)[:400]
+
+
 class AutomationError(Exception):
     """A failure the user can act on, said in one line."""
 
@@ -53,4 +64,8 @@ class StackRunner(Protocol):
 
     def rename(self, old: StackId, new: StackId) -> None:
         """Rename a stack in the backend (a migration of stack names); raises AutomationError on failure."""
+        ...
+
+    def move_project(self, stack: StackId, organization: str) -> None:
+        """Move a platform stack of the old project into the one project (automation/projects.py)."""
         ...

@@ -1,17 +1,16 @@
-"""One command's work: desired state from the manifests and the recorded state, then the stacks to run."""
+"""One command's work: desired state from the manifests and the record of what is applied, then the stacks to run."""
 
 from __future__ import annotations
 
 import sys
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from automation.orchestrator import Orchestrator, Report
+from automation.record import Applied
 from automation.runner import Operation
 from automation.stacks import DesiredState, StackChange, StackSpec, changes, desired_state
-from automation.state import STATE_DIR, StateStore
 from fleet.plan import Plan
 from fleet.validate import Fleet
 
@@ -22,7 +21,7 @@ class Prepared:
     plan: Plan
     specs: dict[str, StackSpec]
     changes: list[StackChange]
-    store: StateStore
+    applied: Applied  # the record the plan was made with
     problems: list[str]
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
     desired: DesiredState | None = None  # everything the plan renders (status reads endpoints, routes, caches)
@@ -35,14 +34,22 @@ class Prepared:
         return [c for c in self.changes if c.change == "delete"]
 
 
-def prepare(fleet: Fleet, root: Path | None = None, control_plane: str | None = None,
-            recorded: dict[str, str] | None = None) -> Prepared:
-    """`recorded`: what is applied, where the executor keeps it (the operator's Stacks); else the state folder's."""
-    store = StateStore(root or Path(STATE_DIR))
-    desired = desired_state(fleet, store.placements(), control_plane, gateways=store.gateways())
-    applied = store.fingerprints() if recorded is None else recorded
-    return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, applied), store,
-                    desired.problems, dict(desired.rendered.addresses), desired, dict(applied))
+def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) -> Prepared:
+    """Plan with the record: applied replicas stay where they are, recorded gateway addresses are rendered."""
+    desired = desired_state(fleet, applied.placements(), control_plane, gateways=applied.gateways())
+    fingerprints = applied.fingerprints()
+    return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, fingerprints), applied,
+                    desired.problems, dict(desired.rendered.addresses), desired, fingerprints)
+
+
+def undeployable(fleet: Fleet, specs: dict[str, StackSpec], config: dict[str, str] | None = None) -> list[str]:
+    """The deployability check over every desired stack (the graph, not only what changes): what a real API server
+    or cloud would refuse, one line each. Every road that applies runs it first (the CLI, the portal's worker)."""
+    from automation.deployability import check_fleet
+    from automation.offline_preview import preview_stack
+
+    previews = [preview_stack(spec, fleet, config) for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name))]
+    return [str(v) for v in check_fleet(fleet, previews)]
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:

@@ -103,7 +103,8 @@ def gateway_clusters(objects: Mapping[str, list[dict]]) -> list[str]:
 def endpoints_fingerprint(payload: dict, gateways: Gateways) -> str:
     """An endpoints stack's fingerprint: its objects with each replica slice's address left out, and the recorded
     gateway address of every cluster they point at instead. The program reads the live address when it applies,
-    so the stack records the addresses known then (`applied_fingerprint`): a later change of one re-runs it."""
+    so its program records the fingerprint of the addresses it read (automation/programs.py): a later change of
+    one re-runs it."""
     def without_address(o: dict) -> dict:
         annotations = o["metadata"].get("annotations") or {}
         if o["kind"] != "EndpointSlice" or GATEWAY_OF_ANNOTATION not in annotations:
@@ -116,21 +117,12 @@ def endpoints_fingerprint(payload: dict, gateways: Gateways) -> str:
     return fingerprint({**payload, "objects": objects, "gateways": addresses})
 
 
-def applied_fingerprint(spec: StackSpec, gateways: Gateways) -> str:
-    """What to record once `spec` applied, with the gateway addresses recorded by then."""
-    return endpoints_fingerprint(spec.payload, gateways) if spec.kind == "endpoints" else spec.fingerprint
-
-
-def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
-                   control_plane: str | None = None, known: Mapping[str, str] | None = None,
-                   gateways: Gateways | None = None) -> dict[str, StackSpec]:
-    """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`).
-    `gateways`: the recorded gateway addresses (part of the endpoints stacks' fingerprints)."""
+def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None) -> dict[str, StackSpec]:
+    """The platform stacks (one per cluster) and the gateway stack: what `modelplane up` and a laptop's
+    `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint."""
     stacks: dict[str, StackSpec] = {}
-    known = known or {}
-    host = control_plane_cluster(fleet, control_plane)
-    payload: dict[str, Any]
     release = project_version()
+    payload: dict[str, Any]
     for name, args in every_cluster_args(fleet).items():
         payload = {"cluster": args.model_dump(), "versions": pinned(versions), "project": release}
         platform = StackId.platform(name)
@@ -141,6 +133,19 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(payload),
                                       depends_on=[str(StackId.platform(host))] if host else [], targets=["control-plane"],
                                       payload=payload)
+    return stacks
+
+
+def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
+                   control_plane: str | None = None, known: Mapping[str, str] | None = None,
+                   gateways: Gateways | None = None) -> dict[str, StackSpec]:
+    """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`).
+    `gateways`: the recorded gateway addresses (part of the endpoints stacks' fingerprints)."""
+    known = known or {}
+    host = control_plane_cluster(fleet, control_plane)
+    stacks = platform_specs(fleet, host, versions)
+    payload: dict[str, Any]
+    release = project_version()
     for name, targets in rendered.stacks.items():
         payload = {"objects": {t: objs for t, objs in sorted(targets.items())}, "project": release}
         if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it

@@ -30,6 +30,7 @@ from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.secrets import kubeconfig_ref
+from fleet.stack_id import StackId, StackIdError
 from fleet.validate import load_fleet
 from workloads.service_routing import gateway_endpoints, slice_address_type
 
@@ -120,14 +121,17 @@ def recorded_cluster(recorded: dict, config: pulumi.Config | None = None) -> dic
     return outputs
 
 
-def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconfig=None) -> dict:
+def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconfig=None, only: str | None = None,
+             gateway_only: bool | None = None) -> dict:
     """Create every platform component of the fleet (or of one cluster); returns the outputs it exported.
 
     `gateway_kubeconfig` (an Output) hosts the fleet gateway on a cluster whose platform stack is another stack.
+    `only` (one cluster) and `gateway_only` are the stack's own, from its name (automation/programs.py); without
+    them the config's `cluster` and `gatewayOnly` say.
     """
     config = config or pulumi.Config("modelplane")
     versions = config.get_object("versions") or {}
-    only = config.get("cluster") or None  # Pulumi.yaml declares "" as the default: every cluster
+    only = only or config.get("cluster") or None  # Pulumi.yaml declares "" as the default: every cluster
     names = [c.name for c in fleet.of("InferenceCluster")]
     if only and only not in names:
         raise InvalidFleet(f"modelplane:cluster names {only!r}, which is not an InferenceCluster in the fleet")
@@ -140,7 +144,7 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     outputs: dict = {}
     providers: dict = {}
     serving: dict = {}
-    gateway_only = config.get_bool("gatewayOnly", False)
+    gateway_only = config.get_bool("gatewayOnly", False) if gateway_only is None else gateway_only
     for name in [] if gateway_only else [only] if only else names:
         args = cluster_args(fleet, name)
         ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
@@ -172,8 +176,40 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     return outputs
 
 
+def automation_stack(name: str) -> tuple[StackId, str | None] | None:
+    """A stack named as `modelplane up` names it (`platform-<cluster>`, `gateway`, optionally `<fleet>_` first):
+    the id and the fleet name; None for any other name (a laptop's whole-fleet stack)."""
+    fleet_name, _, rest = name.rpartition("_")
+    try:
+        id = StackId.parse(rest)
+    except StackIdError:
+        return None
+    return (id, fleet_name or None) if id.kind in ("platform", "gateway") else None
+
+
 def main() -> None:
     config = pulumi.Config("modelplane")
+    named = automation_stack(pulumi.get_stack())
+    if named is not None and config.get("cluster") not in (None, "", named[0].cluster):
+        raise InvalidFleet(f"stack {pulumi.get_stack()}: modelplane:cluster is {config.get('cluster')!r}; a stack named "
+                           "as `modelplane up` names it runs the cluster its name says (unset the key, or rename)")
+    if named is not None and not config.get("controlPlaneStack"):
+        # the stack `modelplane up` runs under this name: the same spec, fingerprint and record (one stack, two doors)
+        from automation.programs import program_for
+        from automation.stacks import platform_specs
+
+        fleet = load(config.require("fleet"))
+        id, fleet_name = named
+        try:
+            host = control_plane_cluster(fleet, config.get("controlPlaneCluster") or None)
+        except ValueError as exc:
+            raise InvalidFleet(f"modelplane:controlPlaneCluster: {exc}") from None
+        spec = platform_specs(fleet, host).get(str(id))
+        if spec is None:
+            raise InvalidFleet(f"stack {pulumi.get_stack()}: {id} is not a stack of this fleet (no such "
+                               "InferenceCluster, or no InferenceGateway for the gateway stack)")
+        program_for(spec, fleet, None, fleet_name)()
+        return
     gateway_kubeconfig = None
     reference = config.get("controlPlaneStack")
     if reference:  # the gateway stack alone (the operator executor): the host's platform stack ran before it

@@ -138,13 +138,15 @@ def test_plan_and_render_read_what_up_recorded_unless_fresh(tmp_path, monkeypatc
 
     import yaml as _yaml
 
-    from automation.state import StateStore
+    from automation.record import record_output
     from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
     from fleet.names import replica_name
+    from tests import pulumi_double
     from tests.manifests import cluster, deployment, gpu_class
+    from tests.pulumi_engine import Backend
 
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "fleet.yaml"
+    work = pulumi_double.on_path(tmp_path, monkeypatch, "plan-test")  # the record is read through the CLI
+    path = work / "fleet.yaml"
     path.write_text(_yaml.safe_dump_all([gpu_class(), cluster("c1"), cluster("c2"), deployment()]))
     assert main(["plan", "-f", str(path), "-o", "json"]) == 0
     fresh = _json.loads(capsys.readouterr().out)["replicas"]
@@ -153,15 +155,25 @@ def test_plan_and_render_read_what_up_recorded_unless_fresh(tmp_path, monkeypatc
     member = RecordedMember("Standalone", "gpu", 1, (("gpu", 1),))
     kept = RecordedReplica("ml-team", "qwen", replica_name("qwen", other, 0), other, 0,
                            (RecordedEngine("vllm", 1, (member,)),))
-    StateStore(tmp_path / ".modelplane").record("model-ml-team.qwen", "fingerprint", [kept])
+    folder = work / ".modelplane" / "backend"
+    folder.mkdir(parents=True)
+    backend = Backend(f"file://{folder}")  # a model stack as an `up` leaves it: its program's record in its outputs
+    backend.create("modelplane-workloads", "model-ml-team.qwen")
+    content = backend.load("modelplane-workloads", "model-ml-team.qwen")
+    content["checkpoint"]["latest"]["resources"] = [{
+        "urn": "urn:pulumi:model-ml-team.qwen::modelplane-workloads::pulumi:pulumi:Stack::"
+               "modelplane-workloads-model-ml-team.qwen", "type": "pulumi:pulumi:Stack", "custom": False,
+        "outputs": {"modelplane": record_output("fingerprint", [kept])}}]
+    content["history"].append({"kind": "update", "result": "succeeded", "endTime": "2026-12-01T00:00:00.000Z"})
+    backend.save("modelplane-workloads", "model-ml-team.qwen", content)
     assert main(["plan", "-f", str(path), "-o", "json"]) == 0
     out, err = capsys.readouterr()
     assert [r["cluster"] for r in _json.loads(out)["replicas"]] == [other]  # where `up` put it
-    assert "1 recorded replica(s) read from" in err
+    assert "1 applied replica(s) read from the Pulumi backend" in err
     assert main(["plan", "-f", str(path), "-o", "json", "--fresh"]) == 0
     assert [r["cluster"] for r in _json.loads(capsys.readouterr().out)["replicas"]] == [first]
-    assert main(["render", "-f", str(path), "--out", str(tmp_path / "r")]) == 0
-    assert (tmp_path / "r" / "model-ml-team.qwen" / other).is_dir()
+    assert main(["render", "-f", str(path), "--out", str(work / "r")]) == 0
+    assert (work / "r" / "model-ml-team.qwen" / other).is_dir()
 
 
 def test_plan_filters_and_the_unscheduled_gate(tmp_path, capsys):

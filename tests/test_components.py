@@ -210,7 +210,7 @@ def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypa
     config = {k: v for k, v in config.items() if k.startswith("modelplane:")}
     secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack == "existing" else {}
     from infra.program import main
-    resources = run(main, "modelplane-platform", stack, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
+    resources = run(main, "modelplane", stack, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
     types = {r.type for r in resources}
     assert expected_types <= types
     if stack == "existing":
@@ -227,14 +227,14 @@ def test_config_paths_resolve_against_the_project_root_not_the_working_directory
     (tmp_path / "fleet" / "fleet.yaml").write_text((ROOT / "stacks" / "fleets" / "existing" / "fleet.yaml").read_text())
     monkeypatch.chdir(ROOT / "infra")
     config = {"modelplane:fleet": "fleet", "modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"}
-    resources = run(main, "modelplane-platform", "s", config, ["modelplane:onprem-kubeconfig"], root_directory=str(tmp_path))
+    resources = run(main, "modelplane", "s", config, ["modelplane:onprem-kubeconfig"], root_directory=str(tmp_path))
     assert named(resources, "onprem", "modelplane:existing:InferenceCluster")
     other = tmp_path / "other"
     other.mkdir()
     (other / "Pulumi.yaml").write_text("name: modelplane-platform\nruntime: python\n")
     monkeypatch.chdir(tmp_path)  # holds fleet/, but the working directory is never what paths resolve against
     with pytest.raises(OfflineRunError, match="other/fleet: no such file"):
-        run(main, "modelplane-platform", "s", config, ["modelplane:onprem-kubeconfig"], root_directory=str(other))
+        run(main, "modelplane", "s", config, ["modelplane:onprem-kubeconfig"], root_directory=str(other))
 
 
 def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):

@@ -439,7 +439,7 @@ def test_the_laptop_stacks_are_deployable(stack_name):
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack_name}.yaml").read_text())["config"]
     config = {k: v if isinstance(v, (dict, list)) else str(v) for k, v in config.items()}
     secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack_name == "existing" else {}
-    resources = run(main, "modelplane-platform", stack_name, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
+    resources = run(main, "modelplane", stack_name, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
     fleet = load_fleet([str(ROOT / config["modelplane:fleet"])]).fleet
     cluster = next(c.name for c in fleet.of("InferenceCluster"))
     preview = StackPreview(stack_name, locate(expand(resources)), None, "platform", [], cluster)

@@ -32,6 +32,10 @@ GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
 @pytest.fixture
 def double(tmp_path, monkeypatch):
     """A working directory with the double on PATH; returns a helper to drive and inspect it."""
+    return make_driver(tmp_path, monkeypatch)
+
+
+def make_driver(tmp_path, monkeypatch) -> Driver:
     work = pulumi_double.on_path(tmp_path, monkeypatch, "lifecycle-test")
     monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", HF_TOKEN)
     kubeconfig = tmp_path / "byo-eu.yaml"
@@ -67,12 +71,24 @@ class Driver:
     def control(self, **settings) -> None:
         (self.root / "double" / "control.json").write_text(json.dumps(settings))
 
-    def recorded(self) -> dict:
-        path = self.work / ".modelplane" / "state.json"
-        return json.loads(path.read_text())["stacks"] if path.exists() else {}
+    def recorded(self, backend: pathlib.Path | None = None) -> dict:
+        """The record in the backend: stack -> {fingerprint, placements, versions, outputs} (plain outputs), for
+        every stack whose program recorded what it applied."""
+        return recorded_in(backend or self.work / ".modelplane" / "backend")
 
     def deployment(self, name: str) -> dict:
         return next(d for d in self.docs if d["kind"] == "ModelDeployment" and d["metadata"]["name"] == name)
+
+
+def recorded_in(backend: pathlib.Path) -> dict:
+    if not (backend / ".pulumi").is_dir():
+        return {}
+    out = {}
+    for project, name in Backend(f"file://{backend}").stacks():
+        outputs = pulumi_double.stack_outputs(backend, project, name)
+        if "modelplane" in outputs:
+            out[name] = {**outputs.pop("modelplane"), "outputs": {k: v for k, v in outputs.items() if k != "kubeconfig"}}
+    return out
 
 
 def _verb(argv: list[str]) -> str:
@@ -189,10 +205,6 @@ def test_destroy_needs_confirmation_for_clusters_and_forgets_every_stack(double,
 
 def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(double, capsys):
     assert double.up() == 0
-    state_path = double.work / ".modelplane" / "state.json"
-    state = json.loads(state_path.read_text())
-    state["stacks"]["model-ml-team-qwen3-8b"] = state["stacks"].pop("model-ml-team.qwen3-8b")
-    state_path.write_text(json.dumps(state))
     backend = Backend(f"file://{double.work / '.modelplane' / 'backend'}")
     backend.rename("modelplane-workloads", "model-ml-team.qwen3-8b", "model-ml-team-qwen3-8b")
     assert main(["status", "-f", double.fleet()]) == 0
@@ -335,6 +347,11 @@ def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_s
             assert {c["type"]: c["status"] for c in c1["status"]["conditions"]} == {"ClusterReady": "True",
                                                                                   "BackendReady": "True"}
             assert all(pathlib.Path(c["cwd"]).parent == state / "stacks" for c in double.calls() if _verb(c["argv"]) == "up")
+            # the portal shows the placements it applied: its ModelReplicas are the record's, name and cluster
+            shown = {r["metadata"]["name"]: r["spec"]["clusterName"]
+                     for r in admin.get(f"{API}/namespaces/team-a/modelreplicas").json()["items"]}
+            applied = {p["name"]: p["cluster"] for p in double.recorded()["model-team-a.qwen"]["placements"]}
+            assert shown == applied
             # a DELETE is applied too: the stack is destroyed and forgotten (it used to crash in the runner)
             assert admin.delete(path).status_code == 200
             server.settle()
@@ -347,13 +364,12 @@ def test_portal_writes_are_applied_and_deleted_through_the_orchestrator_on_the_s
 
 def test_portal_runs_wait_while_the_cli_holds_the_state(double):
     from automation.portal.worker import Worker
-    from automation.state import StateStore
     from tests.manifests import cluster, gpu_class
     from tests.portal_server import ADMIN, API, ThreadServer
 
     state = double.work / ".modelplane"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]);"
-                               "from automation.state import StateStore; s = StateStore(sys.argv[2]); s.lock();"
+                               "from automation.state import WorkdirLock; s = WorkdirLock(sys.argv[2]); s.lock();"
                                "print('locked', flush=True); time.sleep(60)", str(ROOT), str(state)],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -371,7 +387,7 @@ def test_portal_runs_wait_while_the_cli_holds_the_state(double):
     finally:
         holder.kill()
         holder.wait()
-    assert StateStore(state).fingerprints() == {}
+    assert double.recorded() == {}
 
 
 def test_run_visibility_follows_the_parsed_namespace_not_a_split_on_dashes():
@@ -406,7 +422,7 @@ def test_two_fleets_share_one_backend_without_colliding(double, capsys):
     staging = set(double.ran("up"))
     assert staging == {f"staging_{name}" for name in EVERY_STACK}
     state = double.work / ".modelplane"
-    (state / "state.json").rename(double.root / "staging-state.json")  # production keeps its own recorded state
+    assert double.up("--fleet", "staging") == 0 and double.ran("up") == []  # its own record, by its stacks' names
     assert double.up("--fleet", "production") == 0, capsys.readouterr().err
     assert set(double.ran("up")) == {f"production_{name}" for name in EVERY_STACK}
     backend = Backend(f"file://{state / 'backend'}").stacks()
@@ -428,8 +444,10 @@ def test_status_shows_each_service_address_once_the_gateway_is_known(double, cap
 def test_secret_outputs_never_reach_the_recorded_state(double):
     double.kubeconfig.write_text("apiVersion: v1\nkind: Config\n# SECRET-KC\n")
     assert double.up() == 0
-    state_text = (double.work / ".modelplane" / "state.json").read_text()
-    outputs = pulumi_double.stack_outputs(double.work / ".modelplane" / "backend", "modelplane-platform", "platform-byo-eu")
+    assert main(["plan", *double.args()[:2]]) == 0  # reads the record, and caches it
+    state_text = "".join(p.read_text() for p in (double.work / ".modelplane").glob("*.json"))
+    assert "platform-byo-eu" in state_text
+    outputs = pulumi_double.stack_outputs(double.work / ".modelplane" / "backend", "modelplane", "platform-byo-eu")
     assert "SECRET-KC" in outputs["kubeconfig"]  # the program exported it, as a secret ...
     assert "kubeconfig" not in double.recorded()["platform-byo-eu"]["outputs"]  # ... which the record never holds
     assert "SECRET-KC" not in state_text
@@ -447,8 +465,8 @@ def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_i
     backend = double.work / ".modelplane" / "backend"
     assert not backend.exists()
     assert double.up() == 0, capsys.readouterr().err
-    assert (backend / ".pulumi" / "stacks" / "modelplane-platform").is_dir()  # the default backend was created
-    addresses = {c: pulumi_double.stack_outputs(backend, "modelplane-platform", f"platform-{c}").get("gatewayAddress")
+    assert (backend / ".pulumi" / "stacks" / "modelplane").is_dir()  # the default backend was created
+    addresses = {c: pulumi_double.stack_outputs(backend, "modelplane", f"platform-{c}").get("gatewayAddress")
                  for c in ("byo-eu", "eks-us-west", "gke-us-central")}
     assert addresses["gke-us-central"] and addresses["eks-us-west"]  # cloud load balancers gave their Gateways one
     assert addresses["byo-eu"] is None  # an Existing cluster with no MetalLB: its Gateway has no address
@@ -461,7 +479,7 @@ def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_i
         else:  # no address: the slice routes nowhere rather than to a placeholder
             assert s["endpoints"] == []
         # the operator's Programs use the platform stack's outputs as is: they hold the same slice
-        outputs = pulumi_double.stack_outputs(backend, "modelplane-platform", f"platform-{cluster}")
+        outputs = pulumi_double.stack_outputs(backend, "modelplane", f"platform-{cluster}")
         assert outputs["gatewayEndpoints"] == s["endpoints"] and outputs["gatewayAddressType"] == s["addressType"]
     assert "pending.modelplane.invalid" not in json.dumps(slices)
     # the record holds the addresses: nothing is left to do, and render shows what up recorded
@@ -474,9 +492,12 @@ def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_i
 
 def test_a_changed_gateway_address_updates_exactly_the_endpoints_stack(double, capsys):
     assert double.up() == 0
-    state = json.loads((double.work / ".modelplane" / "state.json").read_text())
-    state["stacks"]["platform-gke-us-central"]["outputs"]["gatewayAddress"] = "192.0.2.99"  # as a re-created LB would
-    (double.work / ".modelplane" / "state.json").write_text(json.dumps(state))
+    backend = Backend(f"file://{double.work / '.modelplane' / 'backend'}")
+    content = backend.load("modelplane", "platform-gke-us-central")  # as an update after a re-created LB leaves it
+    root = next(r for r in content["checkpoint"]["latest"]["resources"] if r["type"] == "pulumi:pulumi:Stack")
+    root["outputs"]["gatewayAddress"] = "192.0.2.99"
+    content["history"].append({**content["history"][-1], "endTime": "2099-01-01T00:00:00.000Z"})
+    backend.save("modelplane", "platform-gke-us-central", content)
     assert double.up() == 0, capsys.readouterr().err
     assert double.ran("up") == ["endpoints-ml-team"]
 
@@ -486,13 +507,13 @@ def test_removing_a_provisioned_cluster_runs_to_the_end_through_its_protection(d
     describes it), then the destroy deletes the protected cluster and network; GKE's own deletion protection too."""
     assert double.up() == 0
     backend = double.work / ".modelplane" / "backend"
-    cluster = next(r for r in pulumi_double.resources(backend, "modelplane-platform", "platform-gke-us-central")
+    cluster = next(r for r in pulumi_double.resources(backend, "modelplane", "platform-gke-us-central")
                    if r["type"] == "gcp:container/cluster:Cluster")
     assert cluster["protect"] and cluster["inputs"]["deletionProtection"] is True
     double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")]
     assert double.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
     assert "platform-gke-us-central" not in double.recorded()
-    assert pulumi_double.resources(backend, "modelplane-platform", "platform-gke-us-central") == []
+    assert pulumi_double.resources(backend, "modelplane", "platform-gke-us-central") == []
     lifted = [c for c in double.calls()[double.mark:] if _verb(c["argv"]) == "up" and c["stack"] == "platform-gke-us-central"]
     assert len(lifted) == 1  # the update that lifted the protection, before the destroy
 
@@ -503,7 +524,7 @@ def test_a_program_that_fails_half_way_keeps_what_it_created_and_a_rerun_converg
     assert double.up() == 1
     assert "InsufficientInstanceCapacity" in capsys.readouterr().err
     backend = double.work / ".modelplane" / "backend"
-    created = pulumi_double.resources(backend, "modelplane-platform", "platform-eks-us-west")
+    created = pulumi_double.resources(backend, "modelplane", "platform-eks-us-west")
     assert any(r["type"] == "aws:ec2/vpc:Vpc" for r in created)  # what came before the failure is in the checkpoint
     assert "platform-eks-us-west" not in double.recorded()
     double.control()
@@ -522,7 +543,7 @@ def test_stack_config_reaches_the_platform_programs_as_pulumi_users_give_it(doub
     settings = tmp_path / "Pulumi.prod.yaml"
     settings.write_text("config:\n  gcp:project: ml-prod-4821\n")
     assert double.up("--config-file", str(settings)) == 0, capsys.readouterr().err
-    gke = next(r for r in pulumi_double.resources(double.work / ".modelplane" / "backend", "modelplane-platform",
+    gke = next(r for r in pulumi_double.resources(double.work / ".modelplane" / "backend", "modelplane",
                                                   "platform-gke-us-central") if r["type"] == "pulumi:providers:gcp")
     assert gke["inputs"]["project"] == "ml-prod-4821"
     for bad, fragment in ((["--config", "project"], "expected KEY=VALUE"),
@@ -582,7 +603,7 @@ def test_a_load_balancer_the_cloud_does_not_delete_stops_the_destroy_before_anyt
         err = capsys.readouterr().err
         assert "has not deleted the load balancers of envoy-gateway-system/envoy-modelplane-system-modelplane" in err
         assert "platform-eks-us-west" not in double.ran("destroy") and "platform-eks-us-west" in double.recorded()
-        assert pulumi_double.resources(double.work / ".modelplane" / "backend", "modelplane-platform",
+        assert pulumi_double.resources(double.work / ".modelplane" / "backend", "modelplane",
                                        "platform-eks-us-west")  # nothing was destroyed
         assert "fake-cluster-token" not in err  # the kubeconfig's credential is never shown
     finally:

@@ -5,6 +5,7 @@ real cluster or operator ran."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pathlib
 import shutil
@@ -72,8 +73,43 @@ def test_up_hands_every_stack_to_the_operator_in_the_planners_order(kube, tmp_pa
     # a Program is applied before the Stack that runs it
     order = [(r.body["kind"], r.body["metadata"]["name"]) for r in kube.cluster.writes()]
     assert order.index(("Program", O("model-ml-team.qwen3-8b"))) < order.index(("Stack", O("model-ml-team.qwen3-8b")))
-    assert json.loads((tmp_path / "state" / "state.json").read_text())["stacks"].keys() == set(
-        s["metadata"]["annotations"]["modelplane.ai/stack"] for s in stacks.values())
+    assert not (tmp_path / "state" / "state.json").exists()  # the Stacks are the record; nothing is kept here
+    model = stacks["model-ml-team.qwen3-8b"]["metadata"]["annotations"]
+    assert {p["name"] for p in json.loads(model["modelplane.ai/placements"])} == {
+        r["name"] for r in json.loads(_plan_json(kube, tmp_path, "state"))["replicas"] if r["deployment"] == "ml-team/qwen3-8b"}
+
+
+def _plan_json(kube, tmp_path, state: str, fleet=None, *extra: str) -> str:
+    argv = ["plan", "-f", str(fleet or ROOT / "examples"), "-o", "json", "--executor", "operator",
+            "--operator-settings", str(kube.settings(tmp_path)), "--state", str(tmp_path / state), *extra]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return out.getvalue()
+
+
+def test_a_fresh_machine_keeps_running_replicas_where_they_are_when_a_cluster_is_added(kube, tmp_path, fleet, capsys):
+    """The placements are the Stacks' too: planning on a machine with no local state, a new cluster that would
+    attract replicas with no memory moves none."""
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet) == 0
+    before = {r["name"]: r["cluster"] for r in json.loads(_plan_json(kube, tmp_path, "state", fleet))["replicas"]}
+    clusters = fleet / "platform" / "clusters.yaml"
+    docs = list(yaml.safe_load_all(clusters.read_text()))
+    extra = copy.deepcopy(next(d for d in docs if d and d["metadata"]["name"] == "eks-us-west"))
+    extra["metadata"]["name"] = "eks-a-new-one"  # first by name: a fresh plan without memory would prefer it
+    clusters.write_text(yaml.safe_dump_all([*docs, extra]))
+    forgetful = json.loads(_plan_json(kube, tmp_path, "fresh", fleet, "--fresh"))["replicas"]
+    assert any(r["cluster"] == "eks-a-new-one" for r in forgetful)  # without the record, replicas would move
+    fresh = {r["name"]: r["cluster"] for r in json.loads(_plan_json(kube, tmp_path, "fresh", fleet))["replicas"]}
+    assert fresh == before
+    writes = len(kube.cluster.writes())
+    capsys.readouterr()
+    assert run(kube, tmp_path, "up", "--skip-check", fleet=fleet, state="fresh") == 0
+    changed = {stack_name(r.body) for r in kube.cluster.writes()[writes:] if r.body["kind"] == "Stack"}
+    assert not any(name.startswith("model-") for name in changed), changed
 
 
 def test_the_cluster_is_the_record_a_fresh_machine_changes_nothing_and_a_change_runs_only_its_stacks(
@@ -110,7 +146,8 @@ def test_a_failed_stack_fails_the_command_and_its_dependents_are_never_handed_ov
     assert "not run: depends on model-ml-team.qwen3-8b, which failed" in out.err
     assert "service-ml-team.qwen3-8b" not in applied(kube)  # never reaches the operator
     assert "model-ml-team.qwen3-coder" in applied(kube)  # the rest goes on
-    assert "model-ml-team.qwen3-8b" not in json.loads((tmp_path / "state" / "state.json").read_text())["stacks"]
+    from automation.operator_runner import applied_fingerprint
+    assert applied_fingerprint(kube.cluster.stacks()["model-ml-team.qwen3-8b"]) == ""  # not recorded as applied
     # status shows where the operator is with it, from the Stack's status
     capsys.readouterr()
     assert run(kube, tmp_path, "status", "-o", "json") == 0

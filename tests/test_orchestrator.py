@@ -13,7 +13,9 @@ import yaml
 from automation.orchestrator import Orchestrator
 from automation.runner import RunResult
 from automation.stacks import desired_state, changes
-from automation.state import StateStore
+from automation.record import RECORD_OUTPUT, Applied, AppliedStack, record_output
+from automation.stacks import endpoints_fingerprint
+from automation.state import WorkdirLock
 from fleet.scheduler import schedule
 from tests.manifests import run
 
@@ -21,10 +23,38 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
 
 
-class FakeRunner:
-    """Records (operation, stack) calls; fails the stacks it is told to; can block to test cancel."""
+class MemoryRecord:
+    """The record as the backend would hold it: each succeeded update's outputs (its program's record in them)."""
 
-    def __init__(self, fail=(), block=None):
+    def __init__(self):
+        self.outputs: dict[str, dict] = {}
+
+    def read(self) -> Applied:
+        return Applied({name: AppliedStack.from_outputs(o) for name, o in self.outputs.items()}, "memory")
+
+    def applied(self, stack, outputs):
+        self.outputs[stack] = dict(outputs)
+
+    def destroyed(self, stack):
+        self.outputs.pop(stack, None)
+
+    def fingerprints(self):
+        return self.read().fingerprints()
+
+    def placements(self):
+        return self.read().placements()
+
+    def gateways(self):
+        return self.read().gateways()
+
+
+class FakeRunner:
+    """Records (operation, stack) calls; fails the stacks it is told to; can block to test cancel. What it returns
+    after an update holds the record as the stack's program exports it (an endpoints stack's fingerprint of the
+    gateway addresses `record` holds then, as its program reads them live)."""
+
+    def __init__(self, fail=(), block=None, record: MemoryRecord | None = None):
+        self.record = record
         self.calls: list[tuple[str, str]] = []
         self.fail = set(fail)
         self.block = block  # a stack name that waits until cancelled
@@ -49,7 +79,12 @@ class FakeRunner:
             time.sleep(0.01)
             if stack.name in self.fail:
                 return RunResult(stack.name, operation, False, error="provider error: quota exceeded")
-            return RunResult(stack.name, operation, True, {"create": 1}, {"gatewayAddress": "203.0.113.9"})
+            fingerprint = stack.fingerprint
+            if stack.kind == "endpoints" and self.record is not None:
+                fingerprint = endpoints_fingerprint(stack.payload, self.record.gateways())
+            written = record_output(fingerprint, stack.payload.get("placements_recorded") or [])
+            return RunResult(stack.name, operation, True, {"create": 1},
+                             {"gatewayAddress": "203.0.113.9", RECORD_OUTPUT: written})
         finally:
             with self._lock:
                 self.concurrent -= 1
@@ -69,7 +104,7 @@ def desired(gateways=None):
 def test_runs_in_dependency_order_with_bounded_parallelism(tmp_path):
     specs = desired()
     runner, events = FakeRunner(), []
-    report = Orchestrator(runner, StateStore(tmp_path), events.append, parallel=2).execute("up", changes(specs, {}), specs)
+    report = Orchestrator(runner, MemoryRecord(), events.append, parallel=2).execute("up", changes(specs, {}), specs)
     assert report.ok and len(runner.calls) == len(specs)
     order = [name for _, name in runner.calls]
     for spec in specs.values():
@@ -80,8 +115,8 @@ def test_runs_in_dependency_order_with_bounded_parallelism(tmp_path):
 
 def test_records_only_successes_and_isolates_failures(tmp_path):
     specs = desired()
-    store = StateStore(tmp_path)
-    runner = FakeRunner(fail={"platform-byo-eu"})
+    store = MemoryRecord()
+    runner = FakeRunner(fail={"platform-byo-eu"}, record=store)
     report = Orchestrator(runner, store, lambda e: None).execute("up", changes(specs, {}), specs)
     status = {o.stack: o for o in report.outcomes}
     assert status["platform-byo-eu"].status == "failed" and "quota exceeded" in status["platform-byo-eu"].reason
@@ -101,14 +136,14 @@ def test_records_only_successes_and_isolates_failures(tmp_path):
 
 def test_rerun_converges_after_a_failure(tmp_path):
     specs = desired()
-    store = StateStore(tmp_path)
-    Orchestrator(FakeRunner(fail={"platform-byo-eu"}), store, lambda e: None).execute("up", changes(specs, {}), specs)
+    store = MemoryRecord()
+    Orchestrator(FakeRunner(fail={"platform-byo-eu"}, record=store), store, lambda e: None).execute("up", changes(specs, {}), specs)
     pending = [c for c in changes(specs, store.fingerprints()) if c.change != "none"]
     # byo-eu's stacks and what waits for them (the control plane's namespaces and routes); nothing else
     assert {c.name for c in pending} == {"platform-byo-eu", "gateway", "team-ml-team.byo-eu", "cache-ml-team.qwen3-coder",
                                           "model-ml-team.qwen3-coder", "endpoints-ml-team", "service-ml-team.kimi-k2",
                                           "service-ml-team.qwen3-8b", "service-ml-team.qwen3-coder"}
-    second = FakeRunner()
+    second = FakeRunner(record=store)
     assert Orchestrator(second, store, lambda e: None).execute("up", pending, specs).ok
     assert {name for _, name in second.calls} == {c.name for c in pending}  # only what had not applied
     # planned again as the next `up` plans, with the gateway addresses now recorded: nothing left to do
@@ -117,7 +152,7 @@ def test_rerun_converges_after_a_failure(tmp_path):
 
 def test_destroy_forgets_only_what_was_destroyed(tmp_path):
     specs = desired()
-    store = StateStore(tmp_path)
+    store = MemoryRecord()
     Orchestrator(FakeRunner(), store, lambda e: None).execute("up", changes(specs, {}), specs)
     deletes = changes({}, store.fingerprints())
     runner = FakeRunner(fail={"model-ml-team.kimi-k2"})
@@ -144,7 +179,7 @@ def deletes_names(deletes):
 
 def test_cancel_stops_new_stacks_and_cancels_running_ones(tmp_path):
     specs = desired()
-    store = StateStore(tmp_path)
+    store = MemoryRecord()
     runner = FakeRunner(block="platform-eks-us-west")
     orchestrator = Orchestrator(runner, store, lambda e: None, parallel=3)
     result = {}
@@ -163,7 +198,7 @@ def test_cancel_stops_new_stacks_and_cancels_running_ones(tmp_path):
 
 def test_preview_records_nothing(tmp_path):
     specs = desired()
-    store = StateStore(tmp_path)
+    store = MemoryRecord()
     runner = FakeRunner()
     assert Orchestrator(runner, store, lambda e: None).execute("preview", changes(specs, {}), specs).ok
     assert store.fingerprints() == {} and all(op == "preview" for op, _ in runner.calls)
@@ -173,21 +208,21 @@ def test_state_lock_refuses_a_second_writer(tmp_path):
     from automation.state import StateLocked
     import subprocess
     import sys
-    first = StateStore(tmp_path)
+    first = WorkdirLock(tmp_path)
     first.lock()
     try:
         code = subprocess.run([sys.executable, "-c", f"""
 import sys
-from automation.state import StateStore, StateLocked
+from automation.state import WorkdirLock, StateLocked
 try:
-    StateStore({str(tmp_path)!r}).lock()
+    WorkdirLock({str(tmp_path)!r}).lock()
 except StateLocked as exc:
     print(exc); sys.exit(3)
 """], capture_output=True, text=True, cwd=ROOT)
         assert code.returncode == 3 and "is changing the fleet" in code.stdout
     finally:
         first.unlock()
-    second = StateStore(tmp_path)
+    second = WorkdirLock(tmp_path)
     second.lock()
     second.unlock()
     assert StateLocked

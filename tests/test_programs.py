@@ -9,7 +9,8 @@ import pytest
 from automation import offline
 from automation.offline import run, unwrap
 from automation.offline_preview import all_stacks
-from automation.programs import program_for, project_of, stack_config
+from automation.programs import program_for, stack_config
+from automation.projects import project_of
 from automation.stacks import desired_state
 from fleet.validate import load_fleet
 
@@ -32,7 +33,7 @@ def test_stack_references_name_the_backends_organization(examples):
     fleet, specs = examples
     resources = _run(specs["model-ml-team.qwen3-8b"], fleet, organization="acme")
     references = sorted(unwrap(r.inputs)["name"] for r in resources if r.type == "pulumi:pulumi:StackReference")
-    assert references == ["acme/modelplane-platform/platform-eks-us-west", "acme/modelplane-platform/platform-gke-us-central"]
+    assert references == ["acme/modelplane/platform-eks-us-west", "acme/modelplane/platform-gke-us-central"]
     diy = _run(specs["model-ml-team.qwen3-8b"], fleet)  # DIY backends: the literal `organization`
     assert all(unwrap(r.inputs)["name"].startswith("organization/") for r in diy if r.type == "pulumi:pulumi:StackReference")
 
@@ -120,5 +121,5 @@ def test_stack_references_follow_the_fleet_prefix(examples):
     spec = specs["model-ml-team.qwen3-8b"]
     resources = run(program_for(spec, fleet, None, "staging"), project_of(spec.kind), spec.name, stack_config(spec), [])
     references = sorted(unwrap(r.inputs)["name"] for r in resources if r.type == "pulumi:pulumi:StackReference")
-    assert references == ["organization/modelplane-platform/staging_platform-eks-us-west",
-                          "organization/modelplane-platform/staging_platform-gke-us-central"]
+    assert references == ["organization/modelplane/staging_platform-eks-us-west",
+                          "organization/modelplane/staging_platform-gke-us-central"]

@@ -60,7 +60,7 @@ def test_workspace_project_and_backend(tmp_path, specs, monkeypatch):
     runner = PulumiRunner(tmp_path, fleet, pulumi_command=FakeCommand())
     options = runner.workspace_options(desired["platform-gke-us-central"])
     assert options.work_dir == str(tmp_path / "stacks" / "platform-gke-us-central")
-    assert options.project_settings.name == "modelplane-platform" and options.project_settings.runtime == "python"
+    assert options.project_settings.name == "modelplane" and options.project_settings.runtime == "python"
     assert options.project_settings.backend.url == f"file://{(tmp_path / 'backend').resolve()}"
     assert options.secrets_provider == "passphrase"
     assert options.env_vars["PULUMI_CONFIG_PASSPHRASE"] == "correct horse"

@@ -137,7 +137,7 @@ def test_a_recorded_replica_is_written_as_asdict_writes_it():
     import dataclasses
     import json
 
-    from automation.state import replica_from_dict
+    from automation.record import replica_from_dict
     from fleet.scheduler import schedule
     from tests.manifests import run
     from benchmarks.plan_bench import generate

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from automation.state import replica_from_dict
+from automation.record import replica_from_dict
 from automation.stacks import rendered_problems
 from fleet.api import KINDS, ModelDeployment, Resource
 from fleet.incremental import FleetLedger

@@ -13,13 +13,13 @@ import json
 
 from automation.conditions import snapshot
 from automation.stacks import Known, changes, desired_state
-from automation.state import replica_from_dict
+from automation.record import replica_from_dict
 from fleet.api import KINDS, Resource
 from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import PlanMemo
 from fleet.validate import Fleet, cross_object_problems, validate_document
-from workloads.render import model_stack
+from workloads.render import Gateways, model_stack
 
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
 MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
@@ -143,19 +143,21 @@ WARM = Warm()
 
 
 def compute_replan(stored: list[str], placements: str, desired_before: str, applied: str, apply: bool,
-                   subject: tuple[str, str] | None = None) -> dict:
+                   subject: tuple[str, str] | None = None, gateways: str = "{}") -> dict:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
-    answers reads)."""
+    answers reads). `gateways`: the clusters' gateway addresses as the record says (the worker's copy), so an
+    endpoints stack's fingerprint is the one its program records and an unrelated write queues nothing."""
     warm = WARM
     fleet = load_fleet([json.loads(b) for b in stored], warm.validated)  # texts as stored: decoded here
     reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
-    desired = desired_state(fleet, reserved, known=warm.known, memo=warm.memo)
+    addresses = Gateways(json.loads(gateways or "{}"))
+    desired = desired_state(fleet, reserved, known=warm.known, memo=warm.memo, gateways=addresses)
     before = json.loads(desired_before or "{}")
     # objects of unchanged stacks were checked when they were accepted: check only what this write changed
     changed = {name for name, spec in desired.specs.items() if before.get(name) != spec.fingerprint}
     if changed & desired.reused.keys():  # stacks not composed (same inputs as last time) yet changed since accepted
-        desired = desired_state(fleet, reserved, known={}, memo=warm.memo)
+        desired = desired_state(fleet, reserved, known={}, memo=warm.memo, gateways=addresses)
     warm.known = desired.known()
     plan, specs = desired.plan, desired.specs
     fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
@@ -198,7 +200,7 @@ def replan(store, conn, apply: bool) -> None:
 
 def replan_inputs(store, conn, apply: bool, subject: tuple[str, str] | None = None) -> tuple:
     return (store.list_texts(conn), store.reservations_text(conn), store.get_state(conn, "desired") or "{}",
-            store.get_state(conn, "applied") or "{}", apply, subject)
+            store.get_state(conn, "applied") or "{}", apply, subject, store.get_state(conn, "clusterGateways") or "{}")
 
 
 def compute_for(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> dict:

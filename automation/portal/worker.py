@@ -9,11 +9,13 @@ stack converges to the newest accepted manifests.
 The stacks run on this host's Pulumi engines (`pulumi_runner`), or on the Pulumi Kubernetes Operator
 (`operator_runner`, `serve --executor operator`), which leaves no cloud credential on the portal host.
 
-One state, one executor: the worker claims every queued run at once and runs them as one batch
-through the same Orchestrator the CLI uses (dependency waves, dependents of a failed stack
-skipped), with the same runner, Pulumi backend and recorded state (`--state`, default
-`.modelplane`) as `modelplane up` in that folder. It takes the state's lock for the batch: while
-the CLI changes the fleet, the runs wait, queued.
+One road: the worker claims every queued run at once and applies them as one batch the way
+`modelplane up` does: the placements the portal shows (its reservations), the executor's record
+of what is applied (the Pulumi backend, or the operator's Stacks), the same pre-apply checks
+(invalid objects, missing secrets, the deployability check), the same Orchestrator (dependency
+waves, dependents of a failed stack skipped). It takes the state folder's lock for the batch:
+while the CLI changes the fleet from that folder, the runs wait, queued. What it applied is what
+the record then says, and the database's `applied` key is only this portal's copy of it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -32,46 +35,59 @@ from sqlalchemy import select
 from automation.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, runs
+from automation.record import RECORD_OUTPUT, Applied, Record, replica_from_dict
 from automation.runner import AutomationError, StackRunner
+from automation.session import undeployable
 from automation.stacks import StackChange, desired_state
-from automation.state import StateLocked, StateStore, replica_from_dict
+from automation.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
 from fleet.validate import Fleet
 
-RunnerFactory = Callable[[Fleet, Path], StackRunner]
+
+@dataclass
+class Executor:
+    """What applies a batch, and the record it writes (read before planning, as `modelplane up` reads it)."""
+
+    runner: StackRunner
+    record: Record
 
 
-def pulumi_runner(backend: str | None = None, parallel: int = 2) -> RunnerFactory:
+ExecutorFactory = Callable[[Fleet, Path], Executor]
+
+
+def pulumi_runner(backend: str | None = None, parallel: int = 2) -> ExecutorFactory:
     """The real runner, on the shared state folder (its backend and workspaces), as `modelplane up` builds it."""
-    def build(fleet: Fleet, state_dir: Path) -> StackRunner:
-        from automation.pulumi_runner import PulumiRunner, check_passphrase, default_backend, existing_kubeconfigs
+    def build(fleet: Fleet, state_dir: Path) -> Executor:
+        from automation.pulumi_record import PulumiRecord
+        from automation.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs
 
         runner = PulumiRunner(state_dir, fleet, backend=backend, parallel=parallel,
                               kubeconfigs=existing_kubeconfigs(fleet, {}, state_dir))  # says so if the CLI is missing
-        check_passphrase(backend or default_backend(state_dir))
-        return runner
+        check_passphrase(runner.backend)
+        return Executor(runner, PulumiRecord(state_dir, runner.backend, strict=True, command=runner.command))
     return build
 
 
-def operator_runner(settings_file: str | Path) -> RunnerFactory:
+def operator_runner(settings_file: str | Path) -> ExecutorFactory:
     """The operator executor: each batch's stacks become Stack objects in the control-plane cluster, so the portal
     host holds no cloud credential. The client is made per batch (exec-plugin tokens expire)."""
-    def build(fleet: Fleet, state_dir: Path) -> StackRunner:
+    def build(fleet: Fleet, state_dir: Path) -> Executor:
         from automation.kube import KubeClient
-        from automation.operator_runner import OperatorRunner, check_reachable
+        from automation.operator_runner import OperatorRecord, OperatorRunner, check_reachable
         from automation.operator_settings import load_settings
 
         settings = load_settings(settings_file)
         options = settings.export_options()
         api = KubeClient(settings.kubeconfig_path(), settings.context)
         check_reachable(api, options)
-        return OperatorRunner(api, options, poll=settings.poll_seconds, timeout=settings.timeout_minutes * 60)
+        runner = OperatorRunner(api, options, poll=settings.poll_seconds, timeout=settings.timeout_minutes * 60)
+        return Executor(runner, OperatorRecord(api, options))
     return build
 
 
 class Worker(threading.Thread):
     def __init__(self, store: Store, state_dir: Path, interval: float = 1.0, stale_after: float = 900.0,
-                 runner: RunnerFactory | None = None, parallel: int = 2):
+                 runner: ExecutorFactory | None = None, parallel: int = 2):
         super().__init__(daemon=True, name="modelplane-apply-worker")
         self.store = store
         self.state_dir = Path(state_dir)
@@ -92,6 +108,16 @@ class Worker(threading.Thread):
             result = conn.execute(runs.update().where(runs.c.status == "running", runs.c.started_at < cutoff)
                                   .values(status="queued", worker=None, log=runs.c.log + "requeued: its worker stopped\n"))
             return result.rowcount or 0
+
+    def resync(self) -> None:
+        """At start: this portal's copy of the record from the record itself (a CLI or another portal may have
+        applied meanwhile), so its first replan queues only what differs from what is applied."""
+        with self.store.read() as conn:
+            fleet = load_fleet(self.store.list(conn))
+        try:
+            self.sync(self.runner(fleet, self.state_dir).record.read())
+        except AutomationError:
+            pass  # the batch that needs it reads it again, and fails its runs saying why
 
     def claim(self) -> list[dict[str, Any]]:
         """Every queued run whose stack is not running elsewhere, marked running by this worker (one transaction)."""
@@ -146,12 +172,52 @@ class Worker(threading.Thread):
                         gateways[cluster] = address
                     self.store.set_state(conn, "clusterGateways", json.dumps(gateways))
 
+    def sync(self, applied: Applied) -> None:
+        """Make this portal's copy of the record (`applied`, `appliedDetails`, `clusterGateways`) what it says."""
+        gateways = applied.gateways()
+        with self.store.write() as conn:
+            self.store.set_state(conn, "applied", json.dumps(applied.fingerprints()))
+            self.store.set_state(conn, "appliedDetails", json.dumps(applied.details()))
+            self.store.set_state(conn, "clusterGateways", json.dumps(gateways.clusters))
+
     def execute(self, batch: list[dict[str, Any]]) -> None:
-        """Apply a batch of claimed runs through the orchestrator; every run ends succeeded, failed or queued again."""
-        with self.store.read() as conn:
+        """Apply a batch of claimed runs as `modelplane up` would; every run ends succeeded, failed or queued again."""
+        lock = WorkdirLock(self.state_dir)
+        try:
+            lock.lock()
+        except StateLocked as exc:
+            self._requeue(batch, f"waiting: {exc}")
+            return
+        finished: set[int] = set()
+        try:
+            self._execute(batch, finished)
+        except Exception as exc:  # a bug of ours: the runs fail with the reason, the worker goes on
+            for run in batch:
+                if run["id"] not in finished:
+                    self._finish(run, False, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            lock.unlock()
+
+    def _fail_all(self, batch: list[dict[str, Any]], finished: set[int], why: str) -> None:
+        for run in batch:
+            self._finish(run, False, why)
+            finished.add(run["id"])
+
+    def _execute(self, batch: list[dict[str, Any]], finished: set[int]) -> None:
+        with self.store.read() as conn:  # the placements the portal shows: its reservations, not a cache of them
             fleet = load_fleet(self.store.list(conn))
-            reserved = [replica_from_dict(p) for p in json.loads(self.store.get_state(conn, "placements") or "[]")]
-        specs = desired_state(fleet, reserved, gateways=StateStore(self.state_dir).gateways()).specs
+            reserved = [replica_from_dict(p) for p in json.loads(self.store.reservations_text(conn))]
+        try:
+            executor = self.runner(fleet, self.state_dir)
+            applied = executor.record.read()
+        except AutomationError as exc:
+            return self._fail_all(batch, finished, f"error: {exc}")
+        self.sync(applied)
+        desired = desired_state(fleet, reserved, gateways=applied.gateways())
+        problems = desired.problems or undeployable(fleet, desired.specs)  # the checks `up` runs, on every road
+        if problems:
+            return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
+        specs = desired.specs
         by_stack = {run["stack"]: run for run in batch}
         items = []
         for run in batch:
@@ -160,57 +226,44 @@ class Worker(threading.Thread):
                 items.append(StackChange(spec.id, "update", tuple(spec.depends_on)))
             else:
                 items.append(StackChange(StackId.parse(run["stack"]), "delete"))
-        state = StateStore(self.state_dir)
-        finished: set[int] = set()
-        try:
-            state.lock()
-        except StateLocked as exc:
-            self._requeue(batch, f"waiting: {exc}")
-            return
-        try:
-            try:
-                runner = self.runner(fleet, self.state_dir)
-            except AutomationError as exc:
-                for run in batch:
-                    self._finish(run, False, f"error: {exc}")
+        pending: dict[int, list[str]] = {}
+        last_flush = [time.monotonic()]
+        guard = threading.Lock()
+
+        def on_event(event: dict) -> None:
+            run = by_stack.get(str(event.get("stack")))
+            if run is None:
                 return
-            pending: dict[int, list[str]] = {}
-            last_flush = [time.monotonic()]
-            guard = threading.Lock()
+            with guard:
+                pending.setdefault(run["id"], []).append(json.dumps(event, default=str) + "\n")
+                if time.monotonic() - last_flush[0] > 1.0:
+                    for run_id, lines in list(pending.items()):
+                        self._append(run_id, lines)
+                    pending.clear()
+                    last_flush[0] = time.monotonic()
 
-            def on_event(event: dict) -> None:
-                run = by_stack.get(str(event.get("stack")))
-                if run is None:
-                    return
-                with guard:
-                    pending.setdefault(run["id"], []).append(json.dumps(event, default=str) + "\n")
-                    if time.monotonic() - last_flush[0] > 1.0:
-                        for run_id, lines in list(pending.items()):
-                            self._append(run_id, lines)
-                        pending.clear()
-                        last_flush[0] = time.monotonic()
-
-            report = Orchestrator(runner, state, on_event, self.parallel).execute("up", items, specs)
-            for run_id, lines in pending.items():
-                self._append(run_id, lines)
-            for outcome in report.outcomes:
-                run = by_stack[outcome.stack]
-                spec = specs.get(outcome.stack)
-                if outcome.status == "succeeded" and outcome.result is not None:
-                    self._finish(run, True, f"{run['operation']} succeeded: {outcome.result.changes}",
-                                 spec.fingerprint if spec else None, outcome.result.outputs)
-                else:
-                    self._finish(run, False, f"error: {outcome.reason}")
-                finished.add(run["id"])
-        except Exception as exc:  # a bug of ours: the runs fail with the reason, the worker goes on
-            for run in batch:
-                if run["id"] not in finished:
-                    self._finish(run, False, f"internal error: {type(exc).__name__}: {exc}")
-        finally:
-            state.unlock()
+        report = Orchestrator(executor.runner, executor.record, on_event, self.parallel).execute("up", items, specs)
+        for run_id, lines in pending.items():
+            self._append(run_id, lines)
+        for outcome in report.outcomes:
+            run = by_stack[outcome.stack]
+            spec = specs.get(outcome.stack)
+            if outcome.status == "succeeded" and outcome.result is not None:
+                outputs = dict(outcome.result.outputs)
+                written = outputs.pop(RECORD_OUTPUT, None) or {}
+                self._finish(run, True, f"{run['operation']} succeeded: {outcome.result.changes}",
+                             written.get("fingerprint") or (spec.fingerprint if spec else None), outputs)
+            else:
+                self._finish(run, False, f"error: {outcome.reason}")
+            finished.add(run["id"])
+        try:
+            self.sync(executor.record.read())  # what the stacks wrote: the record is the truth, not our bookkeeping
+        except AutomationError:
+            pass  # the copy kept by _finish stands until the next batch reads it
 
     def run(self) -> None:
         self.recover()
+        self.resync()
         while not self.stopping.wait(self.interval):
             while not self.stopping.is_set() and (batch := self.claim()):
                 self.execute(batch)

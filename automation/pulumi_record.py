@@ -1,0 +1,157 @@
+"""The local executor's record: the Pulumi backend's stacks and their `modelplane` outputs.
+
+Each stack's program exports what its update applied (`automation/record.py`), and the engine keeps it with
+the checkpoint of that update, so the record cannot disagree with what the backend holds. Reading it is
+`pulumi stack ls --json` per project and `pulumi stack output --json` per stack whose `lastUpdate` differs
+from the local cache's (`<state>/record.json`): on a fresh machine every stack is read once, after that only
+what changed. Secret outputs (kubeconfigs) are never asked for: `stack output` without `--show-secrets`
+prints them as "[secret]", and those are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from automation.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
+from automation.record import Applied, AppliedStack, RecordCache, replica_from_dict
+from automation.runner import INSTALL_HINT, AutomationError, first_error
+from fleet.stack_id import StackId, StackIdError
+
+SECRET = "[secret]"
+
+
+def default_backend(root: Path) -> str:
+    """PULUMI_BACKEND_URL, else a folder backend under the state folder."""
+    return os.environ.get("PULUMI_BACKEND_URL") or f"file://{(Path(root) / 'backend').resolve()}"
+
+
+def ours(backend_stack: str, fleet_name: str | None) -> str | None:
+    """The stack name of one of this fleet's stacks in the backend (`<fleet>_<stack>` with --fleet), else None."""
+    if fleet_name:
+        if not backend_stack.startswith(f"{fleet_name}_"):
+            return None
+        backend_stack = backend_stack[len(fleet_name) + 1:]
+    elif "_" in backend_stack:
+        return None  # another fleet's
+    try:
+        StackId.parse(backend_stack)
+    except StackIdError:
+        return None  # not ours (a laptop's whole-fleet stack, say)
+    return backend_stack
+
+
+class PulumiRecord:
+    """Reads the record from one backend through the Pulumi CLI; `legacy` lists platform stacks still in the old
+    project (migrated by `up` before it runs anything)."""
+
+    def __init__(self, root: Path, backend: str | None = None, fleet_name: str | None = None, command: Any = None,
+                 strict: bool = True):
+        """`strict`: a backend that cannot be read is an error (what applies must never guess); else the cache
+        stands in and the result says it guessed (a plan, a CI preview)."""
+        from pulumi import automation as auto
+
+        self.auto = auto
+        self.root = Path(root)
+        self.backend = backend or default_backend(self.root)
+        self.strict = strict
+        self.fleet_name = fleet_name
+        self.command = command
+        self.cache = RecordCache(self.root, self.backend)
+        self.legacy: dict[str, str] = {}  # stack -> its organization, for platform stacks still in the old project
+
+    def _env(self) -> dict[str, str]:
+        env = {"PULUMI_BACKEND_URL": self.backend, "PULUMI_SKIP_UPDATE_CHECK": "true"}
+        for name in ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "PULUMI_ACCESS_TOKEN"):
+            if os.environ.get(name):
+                env[name] = os.environ[name]
+        return env
+
+    def _workspace(self, project: str):
+        auto = self.auto
+        work_dir = self.root / "record" / project
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return auto.LocalWorkspace(work_dir=str(work_dir), env_vars=self._env(), pulumi_command=self.command,
+                                   project_settings=auto.ProjectSettings(name=project, runtime="python",
+                                                                         backend=auto.ProjectBackend(url=self.backend)))
+
+    def _outputs(self, workspace, backend_stack: str) -> dict[str, Any]:
+        result = workspace.pulumi_command.run(["stack", "output", "--json", "--stack", backend_stack],
+                                              workspace.work_dir, self._env())
+        values = json.loads(result.stdout or "{}")
+        return {k: v for k, v in values.items() if v != SECRET}
+
+    def read(self) -> Applied:
+        if self.backend.startswith("file://"):
+            folder = Path(os.path.expanduser(self.backend.removeprefix("file://")))
+            if not (folder / ".pulumi").is_dir():  # the CLI makes it with the first stack: nothing is applied there
+                return Applied({}, f"the Pulumi backend {self.backend} (empty: nothing applied yet)")
+        try:
+            if self.command is None:
+                self.command = self.auto.PulumiCommand()
+            return self._read()
+        except (OSError, AutomationError) as exc:
+            why = exc if isinstance(exc, AutomationError) else f"the Pulumi CLI is not installed: {INSTALL_HINT}"
+            if self.strict:
+                raise AutomationError(str(why)) from None
+            return self.cache.applied_from_cache(f"the local cache {self.cache.path} (the record could not be read: "
+                                                 f"{why})")
+
+    def _read(self) -> Applied:
+        auto = self.auto
+        cached = self.cache.load()
+        fresh: dict[str, dict] = {}
+        self.legacy = {}
+        try:
+            for project in (*PROJECTS, LEGACY_PLATFORM_PROJECT):
+                workspace = self._workspace(project)
+                for summary in workspace.list_stacks():
+                    name = ours(summary.name, self.fleet_name)
+                    if name is None:
+                        continue
+                    if project == LEGACY_PLATFORM_PROJECT:
+                        self.legacy[name] = organization_of(summary.url)
+                    stamp = summary.last_update.isoformat() if summary.last_update else None
+                    entry = cached.get(name)
+                    if entry is None or stamp is None or entry.get("lastUpdate") != stamp:
+                        entry = {"lastUpdate": stamp, "outputs": self._outputs(workspace, summary.name)}
+                    fresh.setdefault(name, entry)  # the new project's stack wins over a legacy one of the name
+        except auto.errors.CommandError as exc:
+            raise AutomationError(f"could not read the record from the Pulumi backend {self.backend}: "
+                                  f"{first_error(exc)}") from None
+        self.cache.save(fresh)
+        stacks = {name: AppliedStack.from_outputs(e["outputs"], e["lastUpdate"]) for name, e in fresh.items()}
+        return Applied({name: seeded(name, stack, self.root) for name, stack in stacks.items()},
+                       f"the Pulumi backend {self.backend}")
+
+    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None:
+        self.cache.put(stack, outputs)
+
+    def destroyed(self, stack: str) -> None:
+        self.cache.put(stack, None)
+
+
+def seeded(name: str, stack: AppliedStack, root: Path) -> AppliedStack:
+    """A stack applied by a release before the record moved into the backend has no record output: its placements
+    are taken from that release's `<state>/state.json`, so its replicas stay, and its fingerprint stays "", so the
+    next `up` runs it once and its program writes the record (nothing else changes)."""
+    if stack.fingerprint:
+        return stack
+    try:
+        old = json.loads((root / "state.json").read_text())["stacks"][name]
+        placements = tuple(replica_from_dict(p) for p in old.get("placements") or [])
+    except (OSError, ValueError, KeyError, TypeError):
+        return stack
+    return AppliedStack("", placements, {**(old.get("outputs") or {}), **stack.outputs}, applied_at=stack.applied_at)
+
+
+def organization_of(url: str | None) -> str:
+    """A stack's organization from its console URL (Pulumi Cloud: https://app.pulumi.com/<org>/<project>/<stack>);
+    DIY backends have none, and call it `organization`."""
+    if url and url.startswith(("https://", "http://")):
+        parts = url.split("://", 1)[1].split("/")
+        if len(parts) >= 4 and parts[1]:
+            return parts[1]
+    return "organization"

@@ -1,0 +1,179 @@
+"""The record of what is applied: per stack, the fingerprint, versions and placements its last update applied.
+
+Where it lives is the executor's: the Pulumi backend for the local executor (each stack's `modelplane`
+output, written by the stack's own program and kept by the engine with the update that applied it;
+`automation/pulumi_record.py`), the Stack objects for the operator executor (`operator_runner.OperatorRecord`).
+A laptop, a CI runner, the portal and either executor on the same backend read the same record.
+`.modelplane/record.json` is only a cache of it (`RecordCache`): deleting it changes no result.
+
+Every road reads it through `Record.read()` and writes it only by applying stacks: code never writes
+placements or fingerprints anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
+from fleet.stack_id import StackId, StackIdError
+from workloads.render import Gateways
+
+RECORD_OUTPUT = "modelplane"  # the stack output every program exports: what this update applied
+
+
+def replica_from_dict(d: Mapping[str, Any]) -> RecordedReplica:
+    """Counts are ints: a record read back from stack outputs went through protobuf, where every number is a double."""
+    engines = tuple(RecordedEngine(e["name"], int(e["copies"]), tuple(
+        RecordedMember(m["role"], m["pool"], int(m["pods"]), tuple((str(n), int(c)) for n, c in m["requests"]))
+        for m in e["members"])) for e in d["engines"])
+    return RecordedReplica(d["namespace"], d["deployment"], d["name"], d["cluster"], int(d["index"]), engines)
+
+
+def record_output(fingerprint: str, placements: list[RecordedReplica] | tuple[RecordedReplica, ...] = (),
+                  versions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The `modelplane` output a stack's program exports once everything it registered was applied."""
+    return {"fingerprint": fingerprint, "placements": [p.to_dict() for p in placements],
+            "versions": dict(versions or {})}
+
+
+@dataclass(frozen=True)
+class AppliedStack:
+    """One stack as applied. `fingerprint` is "" for a stack the backend holds that never finished an update
+    (it may hold resources: destroy and prune still see it, and `up` runs it)."""
+
+    fingerprint: str
+    placements: tuple[RecordedReplica, ...] = ()
+    outputs: Mapping[str, Any] = field(default_factory=dict)  # plain (non-secret) outputs: gatewayAddress, address
+    versions: Mapping[str, str] = field(default_factory=dict)
+    applied_at: str | None = None  # when the backend last updated it, as it says
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, Any], applied_at: str | None = None) -> AppliedStack:
+        """Read from a stack's plain outputs; a malformed or missing record counts as never finished."""
+        plain = {k: v for k, v in outputs.items() if k != RECORD_OUTPUT}
+        entry = outputs.get(RECORD_OUTPUT)
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("fingerprint"), str):
+            return cls("", (), plain, applied_at=applied_at)
+        try:
+            placements = tuple(replica_from_dict(p) for p in entry.get("placements") or [])
+        except (KeyError, TypeError, ValueError):
+            placements = ()
+        versions = entry.get("versions") if isinstance(entry.get("versions"), Mapping) else {}
+        return cls(entry["fingerprint"], placements, plain, dict(versions or {}), applied_at)
+
+    def to_outputs(self) -> dict[str, Any]:
+        return {**self.outputs, RECORD_OUTPUT: record_output(self.fingerprint, self.placements, self.versions)}
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The whole record, as one read saw it. `source` says where it was read, `guessed` whether it could not be
+    and what stands in (the local cache, or nothing) may be out of date: every report says so."""
+
+    stacks: Mapping[str, AppliedStack] = field(default_factory=dict)
+    source: str = "nothing recorded"
+    guessed: bool = False
+
+    def fingerprints(self) -> dict[str, str]:
+        return {name: s.fingerprint for name, s in self.stacks.items()}
+
+    def placements(self) -> list[RecordedReplica]:
+        return [p for s in self.stacks.values() for p in s.placements]
+
+    def details(self) -> dict[str, dict]:
+        """What `status` shows of each applied stack: its plain outputs and when it was applied."""
+        return {name: {"outputs": dict(s.outputs), "appliedAt": s.applied_at} for name, s in self.stacks.items()
+                if s.fingerprint}
+
+    def gateways(self) -> Gateways:
+        """The gateway addresses the applied platform stacks and the gateway stack output."""
+        clusters = {}
+        front_door = None
+        for name, entry in self.stacks.items():
+            try:
+                id = StackId.parse(name)
+            except StackIdError:
+                continue
+            if id.kind == "platform" and id.cluster and entry.outputs.get("gatewayAddress"):
+                clusters[str(id.cluster)] = str(entry.outputs["gatewayAddress"])
+            elif id.kind == "gateway" and entry.outputs.get("address"):
+                front_door = str(entry.outputs["address"])
+        return Gateways(clusters, front_door)
+
+
+class Record(Protocol):
+    """The record of one executor. Applying a stack writes it (the stack's program, or the operator's Stack);
+    `applied`/`destroyed` only tell the record what this process just did, so a cache can follow."""
+
+    def read(self) -> Applied: ...
+
+    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None: ...
+
+    def destroyed(self, stack: str) -> None: ...
+
+
+class Nothing:
+    """No record to read (a plan with no backend): everything is planned as new, and reports say so."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def read(self) -> Applied:
+        return Applied({}, self.why, guessed=True)
+
+    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None:
+        pass
+
+    def destroyed(self, stack: str) -> None:
+        pass
+
+
+class RecordCache:
+    """`<state>/record.json`: the last record read from one backend, per stack with the backend's `lastUpdate`
+    it was read at, so the next read fetches only stacks updated since. Written atomically; holds no secret."""
+
+    def __init__(self, root: Path, backend: str):
+        self.path = Path(root) / "record.json"
+        self.backend = backend
+        self._mutex = threading.Lock()  # stacks finish in parallel threads
+
+    def load(self) -> dict[str, dict]:
+        """stack -> {"lastUpdate": str | None, "outputs": {...}}; empty when the cache is of another backend."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("backend") != self.backend or not isinstance(data.get("stacks"), dict):
+            return {}
+        return data["stacks"]
+
+    def save(self, stacks: Mapping[str, dict]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=self.path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"backend": self.backend, "stacks": dict(stacks)}, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def put(self, stack: str, outputs: Mapping[str, Any] | None) -> None:
+        """After this process applied (outputs) or destroyed (None) a stack: re-read from the backend next time."""
+        with self._mutex:
+            stacks = self.load()
+            if outputs is None:
+                stacks.pop(stack, None)
+            else:
+                stacks[stack] = {"lastUpdate": None, "outputs": dict(outputs)}
+            self.save(stacks)
+
+    def applied_from_cache(self, source: str) -> Applied:
+        """What the cache holds, marked as guessed (the backend could not be read)."""
+        return Applied({name: AppliedStack.from_outputs(e.get("outputs") or {}, e.get("lastUpdate"))
+                        for name, e in self.load().items()},
+                       source, guessed=True)
