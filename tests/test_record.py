@@ -203,3 +203,34 @@ def test_the_portal_applies_what_it_shows_and_a_write_that_changes_nothing_queue
             assert admin.put(writes[3][0], json=writes[3][1]).status_code == 200  # the deployment
             server.settle()
             assert worker.claim() == []
+
+
+def test_stacks_applied_before_the_record_keep_their_replicas_and_record_them_at_their_next_update(double, capsys):
+    """A release before this one kept placements only in .modelplane/state.json: they are read from it once, and
+    the next `up` runs those stacks so that their programs write the record (nothing else changes)."""
+    from tests.pulumi_engine import Backend
+
+    assert double.up() == 0
+    backend_dir = double.work / ".modelplane" / "backend"
+    before = recorded_in(backend_dir)
+    backend = Backend(f"file://{backend_dir}")
+    old_state = {"stacks": {}}
+    for name in ("model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"):  # as the old release left them
+        content = backend.load("modelplane-workloads", name)
+        root = next(r for r in content["checkpoint"]["latest"]["resources"] if r["type"] == "pulumi:pulumi:Stack")
+        root["outputs"].pop("modelplane")
+        backend.save("modelplane-workloads", name, content)
+        old_state["stacks"][name] = {"fingerprint": before[name]["fingerprint"], "outputs": {},
+                                     "placements": before[name]["placements"]}
+    (double.work / ".modelplane" / "record.json").unlink()
+    (double.work / ".modelplane" / "state.json").write_text(json.dumps(old_state))
+    # a new cluster first by name would attract replicas planned without memory
+    extra = {**next(d for d in double.docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")}
+    extra = json.loads(json.dumps(extra))
+    extra["metadata"]["name"] = "eks-a-new-one"
+    double.docs.append(extra)
+    assert double.up() == 0, capsys.readouterr().err
+    assert {"model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"} <= set(double.ran("up"))
+    after = recorded_in(backend_dir)
+    for name in ("model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"):
+        assert after[name]["placements"] == before[name]["placements"]  # the replicas stayed where they were
