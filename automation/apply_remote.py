@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from fleet.errors import ModelplaneError
+
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
@@ -33,7 +35,7 @@ class Pushed:
         return "created" if self.status == 201 else "configured"
 
 
-class PushError(Exception):
+class PushError(ModelplaneError):
     pass
 
 

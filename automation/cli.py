@@ -10,7 +10,7 @@ import inspect
 import json
 import sys
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 import yaml
@@ -181,14 +181,18 @@ class WorkflowGroup(click.Group):
         return [n for n in WORKFLOW if n in names] + [n for n in names if n not in WORKFLOW]
 
 
+# Told which command runs, once it is known: the installed entry point (automation/console.py) sets it to tune
+# the interpreter for batch commands. A hook, so that the CLI never imports its entry point back.
+ON_COMMAND: Callable[[str | None], None] | None = None
+
+
 @click.group(cls=WorkflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="modelplane-pulumi", prog_name="modelplane")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """A fleet control plane for LLM inference on Pulumi (modelplane.ai/v1alpha1 manifests)."""
-    from automation.console import command_chosen
-
-    command_chosen(ctx.invoked_subcommand)
+    if ON_COMMAND is not None:
+        ON_COMMAND(ctx.invoked_subcommand)
 
 
 @cli.command()
@@ -1178,6 +1182,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from automation.console import main as console
-
-    sys.exit(console())
+    sys.exit(main())

@@ -24,9 +24,10 @@ def main() -> int:
     global _running
     _running = True
     gc.set_threshold(*THRESHOLDS)
-    from automation.cli import main as run  # after the thresholds: most of a short command's objects are modules'
+    from automation import cli  # after the thresholds: most of a short command's objects are modules'
 
-    code = run()
+    cli.ON_COMMAND = command_chosen
+    code = cli.main()
     gc.freeze()
     return code
 

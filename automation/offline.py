@@ -18,6 +18,7 @@ import pulumi
 from pulumi.runtime.mocks import MockMonitor
 
 from automation.fake_outputs import FAKE_CALLS, FAKE_OUTPUTS
+from fleet.errors import ModelplaneError
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 MASK = "[secret]"
@@ -162,7 +163,7 @@ def _options(request) -> dict:
     return out
 
 
-class OfflineRunError(Exception):
+class OfflineRunError(ModelplaneError):
     pass
 
 

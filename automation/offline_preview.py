@@ -51,7 +51,7 @@ def _existing_kubeconfigs(fleet: Fleet) -> dict[str, str]:
 def _workload_secrets(spec: StackSpec) -> dict[str, str]:
     from components.workload_objects import is_placeholder_secret, secret_config_key
 
-    return {f"modelplane:{secret_config_key(o, k)}": PLACEHOLDER for objs in spec.payload.get("objects", {}).values()
+    return {f"modelplane:{secret_config_key(o, k)}": PLACEHOLDER for objs in spec.objects.values()
             for o in objs if is_placeholder_secret(o) for k in o.get("stringData", {})}
 
 

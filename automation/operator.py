@@ -20,15 +20,14 @@ gives byte-identical files, and every object is checked against the operator's o
 
 from __future__ import annotations
 
-import json
-
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from automation.stacks import DesiredState, StackSpec
+from automation.stacks import DesiredState, PlatformPayload, StackSpec
+from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, backend_name
 from workloads.cache import secret_refs
 from workloads.schemas import check
@@ -65,7 +64,7 @@ PLACEMENTS_ANNOTATION = "modelplane.ai/placements"  # a model Stack's replicas a
 KIND_LABEL = "modelplane.ai/stack-kind"
 
 
-class ExportError(ValueError):
+class ExportError(ModelplaneError, ValueError):
     pass
 
 
@@ -184,7 +183,7 @@ def _common(options: ExportOptions, spec: StackSpec, source: str) -> dict:
 
 def _metadata(options: ExportOptions, spec: StackSpec) -> dict:
     annotations = {STACK_ANNOTATION: spec.name, FINGERPRINT_ANNOTATION: spec.fingerprint}
-    placements = spec.payload.get("placements_recorded")
+    placements = spec.placements
     if placements:  # compact JSON: a Kubernetes object's annotations hold at most 256 KiB together
         annotations[PLACEMENTS_ANNOTATION] = json.dumps([p.to_dict() for p in placements], separators=(",", ":"),
                                                         sort_keys=True)
@@ -201,16 +200,16 @@ def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     secrets_ref: dict = {}
     if spec.kind == "platform":
         config.update({"modelplane:cluster": spec.id.name, "modelplane:gateway": "false"})
-        existing = spec.payload["cluster"].get("kubeconfig_secret")
+        existing = spec.payload.cluster.kubeconfig_secret if isinstance(spec.payload, PlatformPayload) else None
         if existing:  # an Existing cluster's kubeconfig: the Secret of that name in the stacks' namespace
             secrets_ref[f"modelplane:{existing}"] = {"type": "Secret", "secret": {"name": existing, "key": "kubeconfig"}}
     else:
         config["modelplane:gatewayOnly"] = "true"
-    if spec.payload.get("host"):
-        config["modelplane:controlPlaneCluster"] = spec.payload["host"]
+    if spec.host:
+        config["modelplane:controlPlaneCluster"] = spec.host
         if spec.kind == "gateway":  # the host's platform stack ran first: the gateway uses its kubeconfig output
             config["modelplane:controlPlaneStack"] = _stack_name(options, LAPTOP_PROJECT,
-                                                                 StackId.platform(spec.payload["host"]), qualified=True)
+                                                                 StackId.platform(spec.host), qualified=True)
     body = {"stack": _stack_name(options, LAPTOP_PROJECT, spec.id), **_source(options), "config": config,
             **_common(options, spec, "repository"), "destroyOnFinalize": False}
     if secrets_ref:
@@ -247,8 +246,8 @@ def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     resources: dict = {}
     configuration: dict = {}
     secrets_ref: dict = {}
-    for target, objects in sorted(spec.payload["objects"].items()):
-        cluster = spec.payload.get("host") if target == "control-plane" else target
+    for target, objects in sorted(spec.objects.items()):
+        cluster = spec.host if target == "control-plane" else target
         if cluster is None:
             raise ExportError(f"{spec.name}: no cluster of the fleet can host the control plane")
         resources.update(_provider_resources(options, target, cluster))

@@ -24,8 +24,8 @@ The operator keeps going when this process stops waiting (Ctrl-C, a timeout): th
 from __future__ import annotations
 
 import copy
-import json
 import itertools
+import json
 import threading
 import time
 from dataclasses import dataclass, field, replace

@@ -14,15 +14,16 @@ import pulumi
 
 from automation.projects import PLATFORM_PROJECT
 from automation.record import RECORD_OUTPUT, record_output
-from automation.stacks import endpoints_fingerprint
+from automation.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
+from components.fleet_gateway import FleetGateway
 from components.kubernetes import provider
-from fleet.stack_id import StackId, backend_name
 from components.workload_objects import WorkloadObjects, secret_config_key
+from fleet.secrets import kubeconfig_ref
+from fleet.stack_id import StackId, backend_name
+from infra.program import cluster_stack
 from workloads.cache import secret_refs
-from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
-                                       slice_address_type)
-from infra.program import platform
 from workloads.render import Gateways
+from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints, slice_address_type
 
 if TYPE_CHECKING:
     from automation.stacks import StackSpec
@@ -42,7 +43,7 @@ def platform_reference(cluster: str, org: str | None = None, fleet_name: str | N
 def stack_config(spec, settings: Mapping[str, str] | None = None) -> dict[str, str]:
     """Plain config each stack's program reads. `settings`: what the user gave (`--config`, `--config-file`:
     gcp:project, a provider's region or profile), for the programs that create cloud resources."""
-    host = spec.payload.get("host")
+    host = spec.host
     given = dict(settings or {})
     if spec.kind == "platform":
         config = {"modelplane:cluster": str(spec.id.cluster), "modelplane:gateway": "false"}
@@ -62,7 +63,7 @@ def kubeconfig_of(reference_name: str, cluster: str, fleet_name: str | None = No
 def stack_secrets(spec: StackSpec, fleet: Fleet) -> dict[str, str]:
     """The values of the stack's placeholder Secrets that the fleet's secret store has (config key -> value)."""
     out = {}
-    for objects in spec.payload.get("objects", {}).values():
+    for objects in spec.objects.values():
         for obj in objects:
             for key, ref in secret_refs(obj).items():
                 value = fleet.secrets.get(ref)
@@ -74,7 +75,7 @@ def stack_secrets(spec: StackSpec, fleet: Fleet) -> dict[str, str]:
 def missing_secrets(spec: StackSpec, fleet: Fleet) -> list[str]:
     """What the stack needs and nothing provides, each with where to give it (never a value)."""
     out = []
-    for objects in spec.payload.get("objects", {}).values():
+    for objects in spec.objects.values():
         for obj in objects:
             for ref in secret_refs(obj).values():
                 if fleet.secrets.get(ref) is None:
@@ -104,25 +105,33 @@ def recorded(program: Callable[[], None], fingerprint: Callable[[], pulumi.Outpu
 def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None = None,
                 fleet_name: str | None = None) -> Callable[[], None]:
     """The stack's inline program. `secrets` (config key -> value) reach it in memory, never as CLI arguments."""
-    placements = spec.payload.get("placements_recorded")
-    versions = spec.payload.get("versions")
-    if spec.kind in ("platform", "gateway"):
+    payload = spec.payload
+    if isinstance(payload, PlatformPayload):
         def run_platform() -> None:
-            config = pulumi.Config("modelplane")
-            kubeconfig = None
-            if spec.kind == "gateway" and spec.payload.get("host") and config.get_secret("controlPlaneKubeconfig") is None:
-                kubeconfig = kubeconfig_of("gateway-host-platform", spec.payload["host"], fleet_name)
-            platform(fleet, config, kubeconfig, only=spec.id.cluster, gateway_only=spec.kind == "gateway")
-        return recorded(run_platform, lambda: spec.fingerprint, placements, versions)
+            stored = stored_kubeconfig(fleet, payload.cluster.name)
+            _, _, outputs = cluster_stack(payload.cluster, pulumi.Config("modelplane"), payload.versions,
+                                          payload.metallb_pool, stored)
+            for key, value in outputs.items():  # flat: other stacks reference them
+                pulumi.export(key, value)
+        return recorded(run_platform, lambda: spec.fingerprint, versions=payload.versions)
+    if isinstance(payload, GatewayPayload):
+        def run_gateway() -> None:
+            pulumi.export("address", gateway_stack(payload, fleet_name).address)
+        return recorded(run_gateway, lambda: spec.fingerprint, versions=payload.versions)
+    if not isinstance(payload, WorkloadPayload):  # a stack to destroy: its program never runs
+        def refuse() -> None:
+            raise pulumi.RunError(f"{spec.name} is no longer desired: it can only be destroyed")
+        return refuse
+    workload: WorkloadPayload = payload
 
     values = {**stack_secrets(spec, fleet), **(secrets or {})}
     live: dict[str, pulumi.Output] = {}  # cluster -> its gateway address as its platform stack outputs it now
 
     def run_workloads() -> None:
-        for target, objects in sorted(spec.payload["objects"].items()):
+        for target, objects in sorted(workload.objects.items()):
             if spec.kind == "endpoints":
                 objects = with_live_gateways(spec.name, objects, fleet_name, live)
-            cluster = spec.payload.get("host") if target == "control-plane" else target
+            cluster = workload.host if target == "control-plane" else target
             if cluster is None:
                 raise pulumi.RunError(f"{spec.name}: no cluster of the fleet can host the control plane (a GKE, EKS or "
                                       "Existing InferenceCluster)")
@@ -136,8 +145,33 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
         # what the slices hold is what this update applied: the fingerprint of the addresses read now
         clusters = sorted(live)
         return pulumi.Output.all(*[live[c] for c in clusters]).apply(
-            lambda addresses: endpoints_fingerprint(spec.payload, Gateways(dict(zip(clusters, addresses)))))
-    return recorded(run_workloads, fingerprint, placements, versions)
+            lambda addresses: endpoints_fingerprint(workload, Gateways(dict(zip(clusters, addresses)))))
+    return recorded(run_workloads, fingerprint, list(workload.placements))
+
+
+def stored_kubeconfig(fleet: Fleet, cluster: str) -> str | None:
+    """An Existing cluster's kubeconfig from the fleet's secret store (a Secret given with -f, or a secrets
+    folder), when it has one; else the program reads it from its config (`modelplane:kubeconfigFile`, ...)."""
+    ic = next((c for c in fleet.of("InferenceCluster") if c.name == cluster), None)
+    ref = kubeconfig_ref(ic) if ic is not None else None
+    value = fleet.secrets.get(ref) if ref else None
+    return value.reveal() if value is not None else None
+
+
+def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None) -> FleetGateway:
+    """The fleet gateway, on the control-plane cluster: a separate one given as config, else its host, whose
+    platform stack ran first and whose kubeconfig output it uses."""
+    config = pulumi.Config("modelplane")
+    separate = config.get_secret("controlPlaneKubeconfig")
+    if separate is not None:  # a control-plane cluster no platform stack manages
+        return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", separate),
+                            versions=payload.versions, standalone=True)
+    if payload.host is None:
+        raise pulumi.RunError("the fleet gateway needs a cluster: no cluster of the fleet can host it (a GKE, EKS, AKS, "
+                              "Nebius or Existing InferenceCluster), and no modelplane:controlPlaneKubeconfig is set")
+    kubeconfig = kubeconfig_of("gateway-host-platform", payload.host, fleet_name)
+    return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", kubeconfig, cluster=payload.host),
+                        versions=payload.versions)
 
 
 def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None = None,

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
@@ -25,7 +25,7 @@ from automation.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, proje
 from automation.pulumi_record import default_backend
 from automation.record import RECORD_OUTPUT
 from automation.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error
-from automation.stacks import StackSpec
+from automation.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
 
 if TYPE_CHECKING:
@@ -292,7 +292,8 @@ class PulumiRunner:
 
         outputs = stack.outputs()
         recorded = (outputs.get("clusterArgs").value or {}).get("args") if outputs.get("clusterArgs") else None
-        source = (spec.payload.get("cluster") or {}).get("source") if spec.payload else (recorded or {}).get("source")
+        source = spec.payload.cluster.source if isinstance(spec.payload, PlatformPayload) else \
+            (recorded or {}).get("source")
         kubeconfig = outputs.get("kubeconfig")
         if source in (None, "Existing") or kubeconfig is None or not kubeconfig.value:
             return []  # an existing cluster stays, with its load balancers; a stack never applied has none
@@ -317,7 +318,7 @@ class PulumiRunner:
         then the destroy can delete them. A cluster still in the fleet runs its program; one that left it runs
         again from the `clusterArgs` its stack recorded, since the fleet no longer describes it."""
         auto = self.auto
-        if not spec.payload:
+        if spec.payload is None:  # a cluster no longer in the fleet
             outputs = stack.outputs()
             recorded = outputs.get("clusterArgs")
             if recorded is None:

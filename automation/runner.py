@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
 from automation.stacks import StackSpec
+from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId
 
 Operation = Literal["preview", "preview-destroy", "up", "destroy", "refresh", "preview-refresh"]
@@ -39,7 +40,7 @@ def first_error(exc: Exception) -> str:
     return (lines[0] if lines else text.strip().splitlines()[-1] if text.strip() else type(exc).__name__)[:400]
 
 
-class AutomationError(Exception):
+class AutomationError(ModelplaneError):
     """A failure the user can act on, said in one line."""
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 from automation.orchestrator import Orchestrator, Report
 from automation.record import Applied
 from automation.runner import Operation
-from automation.stacks import DesiredState, StackChange, StackSpec, changes, desired_state
+from automation.stacks import Change, DesiredState, StackChange, StackSpec, changes, desired_state
 from fleet.plan import Plan
 from fleet.validate import Fleet
 
@@ -63,16 +63,16 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
         out = []
         for c in prepared.changes:
             if c.change == "none" and c.name in force:
-                out.append(StackChange(c.id, "update", c.depends_on))
+                out.append(StackChange(c.id, Change.update, c.depends_on))
             elif c.change in ("create", "update") or (c.change == "delete" and prune):
                 out.append(c)
         return out
     recorded = set(prepared.recorded)
     if operation in ("refresh", "preview-refresh"):
-        return [StackChange(c.id, "update", c.depends_on) for c in prepared.changes
+        return [StackChange(c.id, Change.update, c.depends_on) for c in prepared.changes
                 if c.name in recorded and c.change != "delete"]
     if operation == "destroy":
-        return [StackChange(c.id, "delete") for c in prepared.changes if c.name in recorded]
+        return [StackChange(c.id, Change.delete) for c in prepared.changes if c.name in recorded]
     raise ValueError(operation)
 
 

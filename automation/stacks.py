@@ -23,22 +23,31 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
-from typing import Any, Literal, Mapping, NamedTuple, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
-from components.args import control_plane_cluster, every_cluster_args, gateway_args
+from components.args import ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, gateway_args
 from components.versions import pinned, project_version
+from fleet.memory import RecordedReplica
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 from workloads.render import (Gateways, Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
                               service_stack, team_stack)
+from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-Change = Literal["create", "update", "delete", "none"]
+class Change(StrEnum):
+    """What a run does to a stack: it was never applied, its fingerprint differs, it is no longer desired, or
+    nothing. Members are their names' strings, so reports and JSON carry the plain word."""
+
+    create = "create"
+    update = "update"
+    delete = "delete"
+    none = "none"
 
 
 class Named:
@@ -59,6 +68,54 @@ class Named:
         return ORDER[self.kind]
 
 
+@dataclass(frozen=True)
+class PlatformPayload:
+    """What a platform stack's program runs: one cluster's typed arguments, the chart versions and, on the cluster
+    that hosts the fleet gateway, MetalLB's address pool. Decided here; the program reads only this."""
+
+    cluster: ClusterArgs
+    versions: dict[str, str]
+    project: str
+    metallb_pool: str | None = None
+
+    def fingerprinted(self) -> dict[str, Any]:
+        return {"cluster": self.cluster.model_dump(), "versions": self.versions, "project": self.project,
+                **({"metallbPool": self.metallb_pool} if self.metallb_pool else {})}
+
+
+@dataclass(frozen=True)
+class GatewayPayload:
+    """What the gateway stack's program runs: the fleet gateway's arguments and the cluster that hosts it."""
+
+    gateway: GatewayArgs
+    versions: dict[str, str]
+    host: str | None
+    project: str
+
+    def fingerprinted(self) -> dict[str, Any]:
+        return {"gateway": self.gateway.model_dump(), "versions": self.versions, "host": self.host,
+                "project": self.project}
+
+
+@dataclass(frozen=True)
+class WorkloadPayload:
+    """What a team, cache, model, endpoints or service stack applies: its rendered objects per target (a cluster,
+    or `control-plane`, which `host` is). `placements`: a model stack's replicas, recorded once it applied (what
+    it remembers, not what it registers: not fingerprinted)."""
+
+    objects: dict[str, list[dict]]
+    project: str
+    host: str | None = None
+    placements: tuple[RecordedReplica, ...] = ()
+
+    def fingerprinted(self) -> dict[str, Any]:
+        return {"objects": self.objects, "project": self.project,
+                **({"host": self.host} if "control-plane" in self.objects else {})}
+
+
+Payload = PlatformPayload | GatewayPayload | WorkloadPayload
+
+
 @dataclass
 class StackSpec(Named):
     """A desired stack: what its program needs (payload), and the fingerprint of what it would register."""
@@ -67,12 +124,30 @@ class StackSpec(Named):
     fingerprint: str
     depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
     targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
-    payload: dict[str, Any] = field(default_factory=dict, repr=False)  # what the stack's program needs
+    payload: Payload | None = field(default=None, repr=False)  # what the stack's program needs (None: a deletion)
 
     @classmethod
     def for_deletion(cls, id: StackId) -> StackSpec:
         """A recorded stack that is no longer desired: enough to select and destroy it (its program never runs)."""
         return cls(id, "")
+
+    @property
+    def objects(self) -> dict[str, list[dict]]:
+        """A workload stack's rendered objects per target ({} for other stacks)."""
+        return self.payload.objects if isinstance(self.payload, WorkloadPayload) else {}
+
+    @property
+    def host(self) -> str | None:
+        """The cluster hosting the control plane, for stacks that write there."""
+        return self.payload.host if isinstance(self.payload, (GatewayPayload, WorkloadPayload)) else None
+
+    @property
+    def placements(self) -> tuple[RecordedReplica, ...]:
+        return self.payload.placements if isinstance(self.payload, WorkloadPayload) else ()
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return self.payload.versions if isinstance(self.payload, (PlatformPayload, GatewayPayload)) else {}
 
 
 @dataclass(frozen=True)
@@ -82,7 +157,7 @@ class StackChange(Named):
     depends_on: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "change": self.change}
+        return {"name": self.name, "change": str(self.change)}
 
 
 def fingerprint(value: object) -> str:
@@ -100,7 +175,7 @@ def gateway_clusters(objects: Mapping[str, list[dict]]) -> list[str]:
                    and GATEWAY_OF_ANNOTATION in (o["metadata"].get("annotations") or {})})
 
 
-def endpoints_fingerprint(payload: dict, gateways: Gateways) -> str:
+def endpoints_fingerprint(payload: WorkloadPayload, gateways: Gateways) -> str:
     """An endpoints stack's fingerprint: its objects with each replica slice's address left out, and the recorded
     gateway address of every cluster they point at instead. The program reads the live address when it applies,
     so its program records the fingerprint of the addresses it read (automation/programs.py): a later change of
@@ -112,9 +187,9 @@ def endpoints_fingerprint(payload: dict, gateways: Gateways) -> str:
         meta = {**o["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
         return {**{k: v for k, v in o.items() if k not in ("endpoints", "addressType")}, "metadata": meta}
 
-    objects = {t: [without_address(o) for o in objs] for t, objs in payload["objects"].items()}
-    addresses = {c: gateways.clusters.get(c) for c in gateway_clusters(payload["objects"])}
-    return fingerprint({**payload, "objects": objects, "gateways": addresses})
+    objects = {t: [without_address(o) for o in objs] for t, objs in payload.objects.items()}
+    addresses = {c: gateways.clusters.get(c) for c in gateway_clusters(payload.objects)}
+    return fingerprint({**payload.fingerprinted(), "objects": objects, "gateways": addresses})
 
 
 def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None) -> dict[str, StackSpec]:
@@ -122,17 +197,18 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None)
     `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint."""
     stacks: dict[str, StackSpec] = {}
     release = project_version()
-    payload: dict[str, Any]
-    for name, args in every_cluster_args(fleet).items():
-        payload = {"cluster": args.model_dump(), "versions": pinned(versions), "project": release}
-        platform = StackId.platform(name)
-        stacks[str(platform)] = StackSpec(platform, fingerprint(payload), targets=[name], payload=payload)
     gateway = gateway_args(fleet, host)
+    # MetalLB belongs to the cluster that hosts the gateway: its own Gateway needs the address first
+    metallb = gateway.metallb_address_pool if gateway is not None else None
+    for name, args in every_cluster_args(fleet).items():
+        platform = PlatformPayload(args, pinned(versions), release, metallb if name == host else None)
+        id = StackId.platform(name)
+        stacks[str(id)] = StackSpec(id, fingerprint(platform.fingerprinted()), targets=[name], payload=platform)
     if gateway is not None:
-        payload = {"gateway": gateway.model_dump(), "versions": pinned(versions), "host": host, "project": release}
-        stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(payload),
+        front = GatewayPayload(gateway, pinned(versions), host, release)
+        stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(front.fingerprinted()),
                                       depends_on=[str(StackId.platform(host))] if host else [], targets=["control-plane"],
-                                      payload=payload)
+                                      payload=front)
     return stacks
 
 
@@ -144,23 +220,22 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     known = known or {}
     host = control_plane_cluster(fleet, control_plane)
     stacks = platform_specs(fleet, host, versions)
-    payload: dict[str, Any]
     release = project_version()
+    placed: dict[str, list[RecordedReplica]] = {}
+    for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
+        placed.setdefault(model_stack(r.namespace, r.deployment), []).append(r.recorded())
     for name, targets in rendered.stacks.items():
-        payload = {"objects": {t: objs for t, objs in sorted(targets.items())}, "project": release}
-        if "control-plane" in targets:  # only stacks on the control plane care which cluster hosts it
-            payload["host"] = host
+        # only stacks on the control plane care which cluster hosts it
+        payload = WorkloadPayload({t: objs for t, objs in sorted(targets.items())}, release,
+                                  host if "control-plane" in targets else None, tuple(placed.get(name, ())))
         # every target's platform stack runs first; the control plane's is the host's
         deps = [str(StackId.platform(t)) for t in sorted(targets) if t != "control-plane"]
         if host and "control-plane" in targets:
             deps.append(str(StackId.platform(host)))
         id = StackId.parse(name)
-        digest = endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints" else fingerprint(payload)
+        digest = endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints" else \
+            fingerprint(payload.fingerprinted())
         stacks[name] = StackSpec(id, known.get(name) or digest, deps, sorted(targets), payload)
-    for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
-        spec = stacks.get(model_stack(r.namespace, r.deployment))
-        if spec is not None:
-            spec.payload.setdefault("placements_recorded", []).append(r.recorded())
     _link(fleet, plan, stacks, host)
     return stacks
 
@@ -181,7 +256,7 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
     for spec in stacks.values():
         if spec.kind != "endpoints":
             continue
-        for obj in spec.payload["objects"].get("control-plane", []):
+        for obj in spec.objects.get("control-plane", []):
             endpoint = obj["metadata"].get("labels", {}).get("modelplane.ai/endpoint")
             serving = served.get((spec.id.namespace or "", endpoint))
             if serving is not None:
@@ -262,11 +337,11 @@ def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[Sta
     out = []
     for spec in sorted(desired.values(), key=lambda s: (s.rank, s.name)):
         before = recorded.get(spec.name)
-        change: Change = "create" if before is None else "none" if before == spec.fingerprint else "update"
+        change = Change.create if before is None else Change.none if before == spec.fingerprint else Change.update
         out.append(StackChange(spec.id, change, tuple(spec.depends_on)))
     gone = [StackId.parse(name) for name in recorded if name not in desired]
     for id in sorted(gone, key=lambda i: (-i.rank, str(i))):
-        out.append(StackChange(id, "delete"))
+        out.append(StackChange(id, Change.delete))
     return out
 
 

@@ -18,11 +18,12 @@ import yaml
 
 from components.args import ClusterArgs
 from components.serving_stack import ClusterFacts
+from fleet.errors import ModelplaneError
 
 TYPE = "modelplane:existing:InferenceCluster"
 
 
-class MissingKubeconfig(pulumi.RunError):
+class MissingKubeconfig(ModelplaneError, pulumi.RunError):
     pass
 
 

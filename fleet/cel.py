@@ -19,9 +19,9 @@ import hashlib
 import io
 import sys
 import threading
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import celpy
@@ -31,11 +31,12 @@ from celpy import celparser
 from celpy.evaluation import base_functions
 
 from fleet.disk_cache import default_root, sealed, unsealed, write_atomically
+from fleet.errors import ModelplaneError
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
 
 
-class CelCompileError(ValueError):
+class CelCompileError(ModelplaneError, ValueError):
     pass
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api import KINDS
+from fleet.errors import ModelplaneError
 from fleet.json_schema import schema
 
 
-class ExplainError(ValueError):
+class ExplainError(ModelplaneError, ValueError):
     pass
 
 

@@ -13,6 +13,8 @@ import re
 from decimal import ROUND_UP, Context, Decimal, InvalidOperation
 from functools import total_ordering
 
+from fleet.errors import ModelplaneError
+
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 _CTX = Context(prec=60)
@@ -26,7 +28,7 @@ _EXPONENT_RE = re.compile(rf"^({_NUMBER})[eE]([+-]?\d+)$")
 _SUFFIX_RE = re.compile(rf"^({_NUMBER})([numkMGTPE]?)$")
 
 
-class QuantityError(ValueError):
+class QuantityError(ModelplaneError, ValueError):
     pass
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from fleet.errors import ModelplaneError
+
 CLUSTER_SECRETS_NAMESPACE = "modelplane-system"  # where the reference keeps kubeconfig Secrets
 
 
@@ -65,7 +67,7 @@ class SecretRef:
         return raw.upper().replace("-", "_").replace(".", "_")
 
 
-class SecretManifestError(ValueError):
+class SecretManifestError(ModelplaneError, ValueError):
     pass
 
 

@@ -13,12 +13,14 @@ import re
 from dataclasses import dataclass
 from functools import total_ordering
 
+from fleet.errors import ModelplaneError
+
 _NUMERIC = re.compile(r"^(0|[1-9][0-9]*)$")
 _DIGITS = re.compile(r"^[0-9]+$")
 _ALNUM = re.compile(r"^[0-9A-Za-z-]+$")
 
 
-class SemverError(ValueError):
+class SemverError(ModelplaneError, ValueError):
     pass
 
 

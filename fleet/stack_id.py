@@ -19,20 +19,40 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, cast
+from enum import StrEnum
 
-StackKind = Literal["platform", "gateway", "team", "cache", "model", "endpoints", "service"]
-KINDS: tuple[StackKind, ...] = ("platform", "gateway", "team", "cache", "model", "endpoints", "service")
-NAMESPACED: tuple[StackKind, ...] = ("team", "cache", "model", "service")  # <kind>-<namespace>.<name>
-PER_NAMESPACE: tuple[StackKind, ...] = ("endpoints",)  # <kind>-<namespace>
-ORDER: dict[StackKind, int] = {"platform": 0, "gateway": 1, "team": 2, "cache": 3, "model": 4, "endpoints": 5,
-                               "service": 6}
+import yaml
+
+from fleet.errors import ModelplaneError
+
+
+class StackKind(StrEnum):
+    """What a stack stands for. Members are their names' strings (a member equals, hashes and formats as its
+    value), so a kind read from a stack name or compared with text is the same kind."""
+
+    platform = "platform"
+    gateway = "gateway"
+    team = "team"
+    cache = "cache"
+    model = "model"
+    endpoints = "endpoints"
+    service = "service"
+
+
+# YAML output writes an enum member as its word, as JSON does (yaml's safe dumper refuses str subclasses)
+for _dumper in (yaml.representer.SafeRepresenter, yaml.SafeDumper, getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    _dumper.add_multi_representer(StrEnum, lambda dumper, value: dumper.represent_str(str(value)))
+
+KINDS: tuple[StackKind, ...] = tuple(StackKind)
+NAMESPACED: tuple[StackKind, ...] = (StackKind.team, StackKind.cache, StackKind.model, StackKind.service)
+PER_NAMESPACE: tuple[StackKind, ...] = (StackKind.endpoints,)  # <kind>-<namespace>
+ORDER: dict[StackKind, int] = {kind: rank for rank, kind in enumerate(KINDS)}  # the order stacks apply in
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Pulumi stack names: letters, digits, '-', '_', '.'; at most 100 characters.
 MAX_LENGTH = 100
 
 
-class StackIdError(ValueError):
+class StackIdError(ModelplaneError, ValueError):
     pass
 
 
@@ -45,31 +65,31 @@ class StackId:
 
     @classmethod
     def platform(cls, cluster: str) -> StackId:
-        return cls("platform", None, cluster)
+        return cls(StackKind.platform, None, cluster)
 
     @classmethod
     def gateway(cls) -> StackId:
-        return cls("gateway")
+        return cls(StackKind.gateway)
 
     @classmethod
     def team(cls, namespace: str, cluster: str) -> StackId:
-        return cls("team", namespace, cluster)
+        return cls(StackKind.team, namespace, cluster)
 
     @classmethod
     def endpoints(cls, namespace: str) -> StackId:
-        return cls("endpoints", namespace)
+        return cls(StackKind.endpoints, namespace)
 
     @classmethod
     def model(cls, namespace: str, name: str) -> StackId:
-        return cls("model", namespace, name)
+        return cls(StackKind.model, namespace, name)
 
     @classmethod
     def service(cls, namespace: str, name: str) -> StackId:
-        return cls("service", namespace, name)
+        return cls(StackKind.service, namespace, name)
 
     @classmethod
     def cache(cls, namespace: str, name: str) -> StackId:
-        return cls("cache", namespace, name)
+        return cls(StackKind.cache, namespace, name)
 
     @property
     def cluster(self) -> str | None:
@@ -101,7 +121,7 @@ class StackId:
         kind, sep, rest = text.partition("-")
         if not sep or not rest or kind not in KINDS or kind == "gateway":
             raise StackIdError(f"{text!r} is not a modelplane stack name")
-        typed = cast(StackKind, kind)
+        typed = StackKind(kind)
         if typed == "platform":
             return cls.platform(rest)
         if typed in PER_NAMESPACE:

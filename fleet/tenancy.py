@@ -11,10 +11,14 @@ keeps it with the annotation `modelplane.ai/workload-namespaces: Default` on its
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fleet.validate import Fleet
+
+class Objects(Protocol):
+    """What `mode` reads of a fleet (fleet.validate.Fleet is one): its objects of a kind. A protocol, so that this
+    module, which validation imports, never imports validation back."""
+
+    def of(self, kind: Any) -> Any: ...
 
 ANNOTATION = "modelplane.ai/workload-namespaces"
 PER_TEAM, SHARED = "PerTeam", "Default"
@@ -30,7 +34,7 @@ RESERVED = frozenset({
 })
 
 
-def mode(fleet: Fleet) -> str:
+def mode(fleet: Objects) -> str:
     """The fleet's choice (PerTeam unless its InferenceGateway says Default)."""
     for gateway in fleet.of("InferenceGateway"):
         value = (gateway.metadata.annotations or {}).get(ANNOTATION)

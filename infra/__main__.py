@@ -5,6 +5,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from infra.program import main  # noqa: E402
+from infra.laptop import main  # noqa: E402
 
 main()

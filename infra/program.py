@@ -15,10 +15,9 @@ gatewayAddressType made from it), pools (name, nodes, devices).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pulumi
 
@@ -29,8 +28,8 @@ from components.fleet_gateway import FleetGateway
 from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
+from fleet.errors import ModelplaneError
 from fleet.secrets import kubeconfig_ref
-from fleet.stack_id import StackId, StackIdError
 from fleet.validate import load_fleet
 from workloads.service_routing import gateway_endpoints, slice_address_type
 
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 PROVISIONED = {"GKE", "EKS", "AKS", "Nebius"}
 
 
-class InvalidFleet(pulumi.RunError):
+class InvalidFleet(ModelplaneError, pulumi.RunError):
     """Bad manifests: one line per problem, no traceback (RunError prints only its message)."""
 
 
@@ -176,40 +175,10 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     return outputs
 
 
-def automation_stack(name: str) -> tuple[StackId, str | None] | None:
-    """A stack named as `modelplane up` names it (`platform-<cluster>`, `gateway`, optionally `<fleet>_` first):
-    the id and the fleet name; None for any other name (a laptop's whole-fleet stack)."""
-    fleet_name, _, rest = name.rpartition("_")
-    try:
-        id = StackId.parse(rest)
-    except StackIdError:
-        return None
-    return (id, fleet_name or None) if id.kind in ("platform", "gateway") else None
-
-
 def main() -> None:
+    """The whole fleet in one stack (a laptop sandbox), or the gateway alone for the operator executor
+    (`controlPlaneStack`). Stacks named as `modelplane up` names them run infra/laptop.py instead."""
     config = pulumi.Config("modelplane")
-    named = automation_stack(pulumi.get_stack())
-    if named is not None and config.get("cluster") not in (None, "", named[0].cluster):
-        raise InvalidFleet(f"stack {pulumi.get_stack()}: modelplane:cluster is {config.get('cluster')!r}; a stack named "
-                           "as `modelplane up` names it runs the cluster its name says (unset the key, or rename)")
-    if named is not None and not config.get("controlPlaneStack"):
-        # the stack `modelplane up` runs under this name: the same spec, fingerprint and record (one stack, two doors)
-        from automation.programs import program_for
-        from automation.stacks import platform_specs
-
-        fleet = load(config.require("fleet"))
-        id, fleet_name = named
-        try:
-            host = control_plane_cluster(fleet, config.get("controlPlaneCluster") or None)
-        except ValueError as exc:
-            raise InvalidFleet(f"modelplane:controlPlaneCluster: {exc}") from None
-        spec = platform_specs(fleet, host).get(str(id))
-        if spec is None:
-            raise InvalidFleet(f"stack {pulumi.get_stack()}: {id} is not a stack of this fleet (no such "
-                               "InferenceCluster, or no InferenceGateway for the gateway stack)")
-        program_for(spec, fleet, None, fleet_name)()
-        return
     gateway_kubeconfig = None
     reference = config.get("controlPlaneStack")
     if reference:  # the gateway stack alone (the operator executor): the host's platform stack ran before it

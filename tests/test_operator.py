@@ -79,7 +79,7 @@ def test_programs_hold_exactly_what_render_writes_and_no_secret_value(desired):
     assert set(programs) == {n for n, s in desired.specs.items() if s.kind not in ("platform", "gateway")}
     for name, program in programs.items():
         resources = program["program"]["resources"]
-        for target, objects in desired.specs[name].payload["objects"].items():
+        for target, objects in desired.specs[name].objects.items():
             written = unescape(resources[f"{target}-objects"]["properties"]["objs"])
             secrets = [r["properties"]["metadata"]["name"] for key, r in resources.items()
                        if key.startswith(f"{target}-secret-")]

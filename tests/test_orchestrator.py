@@ -82,7 +82,7 @@ class FakeRunner:
             fingerprint = stack.fingerprint
             if stack.kind == "endpoints" and self.record is not None:
                 fingerprint = endpoints_fingerprint(stack.payload, self.record.gateways())
-            written = record_output(fingerprint, stack.payload.get("placements_recorded") or [])
+            written = record_output(fingerprint, stack.placements)
             return RunResult(stack.name, operation, True, {"create": 1},
                              {"gatewayAddress": "203.0.113.9", RECORD_OUTPUT: written})
         finally:
@@ -130,7 +130,7 @@ def test_records_only_successes_and_isolates_failures(tmp_path):
     assert "platform-byo-eu" not in recorded and "gateway" not in recorded
     assert recorded["platform-gke-us-central"] == specs["platform-gke-us-central"].fingerprint
     expected = {r.name for stack in ("model-ml-team.qwen3-8b", "model-ml-team.kimi-k2")  # the model stacks that applied
-                for r in specs[stack].payload["placements_recorded"]}
+                for r in specs[stack].placements}
     assert {p.name for p in store.placements()} == expected
 
 

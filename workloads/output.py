@@ -14,17 +14,18 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from fleet.errors import ModelplaneError
 from fleet.loader import RENDER_MARKER
 from workloads.yamlio import dump_fast as dump
 
 MARKER = RENDER_MARKER
 
 
-class OutputError(Exception):
+class OutputError(ModelplaneError):
     pass
 
 
-class InvalidObjects(Exception):
+class InvalidObjects(ModelplaneError):
     """Objects their schema rejects, found while writing: nothing was written. One line each, in render order."""
 
     def __init__(self, problems: list[str]):

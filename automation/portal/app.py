@@ -27,10 +27,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from automation.portal.auth import Principal, Tokens, TokensFile, digest
-from automation.portal.guard import Caller, Guard, SignInLimiter, status_body
 from automation import conditions
 from automation.conditions import Observed
+from automation.portal.auth import Principal, Tokens, TokensFile, digest
+from automation.portal.guard import Caller, Guard, SignInLimiter, status_body
 from automation.portal.overlay import PendingOverlay, overlaid
 from automation.portal.placing import Placing
 from automation.portal.replanner import Replanner
@@ -38,6 +38,7 @@ from automation.portal.service import PLURALS, ApiError, commit, compute_for, pa
 from automation.portal.store import Store, StoreBusy
 from fleet import tenancy
 from fleet.api import KINDS
+from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, StackIdError
 from fleet.validate import Fleet
 
@@ -725,7 +726,7 @@ def _pools(clusters: list[dict], classes: dict, plan: dict) -> list[dict]:
     return rows
 
 
-class StartupError(Exception):
+class StartupError(ModelplaneError):
     """The portal cannot start for a reason the user fixes (a busy port, a bad database URL): one line, exit 2."""
 
 

@@ -30,12 +30,14 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 
+from fleet.errors import ModelplaneError
+
 log = logging.getLogger("modelplane.portal")
 
 NAMESPACE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
-class TokensFileError(Exception):
+class TokensFileError(ModelplaneError):
     pass
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 
 from automation.conditions import snapshot
-from automation.stacks import Known, changes, desired_state
 from automation.record import replica_from_dict
+from automation.stacks import Known, changes, desired_state
 from fleet.api import KINDS, Resource
+from fleet.errors import ModelplaneError
 from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import PlanMemo
@@ -31,7 +32,7 @@ PLURALS = {
 }
 
 
-class ApiError(Exception):
+class ApiError(ModelplaneError):
     def __init__(self, code: int, reason: str, message: str, causes: list[dict] | None = None,
                  headers: dict[str, str] | None = None):
         super().__init__(message)

@@ -25,6 +25,8 @@ from sqlalchemy import (Column, DateTime, Index, Integer, MetaData, String, Tabl
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
+from fleet.errors import ModelplaneError
+
 WRITE_WAIT = 5.0  # seconds a write waits for the fleet-wide write lock before it is answered 503
 MAX_WAITING_WRITES = 8  # writes queued at once; more are answered 503 at once (threads stay free for reads)
 SESSION_HOURS = 12
@@ -81,11 +83,11 @@ sessions = Table(
 )
 
 
-class StoreError(Exception):
+class StoreError(ModelplaneError):
     """The database cannot be opened (a user error at startup: a bad URL, an unreachable server)."""
 
 
-class StoreBusy(Exception):
+class StoreBusy(ModelplaneError):
     """The write lock was not free in time: the request is answered 503 with Retry-After."""
 
 

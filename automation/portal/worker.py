@@ -38,7 +38,7 @@ from automation.portal.store import Store, now, runs
 from automation.record import RECORD_OUTPUT, Applied, Record, replica_from_dict
 from automation.runner import AutomationError, StackRunner
 from automation.session import undeployable
-from automation.stacks import StackChange, desired_state
+from automation.stacks import Change, StackChange, desired_state
 from automation.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
 from fleet.validate import Fleet
@@ -223,9 +223,9 @@ class Worker(threading.Thread):
         for run in batch:
             spec = specs.get(run["stack"])
             if run["operation"] == "up" and spec is not None:
-                items.append(StackChange(spec.id, "update", tuple(spec.depends_on)))
+                items.append(StackChange(spec.id, Change.update, tuple(spec.depends_on)))
             else:
-                items.append(StackChange(StackId.parse(run["stack"]), "delete"))
+                items.append(StackChange(StackId.parse(run["stack"]), Change.delete))
         pending: dict[int, list[str]] = {}
         last_flush = [time.monotonic()]
         guard = threading.Lock()
