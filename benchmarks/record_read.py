@@ -25,7 +25,7 @@ def main() -> None:
     import pytest
 
     from automation.cli import main as modelplane
-    from automation.pulumi_record import PulumiRecord
+    from automation.record.backend import PulumiRecord
     from tests import pulumi_double
 
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:

@@ -12,7 +12,7 @@ One-to-one: a namespace is a DNS label, which has no `.`, so the first `.` after
 separates namespace from name; `ml-team/qwen` is `model-ml-team.qwen` and `ml/team-qwen` is
 `model-ml.team-qwen`. (The first encoding, `model-<ns>-<name>`, gave both the same stack.)
 Names in that first encoding parse as *legacy* ids, which render back unchanged, so stacks
-recorded under them can still be found, renamed (automation/migration.py) or destroyed.
+recorded under them can still be found, renamed (automation/execution/migration.py) or destroyed.
 """
 
 from __future__ import annotations

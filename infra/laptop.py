@@ -1,8 +1,8 @@
 """`pulumi up` from the repository: the stack `modelplane up` runs under the same name, or the whole fleet.
 
 A stack named as the automation layer names it (`platform-<cluster>`, `gateway`, optionally `<fleet>_` first)
-runs the spec `modelplane up` runs for it (automation/stacks.py `platform_specs`), through the same program
-(automation/programs.py), so it registers the same resources and writes the same record: one stack, two
+runs the spec `modelplane up` runs for it (automation/planning/stacks.py `platform_specs`), through the same program
+(automation/execution/programs.py), so it registers the same resources and writes the same record: one stack, two
 doors. Any other stack name runs the whole fleet in one stack (infra/program.py `main`), a laptop sandbox.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pulumi
 
-from automation.programs import program_for
-from automation.stacks import platform_specs
+from automation.execution.programs import program_for
+from automation.planning.stacks import platform_specs
 from components.args import control_plane_cluster
 from fleet.stack_id import StackId, StackIdError
 from infra import program

@@ -125,7 +125,7 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     """Create every platform component of the fleet (or of one cluster); returns the outputs it exported.
 
     `gateway_kubeconfig` (an Output) hosts the fleet gateway on a cluster whose platform stack is another stack.
-    `only` (one cluster) and `gateway_only` are the stack's own, from its name (automation/programs.py); without
+    `only` (one cluster) and `gateway_only` are the stack's own, from its name (automation/execution/programs.py); without
     them the config's `cluster` and `gatewayOnly` say.
     """
     config = config or pulumi.Config("modelplane")

@@ -1,4 +1,4 @@
-"""Every test keeps its caches to itself: `plan --against` writes base summaries (automation/base_cache.py)."""
+"""Every test keeps its caches to itself: `plan --against` writes base summaries (automation/planning/base_cache.py)."""
 
 import pytest
 

@@ -31,8 +31,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from automation.kube import ALL_NAMESPACES, RESOURCES
-from automation.operator import CRDS
+from automation.execution.kube import ALL_NAMESPACES, RESOURCES
+from automation.operator.export import CRDS
 from workloads.schemas import check
 
 FINALIZER = "finalizer.stack.pulumi.com"

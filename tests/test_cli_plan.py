@@ -138,7 +138,7 @@ def test_plan_and_render_read_what_up_recorded_unless_fresh(tmp_path, monkeypatc
 
     import yaml as _yaml
 
-    from automation.record import record_output
+    from automation.record.applied import record_output
     from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
     from fleet.names import replica_name
     from tests import pulumi_double

@@ -97,8 +97,8 @@ def test_changed_against_needs_offline(tmp_path, capsys):
 
 
 def test_what_a_check_of_changed_stacks_must_see():
-    from automation.offline_preview import around
-    from automation.stacks import StackSpec
+    from automation.planning.offline_preview import around
+    from automation.planning.stacks import StackSpec
     from fleet.stack_id import StackId
 
     def spec(name, *deps):
@@ -122,7 +122,7 @@ def test_streamed_json_is_the_one_document_json_dumps_writes():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from automation.output import stream_json
+    from automation.cli.output import stream_json
 
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
     values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),

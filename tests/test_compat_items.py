@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from automation.stacks import desired_state
+from automation.planning.stacks import desired_state
 from components.args import control_plane_cluster
 from fleet.validate import load_fleet
 from tests.manifests import cache, cluster, deployment, gateway, gpu_class, run

@@ -6,7 +6,7 @@ import pulumi
 import pytest
 import yaml
 
-from automation.offline import OfflineRunError, is_secret, run
+from automation.planning.offline import OfflineRunError, is_secret, run
 from components.args import cluster_args
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster
@@ -258,7 +258,7 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
 
 
 def test_missing_existing_kubeconfig_is_one_clear_error(example_fleet):
-    from automation.offline import OfflineRunError
+    from automation.planning.offline import OfflineRunError
     with pytest.raises(OfflineRunError, match=r"InferenceCluster/byo-eu: no kubeconfig; give a v1/Secret modelplane-system/byo-eu-kubeconfig"):
         registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), "x", {"modelplane:cluster": "byo-eu"})
 

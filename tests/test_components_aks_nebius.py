@@ -8,9 +8,9 @@ import pathlib
 import pytest
 import yaml
 
-from automation.deployability import check_fleet
-from automation.offline import is_secret
-from automation.offline_preview import all_stacks
+from automation.planning.deployability import check_fleet
+from automation.planning.offline import is_secret
+from automation.planning.offline_preview import all_stacks
 from components.args import cluster_args
 from fleet.validate import load_fleet
 from infra.program import platform

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.conditions import Observed, standing
+from automation.planning.conditions import Observed, standing
 from tests.manifests import cluster, deployment, endpoint, gpu_class, service
 from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer
 

@@ -11,7 +11,7 @@ from automation.cli import main
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPORT = ("import atexit, gc, sys\n"
           "atexit.register(lambda: print('collector', gc.isenabled(), gc.get_threshold(), file=sys.stderr))\n"
-          "from automation.console import main\n"
+          "from automation.cli.console import main\n"
           "sys.argv = ['modelplane', *sys.argv[1:]]\n"
           "sys.exit(main())\n")
 

@@ -14,9 +14,9 @@ import pathlib
 import pytest
 import yaml
 
-from automation.deployability import RULES, ClusterFacts, Graph, check, check_fleet
-from automation.offline import Registered
-from automation.offline_preview import StackPreview, all_stacks
+from automation.planning.deployability import RULES, ClusterFacts, Graph, check, check_fleet
+from automation.planning.offline import Registered
+from automation.planning.offline_preview import StackPreview, all_stacks
 from components.serving_stack import envoy_gateway_values
 from fleet.validate import load_fleet
 
@@ -432,8 +432,8 @@ def test_unprovisioned_sources_fail_the_check_naming_what_to_do():
 @pytest.mark.parametrize("stack_name", ["gcp-dev", "aws-prod", "existing"])
 def test_the_laptop_stacks_are_deployable(stack_name):
     """`pulumi up` from a laptop runs the whole fleet as one stack: the same rules hold inside it."""
-    from automation.offline import run
-    from automation.offline_preview import expand, locate
+    from automation.planning.offline import run
+    from automation.planning.offline_preview import expand, locate
     from infra.program import main
 
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack_name}.yaml").read_text())["config"]

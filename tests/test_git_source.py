@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from automation.git_source import GitRefError, pinned_commit, redacted
+from automation.operator.git_source import GitRefError, pinned_commit, redacted
 
 
 def git(cwd, *args: str) -> str:

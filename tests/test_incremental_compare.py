@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import workloads.render
-from automation import compare as compare_module
-from automation.base_cache import BaseCache, BaseSummary, base_key
-from automation.compare import compare, markdown, to_dict
+from automation.planning import compare as compare_module
+from automation.planning.base_cache import BaseCache, BaseSummary, base_key
+from automation.planning.compare import compare, markdown, to_dict
 from benchmarks.plan_bench import generate
 from fleet.plan_output import plan_to_dict
 from fleet.validate import load_fleet
@@ -146,7 +146,7 @@ def test_an_unreadable_summary_is_recomputed_and_replaced(tmp_path):
 
 
 def test_the_cache_keeps_only_the_newest_summaries(tmp_path, monkeypatch):
-    monkeypatch.setattr("automation.base_cache.KEEP", 3)
+    monkeypatch.setattr("automation.planning.base_cache.KEEP", 3)
     cache = BaseCache(tmp_path)
     summary = BaseSummary([], [], {}, {})
     for i in range(5):
@@ -176,7 +176,7 @@ def test_random_edits_of_a_generated_fleet(tmp_path):
 def test_collisions_are_found_with_stacks_that_were_not_composed_again():
     """Two teams' same-named deployments in the shared `default` namespace collide. When one of them is reused
     from before (not composed again), its objects' identities still meet the other's."""
-    from automation.stacks import desired_state
+    from automation.planning.stacks import desired_state
     from tests.manifests import cluster, deployment, gateway, gpu_class
 
     shared = gateway()
@@ -226,7 +226,7 @@ def test_a_base_whose_files_are_unchanged_is_not_parsed_again(tmp_path, monkeypa
 
 
 def test_the_files_key_follows_every_input():
-    from automation.base_cache import source_key
+    from automation.planning.base_cache import source_key
 
     files = [("a.yaml", b"kind: A\n"), ("b.yaml", b"kind: B\n")]
     key = source_key(files, [])

@@ -288,7 +288,7 @@ def test_force_reruns_an_unchanged_stack_and_refresh_reads_the_clouds_first(doub
 
 
 def test_upgrading_a_pinned_chart_or_the_project_reruns_the_stacks_it_affects(monkeypatch):
-    from automation.stacks import desired_state
+    from automation.planning.stacks import desired_state
     from components import versions
     from fleet.validate import load_fleet
 
@@ -301,7 +301,7 @@ def test_upgrading_a_pinned_chart_or_the_project_reruns_the_stacks_it_affects(mo
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {name for name in before if name.startswith("platform-") or name == "gateway"}
     monkeypatch.setattr(versions, "project_version", lambda: "9.9.9")
-    import automation.stacks as stacks_module
+    import automation.planning.stacks as stacks_module
     monkeypatch.setattr(stacks_module, "project_version", lambda: "9.9.9")
     again = {name: spec.fingerprint for name, spec in desired_state(fleet).specs.items()}
     assert all(again[name] != after[name] for name in again)  # a new release re-runs every stack
@@ -369,7 +369,7 @@ def test_portal_runs_wait_while_the_cli_holds_the_state(double):
 
     state = double.work / ".modelplane"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]);"
-                               "from automation.state import WorkdirLock; s = WorkdirLock(sys.argv[2]); s.lock();"
+                               "from automation.execution.state import WorkdirLock; s = WorkdirLock(sys.argv[2]); s.lock();"
                                "print('locked', flush=True); time.sleep(60)", str(ROOT), str(state)],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -590,8 +590,7 @@ def test_destroying_a_provisioned_cluster_first_has_the_cloud_delete_its_load_ba
 
 def test_a_load_balancer_the_cloud_does_not_delete_stops_the_destroy_before_anything_is_destroyed(
         double, tmp_path, capsys, monkeypatch):
-    from automation import pulumi_runner
-
+    from automation.execution import pulumi_runner
     monkeypatch.setattr(pulumi_runner, "LOAD_BALANCER_WAIT", 0.3)
     docs = copy.deepcopy(double.docs)
     kube = _eks_cluster_with_load_balancers(double, tmp_path)
@@ -623,8 +622,8 @@ def test_a_network_held_by_a_leftover_load_balancer_says_what_to_delete(double, 
 def test_a_destroy_that_keeps_its_protected_cluster_leaves_its_load_balancers_serving(double, tmp_path, capsys):
     """A runner that keeps protection on (the portal's worker, any caller without unprotect) fails to destroy a
     protected cluster: it must not first take its gateway away."""
-    from automation.pulumi_runner import PulumiRunner
-    from automation.stacks import StackSpec
+    from automation.execution.pulumi_runner import PulumiRunner
+    from automation.planning.stacks import StackSpec
     from fleet.stack_id import StackId
     from fleet.validate import load_fleet
 

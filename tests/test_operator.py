@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.operator import (CRDS, STACK_ANNOTATION, ExportError, ExportOptions, derived_name_problems, export,
+from automation.operator.export import (CRDS, STACK_ANNOTATION, ExportError, ExportOptions, derived_name_problems, export,
                                  object_name, problems)
-from automation.stacks import desired_state
+from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
 from tests import pulumi_double
 from workloads.schemas import check
@@ -240,7 +240,7 @@ def test_an_existing_clusters_kubeconfig_comes_from_a_secret_in_the_stacks_names
 def test_the_gateway_stack_runs_the_root_program_with_its_hosts_kubeconfig(desired, monkeypatch):
     """The operator runs the repository's Pulumi.yaml for the gateway alone: the program must find the host
     cluster's kubeconfig through the platform stack the Stack names (it has no cluster of its own)."""
-    from automation.offline import run, unwrap
+    from automation.planning.offline import run, unwrap
     from infra.program import main as platform_program
 
     (gateway,) = export(desired, OPTIONS)["gateway.yaml"]
@@ -256,7 +256,7 @@ def test_the_gateway_stack_runs_the_root_program_with_its_hosts_kubeconfig(desir
 
 
 def test_the_fast_writer_writes_the_same_bytes_in_one_process_or_several(desired, tmp_path, monkeypatch):
-    import automation.operator as operator_module
+    import automation.operator.export as operator_module
     from workloads.yamlio import dump, dump_fast
 
     files = export(desired, OPTIONS)

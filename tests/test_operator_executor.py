@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.kube import KubeClient, KubeError
-from automation.operator import ExportOptions, object_name
-from automation.operator_runner import verdict
+from automation.execution.kube import KubeClient, KubeError
+from automation.operator.export import ExportOptions, object_name
+from automation.operator.runner import verdict
 from tests.fake_kube import TOKEN, FakeKube, stack_name, wait_until
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -146,7 +146,7 @@ def test_a_failed_stack_fails_the_command_and_its_dependents_are_never_handed_ov
     assert "not run: depends on model-ml-team.qwen3-8b, which failed" in out.err
     assert "service-ml-team.qwen3-8b" not in applied(kube)  # never reaches the operator
     assert "model-ml-team.qwen3-coder" in applied(kube)  # the rest goes on
-    from automation.operator_runner import applied_fingerprint
+    from automation.operator.runner import applied_fingerprint
     assert applied_fingerprint(kube.cluster.stacks()["model-ml-team.qwen3-8b"]) == ""  # not recorded as applied
     # status shows where the operator is with it, from the Stack's status
     capsys.readouterr()
@@ -361,8 +361,7 @@ def test_the_portal_hands_accepted_changes_to_the_operator(kube, tmp_path):
 
 
 def test_the_operator_executor_hands_over_many_stacks_at_once_unless_told(kube, tmp_path, monkeypatch, caplog):
-    from automation import orchestrator
-
+    from automation.execution import orchestrator
     seen = []
     original = orchestrator.Orchestrator.__init__
 

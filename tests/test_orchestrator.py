@@ -10,12 +10,12 @@ import time
 
 import yaml
 
-from automation.orchestrator import Orchestrator
-from automation.runner import RunResult
-from automation.stacks import desired_state, changes
-from automation.record import RECORD_OUTPUT, Applied, AppliedStack, record_output
-from automation.stacks import endpoints_fingerprint
-from automation.state import WorkdirLock
+from automation.execution.orchestrator import Orchestrator
+from automation.execution.runner import RunResult
+from automation.planning.stacks import desired_state, changes
+from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, record_output
+from automation.planning.stacks import endpoints_fingerprint
+from automation.execution.state import WorkdirLock
 from fleet.scheduler import schedule
 from tests.manifests import run
 
@@ -205,7 +205,7 @@ def test_preview_records_nothing(tmp_path):
 
 
 def test_state_lock_refuses_a_second_writer(tmp_path):
-    from automation.state import StateLocked
+    from automation.execution.state import StateLocked
     import subprocess
     import sys
     first = WorkdirLock(tmp_path)
@@ -213,7 +213,7 @@ def test_state_lock_refuses_a_second_writer(tmp_path):
     try:
         code = subprocess.run([sys.executable, "-c", f"""
 import sys
-from automation.state import WorkdirLock, StateLocked
+from automation.execution.state import WorkdirLock, StateLocked
 try:
     WorkdirLock({str(tmp_path)!r}).lock()
 except StateLocked as exc:

@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from automation import conditions
+from automation.planning import conditions
 from automation.portal.overlay import SECTIONS, Overlay, PendingOverlay, overlaid
 from automation.portal.store import Store
 

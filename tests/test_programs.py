@@ -6,12 +6,12 @@ import pathlib
 
 import pytest
 
-from automation import offline
-from automation.offline import run, unwrap
-from automation.offline_preview import all_stacks
-from automation.programs import program_for, stack_config
-from automation.projects import project_of
-from automation.stacks import desired_state
+from automation.planning import offline
+from automation.planning.offline import run, unwrap
+from automation.planning.offline_preview import all_stacks
+from automation.execution.programs import program_for, stack_config
+from automation.execution.projects import project_of
+from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def test_first_preview_of_a_fresh_fleet_needs_no_platform_outputs(examples, monk
         return original(self, args)
 
     monkeypatch.setattr(offline.Recorder, "new_resource", no_outputs)
-    from automation.offline_preview import preview_stack
+    from automation.planning.offline_preview import preview_stack
 
     for name in ("gateway", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b", "cache-ml-team.qwen3-coder"):
         preview = preview_stack(specs[name], fleet)

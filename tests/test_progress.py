@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from automation.cli import _progress
-from automation.progress import Bar
+from automation.cli.progress import Bar
 
 
 class Terminal(io.StringIO):

@@ -17,7 +17,7 @@ import pulumi
 import pytest
 import yaml
 
-from automation.offline import run
+from automation.planning.offline import run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())

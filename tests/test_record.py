@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.projects import PLATFORM_PROJECT
+from automation.execution.projects import PLATFORM_PROJECT
 from tests.test_lifecycle import ROOT, make_driver, recorded_in
 
 

@@ -214,7 +214,7 @@ def test_the_fast_yaml_writer_writes_what_libyaml_and_the_pure_python_writer_wri
     assert dump_fast(obj) == dump(obj)
 
 
-@pytest.mark.parametrize("folder", [ROOT / "workloads" / "crds", ROOT / "automation" / "crds"])
+@pytest.mark.parametrize("folder", [ROOT / "workloads" / "crds", ROOT / "automation" / "operator" / "crds"])
 def test_every_crd_file_is_named_by_its_group_as_the_schema_check_looks_it_up(folder):
     """The check parses only the files of an object's API group (`<group>_<plural>.yaml`): a CRD in a file named
     otherwise would never be found, and its objects would be refused as having no schema."""

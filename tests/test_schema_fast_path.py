@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from automation.operator import CRDS, ExportOptions, export
-from automation.stacks import desired_state
+from automation.operator.export import CRDS, ExportOptions, export
+from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
 from workloads import schemas
 

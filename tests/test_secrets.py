@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.offline import is_secret, run
-from automation.programs import missing_secrets, program_for
-from automation.projects import project_of
-from automation.stacks import desired_state
+from automation.planning.offline import is_secret, run
+from automation.execution.programs import missing_secrets, program_for
+from automation.execution.projects import project_of
+from automation.planning.stacks import desired_state
 from fleet.secrets import SecretRef, SecretStore, SecretValue, secret_from_manifest
 from fleet.validate import load_fleet
 from tests import pulumi_double

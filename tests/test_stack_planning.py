@@ -6,8 +6,8 @@ import pathlib
 import pytest
 import yaml
 
-from automation.compare import compare
-from automation.stacks import desired_state, StackChange, changes, waves
+from automation.planning.compare import compare
+from automation.planning.stacks import desired_state, StackChange, changes, waves
 from fleet.scheduler import schedule
 from fleet.stack_id import StackId
 from tests.manifests import run
@@ -137,7 +137,7 @@ def test_a_recorded_replica_is_written_as_asdict_writes_it():
     import dataclasses
     import json
 
-    from automation.record import replica_from_dict
+    from automation.record.applied import replica_from_dict
     from fleet.scheduler import schedule
     from tests.manifests import run
     from benchmarks.plan_bench import generate

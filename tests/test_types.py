@@ -16,8 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_passing_a_stack_change_to_the_runner_is_a_type_error(tmp_path):
     snippet = tmp_path / "delete_defect.py"
     snippet.write_text(textwrap.dedent("""
-        from automation.runner import StackRunner
-        from automation.stacks import StackChange, StackSpec
+        from automation.execution.runner import StackRunner
+        from automation.planning.stacks import StackChange, StackSpec
         from fleet.stack_id import StackId
 
 

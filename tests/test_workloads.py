@@ -388,7 +388,7 @@ def test_gateway_address_from_observed_inference_gateway():
 
 
 def test_two_services_on_one_deployment_share_its_endpoints_and_both_route():
-    from automation.stacks import desired_stacks
+    from automation.planning.stacks import desired_stacks
     from fleet.scheduler import schedule
 
     loaded = run(L4, cluster("a", pools=(("gpu", "l4", 2),)), deployment("qwen", replicas=2),

@@ -27,8 +27,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from automation import conditions
-from automation.conditions import Observed
+from automation.planning import conditions
+from automation.planning.conditions import Observed
 from automation.portal.auth import Principal, Tokens, TokensFile, digest
 from automation.portal.guard import Caller, Guard, SignInLimiter, status_body
 from automation.portal.overlay import PendingOverlay, overlaid

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 
-from automation import conditions
-
+from automation.planning import conditions
 SECTIONS = ("replicas", "unscheduled", "dropped")
 
 

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from automation.record import replica_from_dict
-from automation.stacks import rendered_problems
+from automation.record.applied import replica_from_dict
+from automation.planning.stacks import rendered_problems
 from fleet.api import KINDS, ModelDeployment, Resource
 from fleet.incremental import FleetLedger
 from fleet.plan import Plan

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 
-from automation.conditions import snapshot
-from automation.record import replica_from_dict
-from automation.stacks import Known, changes, desired_state
+from automation.planning.conditions import snapshot
+from automation.record.applied import replica_from_dict
+from automation.planning.stacks import Known, changes, desired_state
 from fleet.api import KINDS, Resource
 from fleet.errors import ModelplaneError
 from fleet.loader import parse_text

@@ -32,14 +32,14 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 
-from automation.orchestrator import Orchestrator
+from automation.execution.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, runs
-from automation.record import RECORD_OUTPUT, Applied, Record, replica_from_dict
-from automation.runner import AutomationError, StackRunner
-from automation.session import undeployable
-from automation.stacks import Change, StackChange, desired_state
-from automation.state import StateLocked, WorkdirLock
+from automation.record.applied import RECORD_OUTPUT, Applied, Record, replica_from_dict
+from automation.execution.runner import AutomationError, StackRunner
+from automation.execution.session import undeployable
+from automation.planning.stacks import Change, StackChange, desired_state
+from automation.execution.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
 from fleet.validate import Fleet
 
@@ -58,8 +58,8 @@ ExecutorFactory = Callable[[Fleet, Path], Executor]
 def pulumi_runner(backend: str | None = None, parallel: int = 2) -> ExecutorFactory:
     """The real runner, on the shared state folder (its backend and workspaces), as `modelplane up` builds it."""
     def build(fleet: Fleet, state_dir: Path) -> Executor:
-        from automation.pulumi_record import PulumiRecord
-        from automation.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs
+        from automation.record.backend import PulumiRecord
+        from automation.execution.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs
 
         runner = PulumiRunner(state_dir, fleet, backend=backend, parallel=parallel,
                               kubeconfigs=existing_kubeconfigs(fleet, {}, state_dir))  # says so if the CLI is missing
@@ -72,9 +72,9 @@ def operator_runner(settings_file: str | Path) -> ExecutorFactory:
     """The operator executor: each batch's stacks become Stack objects in the control-plane cluster, so the portal
     host holds no cloud credential. The client is made per batch (exec-plugin tokens expire)."""
     def build(fleet: Fleet, state_dir: Path) -> Executor:
-        from automation.kube import KubeClient
-        from automation.operator_runner import OperatorRecord, OperatorRunner, check_reachable
-        from automation.operator_settings import load_settings
+        from automation.execution.kube import KubeClient
+        from automation.operator.runner import OperatorRecord, OperatorRunner, check_reachable
+        from automation.operator.settings import load_settings
 
         settings = load_settings(settings_file)
         options = settings.export_options()

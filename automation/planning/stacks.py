@@ -178,7 +178,7 @@ def gateway_clusters(objects: Mapping[str, list[dict]]) -> list[str]:
 def endpoints_fingerprint(payload: WorkloadPayload, gateways: Gateways) -> str:
     """An endpoints stack's fingerprint: its objects with each replica slice's address left out, and the recorded
     gateway address of every cluster they point at instead. The program reads the live address when it applies,
-    so its program records the fingerprint of the addresses it read (automation/programs.py): a later change of
+    so its program records the fingerprint of the addresses it read (automation/execution/programs.py): a later change of
     one re-runs it."""
     def without_address(o: dict) -> dict:
         annotations = o["metadata"].get("annotations") or {}

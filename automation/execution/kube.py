@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-from automation.runner import AutomationError
+from automation.execution.runner import AutomationError
 
 FIELD_MANAGER = "modelplane"
 # (apiVersion, kind) -> (resource, namespaced): the kinds the executor writes and reads.
@@ -23,7 +23,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("clusterrolebindings", False),
     ("pulumi.com/v1", "Stack"): ("stacks", True),
     ("pulumi.com/v1", "Program"): ("programs", True),
-    # a provisioned cluster's load balancers, drained before it is destroyed (automation/load_balancers.py)
+    # a provisioned cluster's load balancers, drained before it is destroyed (automation/execution/load_balancers.py)
     ("v1", "Service"): ("services", True),
     ("gateway.networking.k8s.io/v1", "Gateway"): ("gateways", True),
 }

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from automation.kube import ALL_NAMESPACES, KubeAPI, KubeError
+from automation.execution.kube import ALL_NAMESPACES, KubeAPI, KubeError
 
 GATEWAY = "gateway.networking.k8s.io/v1"
 WAIT_SECONDS = 600.0

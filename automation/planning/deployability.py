@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterable, TYPE_CHECKING
 
-from automation.offline import Registered, unwrap
-from automation.offline_preview import StackPreview
+from automation.planning.offline import Registered, unwrap
+from automation.planning.offline_preview import StackPreview
 from components.versions import COMPATIBLE, Chart, by_release_name, minor
 from fleet.semver import SemverError, parse_semver
 from fleet.stack_id import MAX_LENGTH, StackId

@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from automation.kube import KubeAPI, KubeError, describe
-from automation.operator import (FINGERPRINT_ANNOTATION, KIND_LABEL, PLACEMENTS_ANNOTATION, STACK_ANNOTATION,
+from automation.execution.kube import KubeAPI, KubeError, describe
+from automation.operator.export import (FINGERPRINT_ANNOTATION, KIND_LABEL, PLACEMENTS_ANNOTATION, STACK_ANNOTATION,
                                  ExportOptions, shared_objects, stack_objects)
-from automation.record import Applied, AppliedStack, replica_from_dict
-from automation.runner import AutomationError, EventSink, Operation, RunResult
-from automation.stacks import StackSpec
+from automation.record.applied import Applied, AppliedStack, replica_from_dict
+from automation.execution.runner import AutomationError, EventSink, Operation, RunResult
+from automation.planning.stacks import StackSpec
 from fleet.stack_id import StackId, StackIdError
 
 RECONCILE_REQUEST = "pulumi.com/reconciliation-request"  # the operator's "run again" protocol (as Flux's)

@@ -1,6 +1,6 @@
 """The local executor's record: the Pulumi backend's stacks and their `modelplane` outputs.
 
-Each stack's program exports what its update applied (`automation/record.py`), and the engine keeps it with
+Each stack's program exports what its update applied (`automation/record/applied.py`), and the engine keeps it with
 the checkpoint of that update, so the record cannot disagree with what the backend holds. Reading it is
 `pulumi stack ls --json` per project and `pulumi stack output --json` per stack whose `lastUpdate` differs
 from the local cache's (`<state>/record.json`): on a fresh machine every stack is read once, after that only
@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from automation.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-from automation.record import Applied, AppliedStack, RecordCache, replica_from_dict
-from automation.runner import INSTALL_HINT, AutomationError, first_error
+from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
+from automation.record.applied import Applied, AppliedStack, RecordCache, replica_from_dict
+from automation.execution.runner import INSTALL_HINT, AutomationError, first_error
 from fleet.stack_id import StackId, StackIdError
 
 SECRET = "[secret]"

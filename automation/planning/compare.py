@@ -1,6 +1,6 @@
 """Compare two desired states of the fleet (a pull request's manifests against its base), with no backend.
 
-The base is planned first (or its summary read back, automation/base_cache.py); its placements
+The base is planned first (or its summary read back, automation/planning/base_cache.py); its placements
 become the memory the head is planned with, as if the base had been applied. Then every stack's
 fingerprint is compared, and replicas are matched by name: added, removed, or moved (a kept
 replica dropped for a reason and placed again elsewhere).
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from automation.base_cache import BaseCache, BaseSummary, base_key
-from automation.stacks import StackChange, changes, desired_state
+from automation.planning.base_cache import BaseCache, BaseSummary, base_key
+from automation.planning.stacks import StackChange, changes, desired_state
 from fleet.plan import Plan
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The working directory's lock: one process at a time changes the fleet from one state folder.
 
-What is applied is not kept here: it is the record in the backend (`automation/record.py`); the state
+What is applied is not kept here: it is the record in the backend (`automation/record/applied.py`); the state
 folder holds only caches, workspaces and this lock (released when the process ends, even killed).
 """
 
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from automation.runner import AutomationError
+from automation.execution.runner import AutomationError
 
 STATE_DIR = ".modelplane"
 

@@ -4,7 +4,7 @@ Platform and gateway stacks are in `modelplane`, the project of the repository's
 `pulumi up --stack platform-<cluster>`, `modelplane up` on either executor and the portal operate the same
 stack. Workload stacks (team, cache, model, endpoints, service) have no laptop program and stay in their
 own project. Platform stacks made before this release are in `modelplane-platform`: `up` renames them
-into `modelplane` first (`automation/migration.py`).
+into `modelplane` first (`automation/execution/migration.py`).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import pulumi
 
-from automation.projects import PLATFORM_PROJECT
-from automation.record import RECORD_OUTPUT, record_output
-from automation.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
+from automation.execution.projects import PLATFORM_PROJECT
+from automation.record.applied import RECORD_OUTPUT, record_output
+from automation.planning.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
 from components.fleet_gateway import FleetGateway
 from components.kubernetes import provider
 from components.workload_objects import WorkloadObjects, secret_config_key
@@ -26,7 +26,7 @@ from workloads.render import Gateways
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints, slice_address_type
 
 if TYPE_CHECKING:
-    from automation.stacks import StackSpec
+    from automation.planning.stacks import StackSpec
     from fleet.validate import Fleet
 
 
@@ -85,7 +85,7 @@ def missing_secrets(spec: StackSpec, fleet: Fleet) -> list[str]:
 
 def recorded(program: Callable[[], None], fingerprint: Callable[[], pulumi.Output[str] | str],
              placements: list | None = None, versions: Mapping[str, str] | None = None) -> Callable[[], None]:
-    """`program`, exporting the stack's record (`automation/record.py`) once every resource it registered was
+    """`program`, exporting the stack's record (`automation/record/applied.py`) once every resource it registered was
     applied: the record's value waits on every resource's URN, which resolves only when its step succeeded, so
     a failed update never records a fingerprint (the engine keeps the outputs of the last update instead)."""
     def run() -> None:

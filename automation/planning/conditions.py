@@ -21,7 +21,7 @@ from fleet.stack_id import StackId
 from workloads.service_routing import backend_service_name
 
 if TYPE_CHECKING:
-    from automation.stacks import DesiredState
+    from automation.planning.stacks import DesiredState
 
 API = "modelplane.ai/v1alpha1"
 

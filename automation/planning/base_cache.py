@@ -27,8 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automation.record import replica_from_dict
-from automation.stacks import DesiredState, Known
+from automation.record.applied import replica_from_dict
+from automation.planning.stacks import DesiredState, Known
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import default_root, write_atomically
 
@@ -82,7 +82,7 @@ def code_digest() -> str:
     from components.versions import project_version
 
     digest = hashlib.sha256(project_version().encode())
-    top = Path(__file__).resolve().parent.parent
+    top = Path(__file__).resolve().parent.parent.parent
     for package in _SOURCES:
         for path in sorted((top / package).rglob("*.py")):
             digest.update(str(path.relative_to(top)).encode() + b"\0" + path.read_bytes() + b"\0")

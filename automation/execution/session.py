@@ -7,10 +7,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from automation.orchestrator import Orchestrator, Report
-from automation.record import Applied
-from automation.runner import Operation
-from automation.stacks import Change, DesiredState, StackChange, StackSpec, changes, desired_state
+from automation.execution.orchestrator import Orchestrator, Report
+from automation.record.applied import Applied
+from automation.execution.runner import Operation
+from automation.planning.stacks import Change, DesiredState, StackChange, StackSpec, changes, desired_state
 from fleet.plan import Plan
 from fleet.validate import Fleet
 
@@ -45,8 +45,8 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
 def undeployable(fleet: Fleet, specs: dict[str, StackSpec], config: dict[str, str] | None = None) -> list[str]:
     """The deployability check over every desired stack (the graph, not only what changes): what a real API server
     or cloud would refuse, one line each. Every road that applies runs it first (the CLI, the portal's worker)."""
-    from automation.deployability import check_fleet
-    from automation.offline_preview import preview_stack
+    from automation.planning.deployability import check_fleet
+    from automation.planning.offline_preview import preview_stack
 
     previews = [preview_stack(spec, fleet, config) for spec in sorted(specs.values(), key=lambda s: (s.rank, s.name))]
     return [str(v) for v in check_fleet(fleet, previews)]

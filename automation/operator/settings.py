@@ -18,9 +18,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from automation.git_source import pinned_commit
-from automation.operator import PULUMI_IMAGE, ExportError, ExportOptions
-from automation.runner import AutomationError
+from automation.operator.git_source import pinned_commit
+from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions
+from automation.execution.runner import AutomationError
 
 DEFAULT_FILE = "modelplane-operator.yaml"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -17,8 +17,8 @@ import yaml
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet  # the automation layer is imported only by the commands that run stacks
-    from automation.base_cache import BaseCache, BaseSummary
-    from automation.runner import Operation
+    from automation.planning.base_cache import BaseCache, BaseSummary
+    from automation.execution.runner import Operation
 
 from fleet.plan_output import json_text, plan_to_dict
 from fleet.scheduler import schedule
@@ -89,11 +89,11 @@ def _open_record(state: str, backend: str | None, fleet_name: str | None, execut
     from pathlib import Path
 
     if executor == "operator":
-        from automation.operator_runner import OperatorRecord
+        from automation.operator.runner import OperatorRecord
 
         _, api, options = _operator_client(operator_settings, fleet_name)
         return OperatorRecord(api, options)
-    from automation.pulumi_record import PulumiRecord
+    from automation.record.backend import PulumiRecord
 
     return PulumiRecord(Path(state), backend, fleet_name, strict=strict)
 
@@ -101,8 +101,8 @@ def _open_record(state: str, backend: str | None, fleet_name: str | None, execut
 def _read_record(record, fresh: bool = False):
     """Read the record (a plan: the cache stands in, and says so, when the backend cannot be read); say on stderr
     what was read. Exit 2 when it cannot be read and nothing may stand in."""
-    from automation.record import Applied
-    from automation.runner import AutomationError
+    from automation.record.applied import Applied
+    from automation.execution.runner import AutomationError
 
     if fresh:
         return Applied({}, "nothing (--fresh)")
@@ -152,8 +152,8 @@ def _base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
     """The base's summary (`plan --against`, `preview --changed-against`). When the base's files are byte for byte
     those of a base summarised before, with the same recorded placements and code, the summary is read back and the
     base is not even parsed; otherwise it is loaded (its problems said as for any input), planned and kept."""
-    from automation.base_cache import source_key
-    from automation.compare import base_summary
+    from automation.planning.base_cache import source_key
+    from automation.planning.compare import base_summary
     from fleet.loader import read_sources
 
     sources = read_sources(paths, sys.stdin if "-" in paths else None)
@@ -181,7 +181,7 @@ class WorkflowGroup(click.Group):
         return [n for n in WORKFLOW if n in names] + [n for n in names if n not in WORKFLOW]
 
 
-# Told which command runs, once it is known: the installed entry point (automation/console.py) sets it to tune
+# Told which command runs, once it is known: the installed entry point (automation/cli/console.py) sets it to tune
 # the interpreter for batch commands. A hook, so that the CLI never imports its entry point back.
 ON_COMMAND: Callable[[str | None], None] | None = None
 
@@ -254,8 +254,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         raise SystemExit(2)
     comparison = None
     if against:
-        from automation.base_cache import BaseCache
-        from automation.compare import compare
+        from automation.planning.base_cache import BaseCache
+        from automation.planning.compare import compare
 
         base = _base(against, recorded, None if no_cache else BaseCache())
         comparison = compare(None, loaded.fleet, explain, recorded, base=base)
@@ -266,7 +266,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         result = result.only(namespace, deployment)
     document = plan_to_dict(result, explain)
     if comparison is not None:
-        from automation.compare import to_dict
+        from automation.planning.compare import to_dict
 
         # keys are added, never changed: `replicas` stays the head's placements, the comparison is under `changes`
         compared = to_dict(comparison)
@@ -280,7 +280,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         for r in result.replicas:
             click.echo(f"modelreplica/{r.namespace}/{r.name}")
     elif output == "markdown":
-        from automation.compare import markdown
+        from automation.planning.compare import markdown
 
         assert comparison is not None  # -o markdown without --against was refused above
         if applied.guessed:  # the comment says what it could not know
@@ -288,7 +288,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
                        f"{applied.source}. Moves and stack changes below may be wrong.\n")
         click.echo(markdown(comparison), nl=False)
     else:
-        from automation.output import plan_table  # rich: only for people (20 ms to import)
+        from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 
         plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
         if comparison is not None:
@@ -314,7 +314,7 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
     """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
     from pathlib import Path
 
-    from automation.stacks import rendered_problems
+    from automation.planning.stacks import rendered_problems
     from components.args import control_plane_cluster
     from workloads.output import InvalidObjects, OutputError, write
     from workloads.render import render as render_objects
@@ -340,7 +340,7 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
         return
     if result.problems:  # collisions, before anything is written
         refuse([str(p) for p in result.problems])
-    from automation.progress import Bar
+    from automation.cli.progress import Bar
 
     try:
         with Bar("writing objects", sum(1 for _ in result.objects())) as bar:
@@ -408,10 +408,10 @@ OPERATOR_PARALLEL = 64  # the operator executor's default --parallel: stacks han
 
 def _operator_client(settings_file: str, fleet_name: str | None):
     """The operator's settings, a client of the control-plane cluster and the export options, or exit 2."""
-    from automation.kube import KubeClient
-    from automation.operator_runner import check_reachable
-    from automation.operator_settings import load_settings
-    from automation.runner import AutomationError
+    from automation.execution.kube import KubeClient
+    from automation.operator.runner import check_reachable
+    from automation.operator.settings import load_settings
+    from automation.execution.runner import AutomationError
 
     try:
         settings = load_settings(settings_file)
@@ -426,7 +426,7 @@ def _operator_client(settings_file: str, fleet_name: str | None):
 
 def _operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False):
     """The operator executor's runner and its record (the cluster's Stacks), or exit 2 saying why not."""
-    from automation.operator_runner import OperatorRecord, OperatorRunner
+    from automation.operator.runner import OperatorRecord, OperatorRunner
 
     settings, api, options = _operator_client(settings_file, fleet_name)
     runner = OperatorRunner(api, options, force=set(force), unprotect=unprotect, poll=settings.poll_seconds,
@@ -438,7 +438,7 @@ def _selected_or_exit(prepared, operation: Operation, fleet, prune: bool, force:
                       destroy_clusters: bool, check: bool, config: dict[str, str] | None) -> list:
     """The stacks `operation` touches, after the checks every road runs: invalid objects, unknown --force names,
     destroying clusters unconfirmed, the deployability check. Exit naming what stops it."""
-    from automation.session import selected
+    from automation.execution.session import selected
 
     if prepared.problems:
         for line in prepared.problems:
@@ -475,14 +475,14 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
            operator_settings: str = "modelplane-operator.yaml", config: dict[str, str] | None = None) -> None:
     from pathlib import Path
 
-    from automation.migration import migrate, plan_renames
-    from automation.orchestrator import Orchestrator
-    from automation.programs import missing_secrets
-    from automation.pulumi_record import PulumiRecord
-    from automation.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs, missing_kubeconfigs
-    from automation.runner import AutomationError
-    from automation.session import prepare, run_interruptibly, selected
-    from automation.state import WorkdirLock
+    from automation.execution.migration import migrate, plan_renames
+    from automation.execution.orchestrator import Orchestrator
+    from automation.execution.programs import missing_secrets
+    from automation.record.backend import PulumiRecord
+    from automation.execution.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs, missing_kubeconfigs
+    from automation.execution.runner import AutomationError
+    from automation.execution.session import prepare, run_interruptibly, selected
+    from automation.execution.state import WorkdirLock
 
     from fleet.stack_id import StackId, StackIdError, backend_name
 
@@ -570,7 +570,7 @@ def _apply(operation: Operation, paths, output: str, backend: str | None, parall
     except SystemExit:
         lock.unlock()
         raise
-    from automation.progress import Bar
+    from automation.cli.progress import Bar
 
     try:
         with Bar(f"{operation}: stacks", len(items), output) as bar:
@@ -640,7 +640,7 @@ def _stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str,
 def _refuse_undeployable(fleet, specs, config: dict[str, str] | None = None) -> None:
     """The deployability check over every desired stack (the graph, not only what changes): a fleet a real API
     server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
-    from automation.session import undeployable
+    from automation.execution.session import undeployable
 
     violations = undeployable(fleet, specs, config)
     if violations:
@@ -655,7 +655,7 @@ def _objects_with_status(fleet, prepared, applied: dict) -> str:
     """`status -o yaml`: the objects as the portal serves them, from what `up` recorded in this state folder."""
     import yaml
 
-    from automation.conditions import Observed, composed, snapshot, with_status
+    from automation.planning.conditions import Observed, composed, snapshot, with_status
 
     snap = snapshot(prepared.desired)
     observed = Observed(applied)
@@ -756,20 +756,20 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
                destroy_clusters=True, fleet_name=fleet_name, state=state, executor=executor,
                operator_settings=operator_settings, config=settings)  # a preview destroys nothing
         return
-    from automation.deployability import check_fleet
-    from automation.offline_preview import all_stacks
-    from automation.output import preview_table
+    from automation.planning.deployability import check_fleet
+    from automation.planning.offline_preview import all_stacks
+    from automation.cli.output import preview_table
 
-    from automation.progress import Bar
-    from automation.stacks import desired_state
+    from automation.cli.progress import Bar
+    from automation.planning.stacks import desired_state
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
     only, changes = None, None
     if changed_against:
-        from automation.base_cache import BaseCache
-        from automation.offline_preview import around
-        from automation.stacks import changes as stack_changes
+        from automation.planning.base_cache import BaseCache
+        from automation.planning.offline_preview import around
+        from automation.planning.stacks import changes as stack_changes
 
         # the head planned with the base's placements, as `plan --against` plans it (the base's summary cached)
         base = _base(changed_against, [], BaseCache(), host)
@@ -782,7 +782,7 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
         stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only, config=settings)
     violations = check_fleet(loaded.fleet, stacks)
     if output == "json":
-        from automation.output import stream_json
+        from automation.cli.output import stream_json
 
         # each stack's JSON is built as it is written: the whole document at once was most of the peak memory
         document: dict = {"stacks": (s.to_dict() for s in stacks), "violations": [v.__dict__ for v in violations]}
@@ -890,20 +890,20 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
     from pathlib import Path
 
-    from automation.migration import plan_renames
-    from automation.session import prepare
+    from automation.execution.migration import plan_renames
+    from automation.execution.session import prepare
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
     on_operator: dict[str, str] = {}
     if executor == "operator":
-        from automation.operator_runner import OperatorRecord, live_stacks, stack_state
+        from automation.operator.runner import OperatorRecord, live_stacks, stack_state
 
         _, api, options = _operator_client(operator_settings, fleet_name)
         on_operator = {name: stack_state(stack) for name, stack in live_stacks(api, options).items()}
         record: Any = OperatorRecord(api, options)
     else:
-        from automation.pulumi_record import PulumiRecord
+        from automation.record.backend import PulumiRecord
 
         record = PulumiRecord(Path(state), backend, fleet_name, strict=False)
     read = _read_record(record)
@@ -956,7 +956,7 @@ def apply(paths, server, token_file) -> None:
     """Push manifests to a portal (validated here first; nothing is sent if any is invalid)."""
     import os
 
-    from automation.apply_remote import PushError, push
+    from automation.cli.apply_remote import PushError, push
 
     loaded = _load(paths)
     token = (open(token_file).read().strip() if token_file else os.environ.get("MODELPLANE_TOKEN", "")).strip()
@@ -1101,9 +1101,9 @@ def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, f
     """Write the Pulumi Kubernetes Operator objects that run every desired stack (nothing is applied)."""
     from pathlib import Path
 
-    from automation.git_source import pinned_commit
-    from automation.operator import PULUMI_IMAGE, ExportError, ExportOptions, export, problems, write
-    from automation.stacks import desired_state
+    from automation.operator.git_source import pinned_commit
+    from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions, export, problems, write
+    from automation.planning.stacks import desired_state
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)

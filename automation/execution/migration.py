@@ -9,7 +9,7 @@ cannot be resolved (its object is gone and nothing recorded says which it was) s
 it still parses, as a legacy id, and is destroyed under that name when it is pruned.
 
 Platform stacks made before one project held them (`modelplane-platform`) move into `modelplane`
-(automation/projects.py) the same way: renamed in the backend, before anything runs.
+(automation/execution/projects.py) the same way: renamed in the backend, before anything runs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, TYPE_CHECKING
 
-from automation.record import Applied
+from automation.record.applied import Applied
 from fleet.stack_id import StackId
 
 if TYPE_CHECKING:

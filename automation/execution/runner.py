@@ -1,6 +1,6 @@
 """The one narrow interface between orchestration and Pulumi: run one operation on one stack.
 
-`automation/pulumi_runner.py` implements it with Pulumi's automation API; tests use a
+`automation/execution/pulumi_runner.py` implements it with Pulumi's automation API; tests use a
 recording fake. Everything above it (which stacks, which order, what to record) is plain
 Python that never imports pulumi.automation.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
-from automation.stacks import StackSpec
+from automation.planning.stacks import StackSpec
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId
 
@@ -68,5 +68,5 @@ class StackRunner(Protocol):
         ...
 
     def move_project(self, stack: StackId, organization: str) -> None:
-        """Move a platform stack of the old project into the one project (automation/projects.py)."""
+        """Move a platform stack of the old project into the one project (automation/execution/projects.py)."""
         ...

@@ -12,7 +12,7 @@ import os
 import subprocess
 from urllib.parse import urlsplit, urlunsplit
 
-from automation.operator import COMMIT, ExportError
+from automation.operator.export import COMMIT, ExportError
 
 TIMEOUT_SECONDS = 60
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from automation.stacks import DesiredState, PlatformPayload, StackSpec
+from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, backend_name
 from workloads.cache import secret_refs
@@ -72,7 +72,7 @@ class ExportError(ModelplaneError, ValueError):
 class ExportOptions:
     backend: str  # s3://, gs://, azblob://, or a Pulumi Cloud URL
     git_url: str  # this project's repository, with the fleet's manifests in it
-    git_ref: str  # a 40-hex commit (automation/git_source.py resolves a branch or tag to one)
+    git_ref: str  # a 40-hex commit (automation/operator/git_source.py resolves a branch or tag to one)
     repo_dir: str = "."  # where Pulumi.yaml is, in the repository
     fleet_dir: str = "fleet"  # the fleet's manifests, relative to repo_dir (the platform program's modelplane:fleet)
     namespace: str = "modelplane-stacks"
@@ -229,7 +229,7 @@ def _provider_resources(options: ExportOptions, target: str, cluster: str) -> di
 
 def _live_gateway(options: ExportOptions, obj: dict, resources: dict) -> dict:
     """A replica's EndpointSlice holds what its cluster's platform stack outputs when the Program runs (the
-    laptop's programs read the same outputs, automation/programs.py): never a recorded or placeholder address."""
+    laptop's programs read the same outputs, automation/execution/programs.py): never a recorded or placeholder address."""
     annotations = obj["metadata"].get("annotations") or {}
     cluster = annotations.get(GATEWAY_OF_ANNOTATION)
     if obj["kind"] != "EndpointSlice" or not cluster:

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from automation.programs import program_for, stack_config
-from automation.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
-from automation.pulumi_record import default_backend
-from automation.record import RECORD_OUTPUT
-from automation.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error
-from automation.stacks import PlatformPayload, StackSpec
+from automation.execution.programs import program_for, stack_config
+from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
+from automation.record.backend import default_backend
+from automation.record.applied import RECORD_OUTPUT
+from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error
+from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
 
 if TYPE_CHECKING:
@@ -285,10 +285,10 @@ class PulumiRunner:
 
     def drain_load_balancers(self, stack, spec: StackSpec, on_event: EventSink) -> list[str]:
         """Before a provisioned cluster's platform stack is destroyed, have the cloud delete the load balancers
-        its Services made (automation/load_balancers.py); returns the Services still there. A cluster this
+        its Services made (automation/execution/load_balancers.py); returns the Services still there. A cluster this
         machine cannot reach is destroyed anyway, with a warning: draining is then the user's."""
-        from automation import load_balancers
-        from automation.kube import KubeClient
+        from automation.execution import load_balancers
+        from automation.execution.kube import KubeClient
 
         outputs = stack.outputs()
         recorded = (outputs.get("clusterArgs").value or {}).get("args") if outputs.get("clusterArgs") else None
@@ -360,7 +360,7 @@ class PulumiRunner:
             self._stacks.pop(str(old), None)
 
     def move_project(self, stack: StackId, organization: str) -> None:
-        """Move a platform stack made in the old project into `modelplane` (automation/projects.py): a rename to its
+        """Move a platform stack made in the old project into `modelplane` (automation/execution/projects.py): a rename to its
         fully qualified name in the new project, which rewrites its resources' URNs; nothing is replaced."""
         auto = self.auto
         name = backend_name(stack, self.fleet_name)

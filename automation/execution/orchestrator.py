@@ -7,7 +7,7 @@
   destroyed after another stack of the same run failed (or was skipped): the cluster outlives
   whatever may still be on it, and a rerun converges.
 - The record of what is applied is written by the update itself (each program exports it,
-  automation/record.py); the orchestrator only tells the executor's record what succeeded, so
+  automation/record/applied.py); the orchestrator only tells the executor's record what succeeded, so
   a cache of it follows (after an update its outputs, after a destroy nothing).
 - Cancelling (Ctrl-C) starts nothing new and asks running operations to cancel through the
   runner (Pulumi stops at a safe point); they are waited for, never killed mid-write.
@@ -19,9 +19,9 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from automation.runner import EventSink, Operation, RunResult, StackRunner
-from automation.record import Record
-from automation.stacks import StackChange, StackSpec, waves
+from automation.execution.runner import EventSink, Operation, RunResult, StackRunner
+from automation.record.applied import Record
+from automation.planning.stacks import StackChange, StackSpec, waves
 
 
 @dataclass

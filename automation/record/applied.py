@@ -2,7 +2,7 @@
 
 Where it lives is the executor's: the Pulumi backend for the local executor (each stack's `modelplane`
 output, written by the stack's own program and kept by the engine with the update that applied it;
-`automation/pulumi_record.py`), the Stack objects for the operator executor (`operator_runner.OperatorRecord`).
+`automation/record/backend.py`), the Stack objects for the operator executor (`operator_runner.OperatorRecord`).
 A laptop, a CI runner, the portal and either executor on the same backend read the same record.
 `.modelplane/record.json` is only a cache of it (`RecordCache`): deleting it changes no result.
 

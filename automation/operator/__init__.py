@@ -1,0 +1,1 @@
+"""The operator executor: PKO Stack and Program objects, their settings, the Git source."""

@@ -1,0 +1,1 @@
+"""What is applied: the record every entry point reads, and where each executor keeps it."""
