@@ -113,7 +113,7 @@ def _read_record(record, fresh: bool = False):
         raise SystemExit(2) from None
     count = len(applied.placements())
     if applied.guessed:
-        click.echo(f"warning: the record of what is applied could not be read; planned with {applied.source}: "
+        click.echo(f"warning: the record of what is applied could not be read, so this plan uses {applied.source}: "
                    f"{count} replica(s). Moves and stack changes may be wrong.", err=True)
     elif applied.stacks:
         click.echo(f"note: placements: {count} applied replica(s) read from {applied.source} "

@@ -96,8 +96,7 @@ class PulumiRecord:
             why = exc if isinstance(exc, AutomationError) else f"the Pulumi CLI is not installed: {INSTALL_HINT}"
             if self.strict:
                 raise AutomationError(str(why)) from None
-            return self.cache.applied_from_cache(f"the local cache {self.cache.path} (the record could not be read: "
-                                                 f"{why})")
+            return self.cache.applied_from_cache(f"the local cache {self.cache.path} ({why})")
 
     def _read(self) -> Applied:
         auto = self.auto
