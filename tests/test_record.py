@@ -234,3 +234,23 @@ def test_stacks_applied_before_the_record_keep_their_replicas_and_record_them_at
     after = recorded_in(backend_dir)
     for name in ("model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"):
         assert after[name]["placements"] == before[name]["placements"]  # the replicas stayed where they were
+
+
+def test_the_offline_preview_of_a_pull_request_plans_with_the_record(double, capsys):
+    """`preview --offline --changed-against` (CI's deployability road) plans as `plan` and `up` do: with the
+    applied placements, so a new cluster changes its own stacks, never the running replicas'."""
+    assert double.up() == 0
+    base = double.fleet()
+    extra = json.loads(json.dumps(next(d for d in double.docs if d["kind"] == "InferenceCluster"
+                                       and d["metadata"]["name"] == "eks-us-west")))
+    extra["metadata"]["name"] = "eks-a-new-one"
+    head = double.work / "head.yaml"
+    head.write_text(yaml.safe_dump_all([*double.docs, extra]))
+    shutil.copy(base, double.work / "base.yaml")
+    capsys.readouterr()
+    assert main(["preview", "--offline", "-f", str(head), "--changed-against", str(double.work / "base.yaml"),
+                 "-o", "json", "--jobs", "1"]) == 0
+    said = capsys.readouterr()
+    assert "applied replica(s) read from the Pulumi backend" in said.err
+    changed = {c["name"] for c in json.loads(said.out)["changes"]}
+    assert "platform-eks-a-new-one" in changed and not any(name.startswith("model-") for name in changed)

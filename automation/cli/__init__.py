@@ -71,13 +71,17 @@ def _executor_options(executor_help: str):
     return add
 
 
+_BACKEND = click.option("--backend", metavar="URL", default=None,
+                        help="Pulumi backend: the stacks and the record of what is applied (default: "
+                             "file://.modelplane/backend, or PULUMI_BACKEND_URL).")
+_FLEET = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
+                      help="Several fleets on one backend (or operator namespace): this fleet's stacks, named "
+                           "<NAME>_<stack> there (default: $MODELPLANE_FLEET, else unprefixed).")
+
+
 def _record_options(function):
     """Where a command that plans reads the record from: the executor's (the backend, or the operator's Stacks)."""
-    function = click.option("--backend", metavar="URL", default=None,
-                            help="Pulumi backend holding the record (default: file://.modelplane/backend, or "
-                                 "PULUMI_BACKEND_URL).")(function)
-    function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
-                            help="Several fleets on one backend: this fleet's stacks, <NAME>_<stack>.")(function)
+    function = _FLEET(_BACKEND(function))
     function = _executor_options("where the record of what is applied is read: local: the Pulumi backend; operator: "
                                  "the Stack objects in the control-plane cluster.")(function)
     return _fresh_option(_state_option(function))
@@ -694,8 +698,7 @@ def _confirm(question: str) -> bool:
 def _apply_options(function):
     function = click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
                             help="table: progress for people; json: one JSON event per line.")(function)
-    function = click.option("--backend", metavar="URL", default=None,
-                            help="Pulumi backend (default: file://.modelplane/backend, or PULUMI_BACKEND_URL).")(function)
+    function = _BACKEND(function)
     function = click.option("--parallel", type=click.IntRange(1, 256), default=2, show_default=True,
                             help="Stacks run at once. Local executor: at most 16 (each runs a Pulumi engine and its "
                                  "provider plugins here); operator: stacks handed over and watched at once (default "
@@ -706,10 +709,7 @@ def _apply_options(function):
                             help="The InferenceCluster hosting the fleet gateway (default: the first by name whose "
                                  "cloud gives a LoadBalancer an address, GKE, EKS, AKS or Nebius, else the first "
                                  "Existing one).")(function)
-    function = _state_option(function)
-    function = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
-                            help="Several fleets on one backend: stacks are named <NAME>_<stack> there "
-                                 "(default: $MODELPLANE_FLEET, else unprefixed).")(function)
+    function = _FLEET(_state_option(function))
     function = click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE",
                             help="Stack config for the platform and gateway programs, as `pulumi config set` takes it "
                                  "(gcp:project=my-project, aws:profile=prod, any provider setting). Plain values only; "
@@ -765,6 +765,8 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
 
     loaded = _load(paths)
     host = _control_plane(loaded.fleet, control_plane)
+    # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
+    applied = _record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh=False)
     only, changes = None, None
     if changed_against:
         from automation.planning.base_cache import BaseCache
@@ -772,12 +774,13 @@ def preview(paths, output, backend, parallel, control_plane, fleet_name, state, 
         from automation.planning.stacks import changes as stack_changes
 
         # the head planned with the base's placements, as `plan --against` plans it (the base's summary cached)
-        base = _base(changed_against, [], BaseCache(), host)
-        desired = desired_state(loaded.fleet, base.placements, control_plane=host)
+        # the base with its own gateway host, as `plan --against` plans it: the head's may be a cluster it adds
+        base = _base(changed_against, applied.placements(), BaseCache())
+        desired = desired_state(loaded.fleet, base.placements, control_plane=host, gateways=applied.gateways())
         changes = {c.name: c.change for c in stack_changes(desired.specs, base.fingerprints) if c.change != "none"}
         only = around(desired.specs, {name for name, change in changes.items() if change != "delete"})
     else:
-        desired = desired_state(loaded.fleet, control_plane=host)
+        desired = desired_state(loaded.fleet, applied.placements(), control_plane=host, gateways=applied.gateways())
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), output) as bar:
         stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only, config=settings)
     violations = check_fleet(loaded.fleet, stacks)
@@ -882,12 +885,11 @@ def destroy(paths, output, backend, parallel, control_plane, fleet_name, state, 
 @_state_option
 @_executor_options("local: the record in the Pulumi backend; operator: the Stack objects in the control-plane cluster, "
                    "with where the operator is with each.")
-@click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
-              help="Several fleets on one backend or operator namespace: this fleet's stacks.")
-@click.option("--backend", metavar="URL", default=None,
-              help="Pulumi backend holding the record (default: file://.modelplane/backend, or PULUMI_BACKEND_URL).")
+@_FLEET
+@_BACKEND
 def status(paths, output, control_plane, state, executor, operator_settings, fleet_name, backend) -> None:
-    """Which stacks are applied, which are pending, and what is unscheduled (no Pulumi CLI needed)."""
+    """Which stacks are applied, which are pending, and what is unscheduled (from the record; without the Pulumi
+    CLI, from its local cache, and it says so)."""
     from pathlib import Path
 
     from automation.execution.migration import plan_renames
