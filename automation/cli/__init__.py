@@ -358,6 +358,9 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
     click.echo(f"wrote {count} objects for {len(result.stacks)} stacks to {out} (every object checked against its schema)")
     for stack, address in sorted(result.addresses.items()):
         click.echo(f"  {stack}: {address}")
+    if any(".pending.modelplane.invalid" in address for address in result.addresses.values()):
+        click.echo("  (a *.pending.modelplane.invalid host is a placeholder: the address is known once the gateway "
+                   "stack has applied, and `modelplane status` shows it)")
 
 
 def _progress(output: str, bar=None):
