@@ -25,8 +25,9 @@ def main() -> int:
     _running = True
     gc.set_threshold(*THRESHOLDS)
     from automation import cli  # after the thresholds: most of a short command's objects are modules'
+    from automation.cli import base
 
-    cli.ON_COMMAND = command_chosen
+    base.ON_COMMAND = command_chosen
     code = cli.main()
     gc.freeze()
     return code

@@ -26,7 +26,9 @@ class WorkdirLock:
         self._lock_file: IO[str] | None = None
 
     def lock(self) -> None:
-        """Take the working directory's lock, or raise StateLocked naming the holder."""
+        """Take the working directory's lock (held already: nothing to do), or raise StateLocked naming the holder."""
+        if self._lock_file is not None:
+            return
         self.root.mkdir(parents=True, exist_ok=True)
         handle = open(self.root / "lock", "a+")
         try:

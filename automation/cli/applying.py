@@ -1,0 +1,359 @@
+"""The CLI's side of the one road (docs/design-notes.md): lock, read the record, plan, the checks every road runs,
+the executor's runner, migrations of old stack names, then the orchestrator; progress and the report as it runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from automation.execution.runner import Operation
+
+from automation.cli.base import EXIT_INVALID, OPERATOR_PARALLEL, gateway_host, load, operator_executor
+
+
+def progress(output: str, bar=None):
+    """Progress for people (one line per stack event, and `bar` counting finished stacks on a terminal), or JSON
+    lines with -o json."""
+    lock = __import__("threading").Lock()
+
+    def echo(line: str, err: bool = False) -> None:
+        if bar is not None and bar.shown:
+            bar.print(line, err)
+        else:
+            click.echo(line, err=err)
+
+    def emit(event: dict) -> None:
+        with lock:
+            if output == "json":
+                click.echo(json.dumps(event, default=str))
+                return
+            kind = event.get("type")
+            if bar is not None and kind in ("succeeded", "failed", "cancelled", "skipped"):
+                bar.advance()
+            if kind == "resource":
+                echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
+            elif kind == "diagnostic":
+                echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
+            elif kind == "start":
+                echo(f"[{event['stack']}] {event['operation']} ...")
+            elif kind == "succeeded":
+                counts = (", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items()))
+                          or event.get("summary") or "no changes")
+                echo(f"[{event['stack']}] done: {counts}")
+            elif kind in ("failed", "cancelled"):
+                echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
+            elif kind == "skipped":
+                echo(f"[{event['stack']}] skipped: {event.get('reason')}", err=True)
+    return emit
+
+
+def _kubeconfig_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        cluster, sep, path = pair.partition("=")
+        if not sep or not cluster or not path:
+            click.echo(f"error: --kubeconfig {pair!r}: expected CLUSTER=PATH", err=True)
+            raise SystemExit(2)
+        out[cluster] = path
+    return out
+
+
+@dataclass(frozen=True)
+class StackRun:
+    """What a command that runs stacks was asked: decided once from its options, read by every step below."""
+
+    operation: Operation
+    paths: tuple[str, ...]
+    output: str = "table"
+    backend: str | None = None
+    parallel: int = 2
+    control_plane: str | None = None
+    kubeconfig: tuple[str, ...] = ()
+    unprotect: bool = False
+    prune: bool = False
+    destroy_clusters: bool = False
+    force: tuple[str, ...] = ()
+    refresh: bool = False
+    check: bool = True
+    fleet_name: str | None = None
+    state: str = ".modelplane"
+    executor: str = "local"
+    operator_settings: str = "modelplane-operator.yaml"
+    config: dict[str, str] | None = None
+
+    @property
+    def on_operator(self) -> bool:
+        return self.executor == "operator"
+
+
+def _selected_or_exit(prepared, run: StackRun, fleet) -> list:
+    """The stacks `run.operation` touches, after the checks every road runs: invalid objects, unknown --force names,
+    destroying clusters unconfirmed, the deployability check. Exit naming what stops it."""
+    from automation.execution.session import selected
+    from automation.planning.stacks import Change
+    from fleet.stack_id import StackKind
+
+    operation = run.operation
+    if prepared.problems:
+        for line in prepared.problems:
+            click.echo(line, err=True)
+        click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
+        raise SystemExit(EXIT_INVALID)
+    unknown_force = sorted(set(run.force) - set(prepared.specs))
+    if unknown_force:
+        click.echo(f"error: --force names {', '.join(unknown_force)}, not a stack of these manifests", err=True)
+        raise SystemExit(2)
+    items = selected(prepared, operation, prune=run.prune, force=set(run.force))
+    for change in prepared.kept_by_default(operation, run.prune):
+        click.echo(f"kept: {change.name} is recorded but not in the input; `{operation} --prune` would destroy it",
+                   err=True)
+    doomed = sorted(c.name for c in items if c.change == Change.delete and c.kind == StackKind.platform)
+    clusters = f", clusters included ({', '.join(doomed)})" if doomed else ""
+    if operation == "destroy" and items and not run.destroy_clusters:
+        if not _confirm(f"destroy {len(items)} stack(s){clusters}?"):
+            click.echo(f"error: this would destroy {len(items)} stack(s){clusters}: pass --yes to confirm", err=True)
+            raise SystemExit(2)
+    elif doomed and not run.destroy_clusters and not _confirm(f"destroy the cluster stack(s) {', '.join(doomed)}?"):
+        click.echo(f"error: this would destroy {', '.join(doomed)} (clusters and their GPU pools): pass "
+                   "--yes-destroy-clusters to confirm", err=True)
+        raise SystemExit(2)
+    if run.check and operation in ("up", "preview") and items:
+        _refuse_undeployable(fleet, prepared.specs, run.config)
+    return items
+
+
+def _refused(run: StackRun) -> str | None:
+    """Why these options cannot run on this executor, or None."""
+    from fleet.stack_id import StackIdError, backend_name
+
+    try:
+        backend_name("gateway", run.fleet_name)
+    except StackIdError as exc:
+        return f"--fleet: {exc}"
+    if not run.on_operator:
+        return ("--parallel: at most 16 with the local executor (each stack runs a Pulumi engine here)"
+                if run.parallel > 16 else None)
+    if run.operation in ("refresh", "preview-refresh") or run.refresh:
+        return ("refresh and drift are not available with --executor operator (the operator refreshes a stack whose "
+                "Stack sets spec.refresh)")
+    if run.kubeconfig:
+        return ("--kubeconfig CLUSTER=PATH is for the local executor: on the operator, an Existing cluster's "
+                "kubeconfig is the Secret named by its existing.secretRef in the stacks' namespace")
+    if run.backend:
+        return "--backend is the local executor's: the operator's is `backend` in the settings file"
+    return None
+
+
+def _parallel(run: StackRun) -> int:
+    """Stacks at once: on the operator they run in the cluster, and here they are only handed over and watched."""
+    chosen = click.get_current_context().get_parameter_source("parallel") != click.core.ParameterSource.DEFAULT
+    return OPERATOR_PARALLEL if run.on_operator and not chosen else run.parallel
+
+
+def _executor(run: StackRun):
+    """The runner (None: the local one, built once credentials are checked) and the record it writes."""
+    from pathlib import Path
+
+    from automation.record.backend import PulumiRecord
+
+    if run.on_operator:  # the cluster's Stacks are the record of what is applied
+        return operator_executor(run.operator_settings, run.fleet_name, run.force, run.unprotect or run.destroy_clusters)
+    return None, PulumiRecord(Path(run.state), run.backend, run.fleet_name, strict=True)
+
+
+def _local_runner(run: StackRun, fleet, given: dict[str, str], items: list, prepared, parallel: int):
+    """The local executor's runner, once every credential and secret value it needs is here (else AutomationError)."""
+    from pathlib import Path
+
+    from automation.execution.programs import missing_secrets
+    from automation.execution.pulumi_runner import (
+        PulumiRunner,
+        check_passphrase,
+        existing_kubeconfigs,
+        missing_kubeconfigs,
+    )
+    from automation.execution.runner import AutomationError
+    from automation.planning.stacks import Change
+
+    root = Path(run.state)
+    kubeconfigs = existing_kubeconfigs(fleet, given, root)
+    runner = PulumiRunner(root, fleet, backend=run.backend, parallel=parallel, kubeconfigs=kubeconfigs,
+                          unprotect=run.unprotect or run.destroy_clusters, refresh=run.refresh,  # says so if no CLI
+                          fleet_name=run.fleet_name, config=run.config)
+    check_passphrase(runner.backend)
+    missing = missing_kubeconfigs(fleet, kubeconfigs, [c.name for c in items], root)
+    missing += [line for c in items if c.change in (Change.create, Change.update) and c.name in prepared.specs
+                for line in missing_secrets(prepared.specs[c.name], fleet)]
+    if missing and run.operation != "destroy":
+        raise AutomationError("; ".join(missing))
+    return runner
+
+
+def _migrate(runner, moves: list[tuple[str, str]], renames: list) -> None:
+    """Stacks under old names or in the old Pulumi project move first (the plan is then made again)."""
+    from automation.execution.migration import migrate
+    from fleet.stack_id import StackId
+
+    for stack, organization in moves:
+        runner.move_project(StackId.parse(stack), organization)
+        click.echo(f"moved stack {stack} into the Pulumi project modelplane", err=True)
+    for done in migrate(renames, runner.rename):
+        click.echo(f"renamed stack {done.old} to {done.new}", err=True)
+
+
+def _nothing_to_do(run: StackRun, prepared) -> None:
+    nothing_applied = run.operation in ("destroy", "refresh", "preview-refresh") and not prepared.recorded
+    click.echo(f"nothing to {run.operation}: " + ("nothing is applied" if nothing_applied
+                                                  else "every stack is up to date with the manifests"))
+
+
+def run_stacks(run: StackRun) -> None:
+    """The one road, from the CLI: lock -> read the record -> plan with it -> the checks -> the executor's runner
+    -> migrate old names -> the orchestrator, which records each stack once it succeeded."""
+    from pathlib import Path
+
+    from automation.execution.migration import plan_renames
+    from automation.execution.runner import AutomationError
+    from automation.execution.session import prepare, selected
+    from automation.execution.state import WorkdirLock
+
+    refused = _refused(run)
+    if refused:
+        click.echo(f"error: {refused}", err=True)
+        raise SystemExit(2)
+    parallel = _parallel(run)
+    loaded = load(run.paths)
+    given = _kubeconfig_pairs(run.kubeconfig)
+    unknown = sorted(set(given) - {c.name for c in loaded.fleet.of("InferenceCluster")})
+    if unknown:
+        click.echo(f"error: --kubeconfig names {', '.join(unknown)}, not an InferenceCluster of the fleet", err=True)
+        raise SystemExit(2)
+    host = gateway_host(loaded.fleet, run.control_plane)
+    runner, record = _executor(run)
+    lock = WorkdirLock(Path(run.state))
+    try:
+        if run.operation != "preview":
+            lock.lock()  # before reading the record: what this process plans with is not changed under it
+        applied = record.read()
+        moves = sorted(getattr(record, "legacy", {}).items())  # platform stacks still in the old project
+        renames = plan_renames(applied, loaded.fleet)
+        prepared = prepare(loaded.fleet, applied, host)
+        items = _selected_or_exit(prepared, run, loaded.fleet)
+        if not items and not renames and not moves:
+            lock.unlock()
+            return _nothing_to_do(run, prepared)
+        runner = runner or _local_runner(run, loaded.fleet, given, items, prepared, parallel)
+        if renames or moves:
+            lock.lock()  # a preview renames too: it takes the lock first (held already by the others)
+            _migrate(runner, moves, renames)
+            prepared = prepare(loaded.fleet, record.read(), host)
+            items = selected(prepared, run.operation, prune=run.prune, force=set(run.force))
+    except AutomationError as exc:
+        lock.unlock()
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    except SystemExit:
+        lock.unlock()
+        raise
+    _orchestrate(run, runner, record, items, prepared, parallel, lock)
+
+
+def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel: int, lock) -> None:
+    from automation.cli.progress import Bar
+    from automation.execution.orchestrator import Orchestrator
+    from automation.execution.session import run_interruptibly
+
+    try:
+        with Bar(f"{run.operation}: stacks", len(items), run.output) as bar:
+            report = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
+                                       run.operation, items, prepared.specs, lambda m: click.echo(m, err=True))
+    finally:
+        lock.unlock()
+    good = sum(1 for o in report.outcomes if o.status == "succeeded")
+    click.echo(f"{run.operation}: {good} of {len(report.outcomes)} stack(s) succeeded"
+               + (" (cancelled)" if report.cancelled else ""), err=run.output == "json")
+    for outcome in report.failed:
+        click.echo(f"  {outcome.status}: {outcome.stack}: {outcome.reason}", err=True)
+    if report.cancelled:
+        raise SystemExit(130)
+    if not report.ok:
+        raise SystemExit(EXIT_INVALID)
+    if run.operation == "preview-refresh":
+        _report_drift(report)
+
+
+def _report_drift(report) -> None:
+    drifted = {o.stack: {k: v for k, v in o.result.changes.items() if k != "same" and v}
+               for o in report.outcomes if o.result is not None}
+    drifted = {stack: found for stack, found in drifted.items() if found}
+    for stack, found in sorted(drifted.items()):
+        click.echo(f"drift: {stack}: " + ", ".join(f"{k} {v}" for k, v in sorted(found.items())))
+    click.echo(f"{len(drifted)} of {len(report.outcomes)} applied stack(s) no longer match the clouds and clusters"
+               if drifted else f"no drift: {len(report.outcomes)} applied stack(s) match the clouds and clusters")
+    if drifted:
+        raise SystemExit(EXIT_INVALID)
+
+
+def stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, str]:
+    """`--config-file` then `--config`: provider and program settings, `namespace:key` to a plain value.
+    Exit 2 naming the file or pair that is not one."""
+    import yaml
+
+    out: dict[str, str] = {}
+
+    def put(key: object, value: object, where: str) -> None:
+        if not isinstance(key, str) or ":" not in key or key.startswith(":") or key.endswith(":"):
+            click.echo(f"error: {where}: {key!r} is not a namespaced key such as gcp:project", err=True)
+            raise SystemExit(2)
+        if isinstance(value, dict) and "secure" in value:
+            click.echo(f"error: {where}: {key} is encrypted (secure:): give secrets as the fleet's Secrets "
+                       "(docs/teams.md), never as stack config here", err=True)
+            raise SystemExit(2)
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+
+    for path in files:
+        try:
+            document = yaml.safe_load(open(path, encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            click.echo(f"error: --config-file {path}: not readable as YAML ({type(exc).__name__})", err=True)
+            raise SystemExit(2) from None
+        section = document.get("config") if isinstance(document, dict) else None
+        if not isinstance(section, dict):
+            click.echo(f"error: --config-file {path}: expected a `config:` mapping of KEY: VALUE", err=True)
+            raise SystemExit(2)
+        for key, value in section.items():
+            put(key, value, f"--config-file {path}")
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            click.echo(f"error: --config {pair!r}: expected KEY=VALUE", err=True)
+            raise SystemExit(2)
+        put(key, value, f"--config {pair}")
+    return out
+
+
+def _refuse_undeployable(fleet, specs, config: dict[str, str] | None = None) -> None:
+    """The deployability check over every desired stack (the graph, not only what changes): a fleet a real API
+    server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
+    from automation.execution.session import undeployable
+
+    violations = undeployable(fleet, specs, config)
+    if violations:
+        for v in violations:
+            click.echo(v, err=True)
+        click.echo(f"{len(violations)} deployability violation(s); nothing was applied (see `modelplane preview "
+                   "--offline`; --skip-check to apply anyway)", err=True)
+        raise SystemExit(EXIT_INVALID)
+
+
+def _confirm(question: str) -> bool:
+    """Ask on a terminal; never when input is not a terminal (CI, scripts): those must pass the flag."""
+    if not sys.stdin.isatty():
+        return False
+    return click.confirm(question, default=False, err=True)
+

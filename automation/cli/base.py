@@ -1,0 +1,239 @@
+"""What every command shares: the command group, the options that mean the same everywhere, loading manifests,
+and opening the record of what is applied. Every failure here is one line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Callable
+
+import click
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
+    from automation.planning.base_cache import BaseCache, BaseSummary
+
+from fleet.validate import Loaded, load_fleet
+
+
+EXIT_INVALID = 1
+
+
+EXIT_INTERNAL = 3
+
+
+EXIT_UNSCHEDULED = 4  # plan --fail-on-unscheduled
+
+
+def _remember_secrets_dir(ctx: click.Context, _param, value: str | None) -> None:
+    ctx.meta["secrets_dir"] = value
+
+
+def paths_option(function):
+    function = click.option(
+        "--secrets-dir", metavar="DIR", default=None, envvar="MODELPLANE_SECRETS_DIR", expose_value=False,
+        type=click.Path(file_okay=False), callback=_remember_secrets_dir,
+        help="Secret values as files DIR/<namespace>/<name>/<key> (else $MODELPLANE_SECRETS_DIR). Secrets also come "
+             "from v1/Secret manifests given with -f and from $MODELPLANE_SECRET_<NAMESPACE>_<NAME>_<KEY>; they "
+             "are never printed.")(function)
+    return click.option(
+        "-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
+        help="A manifest file, a folder (searched recursively for *.yaml and *.yml) or - for stdin; v1/Secrets among "
+             "them are read as secret values. Repeatable.",
+    )(function)
+
+
+def state_option(function):
+    return click.option("--state", "state", default=".modelplane", show_default=True, type=click.Path(file_okay=False),
+                        metavar="DIR", help="The local folder for workspaces, caches and the lock (what is applied is "
+                                            "read from the backend: deleting this folder changes no result).")(function)
+
+
+def fresh_option(function):
+    return click.option("--fresh", is_flag=True,
+                        help="Ignore the record of what is applied: plan as if nothing were.")(function)
+
+
+def executor_options(executor_help: str):
+    """`--executor local|operator` and the operator's settings file, as every command that runs stacks takes them."""
+    def add(function):
+        function = click.option("--operator-settings", "operator_settings", default="modelplane-operator.yaml",
+                                show_default=True, envvar="MODELPLANE_OPERATOR_SETTINGS",
+                                type=click.Path(dir_okay=False), metavar="FILE",
+                                help="The operator executor's settings: the control-plane cluster's kubeconfig and "
+                                     "context, backend, gitUrl, ... (docs/operator.md).")(function)
+        return click.option("--executor", type=click.Choice(["local", "operator"]), default="local",
+                            show_default=True, envvar="MODELPLANE_EXECUTOR", help=executor_help)(function)
+    return add
+
+
+BACKEND = click.option("--backend", metavar="URL", default=None,
+                        help="Pulumi backend: the stacks and the record of what is applied (default: "
+                             "file://.modelplane/backend, or PULUMI_BACKEND_URL).")
+
+
+FLEET = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
+                      help="Several fleets on one backend (or operator namespace): this fleet's stacks, named "
+                           "<NAME>_<stack> there (default: $MODELPLANE_FLEET, else unprefixed).")
+
+
+def record_options(function):
+    """Where a command that plans reads the record from: the executor's (the backend, or the operator's Stacks)."""
+    function = FLEET(BACKEND(function))
+    function = executor_options("where the record of what is applied is read: local: the Pulumi backend; operator: "
+                                 "the Stack objects in the control-plane cluster.")(function)
+    return fresh_option(state_option(function))
+
+
+def open_record(state: str, backend: str | None, fleet_name: str | None, executor: str, operator_settings: str,
+                 strict: bool):
+    """The executor's record, or exit 2 saying why it cannot be opened."""
+    from pathlib import Path
+
+    if executor == "operator":
+        from automation.operator.runner import OperatorRecord
+
+        _, api, options = operator_client(operator_settings, fleet_name)
+        return OperatorRecord(api, options)
+    from automation.record.backend import PulumiRecord
+
+    return PulumiRecord(Path(state), backend, fleet_name, strict=strict)
+
+
+def read_record(record, fresh: bool = False):
+    """Read the record (a plan: the cache stands in, and says so, when the backend cannot be read); say on stderr
+    what was read. Exit 2 when it cannot be read and nothing may stand in."""
+    from automation.record.applied import Applied
+    from automation.execution.runner import AutomationError
+
+    if fresh:
+        return Applied({}, "nothing (--fresh)")
+    try:
+        applied = record.read()
+    except AutomationError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    count = len(applied.placements())
+    if applied.guessed:
+        click.echo(f"warning: the record of what is applied could not be read, so this plan uses {applied.source}: "
+                   f"{count} replica(s). Moves and stack changes may be wrong.", err=True)
+    elif applied.stacks:
+        click.echo(f"note: placements: {count} applied replica(s) read from {applied.source} "
+                   "(--fresh to ignore them)", err=True)
+    return applied
+
+
+def record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh: bool):
+    if fresh:
+        return read_record(None, fresh=True)
+    return read_record(open_record(state, backend, fleet_name, executor, operator_settings, strict=False))
+
+
+def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
+    """`sources`: the files under `paths` as already read, not read again."""
+    from pathlib import Path
+
+    secrets_dir = click.get_current_context().meta.get("secrets_dir")
+    loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None,
+                        secrets_dir=Path(secrets_dir) if secrets_dir else None, sources=sources)
+    for note in loaded.notes:
+        click.echo(f"note: {note}", err=True)
+    for problem in loaded.problems:
+        click.echo(str(problem), err=True)
+    if not loaded.errors and not loaded.fleet.objects:
+        click.echo(f"error: no modelplane.ai objects found in {', '.join(paths)}", err=True)
+        raise SystemExit(EXIT_INVALID)
+    if loaded.errors:
+        click.echo(f"{len(loaded.errors)} error(s); nothing was planned or applied", err=True)
+        raise SystemExit(EXIT_INVALID)
+    return loaded
+
+
+def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
+          control_plane: str | None = None) -> BaseSummary:
+    """The base's summary (`plan --against`, `preview --changed-against`). When the base's files are byte for byte
+    those of a base summarised before, with the same recorded placements and code, the summary is read back and the
+    base is not even parsed; otherwise it is loaded (its problems said as for any input), planned and kept."""
+    from automation.planning.base_cache import source_key
+    from automation.planning.compare import base_summary
+    from fleet.loader import read_sources
+
+    sources = read_sources(paths, sys.stdin if "-" in paths else None)
+    key = None
+    if cache is not None and not click.get_current_context().meta.get("secrets_dir") \
+            and all(s.raw is not None and not s.problems for s in sources):
+        key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane)
+        summary = cache.by_sources(key)
+        if summary is not None:
+            click.echo(f"note: base: {', '.join(paths)} read as summarised before (unchanged files; "
+                       "--no-cache to plan it afresh)", err=True)
+            return summary
+    return base_summary(load(paths, sources).fleet, recorded, cache, control_plane, sources_key=key)
+
+
+WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "status", "up", "drift", "refresh",
+            "destroy", "apply", "serve", "operator"]
+
+
+class WorkflowGroup(click.Group):
+    """Lists commands in the order one uses them, not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = super().list_commands(ctx)
+        return [n for n in WORKFLOW if n in names] + [n for n in names if n not in WORKFLOW]
+
+
+# Told which command runs, once it is known: the installed entry point (automation/cli/console.py) sets it to tune
+# the interpreter for batch commands. A hook, so that the CLI never imports its entry point back.
+ON_COMMAND: Callable[[str | None], None] | None = None
+
+
+@click.group(cls=WorkflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="modelplane-pulumi", prog_name="modelplane")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """A fleet control plane for LLM inference on Pulumi (modelplane.ai/v1alpha1 manifests)."""
+    if ON_COMMAND is not None:
+        ON_COMMAND(ctx.invoked_subcommand)
+
+
+OPERATOR_PARALLEL = 64  # the operator executor's default --parallel: stacks handed over and watched at once
+
+
+def operator_client(settings_file: str, fleet_name: str | None):
+    """The operator's settings, a client of the control-plane cluster and the export options, or exit 2."""
+    from automation.execution.kube import KubeClient
+    from automation.operator.runner import check_reachable
+    from automation.operator.settings import load_settings
+    from automation.execution.runner import AutomationError
+
+    try:
+        settings = load_settings(settings_file)
+        options = settings.export_options(fleet_name)
+        api = KubeClient(settings.kubeconfig_path(), settings.context)
+        check_reachable(api, options)
+    except AutomationError as exc:
+        click.echo(f"error: --executor operator: {exc}", err=True)
+        raise SystemExit(2) from None
+    return settings, api, options
+
+
+def operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False):
+    """The operator executor's runner and its record (the cluster's Stacks), or exit 2 saying why not."""
+    from automation.operator.runner import OperatorRecord, OperatorRunner
+
+    settings, api, options = operator_client(settings_file, fleet_name)
+    runner = OperatorRunner(api, options, force=set(force), unprotect=unprotect, poll=settings.poll_seconds,
+                            timeout=settings.timeout_minutes * 60)
+    return runner, OperatorRecord(api, options)
+
+
+def gateway_host(fleet: Fleet, chosen: str | None) -> str | None:
+    """The cluster hosting the fleet gateway, or exit 2 naming why the chosen one cannot."""
+    from components.args import control_plane_cluster
+
+    try:
+        return control_plane_cluster(fleet, chosen)
+    except ValueError as exc:
+        click.echo(f"error: --control-plane: {exc}", err=True)
+        raise SystemExit(2) from None
+

@@ -1,0 +1,160 @@
+"""Commands that plan with the record and write nothing applied: `plan` (and `--against`), `render`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import yaml
+
+
+from fleet.plan_output import json_text, plan_to_dict
+from fleet.scheduler import schedule
+
+from automation.cli.base import (
+    EXIT_INVALID,
+    EXIT_UNSCHEDULED,
+    cli,
+    load,
+    paths_option,
+    record_for_plan,
+    record_options,
+    summarised_base,
+)
+
+
+@cli.command()
+@paths_option
+@click.option("--against", "against", multiple=True, metavar="PATH",
+              help="The base desired state (e.g. the target branch's manifests): show stack changes and replica moves. Repeatable.")
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json", "yaml", "markdown", "name"]), default="table",
+              show_default=True, help="table for people (wide: with each replica's index and why each backend); json "
+                                      "and yaml are the stable machine interface (see README); markdown (with "
+                                      "--against) for a pull-request comment; name: one replica per line.")
+@click.option("--explain", is_flag=True, help="Say why each replica went where it did, and which backend serves each engine.")
+@click.option("-n", "--namespace", default=None, help="Show only this namespace's deployments (placement still sees the fleet).")
+@click.option("--deployment", default=None, metavar="NAME", help="Show only this deployment (NAME or NAMESPACE/NAME).")
+@click.option("--fail-on-unscheduled", "fail_on_unscheduled", is_flag=True,
+              help="Exit 4 when a replica (of what is shown) cannot be placed: a CI gate.")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="With --against: plan the base afresh, neither reading nor writing its cached summary "
+                   "($MODELPLANE_CACHE_DIR, else ~/.cache/modelplane; see docs/performance.md).")
+@record_options
+def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, namespace: str | None,
+         deployment: str | None, fail_on_unscheduled: bool, no_cache: bool, state: str, fresh: bool,
+         backend: str | None, fleet_name: str | None, executor: str, operator_settings: str) -> None:
+    """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
+
+    Plans with the record of what is applied (the backend's, or the operator's), so the plan shows what `up` will do."""
+    loaded = load(paths)
+    applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+    recorded = applied.placements()
+    if output == "markdown" and not against:
+        click.echo("error: -o markdown summarises a change: give the base manifests with --against", err=True)
+        raise SystemExit(2)
+    comparison = None
+    if against:
+        from automation.planning.base_cache import BaseCache
+        from automation.planning.compare import compare
+
+        base = summarised_base(against, recorded, None if no_cache else BaseCache())
+        comparison = compare(None, loaded.fleet, explain, recorded, base=base)
+        result = comparison.plan
+    else:
+        result = schedule(loaded.fleet, recorded, explain=explain)
+    if namespace or deployment:
+        result = result.only(namespace, deployment)
+    document = plan_to_dict(result, explain)
+    if comparison is not None:
+        from automation.planning.compare import to_dict
+
+        # keys are added, never changed: `replicas` stays the head's placements, the comparison is under `changes`
+        compared = to_dict(comparison)
+        document["stacks"] = compared["stacks"]  # as before, for existing readers
+        document["changes"] = compared
+    if output == "json":
+        click.echo(json_text(document))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
+    elif output == "name":
+        for r in result.replicas:
+            click.echo(f"modelreplica/{r.namespace}/{r.name}")
+    elif output == "markdown":
+        from automation.planning.compare import markdown
+
+        assert comparison is not None  # -o markdown without --against was refused above
+        if applied.guessed:  # the comment says what it could not know
+            click.echo(f"> **Warning:** the record of what is applied could not be read, so this was planned with "
+                       f"{applied.source}. Moves and stack changes below may be wrong.\n")
+        click.echo(markdown(comparison), nl=False)
+    else:
+        from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
+
+        plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
+        if comparison is not None:
+            changed = comparison.changed
+            click.echo(f"\n{len(changed)} stack(s) change" + (":" if changed else ""))
+            for s in changed:
+                click.echo(f"  {s.change:<7} {s.name}")
+    if fail_on_unscheduled and result.unscheduled:
+        missing = sum(u.missing for u in result.unscheduled)
+        click.echo(f"error: {missing} replica(s) of {len(result.unscheduled)} deployment(s) cannot be placed "
+                   "(--fail-on-unscheduled)", err=True)
+        raise SystemExit(EXIT_UNSCHEDULED)
+
+
+@cli.command()
+@paths_option
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder to write to: DIR/<stack>/<cluster or control-plane>/<kind>-<name>.yaml (replaced as a whole); "
+                   "- for one YAML stream on standard output.")
+@record_options
+def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: str | None, fleet_name: str | None,
+           executor: str, operator_settings: str) -> None:
+    """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
+    from pathlib import Path
+
+    from automation.planning.stacks import rendered_problems
+    from components.args import control_plane_cluster
+    from workloads.output import InvalidObjects, OutputError, write
+    from workloads.render import render as render_objects
+    from workloads.schemas import check
+
+    def refuse(problems: list[str]) -> None:
+        for line in problems:
+            click.echo(line, err=True)
+        click.echo(f"{len(problems)} invalid object(s); nothing was written", err=True)
+        raise SystemExit(EXIT_INVALID)
+
+    loaded = load(paths)
+    applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+    # the objects only: stacks' fingerprints are not written, so they are not computed
+    result = render_objects(loaded.fleet, schedule(loaded.fleet, applied.placements()),
+                            control_plane_cluster(loaded.fleet, None), gateways=applied.gateways())
+    if out == "-":
+        if problems := rendered_problems(result):
+            refuse(problems)
+        from workloads.output import stream
+
+        click.echo(stream(result), nl=False)
+        return
+    if result.problems:  # collisions, before anything is written
+        refuse([str(p) for p in result.problems])
+    from automation.cli.progress import Bar
+
+    try:
+        with Bar("writing objects", sum(1 for _ in result.objects())) as bar:
+            # each object is checked against its schema as it is written; one invalid object: nothing is written
+            count = write(result, Path(out), on_objects=bar.advance, check=check)
+    except InvalidObjects as exc:
+        refuse(exc.problems)
+    except (OutputError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_INVALID) from None
+    click.echo(f"wrote {count} objects for {len(result.stacks)} stacks to {out} (every object checked against its schema)")
+    for stack, address in sorted(result.addresses.items()):
+        click.echo(f"  {stack}: {address}")
+    if any(".pending.modelplane.invalid" in address for address in result.addresses.values()):
+        click.echo("  (a *.pending.modelplane.invalid host is a placeholder: the address is known once the gateway "
+                   "stack has applied, and `modelplane status` shows it)")
+

@@ -1,0 +1,199 @@
+"""Commands that run stacks: `preview`, `up`, `drift`, `refresh`, `destroy`, all through `applying.run_stacks`."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from automation.execution.runner import Operation
+
+from automation.cli.base import (
+    BACKEND,
+    EXIT_INVALID,
+    FLEET,
+    cli,
+    executor_options,
+    gateway_host,
+    load,
+    paths_option,
+    record_for_plan,
+    state_option,
+    summarised_base,
+)
+from automation.cli.applying import StackRun, run_stacks, stack_settings
+
+
+def _apply_options(function):
+    function = click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+                            help="table: progress for people; json: one JSON event per line.")(function)
+    function = BACKEND(function)
+    function = click.option("--parallel", type=click.IntRange(1, 256), default=2, show_default=True,
+                            help="Stacks run at once. Local executor: at most 16 (each runs a Pulumi engine and its "
+                                 "provider plugins here); operator: stacks handed over and watched at once (default "
+                                 "there: 64).")(function)
+    function = executor_options("local: Pulumi engines on this machine; operator: Stack objects applied to the "
+                                 "control-plane cluster's Pulumi Kubernetes Operator.")(function)
+    function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
+                            help="The InferenceCluster hosting the fleet gateway (default: the first by name whose "
+                                 "cloud gives a LoadBalancer an address, GKE, EKS, AKS or Nebius, else the first "
+                                 "Existing one).")(function)
+    function = FLEET(state_option(function))
+    function = click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE",
+                            help="Stack config for the platform and gateway programs, as `pulumi config set` takes it "
+                                 "(gcp:project=my-project, aws:profile=prod, any provider setting). Plain values only; "
+                                 "repeatable; after --config-file.")(function)
+    function = click.option("--config-file", "config_files", multiple=True, metavar="PATH",
+                            type=click.Path(dir_okay=False),
+                            help="A Pulumi stack config file (`config:` of KEY: VALUE, as Pulumi.<stack>.yaml) with "
+                                 "the same settings. Repeatable.")(function)
+    function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
+                            help="The kubeconfig file of an Existing cluster (else $MODELPLANE_KUBECONFIG_<CLUSTER>, or "
+                                 ".modelplane/kubeconfigs/<existing.secretRef.name>). Read by the program, kept a "
+                                 "Pulumi secret, never put on a command line. Repeatable.")(function)
+    return paths_option(function)
+
+
+def _stack_run(operation: Operation, common: dict, **chosen) -> StackRun:
+    """The options every command that runs stacks takes (`_apply_options`), and what this one adds, typed once."""
+    options = dict(common)
+    config = stack_settings(options.pop("config_pairs"), options.pop("config_files"))
+    return StackRun(operation=operation, config=config, **options, **chosen)
+
+
+_PRUNE = click.option("--prune", is_flag=True,
+                      help="Also destroy recorded stacks whose objects are not in the input (without it, input that "
+                           "is a subset of the fleet never destroys the rest).")
+
+
+_DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", is_flag=True,
+                                 help="Confirm destroying platform stacks (clusters and their GPU pools).")
+
+
+@cli.command()
+@_apply_options
+@click.option("--offline", is_flag=True, help="Run each stack's program under Pulumi's mock runtime: no CLI, no cloud.")
+@click.option("--jobs", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="With --offline: processes that preview stacks at once (default: one per CPU).")
+@click.option("--changed-against", "changed_against", multiple=True, metavar="PATH",
+              help="With --offline: preview only the stacks that differ from this base (as `plan --against` finds "
+                   "them), with every stack they depend on and every stack that depends on them for the check. "
+                   "Repeatable.")
+@_PRUNE
+def preview(offline, jobs, changed_against, prune, **common) -> None:
+    """Show what each changed stack would do (with --offline: what every stack would register, checked for
+    deployability, no CLI needed)."""
+    if changed_against and not offline:
+        click.echo("error: --changed-against previews offline: add --offline (a live preview already runs only the "
+                   "stacks whose fingerprint changed)", err=True)
+        raise SystemExit(2)
+    if not offline:
+        return run_stacks(_stack_run("preview", common, prune=prune, destroy_clusters=True))  # it destroys nothing
+    _preview_offline(_stack_run("preview", common), jobs, changed_against)
+
+
+def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str, ...]) -> None:
+    """Every stack's program under the mock runtime, then the deployability check over what they registered."""
+    from automation.cli.progress import Bar
+    from automation.planning.deployability import check_fleet
+    from automation.planning.offline_preview import all_stacks
+
+    loaded = load(run.paths)
+    host = gateway_host(loaded.fleet, run.control_plane)
+    # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
+    applied = record_for_plan(run.state, run.backend, run.fleet_name, run.executor, run.operator_settings, fresh=False)
+    desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against)
+    with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
+        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
+    violations = check_fleet(loaded.fleet, stacks)
+    _show_preview(run.output, stacks, violations, changes, host)
+
+
+def _desired_for_preview(fleet, applied, host: str | None, changed_against: tuple[str, ...]):
+    """The desired stacks; with a base, only those that differ from it (and their neighbours, for the check)."""
+    from automation.planning.stacks import Change, desired_state
+
+    if not changed_against:
+        return desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways()), None, None
+    from automation.planning.base_cache import BaseCache
+    from automation.planning.offline_preview import around
+    from automation.planning.stacks import changes as stack_changes
+
+    # the head planned with the base's placements, as `plan --against` plans it (the base's summary cached);
+    # the base with its own gateway host, as `plan --against` plans it: the head's may be a cluster it adds
+    base = summarised_base(changed_against, applied.placements(), BaseCache())
+    desired = desired_state(fleet, base.placements, control_plane=host, gateways=applied.gateways())
+    changes = {c.name: c.change for c in stack_changes(desired.specs, base.fingerprints) if c.change != Change.none}
+    only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
+    return desired, only, changes
+
+
+def _show_preview(output: str, stacks, violations, changes: dict | None, host: str | None) -> None:
+    from automation.cli.output import preview_table, stream_json
+
+    if output == "json":
+        # each stack's JSON is built as it is written: the whole document at once was most of the peak memory
+        document: dict = {"stacks": (s.to_dict() for s in stacks), "violations": [v.__dict__ for v in violations]}
+        if changes is not None:  # which stacks differ from the base; the others listed were previewed for the check
+            document["changes"] = [{"name": name, "change": change} for name, change in changes.items()]
+        stream_json(document, sys.stdout.write)
+        sys.stdout.write("\n")
+    else:
+        preview_table(stacks, stream=sys.stdout)
+        if changes is not None:
+            click.echo(f"{len(changes)} stack(s) differ from the base: " + (", ".join(
+                f"{name} ({change})" for name, change in changes.items()) or "none"))
+    for v in violations:
+        click.echo(f"{v}", err=True)
+    if violations:
+        click.echo(f"{len(violations)} deployability violation(s): a real first apply would fail; nothing was applied",
+                   err=True)
+        raise SystemExit(EXIT_INVALID)
+    if output != "json":
+        click.echo(f"fleet gateway host: {host or 'none'}")
+        scope = "" if changes is None else " (the changed ones, what they depend on and what depends on them)"
+        click.echo(f"deployability check: {len(stacks)} stack(s){scope}, 0 violations")
+
+
+@cli.command()
+@_apply_options
+@_PRUNE
+@_DESTROY_CLUSTERS
+@click.option("--force", multiple=True, metavar="STACK", help="Rerun this stack even if its fingerprint did not change. Repeatable.")
+@click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
+@click.option("--skip-check", "skip_check", is_flag=True,
+              help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
+def up(prune, destroy_clusters, force, refresh, skip_check, **common) -> None:
+    """Apply the changed stacks in dependency order; record each only once it succeeded.
+
+    Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
+    run_stacks(_stack_run("up", common, prune=prune, destroy_clusters=destroy_clusters, force=force, refresh=refresh,
+                          check=not skip_check))
+
+
+@cli.command()
+@_apply_options
+def drift(**common) -> None:
+    """Report applied stacks whose cloud or cluster state no longer matches (a refresh preview; exit 1 on drift)."""
+    run_stacks(_stack_run("preview-refresh", common))
+
+
+@cli.command(name="refresh")
+@_apply_options
+def refresh_command(**common) -> None:
+    """Refresh the applied stacks' state from the clouds and clusters."""
+    run_stacks(_stack_run("refresh", common))
+
+
+@cli.command()
+@_apply_options
+@click.option("--unprotect", is_flag=True,
+              help="Lift the deletion protection of clusters and networks (an update with it off), then destroy them. "
+                   "Without it, platform stacks refuse to be destroyed.")
+@click.option("--yes", "-y", "yes", is_flag=True, help="Confirm: destroy without asking (needed when not on a terminal).")
+def destroy(unprotect, yes, **common) -> None:
+    """Destroy the applied stacks these manifests describe, dependents first."""
+    run_stacks(_stack_run("destroy", common, unprotect=unprotect, destroy_clusters=yes))
+

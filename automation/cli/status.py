@@ -1,0 +1,146 @@
+"""`status`: what is applied, what is pending and what is unscheduled, read from the record."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from automation.cli.base import (
+    BACKEND,
+    FLEET,
+    cli,
+    executor_options,
+    gateway_host,
+    load,
+    operator_client,
+    paths_option,
+    read_record,
+    state_option,
+)
+
+
+def _objects_with_status(fleet, prepared, applied: dict) -> str:
+    """`status -o yaml`: the objects as the portal serves them, from what `up` recorded in this state folder."""
+    import yaml
+
+    from automation.planning.conditions import Observed, composed, snapshot, with_status
+
+    snap = snapshot(prepared.desired)
+    observed = Observed(applied)
+    bodies = [o.model_dump(mode="json", exclude_none=True) for o in fleet.objects if o.kind != "ModelReplica"]
+    gateways = [b for b in bodies if b["kind"] == "InferenceGateway"]
+    items = [with_status(b, snap, observed, gateways) for b in bodies] + composed(None, snap, observed)
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+
+
+def _service_addresses(prepared, applied: dict) -> list[dict]:
+    """Each ModelService's OpenAI-compatible base address, once the fleet gateway's address is known."""
+    from fleet.stack_id import StackId
+
+    gateway = ((applied.get("gateway") or {}).get("outputs") or {}).get("address")
+    out = []
+    for stack, rendered in sorted(prepared.addresses.items()):
+        id = StackId.parse(stack)
+        path = f"/{id.namespace}/{id.name}"
+        if gateway:
+            out.append({"name": f"{id.namespace}/{id.name}", "address": f"http://{gateway}{path}", "pending": None})
+        elif ".pending.modelplane.invalid" not in rendered:  # the InferenceGateway's observed status gives it
+            out.append({"name": f"{id.namespace}/{id.name}", "address": rendered, "pending": None})
+        else:
+            out.append({"name": f"{id.namespace}/{id.name}", "address": None,
+                        "pending": "known once the gateway stack applied"})
+    return out
+
+
+@cli.command()
+@paths_option
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
+              help="table for people; json: stacks, unscheduled deployments, the gateway's host and service addresses; "
+                   "yaml: every object (and the ModelReplicas and ModelEndpoints it composes) with the status and "
+                   "conditions the portal serves, as a Kubernetes List.")
+@click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
+              help="The InferenceCluster hosting the fleet gateway (default: the first by name whose cloud gives a "
+                   "LoadBalancer an address, else the first Existing one).")
+@state_option
+@executor_options("local: the record in the Pulumi backend; operator: the Stack objects in the control-plane cluster, "
+                   "with where the operator is with each.")
+@FLEET
+@BACKEND
+def status(paths, output, control_plane, state, executor, operator_settings, fleet_name, backend) -> None:
+    """Which stacks are applied, which are pending, and what is unscheduled (from the record; without the Pulumi
+    CLI, from its local cache, and it says so)."""
+    from automation.execution.session import prepare
+
+    loaded = load(paths)
+    host = gateway_host(loaded.fleet, control_plane)
+    record, on_operator = _record_and_operator(state, backend, fleet_name, executor, operator_settings)
+    read = read_record(record)
+    prepared = prepare(loaded.fleet, read, host)
+    applied = read.details()
+    rows = _rows(prepared, read, loaded.fleet, on_operator)
+    services = _service_addresses(prepared, applied)
+    if output == "yaml":
+        click.echo(_objects_with_status(loaded.fleet, prepared, applied), nl=False)
+        return
+    if output == "json":
+        click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled],
+                               "controlPlane": host, "services": services}, indent=2))
+        return
+    click.echo(f"fleet gateway host: {host or 'none (no GKE, EKS, AKS, Nebius or Existing cluster)'}")
+    for service in services:
+        where = service["address"] or f"pending ({service['pending']})"
+        click.echo(f"service {service['name']}: {where}")
+    for row in rows:
+        shown = "up to date" if row["change"] == "none" else f"pending {row['change']}"
+        why = f"  {row['reason']}" if row["reason"] else ""
+        click.echo(f"{row['name']:<48} {shown:<16} {row['appliedAt'] or 'never applied'}{why}")
+    for u in prepared.plan.unscheduled:
+        click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
+
+
+def _record_and_operator(state: str, backend: str | None, fleet_name: str | None, executor: str,
+                         operator_settings: str) -> tuple[Any, dict[str, str] | None]:
+    """The record (not strict: a status may show the cache, saying so) and, on the operator, where it is with
+    each Stack (None on the local executor)."""
+    if executor != "operator":
+        from pathlib import Path
+
+        from automation.record.backend import PulumiRecord
+
+        return PulumiRecord(Path(state), backend, fleet_name, strict=False), None
+    from automation.operator.runner import OperatorRecord, live_stacks, stack_state
+
+    _, api, options = operator_client(operator_settings, fleet_name)
+    return OperatorRecord(api, options), {name: stack_state(stack) for name, stack in live_stacks(api, options).items()}
+
+
+REASONS = {"create": "not applied yet", "update": "its manifests changed since it was applied",
+           "delete": "recorded but not in the input: `up --prune` destroys it", "none": ""}
+
+
+def _rows(prepared, read, fleet, on_operator: dict[str, str] | None) -> list[dict]:
+    """One row per stack: its change, when it was applied, and why it is pending."""
+    from automation.execution.migration import plan_renames
+    from automation.planning.stacks import Change
+    from fleet.stack_id import StackKind
+
+    applied = read.details()
+    renames = {str(r.old): str(r.new) for r in plan_renames(read, fleet)}
+    rows = []
+    for c in prepared.changes:
+        if c.name in renames.values() and c.change == Change.create:
+            continue  # shown once, under its recorded legacy name
+        reason = REASONS[c.change]
+        if c.name in renames:
+            reason = f"recorded under the legacy name; the next `up` renames it to {renames[c.name]}"
+        elif c.change == Change.delete and c.kind == StackKind.platform:
+            reason += " (with --yes-destroy-clusters)"
+        said = (on_operator or {}).get(c.name)
+        if said is not None and said != "succeeded":
+            reason = said if "on the operator" in said else f"on the operator: {said}"
+        rows.append({"name": c.name, "change": "rename" if c.name in renames else str(c.change),
+                     "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason,
+                     **({"operator": said or "no Stack object"} if on_operator is not None else {})})
+    return rows
