@@ -423,3 +423,24 @@ def test_a_deployment_write_checks_its_teams_stack_on_its_clusters_too(portal, m
         assert refused.status_code == 422, refused.text
         assert "team-team-a.c1" in refused.text and "refuses the quota" in refused.text
         assert admin.get(OBJ_PATH.format(ns="team-a", name="a1")).status_code == 404
+
+
+def test_the_page_counts_pool_capacity_as_the_scheduler_does(portal):
+    """A cluster that publishes `status.gpuPools` offers what it published, not its declared node pools; a pool whose
+    class is missing offers nothing (fleet/inventory.py, which the scheduler places with)."""
+    from automation.portal.service import replan
+
+    l4 = gpu_class("l4", 1, "23034Mi")
+    published = cluster("c1", pools=(("gpu", "l4", 8),), status={
+        "gateway": {"address": "10.0.0.1"}, "conditions": [{"type": "Ready", "status": "True"}],
+        "gpuPools": [{"name": "observed", "nodes": 3, "devices": [{**l4["spec"]["devices"][0], "count": 4}]}]})
+    with portal.store.write() as conn:
+        portal.store.put(conn, "InferenceClass", "", l4, None)
+        portal.store.put(conn, "InferenceCluster", "", published, None)
+        portal.store.put(conn, "InferenceCluster", "", cluster("c2", pools=(("gpu", "l4", 2), ("gone", "none", 5))), None)
+        replan(portal.store, conn, False)
+    with portal.client(ADMIN) as admin:
+        text = admin.get("/").text
+    rows = re.findall(r"<tr><td>(c\d)</td><td>(\w+)</td><td>(\d+)</td>", text)
+    assert rows == [("c1", "observed", "3"), ("c2", "gpu", "2"), ("c2", "gone", "0")], rows
+    assert "2 cluster(s), 3 pool(s), 0 of 14 devices claimed" in text  # 3 nodes x 4 + 2 x 1 + nothing

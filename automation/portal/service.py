@@ -22,6 +22,7 @@ from fleet.scheduler import PlanMemo
 from fleet.validate import Fleet, cross_object_problems, validate_document
 from workloads.render import Gateways, model_stack
 
+API = "/apis/modelplane.ai/v1alpha1"  # the group and version every manifest names
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
 MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
 PLURALS = {

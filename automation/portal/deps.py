@@ -1,0 +1,38 @@
+"""The routes' dependencies: the app's `Portal`, and the one authenticated principal every API route asks for.
+
+A route declares `who: Who` and FastAPI resolves it before the route runs (on a worker thread: a session cookie is
+a database read); an unauthenticated request never reaches the route's body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from automation.portal.auth import Principal
+from automation.portal.guard import Caller
+from automation.portal.portal import Portal
+from automation.portal.service import ApiError
+
+
+def portal(request: Request) -> Portal:
+    return request.app.state.portal
+
+
+def caller(request: Request) -> Caller:
+    """Who sent the request: unsafe methods were authenticated by the guard already, the others are here."""
+    known = request.scope.get("state", {}).get("caller")
+    who = known or portal(request).authenticate(request.headers, request.cookies)
+    if who is None:
+        raise ApiError(401, "Unauthorized", "a valid bearer token is required")
+    return who
+
+
+def principal(who: Annotated[Caller, Depends(caller)]) -> Principal:
+    return who.principal
+
+
+Who = Annotated[Principal, Depends(principal)]
+SignedIn = Annotated[Caller, Depends(caller)]
+Objects = Annotated[Portal, Depends(portal)]

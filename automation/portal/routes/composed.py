@@ -1,0 +1,96 @@
+"""What the portal composes from ModelDeployments (ModelReplicas, read-only) and the scale subresource."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from automation.portal.deps import Objects, Who
+from automation.portal.portal import Portal
+from automation.portal.service import API, ApiError
+
+router = APIRouter(prefix=API)
+
+
+def read_only(plural: str) -> ApiError:
+    return ApiError(405, "MethodNotAllowed", f"{plural} are composed from ModelDeployments and are read-only",
+                    headers={"Allow": "GET"})
+
+
+@router.get("/namespaces/{namespace}/modelreplicas")
+def list_replicas(namespace: str, who: Who, portal: Objects):
+    if not who.can_see(namespace):
+        raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
+    with portal.store.read() as conn:
+        items = portal.composed_in(namespace, "ModelReplica", conn)
+    return JSONResponse({"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplicaList", "items": items})
+
+
+@router.get("/namespaces/{namespace}/modelreplicas/{name}")
+def get_replica(namespace: str, name: str, who: Who, portal: Objects):
+    if who.can_see(namespace):
+        with portal.store.read() as conn:
+            found = [o for o in portal.composed_in(namespace, "ModelReplica", conn) if o["metadata"]["name"] == name]
+        if found:
+            return JSONResponse(found[0])
+    raise ApiError(404, "NotFound", f"modelreplicas {name[:80]!r} not found")
+
+
+@router.api_route("/namespaces/{namespace}/modelreplicas/{name}", methods=["PUT", "PATCH", "DELETE", "POST"],
+                  include_in_schema=False)
+def write_replica(namespace: str, name: str, who: Who):
+    raise read_only("modelreplicas")
+
+
+@router.get("/namespaces/{namespace}/modeldeployments/{name}/scale")
+def get_scale(namespace: str, name: str, who: Who, portal: Objects):
+    if not who.can_see(namespace):
+        raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+    with portal.store.read() as conn:
+        body = portal.store.get(conn, "ModelDeployment", namespace, name)
+        if body is None:
+            raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+        return JSONResponse(scale_of(portal.with_status(body, conn)))
+
+
+@router.put("/namespaces/{namespace}/modeldeployments/{name}/scale")
+async def put_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
+    """`kubectl scale`: the Scale's spec.replicas becomes the deployment's, through the same checks as a PUT."""
+    if not who.can_write(namespace):
+        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    raw = await request.body()
+    return await run_in_threadpool(_rescale, portal, namespace, name, raw)
+
+
+def _rescale(portal: Portal, namespace: str, name: str, raw: bytes) -> JSONResponse:
+    try:
+        wanted = json.loads(raw or b"{}")
+    except ValueError:
+        raise ApiError(400, "BadRequest", "the body is not a JSON Scale object") from None
+    replicas = ((wanted.get("spec") if isinstance(wanted, dict) else None) or {}).get("replicas")
+    if not isinstance(replicas, int) or isinstance(replicas, bool):
+        raise ApiError(422, "Invalid", "spec.replicas must be an integer")
+    with portal.store.read() as conn:
+        body = portal.store.get(conn, "ModelDeployment", namespace, name)
+    if body is None:
+        raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+    sent = (wanted.get("metadata") or {}).get("resourceVersion")
+    body["spec"]["replicas"] = replicas
+    body["metadata"] = {k: v for k, v in body["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
+    if sent is not None:
+        body["metadata"]["resourceVersion"] = sent
+    saved, _, _ = portal.put("ModelDeployment", namespace, name, json.dumps(body).encode())
+    return JSONResponse(scale_of(saved))
+
+
+def scale_of(body: dict) -> dict:
+    meta = body["metadata"]
+    return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion"), "uid": meta.get("uid")},
+            "spec": {"replicas": body["spec"]["replicas"]},
+            "status": {"replicas": ((body.get("status") or {}).get("replicas") or {}).get("total", 0),
+                       "selector": f"modelplane.ai/deployment={meta['name']}"}}

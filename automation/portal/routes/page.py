@@ -1,0 +1,190 @@
+"""The server-rendered page: sign in and out, the fleet's pools, deployments, services and runs, and forms to
+apply or delete an object (each form carries the session's CSRF token; scripts use the API with a bearer token)."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from automation.planning import conditions
+from automation.portal.auth import digest
+from automation.portal.deps import Objects, SignedIn
+from automation.portal.guard import Caller
+from automation.portal.portal import COOKIE
+from automation.portal.service import PLURALS, ApiError
+from fleet.api import KINDS
+from fleet.inventory import build_clusters
+from fleet.validate import Fleet
+
+SIGNIN_COOKIE = "modelplane_signin"  # the sign-in form's CSRF token (double submit: login CSRF)
+PAGE_SIZE = 50  # rows per table page: the page of a 2,000-deployment fleet stays small and quick
+templates = Environment(loader=PackageLoader("automation.portal", "templates"), autoescape=select_autoescape(["html"]))
+router = APIRouter(include_in_schema=False)
+
+
+def cookie_options(request: Request) -> dict:
+    return {"httponly": True, "samesite": "strict", "secure": request.url.scheme == "https", "path": "/"}
+
+
+def checked_form(who: Caller, csrf: str) -> Caller:
+    """A form post from the page: signed in, and carrying this session's CSRF token (scripts use bearer)."""
+    if who.how == "session" and not (who.csrf and hmac.compare_digest(csrf.encode(), who.csrf.encode())):
+        raise ApiError(403, "Forbidden", "the form's CSRF token does not match this session; reload the page")
+    return who
+
+
+def _back(message: str) -> RedirectResponse:
+    return RedirectResponse("/?" + urlencode({"message": message}), status_code=303)
+
+
+@router.get("/", response_class=HTMLResponse)
+def page(request: Request, portal: Objects, message: str | None = None, page: int = 1, pools: int = 1):
+    who = portal.authenticate(request.headers, request.cookies)
+    if who is None:
+        form_token = secrets.token_urlsafe(32)
+        response = HTMLResponse(templates.get_template("signin.html").render(message=message, csrf=form_token))
+        response.set_cookie(SIGNIN_COOKIE, form_token, max_age=3600, **cookie_options(request))
+        return response
+    person, store = who.principal, portal.store
+    with store.read() as conn:
+        plan, observed, gateways = portal.observation(conn)
+        gateway = conditions.gateway_address(plan, observed, gateways)
+        clusters = store.list(conn, "InferenceCluster")
+        classes = store.list(conn, "InferenceClass")
+        visible = [o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])]
+        shown = Paged(visible, page, "page", {"pools": pools})
+        deployments = portal.statuses(shown.items, conn)  # statuses of one page only: a fleet has thousands
+        services = portal.statuses([o for o in store.list(conn, "ModelService")
+                                    if person.can_see(o["metadata"]["namespace"])], conn)
+        run_rows = [r for r in store.list_runs(conn, 50) if portal.visible_stack(person, r["stack"])]
+        held = portal.held_back(conn) if person.admin else []  # they may name any team's objects
+    pool_rows = pool_capacity(clusters, classes, plan)
+    totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
+              "total": sum(p["total"] for p in pool_rows), "deployments": len(visible)}
+    return HTMLResponse(templates.get_template("fleet.html").render(
+        who=person, pools=Paged(pool_rows, pools, "pools", {"page": shown.number}), deployments=deployments,
+        deployment_pages=shown, services=services, runs=run_rows, message=message, gateway=gateway,
+        totals=totals, csrf=who.csrf or "", held=held[:20]))
+
+
+@router.post("/ui/signin")
+def signin(request: Request, portal: Objects, token: str = Form(..., max_length=4096),
+           csrf: str = Form(..., max_length=100)):
+    expected = request.cookies.get(SIGNIN_COOKIE, "")
+    if not expected or not hmac.compare_digest(csrf.encode(), expected.encode()):
+        raise ApiError(403, "Forbidden", "the sign-in form's CSRF token does not match; reload the page")
+    if portal.tokens.resolve(token) is None:
+        return RedirectResponse("/?message=That+token+is+not+valid", status_code=303)
+    with portal.store.write() as conn:
+        session_id, _ = portal.store.create_session(conn, digest(token))
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(COOKIE, session_id, **cookie_options(request))
+    response.delete_cookie(SIGNIN_COOKIE, path="/")
+    return response
+
+
+@router.post("/ui/signout")
+def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = Form("", max_length=100)):
+    checked_form(who, csrf)
+    session_id = request.cookies.get(COOKIE)
+    if session_id:
+        with portal.store.write() as conn:
+            portal.store.delete_session(conn, session_id)  # the cookie's id stops working, even if it was copied
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+@router.post("/ui/apply")
+def ui_apply(who: SignedIn, portal: Objects, manifest: str = Form(...), csrf: str = Form("", max_length=100)):
+    person = checked_form(who, csrf).principal
+    try:
+        kind, plural, namespace, name = _one_object(manifest)
+        if not person.can_write(namespace):
+            raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
+        portal.put(kind, namespace, name, manifest.encode())
+        message = f"Accepted {kind} {name}"
+    except ApiError as exc:
+        message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])
+    return _back(message)
+
+
+def _one_object(manifest: str) -> tuple[str, str, str | None, str]:
+    """The kind, plural, namespace and name of the one object pasted into the form."""
+    from fleet.loader import parse_text
+
+    documents, problems = parse_text(manifest, "manifest")
+    if problems:
+        raise ApiError(400, "BadRequest", str(problems[0]))
+    data = documents[0].data if len(documents) == 1 else None
+    if not isinstance(data, dict):
+        raise ApiError(400, "BadRequest", "paste one object (a YAML mapping)")
+    kind = data.get("kind")
+    plural = next((p for p, (k, _) in PLURALS.items() if k == kind), None)
+    if plural is None:
+        raise ApiError(400, "BadRequest", f"unknown kind {str(kind)[:80]!r}")
+    meta: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    namespace = str(meta.get("namespace") or "default") if PLURALS[plural][1] else None
+    return str(kind), plural, namespace, str(meta.get("name") or "")
+
+
+@router.post("/ui/delete")
+def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_length=64),
+              namespace: str = Form(..., max_length=63), name: str = Form(..., max_length=253),
+              csrf: str = Form("", max_length=100)):
+    person = checked_form(who, csrf).principal
+    try:
+        if kind not in ("ModelDeployment", "ModelService") or not person.can_write(namespace):
+            raise ApiError(403, "Forbidden", f"{person.name} may not delete {kind} {namespace}/{name}")
+        portal.delete(kind, namespace, name)
+        message = f"Deleted {kind} {namespace}/{name}"
+    except ApiError as exc:
+        message = exc.message
+    return _back(message)
+
+
+class Paged:
+    """One page of a table's rows (1-based; out of range is the nearest page) and the links to its neighbours,
+    keeping the other tables' pages (`others`: query parameter -> page)."""
+
+    def __init__(self, rows: list, number: int, parameter: str, others: dict[str, int]):
+        self.count = max(1, -(-len(rows) // PAGE_SIZE))
+        self.number = min(max(1, number), self.count)
+        self.items = rows[(self.number - 1) * PAGE_SIZE: self.number * PAGE_SIZE]
+        self.first = (self.number - 1) * PAGE_SIZE + 1 if rows else 0
+        self.last = (self.number - 1) * PAGE_SIZE + len(self.items)
+        self.total = len(rows)
+        self._parameter, self._others = parameter, others
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def link(self, number: int) -> str | None:
+        if not 1 <= number <= self.count or number == self.number:
+            return None
+        return "/?" + urlencode({**self._others, self._parameter: number})
+
+
+def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict) -> list[dict]:
+    """Per pool: claimable devices in total and claimed by placed replicas, as the scheduler counts them
+    (`fleet.inventory`: a cluster's published `status.gpuPools` win over its declared node pools)."""
+    used: dict[tuple[str, str], int] = {}
+    for r in plan.get("replicas", []):
+        for e in r["engines"]:
+            for m in e["members"]:
+                key = (r["cluster"], m["pool"])
+                used[key] = used.get(key, 0) + m["nodes"] * sum(m["devices"].values())
+    objects = [KINDS[body["kind"]][0].model_validate(body) for body in clusters + classes]
+    rows = []
+    for cluster in build_clusters(Fleet(objects=objects)):
+        for pool in cluster.pools:
+            total = pool.nodes * sum(d.count for d in pool.kind.devices if d.claimable)
+            claimed = used.get((cluster.name, pool.name), 0)
+            rows.append({"cluster": cluster.name, "pool": pool.name, "nodes": pool.nodes, "total": total,
+                         "used": claimed, "free": total - claimed})
+    return rows
