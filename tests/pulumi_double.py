@@ -68,16 +68,128 @@ def on_path(folder: Path, monkeypatch, passphrase: str) -> Path:
 
 
 def install(folder: Path) -> Path:
-    """Write the `pulumi` executable (this module, run by this interpreter) into folder/bin; return its folder."""
+    """Write the `pulumi` executable into folder/bin; return its folder. It is a thin client of one warm double
+    process (`Warm`) that forks a child per call, so a call costs a fork, not an interpreter and its imports;
+    the child answers exactly as `main` does in a process of its own (its own environment, working directory,
+    standard streams and signals)."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "pulumi"
-    root = Path(__file__).resolve().parent.parent
-    script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(root)!r})\n"
-                      "from tests.pulumi_double import main\nsys.exit(main(sys.argv[1:]))\n")
+    script.write_text(CLIENT.format(python=sys.executable, address=Warm.address()))
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     (folder / "double").mkdir(exist_ok=True)
     return bin_dir
+
+
+# The `pulumi` client: hands its argv, working directory, environment and standard streams to the warm double,
+# forwards SIGINT and SIGTERM to the child answering it, and exits with that child's exit code.
+CLIENT = """#!{python} -S
+import json, os, signal, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect({address!r})
+request = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+socket.send_fds(s, [struct.pack("!Q", len(request))], [0, 1, 2])
+s.sendall(request)
+answer = s.makefile("r")
+child = int(answer.readline())
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda number, _: os.kill(child, number))
+code = answer.readline()
+sys.exit(int(code) if code.strip() else 255)
+"""
+
+
+class Warm:
+    """One process per test session with the double and the engine's gRPC modules imported; it forks a child per
+    call. Started on first use, stopped when the session's process exits."""
+
+    _address: str | None = None
+
+    @classmethod
+    def address(cls) -> str:
+        if cls._address is None:
+            import atexit
+            import subprocess
+            import tempfile
+
+            folder = tempfile.mkdtemp(prefix="pulumi-double-")
+            address = os.path.join(folder, "socket")
+            root = Path(__file__).resolve().parent.parent
+            process = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r}); "
+                                        f"from tests.pulumi_double import serve_warm; serve_warm({address!r})"],
+                                       stdin=subprocess.DEVNULL)
+            atexit.register(lambda: (process.kill(), __import__("shutil").rmtree(folder, ignore_errors=True)))
+            deadline = time.monotonic() + 60
+            while not os.path.exists(address + ".ready"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the warm pulumi double did not start")
+                time.sleep(0.01)
+            cls._address = address
+        return cls._address
+
+
+def serve_warm(address: str) -> None:
+    import socket
+    import struct
+
+    import grpc  # noqa: F401  (what `up` and `preview` import, imported once here; no channel before a fork)
+    from google.protobuf import empty_pb2, json_format, struct_pb2  # noqa: F401
+    from pulumi.runtime.proto import engine_pb2_grpc, language_pb2_grpc, resource_pb2_grpc  # noqa: F401
+
+    import automation.planning.fake_outputs  # noqa: F401
+    import workloads.readiness  # noqa: F401
+
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    listener.listen(64)
+    Path(address + ".ready").touch()
+    while True:
+        conn, _ = listener.accept()
+        header, fds, _, _ = socket.recv_fds(conn, 8, 3)
+        (size,) = struct.unpack("!Q", header)
+        request = b""
+        while len(request) < size:
+            request += conn.recv(size - len(request))
+        child = os.fork()
+        if child == 0:
+            listener.close()
+            _answer(conn, fds, json.loads(request))
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+        while True:  # reap the children that finished
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+
+
+def _answer(conn, fds: list[int], request: dict) -> None:
+    """In the forked child: become the process the client would have started, run the command, report its code."""
+    code = 255
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        conn.sendall(f"{os.getpid()}\n".encode())
+        code = main(request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            conn.sendall(f"{code}\n".encode())
+        finally:
+            os._exit(code)
 
 
 def _flag(args: list[str], name: str) -> str | None:
