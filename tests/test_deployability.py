@@ -516,3 +516,35 @@ def test_a_model_on_an_aks_spot_pool_tolerates_the_taint_aks_puts_there(tmp_path
     finally:
         pods.GPU_NODE_TOLERATIONS = original
     assert any("scalesetpriority=spot:NoSchedule" in v for v in found), found
+
+
+def test_a_stack_previewed_again_with_the_same_inputs_is_not_run_again(monkeypatch):
+    """The check previews every stack at each `up` and each portal batch: a stack whose inputs are the same is
+    not run again; a change to its fingerprint, its config or a secret it is given runs it again."""
+    import dataclasses
+
+    import automation.planning.offline_preview as offline_preview
+    from automation.planning.stacks import desired_state
+
+    runs: list[str] = []
+    real = offline_preview.run
+    monkeypatch.setattr(offline_preview, "run", lambda program, project, stack, *a, **k:
+                        runs.append(stack) or real(program, project, stack, *a, **k))
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_first")
+    fleet = load_fleet([str(ROOT / "examples")]).fleet
+    spec = desired_state(fleet).specs["cache-ml-team.qwen3-coder"]
+    offline_preview.forget()
+    first = offline_preview.preview_stack(spec, fleet)
+    assert first.error is None and first.resources
+    assert offline_preview.preview_stack(spec, fleet) is first and runs == [spec.name]
+    offline_preview.preview_stack(dataclasses.replace(spec, fingerprint="another"), fleet)
+    offline_preview.preview_stack(spec, fleet, {"modelplane:deletionProtection": "false"})  # config it never reads
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_second")
+    again = offline_preview.preview_stack(spec, fleet)
+    assert runs == [spec.name] * 3 and again is not first
+    assert again.to_dict() == first.to_dict()  # the secret is masked: the same resources, run afresh
+    platform = desired_state(fleet).specs["platform-byo-eu"]  # a platform program reads the user's config
+    offline_preview.preview_stack(platform, fleet)
+    offline_preview.preview_stack(platform, fleet, {"modelplane:deletionProtection": "false"})
+    offline_preview.preview_stack(platform, fleet)
+    assert runs[3:] == [platform.name] * 2

@@ -50,11 +50,15 @@ def test_first_preview_of_a_fresh_fleet_needs_no_platform_outputs(examples, monk
         return original(self, args)
 
     monkeypatch.setattr(offline.Recorder, "new_resource", no_outputs)
-    from automation.planning.offline_preview import preview_stack
+    from automation.planning.offline_preview import forget, preview_stack
 
-    for name in ("gateway", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b", "cache-ml-team.qwen3-coder"):
-        preview = preview_stack(specs[name], fleet)
-        assert preview.error is None and preview.resources, (name, preview.error)
+    forget()  # the programs must run again, under these mocks, and what they register here is not kept
+    try:
+        for name in ("gateway", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b", "cache-ml-team.qwen3-coder"):
+            preview = preview_stack(specs[name], fleet)
+            assert preview.error is None and preview.resources, (name, preview.error)
+    finally:
+        forget()
 
 
 def test_gateway_on_a_fleet_cluster_creates_nothing_its_serving_stack_owns(examples):

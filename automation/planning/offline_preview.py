@@ -12,6 +12,9 @@ deployability check (automation/planning/deployability.py) then reads the whole 
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -118,9 +121,46 @@ def locate(resources: list[Registered]) -> list[Registered]:
 _RAN_HERE = [False]  # a Pulumi program ran in this process: forking it could inherit a half-held runtime
 
 
+MEMO_SIZE = 4096  # previews: a long-lived process (the portal's worker) re-checks a fleet of this many stacks free
+_MEMO: OrderedDict[str, StackPreview] = OrderedDict()
+
+
+def forget() -> None:
+    """Drop the kept previews (a test that changes how programs run, not what they are given)."""
+    _MEMO.clear()
+
+
+def _memo_key(spec: StackSpec, fleet, config: Mapping[str, str]) -> str | None:
+    """Everything a stack's program reads: its spec (the fingerprint covers the payload and the release), its
+    config and the secrets it is given from the fleet's store (hashed in memory, never kept or shown)."""
+    from automation.execution.programs import stack_secrets, stored_kubeconfig
+
+    if spec.payload is None:
+        return None
+    cluster = getattr(spec.payload, "cluster", None)
+    stored = stored_kubeconfig(fleet, cluster.name) if cluster is not None else None
+    read = [spec.kind, spec.name, spec.fingerprint, list(spec.depends_on), list(spec.targets), spec.placements,
+            sorted(config.items()), stored, sorted(stack_secrets(spec, fleet).items())]
+    return hashlib.sha256(json.dumps(read, default=str).encode()).hexdigest()
+
+
 def preview_stack(spec: StackSpec, fleet, settings: Mapping[str, str] | None = None) -> StackPreview:
-    """`settings`: the user's stack config (`--config`), as `up` gives it to the programs."""
+    """`settings`: the user's stack config (`--config`), as `up` gives it to the programs. A stack previewed
+    before with the same inputs is not run again: its preview is the one kept (previews are read, never changed)."""
     config = {**stack_config(spec, settings), **_existing_kubeconfigs(fleet), **_workload_secrets(spec)}
+    key = _memo_key(spec, fleet, config)
+    if key is not None and key in _MEMO:
+        _MEMO.move_to_end(key)
+        return _MEMO[key]
+    preview = _run_preview(spec, fleet, config)
+    if key is not None and preview.error is None:
+        _MEMO[key] = preview
+        if len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return preview
+
+
+def _run_preview(spec: StackSpec, fleet, config: dict[str, str]) -> StackPreview:
     secret_keys = [k for k, v in config.items() if v == PLACEHOLDER]
     cluster = spec.id.cluster
     preview = StackPreview(spec.name, [], None, spec.kind, list(spec.depends_on), cluster)
