@@ -42,13 +42,15 @@ def write_tokens(folder: Path, document=None) -> Path:
 
 class ThreadServer:
     def __init__(self, folder: Path, apply: bool = False, tokens=None, check_every: float = 1.0, limiter=None,
-                 replan_worker=None):
+                 replan_worker=None, replan_interval: float | None = None):
         self.port = free_port()
         self.store = Store(f"sqlite:///{folder / 'portal.db'}")
         self.tokens_path = write_tokens(folder, tokens)
         self.tokens = TokensFile(self.tokens_path, check_every=check_every)
         app = create_app(self.store, self.tokens, apply, limiter=limiter, replan_worker=replan_worker)
         self.replanner = app.state.replanner
+        if replan_interval is not None:  # a test that settles after every write need not wait out the batching
+            self.replanner._gather = self.replanner._interval = replan_interval
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -53,12 +53,13 @@ VERSION = "3.272.0"
 
 
 def on_path(folder: Path, monkeypatch, passphrase: str) -> Path:
-    """Install the double in `folder`, put it first on PATH, and change into a fresh `folder/work`; returns it."""
+    """Install the double in `folder`, put it first on PATH, and change into `folder/work` (made if missing);
+    returns it."""
     import os
 
     bin_dir = install(folder)
     work = folder / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     monkeypatch.chdir(work)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PULUMI_DOUBLE_DIR", str(folder / "double"))
@@ -118,7 +119,7 @@ class Warm:
             process = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r}); "
                                         f"from tests.pulumi_double import serve_warm; serve_warm({address!r})"],
                                        stdin=subprocess.DEVNULL)
-            atexit.register(lambda: (process.kill(), __import__("shutil").rmtree(folder, ignore_errors=True)))
+            atexit.register(cls._stop, process, folder)
             deadline = time.monotonic() + 60
             while not os.path.exists(address + ".ready"):
                 if process.poll() is not None or time.monotonic() > deadline:
@@ -126,6 +127,20 @@ class Warm:
                 time.sleep(0.01)
             cls._address = address
         return cls._address
+
+    @staticmethod
+    def _stop(process, folder: str) -> None:
+        """Stop the server and wait for it, so the CPU its children spent is counted in the session's (`time`)."""
+        import shutil
+        import subprocess
+
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def serve_warm(address: str) -> None:
@@ -139,6 +154,14 @@ def serve_warm(address: str) -> None:
     import automation.planning.fake_outputs  # noqa: F401
     import workloads.readiness  # noqa: F401
 
+    def stop(*_) -> None:  # reap every child first: their CPU then counts in this process's children
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(address)
     listener.listen(64)
@@ -168,6 +191,7 @@ def serve_warm(address: str) -> None:
 def _answer(conn, fds: list[int], request: dict) -> None:
     """In the forked child: become the process the client would have started, run the command, report its code."""
     code = 255
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not the engine's
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)

@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,32 @@ GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
 def double(tmp_path, monkeypatch):
     """A working directory with the double on PATH; returns a helper to drive and inspect it."""
     return make_driver(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def applied(tmp_path_factory, monkeypatch, capsys):
+    """A driver whose example fleet is already up. The first up runs once per session and is kept as a template;
+    each test starts from a copy of it at the same path, because a backend and its workspaces hold absolute paths
+    (tests run one at a time in a session, so one path serves them all)."""
+    return applied_driver(tmp_path_factory, monkeypatch, capsys)
+
+
+def applied_driver(tmp_path_factory, monkeypatch, capsys) -> Driver:
+    root = tmp_path_factory.getbasetemp() / "applied-fleet"
+    template = root.with_name("applied-fleet.template")
+    shutil.rmtree(root, ignore_errors=True)
+    if template.is_dir():
+        shutil.copytree(template, root, symlinks=True)
+        driver = make_driver(root, monkeypatch)
+    else:
+        root.mkdir()
+        driver = make_driver(root, monkeypatch)
+        assert driver.up() == 0, capsys.readouterr().err
+        assert set(driver.recorded()) == EVERY_STACK
+        shutil.copytree(root, template, symlinks=True)
+    driver.mark = len(driver.calls())
+    capsys.readouterr()
+    return driver
 
 
 def make_driver(tmp_path, monkeypatch) -> Driver:
@@ -134,40 +161,37 @@ def test_secrets_never_appear_on_a_command_line(double):
     assert any(f"modelplane:kubeconfigFile={double.kubeconfig}" in a for a in config[0])
 
 
-def test_a_one_deployment_change_runs_only_its_stacks(double):
-    assert double.up() == 0
-    double.deployment("qwen3-8b")["spec"]["replicas"] = 3
-    assert double.up() == 0
-    ran = double.ran("up")
+def test_a_one_deployment_change_runs_only_its_stacks(applied):
+    applied.deployment("qwen3-8b")["spec"]["replicas"] = 3
+    assert applied.up() == 0
+    ran = applied.ran("up")
     # its model stack, the team's quota on the cluster the new replica lands on (first), its endpoint, its route
     assert sorted(ran) == ["endpoints-ml-team", "model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b",
                            "team-ml-team.gke-us-central"]
     assert ran.index("team-ml-team.gke-us-central") < ran.index("model-ml-team.qwen3-8b") < ran.index("endpoints-ml-team")
 
 
-def test_removing_a_deployment_destroys_exactly_its_stack_with_prune(double, capsys):
-    assert double.up() == 0
-    double.docs = [d for d in double.docs if not (d["kind"] in ("ModelDeployment", "ModelService")
+def test_removing_a_deployment_destroys_exactly_its_stack_with_prune(applied, capsys):
+    applied.docs = [d for d in applied.docs if not (d["kind"] in ("ModelDeployment", "ModelService")
                                                      and d["metadata"]["name"] == "kimi-k2")]
     # without --prune, input that lacks an object never destroys its stack
-    assert double.up() == 0
+    assert applied.up() == 0
     err = capsys.readouterr().err
-    assert double.ran("destroy") == [] and "kept: model-ml-team.kimi-k2 is recorded but not in the input" in err
-    assert "model-ml-team.kimi-k2" in double.recorded()
-    assert double.up("--prune") == 0, capsys.readouterr().err
-    assert double.ran("destroy") == ["service-ml-team.kimi-k2", "model-ml-team.kimi-k2"]  # dependents first
-    assert "model-ml-team.kimi-k2" not in double.recorded() and "service-ml-team.kimi-k2" not in double.recorded()
+    assert applied.ran("destroy") == [] and "kept: model-ml-team.kimi-k2 is recorded but not in the input" in err
+    assert "model-ml-team.kimi-k2" in applied.recorded()
+    assert applied.up("--prune") == 0, capsys.readouterr().err
+    assert applied.ran("destroy") == ["service-ml-team.kimi-k2", "model-ml-team.kimi-k2"]  # dependents first
+    assert "model-ml-team.kimi-k2" not in applied.recorded() and "service-ml-team.kimi-k2" not in applied.recorded()
 
 
-def test_removing_a_cluster_destroys_its_workloads_first_and_only_when_confirmed(double, capsys):
-    assert double.up() == 0
-    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
-    assert double.up("--prune") == 2
-    assert "--yes-destroy-clusters" in capsys.readouterr().err and double.ran("destroy") == [] and double.ran("up") == []
-    assert double.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
-    ups, destroys = double.ran("up"), double.ran("destroy")
-    assert destroys[-1] == "platform-eks-us-west" and "platform-eks-us-west" not in double.recorded()
-    calls = double.calls()[double.mark:]
+def test_removing_a_cluster_destroys_its_workloads_first_and_only_when_confirmed(applied, capsys):
+    applied.docs = [d for d in applied.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
+    assert applied.up("--prune") == 2
+    assert "--yes-destroy-clusters" in capsys.readouterr().err and applied.ran("destroy") == [] and applied.ran("up") == []
+    assert applied.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
+    ups, destroys = applied.ran("up"), applied.ran("destroy")
+    assert destroys[-1] == "platform-eks-us-west" and "platform-eks-us-west" not in applied.recorded()
+    calls = applied.calls()[applied.mark:]
     last_workload = max(i for i, c in enumerate(calls) if _verb(c["argv"]) == "up")
     first_platform_destroy = next(i for i, c in enumerate(calls) if _verb(c["argv"]) == "destroy"
                                   and c["stack"] == "platform-eks-us-west")
@@ -191,29 +215,27 @@ def test_a_failing_stack_skips_only_its_dependents_and_a_rerun_converges(double,
     assert set(double.recorded()) == EVERY_STACK
 
 
-def test_destroy_needs_confirmation_for_clusters_and_forgets_every_stack(double, capsys):
-    assert double.up() == 0
-    double.mark = len(double.calls())
-    assert main(["destroy", *double.args()]) == 2
+def test_destroy_needs_confirmation_for_clusters_and_forgets_every_stack(applied, capsys):
+    applied.mark = len(applied.calls())
+    assert main(["destroy", *applied.args()]) == 2
     err = capsys.readouterr().err
-    assert "this would destroy 15 stack(s), clusters included" in err and "--yes" in err and double.ran("destroy") == []
-    assert main(["destroy", *double.args("--yes", "--unprotect")]) == 0, capsys.readouterr().err
-    destroys = double.ran("destroy")
+    assert "this would destroy 15 stack(s), clusters included" in err and "--yes" in err and applied.ran("destroy") == []
+    assert main(["destroy", *applied.args("--yes", "--unprotect")]) == 0, capsys.readouterr().err
+    destroys = applied.ran("destroy")
     assert set(destroys) == EVERY_STACK and destroys.index("service-ml-team.qwen3-8b") < destroys.index("gateway")
-    assert double.recorded() == {}
+    assert applied.recorded() == {}
 
 
-def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(double, capsys):
-    assert double.up() == 0
-    backend = Backend(f"file://{double.work / '.modelplane' / 'backend'}")
+def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(applied, capsys):
+    backend = Backend(f"file://{applied.work / '.modelplane' / 'backend'}")
     backend.rename("modelplane-workloads", "model-ml-team.qwen3-8b", "model-ml-team-qwen3-8b")
-    assert main(["status", "-f", double.fleet()]) == 0
+    assert main(["status", "-f", applied.fleet()]) == 0
     assert "the next `up` renames it to model-ml-team.qwen3-8b" in capsys.readouterr().out
-    assert double.up() == 0, capsys.readouterr().err
-    renames = [c["argv"] for c in double.calls()[double.mark:] if c["argv"][1:3] == ["stack", "rename"]]
+    assert applied.up() == 0, capsys.readouterr().err
+    renames = [c["argv"] for c in applied.calls()[applied.mark:] if c["argv"][1:3] == ["stack", "rename"]]
     assert renames and renames[0][3] == "model-ml-team.qwen3-8b" and "model-ml-team-qwen3-8b" in renames[0]
-    assert double.ran("up") == [] and double.ran("destroy") == []  # renamed, not recreated nor destroyed
-    assert "model-ml-team.qwen3-8b" in double.recorded() and "model-ml-team-qwen3-8b" not in double.recorded()
+    assert applied.ran("up") == [] and applied.ran("destroy") == []  # renamed, not recreated nor destroyed
+    assert "model-ml-team.qwen3-8b" in applied.recorded() and "model-ml-team-qwen3-8b" not in applied.recorded()
 
 
 def _start_up(double, fleet: str) -> subprocess.Popen:
@@ -263,27 +285,25 @@ def test_a_second_up_on_the_same_state_is_refused_while_one_runs(double, capsys)
         process.communicate(timeout=60)
 
 
-def test_drift_is_reported_for_ci_with_exit_code_1(double, capsys):
-    assert double.up() == 0
-    double.mark = len(double.calls())
-    assert main(["drift", *double.args()]) == 0
+def test_drift_is_reported_for_ci_with_exit_code_1(applied, capsys):
+    applied.mark = len(applied.calls())
+    assert main(["drift", *applied.args()]) == 0
     assert "no drift: 15 applied stack(s) match" in capsys.readouterr().out
-    assert set(double.ran("refresh")) == EVERY_STACK
-    assert all("--preview-only" in c["argv"] for c in double.calls()[double.mark:] if _verb(c["argv"]) == "refresh")
-    double.control(drift=["platform-gke-us-central"])
-    assert main(["drift", *double.args()]) == 1
+    assert set(applied.ran("refresh")) == EVERY_STACK
+    assert all("--preview-only" in c["argv"] for c in applied.calls()[applied.mark:] if _verb(c["argv"]) == "refresh")
+    applied.control(drift=["platform-gke-us-central"])
+    assert main(["drift", *applied.args()]) == 1
     out = capsys.readouterr().out
     assert "drift: platform-gke-us-central: update 1" in out and "1 of 15 applied stack(s) no longer match" in out
-    assert double.recorded()["platform-gke-us-central"]  # a drift check changes nothing
+    assert applied.recorded()["platform-gke-us-central"]  # a drift check changes nothing
 
 
-def test_force_reruns_an_unchanged_stack_and_refresh_reads_the_clouds_first(double, capsys):
-    assert double.up() == 0
-    assert double.up("--force", "model-ml-team.qwen3-8b", "--refresh") == 0
-    assert double.ran("up") == ["model-ml-team.qwen3-8b"]
-    up = next(c for c in double.calls()[double.mark:] if _verb(c["argv"]) == "up")
+def test_force_reruns_an_unchanged_stack_and_refresh_reads_the_clouds_first(applied, capsys):
+    assert applied.up("--force", "model-ml-team.qwen3-8b", "--refresh") == 0
+    assert applied.ran("up") == ["model-ml-team.qwen3-8b"]
+    up = next(c for c in applied.calls()[applied.mark:] if _verb(c["argv"]) == "up")
     assert "--refresh" in up["argv"]
-    assert double.up("--force", "model-nope.x") == 2
+    assert applied.up("--force", "model-nope.x") == 2
     assert "--force names model-nope.x, not a stack of these manifests" in capsys.readouterr().err
 
 
@@ -490,31 +510,29 @@ def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_i
     assert addresses["gke-us-central"] in rendered and "gke-us-central.gateway.pending" not in rendered
 
 
-def test_a_changed_gateway_address_updates_exactly_the_endpoints_stack(double, capsys):
-    assert double.up() == 0
-    backend = Backend(f"file://{double.work / '.modelplane' / 'backend'}")
+def test_a_changed_gateway_address_updates_exactly_the_endpoints_stack(applied, capsys):
+    backend = Backend(f"file://{applied.work / '.modelplane' / 'backend'}")
     content = backend.load("modelplane", "platform-gke-us-central")  # as an update after a re-created LB leaves it
     root = next(r for r in content["checkpoint"]["latest"]["resources"] if r["type"] == "pulumi:pulumi:Stack")
     root["outputs"]["gatewayAddress"] = "192.0.2.99"
     content["history"].append({**content["history"][-1], "endTime": "2099-01-01T00:00:00.000Z"})
     backend.save("modelplane", "platform-gke-us-central", content)
-    assert double.up() == 0, capsys.readouterr().err
-    assert double.ran("up") == ["endpoints-ml-team"]
+    assert applied.up() == 0, capsys.readouterr().err
+    assert applied.ran("up") == ["endpoints-ml-team"]
 
 
-def test_removing_a_provisioned_cluster_runs_to_the_end_through_its_protection(double, capsys):
+def test_removing_a_provisioned_cluster_runs_to_the_end_through_its_protection(applied, capsys):
     """The protection-lifting update runs the cluster's program from what its stack recorded (the fleet no longer
     describes it), then the destroy deletes the protected cluster and network; GKE's own deletion protection too."""
-    assert double.up() == 0
-    backend = double.work / ".modelplane" / "backend"
+    backend = applied.work / ".modelplane" / "backend"
     cluster = next(r for r in pulumi_double.resources(backend, "modelplane", "platform-gke-us-central")
                    if r["type"] == "gcp:container/cluster:Cluster")
     assert cluster["protect"] and cluster["inputs"]["deletionProtection"] is True
-    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")]
-    assert double.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
-    assert "platform-gke-us-central" not in double.recorded()
+    applied.docs = [d for d in applied.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")]
+    assert applied.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
+    assert "platform-gke-us-central" not in applied.recorded()
     assert pulumi_double.resources(backend, "modelplane", "platform-gke-us-central") == []
-    lifted = [c for c in double.calls()[double.mark:] if _verb(c["argv"]) == "up" and c["stack"] == "platform-gke-us-central"]
+    lifted = [c for c in applied.calls()[applied.mark:] if _verb(c["argv"]) == "up" and c["stack"] == "platform-gke-us-central"]
     assert len(lifted) == 1  # the update that lifted the protection, before the destroy
 
 
@@ -609,12 +627,11 @@ def test_a_load_balancer_the_cloud_does_not_delete_stops_the_destroy_before_anyt
         kube.close()
 
 
-def test_a_network_held_by_a_leftover_load_balancer_says_what_to_delete(double, capsys):
-    assert double.up() == 0
-    double.docs = [d for d in double.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
-    double.control(fail={"platform-eks-us-west": "deleting ec2 Subnet: DependencyViolation: The subnet has dependencies "
+def test_a_network_held_by_a_leftover_load_balancer_says_what_to_delete(applied, capsys):
+    applied.docs = [d for d in applied.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")]
+    applied.control(fail={"platform-eks-us-west": "deleting ec2 Subnet: DependencyViolation: The subnet has dependencies "
                                                  "and cannot be deleted"})
-    assert double.up("--prune", "--yes-destroy-clusters") == 1
+    assert applied.up("--prune", "--yes-destroy-clusters") == 1
     err = capsys.readouterr().err
     assert "DependencyViolation" in err and "a load balancer or network interface the cluster's Services made" in err
 

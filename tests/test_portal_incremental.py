@@ -94,7 +94,7 @@ def test_a_write_answers_with_the_placement_the_background_replan_keeps(tmp_path
     objects = generate(40, 8, seed=3)
     rnd = random.Random(8)
     compared = 0
-    with ThreadServer(tmp_path) as server, server.client(ADMIN) as admin:
+    with ThreadServer(tmp_path, replan_interval=0.05) as server, server.client(ADMIN) as admin:
         for obj in objects:
             meta = obj["metadata"]
             plural = {"InferenceClass": "inferenceclasses", "InferenceCluster": "inferenceclusters",

@@ -18,12 +18,17 @@ import yaml
 
 from automation.cli import main
 from automation.execution.projects import PLATFORM_PROJECT
-from tests.test_lifecycle import ROOT, make_driver, recorded_in
+from tests.test_lifecycle import ROOT, applied_driver, make_driver, recorded_in
 
 
 @pytest.fixture
 def double(tmp_path, monkeypatch):
     return make_driver(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def applied(tmp_path_factory, monkeypatch, capsys):
+    return applied_driver(tmp_path_factory, monkeypatch, capsys)
 
 
 def _plan(args: list[str], capsys) -> dict:
@@ -40,13 +45,12 @@ def test_the_platform_project_is_the_repositorys_pulumi_project():
     assert yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["name"] == PLATFORM_PROJECT
 
 
-def test_a_fresh_clone_with_only_the_backend_plans_the_applied_placements(double, capsys, tmp_path, monkeypatch):
-    assert double.up() == 0
-    here = _plan(["-f", double.fleet()], capsys)
-    backend = double.work / ".modelplane" / "backend"
+def test_a_fresh_clone_with_only_the_backend_plans_the_applied_placements(applied, capsys, tmp_path, monkeypatch):
+    here = _plan(["-f", applied.fleet()], capsys)
+    backend = applied.work / ".modelplane" / "backend"
     fresh = tmp_path / "ci-clone"
     fresh.mkdir()
-    shutil.copy(double.fleet(), fresh / "fleet.yaml")
+    shutil.copy(applied.fleet(), fresh / "fleet.yaml")
     monkeypatch.chdir(fresh)  # no .modelplane here: only the backend, as a CI runner has it
     monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{backend}")
     there = _plan(["-f", "fleet.yaml"], capsys)
@@ -60,45 +64,43 @@ def test_a_fresh_clone_with_only_the_backend_plans_the_applied_placements(double
     assert main(["plan", "-f", "head.yaml", "--against", "fleet.yaml", "-o", "markdown", "--no-cache"]) == 0
     in_ci = capsys.readouterr()
     assert "could not be read" not in in_ci.out + in_ci.err
-    monkeypatch.chdir(double.work)
+    monkeypatch.chdir(applied.work)
     monkeypatch.delenv("PULUMI_BACKEND_URL")
-    shutil.copy(fresh / "head.yaml", double.work / "head.yaml")
-    assert main(["plan", "-f", "head.yaml", "--against", double.fleet(), "-o", "markdown", "--no-cache"]) == 0
+    shutil.copy(fresh / "head.yaml", applied.work / "head.yaml")
+    assert main(["plan", "-f", "head.yaml", "--against", applied.fleet(), "-o", "markdown", "--no-cache"]) == 0
     assert capsys.readouterr().out == in_ci.out
     # the local folder is a cache: deleting it changes no result
-    shutil.rmtree(double.work / ".modelplane" / "stacks")
-    (double.work / ".modelplane" / "record.json").unlink()
-    again = _plan(["-f", double.fleet(), "--backend", f"file://{backend}"], capsys)
+    shutil.rmtree(applied.work / ".modelplane" / "stacks")
+    (applied.work / ".modelplane" / "record.json").unlink()
+    again = _plan(["-f", applied.fleet(), "--backend", f"file://{backend}"], capsys)
     assert _placements(again) == _placements(here)
 
 
-def test_a_plan_that_cannot_read_the_record_says_it_guessed(double, capsys, monkeypatch):
-    assert double.up() == 0
-    docs = list(yaml.safe_load_all(pathlib.Path(double.fleet()).read_text()))
-    (double.work / "head.yaml").write_text(yaml.safe_dump_all(docs))
+def test_a_plan_that_cannot_read_the_record_says_it_guessed(applied, capsys, monkeypatch):
+    docs = list(yaml.safe_load_all(pathlib.Path(applied.fleet()).read_text()))
+    (applied.work / "head.yaml").write_text(yaml.safe_dump_all(docs))
     monkeypatch.setenv("PATH", "/nonexistent")  # no Pulumi CLI
     capsys.readouterr()
-    assert main(["plan", "-f", "head.yaml", "--against", double.fleet(), "-o", "markdown", "--no-cache"]) == 0
+    assert main(["plan", "-f", "head.yaml", "--against", applied.fleet(), "-o", "markdown", "--no-cache"]) == 0
     said = capsys.readouterr()
     assert "could not be read" in said.err and "**Warning:**" in said.out and "record.json" in said.out
 
 
-def test_a_failed_update_keeps_the_record_of_the_last_one_and_a_rerun_converges(double, capsys):
-    assert double.up() == 0
-    before = double.recorded()["model-ml-team.qwen3-8b"]
-    engine = double.deployment("qwen3-8b")["spec"]["template"]["spec"]["engines"][0]
+def test_a_failed_update_keeps_the_record_of_the_last_one_and_a_rerun_converges(applied, capsys):
+    before = applied.recorded()["model-ml-team.qwen3-8b"]
+    engine = applied.deployment("qwen3-8b")["spec"]["template"]["spec"]["engines"][0]
     engine["members"][0]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.11.1"
-    double.control(replaceOn={"kubernetes:yaml/v2:ConfigGroup": ["objs"]},  # its objects fail to be created
+    applied.control(replaceOn={"kubernetes:yaml/v2:ConfigGroup": ["objs"]},  # its objects fail to be created
                    failOn={"model-ml-team.qwen3-8b": {"resource": "kubernetes:yaml/v2:ConfigGroup",
                                                       "error": "quota exceeded"}})
-    assert double.up() != 0
-    assert "model-ml-team.qwen3-8b" in double.ran("up")
-    after = double.recorded()["model-ml-team.qwen3-8b"]
+    assert applied.up() != 0
+    assert "model-ml-team.qwen3-8b" in applied.ran("up")
+    after = applied.recorded()["model-ml-team.qwen3-8b"]
     assert after["fingerprint"] == before["fingerprint"] and after["placements"] == before["placements"]
-    double.control()
-    assert double.up() == 0 and double.ran("up") == ["model-ml-team.qwen3-8b"]
-    assert double.recorded()["model-ml-team.qwen3-8b"]["fingerprint"] != before["fingerprint"]
-    assert double.up() == 0 and double.ran("up") == []
+    applied.control()
+    assert applied.up() == 0 and applied.ran("up") == ["model-ml-team.qwen3-8b"]
+    assert applied.recorded()["model-ml-team.qwen3-8b"]["fingerprint"] != before["fingerprint"]
+    assert applied.up() == 0 and applied.ran("up") == []
 
 
 def _laptop_project(double, tmp_path) -> pathlib.Path:
@@ -112,15 +114,14 @@ def _laptop_project(double, tmp_path) -> pathlib.Path:
     return laptop
 
 
-def test_a_laptop_pulumi_up_and_modelplane_up_operate_the_same_platform_stack(double, capsys, tmp_path):
-    assert double.up() == 0
-    backend = double.work / ".modelplane" / "backend"
+def test_a_laptop_pulumi_up_and_modelplane_up_operate_the_same_platform_stack(applied, capsys, tmp_path):
+    backend = applied.work / ".modelplane" / "backend"
     stack = backend / ".pulumi" / "stacks" / PLATFORM_PROJECT / "platform-byo-eu.json"
     history = len(json.loads(stack.read_text())["history"])
-    laptop = _laptop_project(double, tmp_path)
+    laptop = _laptop_project(applied, tmp_path)
     # the stack's config as the automation layer keeps it (its encryption salt), and the fleet the laptop has
-    shutil.copy(double.work / ".modelplane" / "stacks" / "platform-byo-eu" / "Pulumi.platform-byo-eu.yaml", laptop)
-    shutil.copy(double.fleet(), laptop / "fleet.yaml")
+    shutil.copy(applied.work / ".modelplane" / "stacks" / "platform-byo-eu" / "Pulumi.platform-byo-eu.yaml", laptop)
+    shutil.copy(applied.fleet(), laptop / "fleet.yaml")
     env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{backend}"}
 
     def pulumi(*args: str) -> subprocess.CompletedProcess:
@@ -135,22 +136,21 @@ def test_a_laptop_pulumi_up_and_modelplane_up_operate_the_same_platform_stack(do
     assert content["history"][-1]["resourceChanges"].get("delete", 0) == 0
     assert not (backend / ".pulumi" / "stacks" / "modelplane-platform").exists()
     # and what the laptop applied is what `modelplane up` would: nothing left to do
-    assert double.up() == 0 and double.ran("up") == []
+    assert applied.up() == 0 and applied.ran("up") == []
 
 
-def test_platform_stacks_of_the_old_project_move_into_the_one_project(double, capsys):
+def test_platform_stacks_of_the_old_project_move_into_the_one_project(applied, capsys):
     from tests.pulumi_engine import Backend
 
-    assert double.up() == 0
-    backend_dir = double.work / ".modelplane" / "backend"
+    backend_dir = applied.work / ".modelplane" / "backend"
     backend = Backend(f"file://{backend_dir}")
     for name in ("platform-byo-eu", "gateway"):  # as the release before this one made them
         backend.rename(PLATFORM_PROJECT, name, name, "modelplane-platform")
-    assert main(["status", "-f", double.fleet()]) == 0
-    assert double.up() == 0, capsys.readouterr().err
-    moved = [c["argv"] for c in double.calls()[double.mark:] if "rename" in c["argv"]]
+    assert main(["status", "-f", applied.fleet()]) == 0
+    assert applied.up() == 0, capsys.readouterr().err
+    moved = [c["argv"] for c in applied.calls()[applied.mark:] if "rename" in c["argv"]]
     assert sorted(a[a.index("rename") + 1] for a in moved) == ["organization/modelplane/gateway", "organization/modelplane/platform-byo-eu"]
-    assert double.ran("up") == [] and double.ran("destroy") == []  # moved, not recreated
+    assert applied.ran("up") == [] and applied.ran("destroy") == []  # moved, not recreated
     assert {"platform-byo-eu", "gateway"} <= set(recorded_in(backend_dir))
     assert not list((backend_dir / ".pulumi" / "stacks" / "modelplane-platform").glob("*.json"))
 
@@ -205,13 +205,12 @@ def test_the_portal_applies_what_it_shows_and_a_write_that_changes_nothing_queue
             assert worker.claim() == []
 
 
-def test_stacks_applied_before_the_record_keep_their_replicas_and_record_them_at_their_next_update(double, capsys):
+def test_stacks_applied_before_the_record_keep_their_replicas_and_record_them_at_their_next_update(applied, capsys):
     """A release before this one kept placements only in .modelplane/state.json: they are read from it once, and
     the next `up` runs those stacks so that their programs write the record (nothing else changes)."""
     from tests.pulumi_engine import Backend
 
-    assert double.up() == 0
-    backend_dir = double.work / ".modelplane" / "backend"
+    backend_dir = applied.work / ".modelplane" / "backend"
     before = recorded_in(backend_dir)
     backend = Backend(f"file://{backend_dir}")
     old_state = {"stacks": {}}
@@ -222,33 +221,32 @@ def test_stacks_applied_before_the_record_keep_their_replicas_and_record_them_at
         backend.save("modelplane-workloads", name, content)
         old_state["stacks"][name] = {"fingerprint": before[name]["fingerprint"], "outputs": {},
                                      "placements": before[name]["placements"]}
-    (double.work / ".modelplane" / "record.json").unlink()
-    (double.work / ".modelplane" / "state.json").write_text(json.dumps(old_state))
+    (applied.work / ".modelplane" / "record.json").unlink()
+    (applied.work / ".modelplane" / "state.json").write_text(json.dumps(old_state))
     # a new cluster first by name would attract replicas planned without memory
-    extra = {**next(d for d in double.docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")}
+    extra = {**next(d for d in applied.docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")}
     extra = json.loads(json.dumps(extra))
     extra["metadata"]["name"] = "eks-a-new-one"
-    double.docs.append(extra)
-    assert double.up() == 0, capsys.readouterr().err
-    assert {"model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"} <= set(double.ran("up"))
+    applied.docs.append(extra)
+    assert applied.up() == 0, capsys.readouterr().err
+    assert {"model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"} <= set(applied.ran("up"))
     after = recorded_in(backend_dir)
     for name in ("model-ml-team.kimi-k2", "model-ml-team.qwen3-8b"):
         assert after[name]["placements"] == before[name]["placements"]  # the replicas stayed where they were
 
 
-def test_the_offline_preview_of_a_pull_request_plans_with_the_record(double, capsys):
+def test_the_offline_preview_of_a_pull_request_plans_with_the_record(applied, capsys):
     """`preview --offline --changed-against` (CI's deployability road) plans as `plan` and `up` do: with the
     applied placements, so a new cluster changes its own stacks, never the running replicas'."""
-    assert double.up() == 0
-    base = double.fleet()
-    extra = json.loads(json.dumps(next(d for d in double.docs if d["kind"] == "InferenceCluster"
+    base = applied.fleet()
+    extra = json.loads(json.dumps(next(d for d in applied.docs if d["kind"] == "InferenceCluster"
                                        and d["metadata"]["name"] == "eks-us-west")))
     extra["metadata"]["name"] = "eks-a-new-one"
-    head = double.work / "head.yaml"
-    head.write_text(yaml.safe_dump_all([*double.docs, extra]))
-    shutil.copy(base, double.work / "base.yaml")
+    head = applied.work / "head.yaml"
+    head.write_text(yaml.safe_dump_all([*applied.docs, extra]))
+    shutil.copy(base, applied.work / "base.yaml")
     capsys.readouterr()
-    assert main(["preview", "--offline", "-f", str(head), "--changed-against", str(double.work / "base.yaml"),
+    assert main(["preview", "--offline", "-f", str(head), "--changed-against", str(applied.work / "base.yaml"),
                  "-o", "json", "--jobs", "1"]) == 0
     said = capsys.readouterr()
     assert "applied replica(s) read from the Pulumi backend" in said.err
