@@ -127,6 +127,27 @@ def test_cli_commands_without_the_pulumi_cli(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / ".modelplane" / "state.json").exists()  # nothing was recorded
 
 
+@pytest.mark.parametrize("script, said", [
+    ("echo 'error: could not load plugin cache' >&2; exit 1", "`pulumi version` failed (exit code 1) for the Pulumi CLI at"),
+    ("echo v3.0.9", "the Pulumi CLI cannot be used: Minimum version requirement failed"),
+])
+def test_a_pulumi_cli_that_fails_or_is_too_old_is_one_line_not_an_internal_error(tmp_path, monkeypatch, capsys,
+                                                                                 script, said):
+    from automation.cli import main
+
+    cli = tmp_path / "bin" / "pulumi"
+    cli.parent.mkdir()
+    cli.write_text(f"#!/bin/sh\n{script}\n")
+    cli.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{cli.parent}:/usr/bin:/bin")
+    monkeypatch.delenv("PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK", raising=False)
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "correct horse battery staple")
+    assert main(["up", "-f", str(ROOT / "examples")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "internal error" not in err and "Traceback" not in err
+
+
 def test_pulumi_cloud_backends_need_no_passphrase(tmp_path, specs, monkeypatch):
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)

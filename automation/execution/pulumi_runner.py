@@ -24,7 +24,7 @@ from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
 from automation.record.backend import default_backend
 from automation.record.applied import RECORD_OUTPUT
-from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error
+from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
 from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
 
@@ -155,10 +155,7 @@ class PulumiRunner:
         if pulumi_command is None:
             if shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME"):
                 raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}")
-            try:
-                pulumi_command = interruptible_command(auto)
-            except (FileNotFoundError, OSError):
-                raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}") from None
+            pulumi_command = started_cli(lambda: interruptible_command(auto))
         self.command = pulumi_command
         self.parallel = parallel
         self.kubeconfigs = dict(kubeconfigs or {})  # Existing cluster -> kubeconfig file (read by the program)

@@ -48,6 +48,26 @@ class CLIMissing(AutomationError):
     pass
 
 
+def started_cli(make: Callable[[], Any]) -> Any:
+    """The automation API's PulumiCommand, made by `make`, which runs `pulumi version` at once: a CLI that is
+    missing, fails there or is too old is one line the user can act on, never an internal error."""
+    import shutil
+    import subprocess
+
+    try:
+        return make()
+    except subprocess.CalledProcessError as exc:
+        raise AutomationError(f"`pulumi version` failed (exit code {exc.returncode}) for the Pulumi CLI at "
+                              f"{shutil.which('pulumi') or 'pulumi'}: reinstall it or put a working one first on "
+                              "PATH") from None
+    except OSError:
+        raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}") from None
+    except Exception as exc:
+        if type(exc).__name__ != "InvalidVersionError":
+            raise
+        raise AutomationError(f"the Pulumi CLI cannot be used: {exc}") from None
+
+
 class StackBusy(AutomationError):
     pass
 

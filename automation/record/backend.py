@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
 from automation.record.applied import Applied, AppliedStack, RecordCache, replica_from_dict
-from automation.execution.runner import INSTALL_HINT, AutomationError, first_error
+from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
 
 SECRET = "[secret]"
@@ -90,7 +90,7 @@ class PulumiRecord:
                 return Applied({}, f"the Pulumi backend {self.backend} (empty: nothing applied yet)")
         try:
             if self.command is None:
-                self.command = self.auto.PulumiCommand()
+                self.command = started_cli(self.auto.PulumiCommand)
             return self._read()
         except (OSError, AutomationError) as exc:
             why = exc if isinstance(exc, AutomationError) else f"the Pulumi CLI is not installed: {INSTALL_HINT}"
