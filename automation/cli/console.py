@@ -14,6 +14,7 @@ handlers, threads). Tests call automation.cli.main in their own process, which n
 from __future__ import annotations
 
 import gc
+import os
 
 THRESHOLDS = (50_000, 20, 100)  # CPython's default: (700, 10, 10)
 BATCH_COMMANDS = frozenset({"validate", "explain", "schema", "plan", "render", "operator"})
@@ -23,6 +24,9 @@ _running = False
 def main() -> int:
     global _running
     _running = True
+    # gRPC (an inline program talks to the engine over it) leaves absl's logging at INFO when this is unset, so a
+    # routine GOAWAY as the CLI closes its monitor reached the user's terminal as an "I1203 chttp2_transport" line.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     gc.set_threshold(*THRESHOLDS)
     from automation import cli  # after the thresholds: most of a short command's objects are modules'
     from automation.cli import base
