@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from fleet.errors import ModelplaneError
 from fleet.loader import RENDER_MARKER
@@ -85,18 +87,9 @@ def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, 
     from concurrent.futures import ProcessPoolExecutor
 
     global _WRITING
-    out = out.resolve()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
-        raise OutputError(f"{out} exists and was not written by modelplane render; choose an empty or new folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent))
-    mask = os.umask(0)
-    os.umask(mask)
-    staging.chmod(0o777 & ~mask)
     planned: list[tuple[str, dict, str]] = []  # paths as text: pathlib's joins were a tenth of a large render
     problems: list[str] = []
-    try:
-        (staging / MARKER).write_text("written by modelplane render; the whole folder is replaced on each render\n")
+    with replacing(out, "modelplane render") as staging:
         taken: set[str] = set()
         folders: dict[str, None] = {}
         for stack, target, obj in rendered.objects():
@@ -124,6 +117,34 @@ def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, 
         if problems:
             raise InvalidObjects(problems)
         assert sum(done) == len(planned)
+    return len(planned)
+
+
+def _ours(out: Path) -> bool:
+    """A folder modelplane wrote: its marker is a regular file (lstat: a planted link to anywhere is not one)."""
+    try:
+        return stat.S_ISREG((out / MARKER).lstat().st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@contextmanager
+def replacing(out: Path, command: str) -> Iterator[Path]:
+    """A new folder beside `out`, holding the marker, to fill in the block; it replaces `out` as a whole when the
+    block ends without error, and is removed otherwise (`out` then stays as it was). Nothing is ever written
+    inside `out` itself, so no link planted there is followed. `out` must be absent, empty, or a folder with
+    our marker."""
+    out = out.resolve()  # a link in the path the user gave is theirs; links inside the folder are never followed
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _ours(out))):
+        raise OutputError(f"{out} exists and was not written by {command}; choose an empty or new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    staging.chmod(0o777 & ~mask)
+    try:
+        _create(str(staging / MARKER), f"written by {command}; the whole folder is replaced each time\n".encode())
+        yield staging
         if out.exists():
             graveyard = Path(tempfile.mkdtemp(prefix=".render-old-", dir=out.parent))  # ours alone to remove
             out.rename(graveyard / "previous")
@@ -134,7 +155,6 @@ def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, 
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return len(planned)
 
 
 def _each(results, on_objects: Callable[[int], None] | None, problems: list[str]):

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from automation.operator.pulumi_yaml import Malformed, NotLiteral, escaped, references
 from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, backend_name
@@ -134,21 +135,36 @@ def derived_name_problems(name: str) -> list[str]:
     return found
 
 
-def escaped(value):
-    """Rendered objects inside a Pulumi YAML program: `${` would be read as an interpolation, `$${` is a literal."""
-    if isinstance(value, str):
-        return value.replace("${", "$${")
-    if isinstance(value, list):
-        return [escaped(v) for v in value]
-    if isinstance(value, dict):
-        return {k: escaped(v) for k, v in value.items()}
-    return value
-
-
 def _stack_name(options: ExportOptions, project: str, stack: StackId, qualified: bool = False) -> str:
     """The stack's name in the backend: fully qualified on Pulumi Cloud (and for a StackReference anywhere)."""
     name = backend_name(stack, options.fleet_name)
     return f"{options.organization}/{project}/{name}" if options.cloud or qualified else name
+
+
+def _literal(spec: StackSpec, value):
+    try:
+        return escaped(value)
+    except NotLiteral as exc:
+        raise ExportError(f"{spec.name}: {exc}") from None
+
+
+def operator_secret_name(namespace: str, name: str) -> str:
+    """The Kubernetes Secret (in the stacks' namespace) that holds a cache token for the operator's workspaces:
+    `<namespace>.<name>`. A namespace has no `.`, so the first one splits them and no two references share a
+    Secret (`<ns>-<name>` made `ml`/`team-hf` and `ml-team`/`hf` one)."""
+    out = f"{namespace}.{name}"
+    if len(out) > 253:
+        raise ExportError(f"Secret {namespace}/{name}: its operator Secret name {out[:60]}... is longer than "
+                          "Kubernetes' 253 characters; use a shorter name")
+    return out
+
+
+def secret_config_key(namespace: str, name: str, key: str) -> str:
+    """The Program's configuration key for one Secret value: a name Pulumi YAML reads as one plain root in
+    `${...}` (lowercase letters, digits, `-`), derived from the exact (namespace, name, key), so that no text in
+    a reference can end the interpolation or reach another key."""
+    digest = hashlib.sha256(f"{namespace}\0{name}\0{key}".encode()).hexdigest()[:20]
+    return f"secret-{digest}"
 
 
 def _source(options: ExportOptions) -> dict:
@@ -259,19 +275,20 @@ def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
             meta = {k: v for k, v in obj["metadata"].items() if k != "annotations"}
             values = {}
             for key, ref in sorted(secret_refs(obj).items()):
-                config_key = f"secret-{ref.namespace}-{ref.name}-{key}".lower()
+                config_key = secret_config_key(ref.namespace, ref.name, key)
                 configuration[config_key] = {"type": "String"}
-                values[key] = f"${{{config_key}}}"
+                values[escaped(key)] = f"${{{config_key}}}"
                 secrets_ref[config_key] = {
-                    "type": "Secret", "secret": {"name": f"{ref.namespace}-{ref.name}", "key": key}}
+                    "type": "Secret", "secret": {"name": operator_secret_name(ref.namespace, ref.name), "key": key}}
             name = f"{target}-secret-{meta['name']}"
             resources[name] = {"type": "kubernetes:core/v1:Secret",
-                               "properties": {"metadata": meta, "type": obj.get("type", "Opaque"), "stringData": values},
+                               "properties": {"metadata": _literal(spec, meta), "type": _literal(spec, obj.get("type", "Opaque")),
+                                              "stringData": values},
                                "options": {"provider": f"${{{target}-k8s}}", "additionalSecretOutputs": ["stringData"]}}
             depends.append(f"${{{name}}}")
         resources[f"{target}-objects"] = {"type": "kubernetes:yaml/v2:ConfigGroup",
                                           "properties": {"objs": [_live_gateway(options, o, resources)
-                                                                  for o in escaped(plain)]},
+                                                                  for o in _literal(spec, plain)]},
                                           "options": {"provider": f"${{{target}-k8s}}",
                                                       **({"dependsOn": depends} if depends else {})}}
     program: dict = {"resources": resources}
@@ -303,8 +320,14 @@ def shared_objects(options: ExportOptions) -> list[dict]:
 def export(desired: DesiredState, options: ExportOptions) -> dict[str, list[dict]]:
     """File name -> the objects it holds: `_operator.yaml`, then one `<stack>.yaml` per desired stack."""
     files: dict[str, list[dict]] = {"_operator.yaml": shared_objects(options)}
+    owners: dict[str, str] = {}
     for name, spec in sorted(desired.specs.items()):
-        files[f"{options.object_name(spec.id)}.yaml"] = stack_objects(options, spec)
+        kube_name = options.object_name(spec.id)
+        if kube_name in owners:  # one would replace the other's Stack in the cluster
+            raise ExportError(f"stacks {owners[kube_name]} and {spec.name} get the same operator object name "
+                              f"{kube_name!r}; rename a cluster or deployment so that their stacks differ")
+        owners[kube_name] = spec.name
+        files[f"{kube_name}.yaml"] = stack_objects(options, spec)
     return files
 
 
@@ -315,24 +338,14 @@ def stack_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     return workload_objects(options, spec)
 
 
-_REFERENCE = re.compile(r"(?<!\$)\$\{([^.\[}]+)")  # `${name...}`; `$${` is a literal
-
-
 def undeclared_references(program: dict) -> list[str]:
-    """The `${name}` a Pulumi YAML program uses without declaring it (a resource or a configuration key)."""
+    """The `${name}` a Pulumi YAML program uses without declaring it (a resource or a configuration key), read with
+    Pulumi YAML's own grammar: what the escaping left as literal text is never mistaken for a reference."""
     declared = set(program.get("resources") or {}) | set(program.get("configuration") or {})
-    used: set[str] = set()
-
-    def walk(value) -> None:
-        if isinstance(value, str):
-            used.update(_REFERENCE.findall(value))
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-    walk(program.get("resources") or {})
+    try:
+        used = references(program.get("resources") or {})
+    except Malformed as exc:
+        return [f"program: Pulumi YAML would refuse it: {exc}"]
     return [f"program: ${{{name}}} is undeclared (no resource or configuration key of that name)"
             for name in sorted(used - declared)]
 
@@ -365,7 +378,8 @@ def _write_some(names: list[str]) -> None:
 
 
 def write(files: dict[str, list[dict]], out: Path, jobs: int | None = None) -> int:
-    """Write the files (a folder of them, replaced as a whole like `render --out`); returns the object count.
+    """Write the files (a folder of them, replaced as a whole like `render --out`, so nothing is written through
+    a link planted in it); returns the object count.
 
     At fleet scale the YAML writer dominates the export, so large exports are written by `jobs` forked processes
     (default: one per CPU), each inheriting the objects rather than receiving a copy; the bytes are the same."""
@@ -373,24 +387,22 @@ def write(files: dict[str, list[dict]], out: Path, jobs: int | None = None) -> i
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    from workloads.output import MARKER
+    from workloads.output import OutputError, replacing
 
     global _WRITING
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.iterdir()) and not (out / MARKER).exists():
-        raise ExportError(f"{out} exists and was not written by modelplane; choose an empty or new folder")
-    for stale in out.glob("*.yaml"):
-        stale.unlink()
-    (out / MARKER).write_text("written by modelplane operator export; the folder is rewritten on each export\n")
     names = list(files)
     jobs = min(jobs or os.cpu_count() or 1, 16)
-    _WRITING = (files, out)
     try:
-        if jobs > 1 and len(names) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
-            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-                list(pool.map(_write_some, [names[i::jobs] for i in range(jobs)]))
-        else:
-            _write_some(names)
-    finally:
-        _WRITING = None
+        with replacing(out, "modelplane operator export") as staging:
+            _WRITING = (files, staging)
+            try:
+                if jobs > 1 and len(names) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
+                    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+                        list(pool.map(_write_some, [names[i::jobs] for i in range(jobs)]))
+                else:
+                    _write_some(names)
+            finally:
+                _WRITING = None
+    except OutputError as exc:
+        raise ExportError(str(exc)) from None
     return sum(len(objects) for objects in files.values())
