@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Callable
 
 from starlette.datastructures import Headers
 
@@ -134,7 +135,27 @@ class Portal:
         checked_names(namespace, name)
         body = parse_body(raw, kind, namespace, name)
         sent_version = body["metadata"].pop("resourceVersion", None)
-        answer, alone = self._put(kind, namespace, name, body, sent_version)
+        return self._write(kind, namespace, name, lambda _existing: body, sent_version)
+
+    def scale(self, namespace: str, name: str, replicas: int, sent_version) -> dict:
+        """`kubectl scale`: spec.replicas set on the deployment as stored once this write holds the write lock, so a
+        write that committed after the caller read the object is kept, never reverted (as Kubernetes' scale
+        subresource updates the latest object). With `sent_version`, only if the object is still at it (409)."""
+        checked_names(namespace, name)
+
+        def scaled(existing: dict | None) -> dict:
+            if existing is None:
+                raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+            body = json.loads(json.dumps({k: v for k, v in existing.items() if k != "status"}))  # a copy to change
+            body["spec"]["replicas"] = replicas
+            body["metadata"] = {k: v for k, v in body["metadata"].items()
+                                if k in ("name", "namespace", "labels", "annotations")}
+            return parse_body(json.dumps(body).encode(), "ModelDeployment", namespace, name)  # the same checks as a PUT
+
+        return self._write("ModelDeployment", namespace, name, scaled, sent_version)[0]
+
+    def _write(self, kind: str, namespace: str | None, name: str, build, sent_version) -> tuple[dict, int, list[str]]:
+        answer, alone = self._put(kind, namespace, name, build, sent_version)
         self.replanner.want() if alone else self.replanner.planned()
         return answer
 
@@ -178,13 +199,17 @@ class Portal:
             placing.reconciled(store, conn, before, changed)
         return result["warnings"]
 
-    def _put(self, kind: str, namespace: str | None, name: str, body: dict, sent_version) -> tuple[tuple, bool]:
+    def _put(self, kind: str, namespace: str | None, name: str, build: Callable[[dict | None], dict],
+             sent_version) -> tuple[tuple, bool]:
+        """`build(existing)`: the body to store, from the object as stored now, read inside this transaction (a
+        read-modify-write made from an earlier read could revert a write that committed in between)."""
         store, placing = self.store, self.placing
         with placing.write(store) as conn:
             one_deployment = self._placed_alone(conn, kind)
             if one_deployment:
                 placing.sync(store, conn)
             existing = store.get(conn, kind, namespace or "", name)
+            body = build(existing)
             self._refuse_conflicts(conn, kind, namespace, name, existing, sent_version)
             for key in ("uid", "generation", "creationTimestamp"):
                 body["metadata"].pop(key, None)

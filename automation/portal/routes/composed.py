@@ -68,22 +68,24 @@ async def put_scale(namespace: str, name: str, request: Request, who: Who, porta
 def _rescale(portal: Portal, namespace: str, name: str, raw: bytes) -> JSONResponse:
     try:
         wanted = json.loads(raw or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a body nested too deep to parse
         raise ApiError(400, "BadRequest", "the body is not a JSON Scale object") from None
-    replicas = ((wanted.get("spec") if isinstance(wanted, dict) else None) or {}).get("replicas")
+    if not isinstance(wanted, dict):
+        raise ApiError(400, "BadRequest", "the body must be a Scale object")
+    spec, meta = wanted.get("spec", {}), wanted.get("metadata", {})
+    if not isinstance(spec, dict):
+        raise ApiError(400, "BadRequest", "spec must be an object")
+    if not isinstance(meta, dict):
+        raise ApiError(400, "BadRequest", "metadata must be an object")
+    if wanted.get("kind") not in (None, "Scale"):
+        raise ApiError(400, "BadRequest", f"the body's kind {str(wanted.get('kind'))[:80]!r} is not Scale")
+    if meta.get("name") not in (None, name):
+        raise ApiError(400, "BadRequest", f"metadata.name {str(meta.get('name'))[:80]!r} does not match the path")
+    replicas = spec.get("replicas")
     if not isinstance(replicas, int) or isinstance(replicas, bool):
         raise ApiError(422, "Invalid", "spec.replicas must be an integer")
-    with portal.store.read() as conn:
-        body = portal.store.get(conn, "ModelDeployment", namespace, name)
-    if body is None:
-        raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
-    sent = (wanted.get("metadata") or {}).get("resourceVersion")
-    body["spec"]["replicas"] = replicas
-    body["metadata"] = {k: v for k, v in body["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
-    if sent is not None:
-        body["metadata"]["resourceVersion"] = sent
-    saved, _, _ = portal.put("ModelDeployment", namespace, name, json.dumps(body).encode())
-    return JSONResponse(scale_of(saved))
+    # the change is made to the object as stored inside the write, never to a copy read before it
+    return JSONResponse(scale_of(portal.scale(namespace, name, replicas, meta.get("resourceVersion"))))
 
 
 def scale_of(body: dict) -> dict:
