@@ -31,7 +31,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         root = Path(folder)
         work = pulumi_double.on_path(root, patch, "record-bench")
-        patch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_bench")
+        patch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", "hf_bench")
         kubeconfig = root / "byo-eu.yaml"
         kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
         args = ["-f", str(ROOT / "examples"), "--kubeconfig", f"byo-eu={kubeconfig}"]

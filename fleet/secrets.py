@@ -5,10 +5,14 @@ names `existing.secretRef` (name, key), a kubeconfig, in `modelplane-system` as 
 values come from, first to last:
 
 1. `v1/Secret` manifests given with `-f` next to the fleet (`data` base64, or `stringData`), matched by
-   namespace and name; a Secret written without a namespace matches a reference from any namespace;
-2. environment variables `MODELPLANE_SECRET_<NAMESPACE>_<NAME>_<KEY>` (upper case, `-` and `.` as `_`),
-   which is also how a Pulumi ESC environment hands them over: `esc run <env> -- modelplane up ...`;
-3. files `<secrets dir>/<namespace>/<name>/<key>` (`--secrets-dir`; the layout of a mounted Secret).
+   namespace and name (a Secret must name its namespace: it is read only by references from there);
+2. environment variables `MODELPLANE_SECRET_<NAMESPACE>__<NAME>__<KEY>` (upper case, `-` and `.` as `_`,
+   the three parts joined by `__`), which is also how a Pulumi ESC environment hands them over:
+   `esc run <env> -- modelplane up ...`. The name is one reference's alone: a namespace and a name never hold
+   `__` once encoded, so the first two `__` split them (`ml`/`team-hf` is `ML__TEAM_HF__...`, `ml-team`/`hf` is
+   `ML_TEAM__HF__...`). A namespace or name with `--`, or a name with `.`, has no such variable;
+3. files `<secrets dir>/<namespace>/<name>/<key>` (`--secrets-dir`; the layout of a mounted Secret), each part
+   one path segment, and the file inside the folder once links are followed (a mounted Secret's own links are).
 
 A `SecretValue` never shows its text in `repr`, `str` or an f-string; `reveal()` is the one way out, used
 only where the value goes into a Pulumi secret.
@@ -62,23 +66,49 @@ class SecretRef:
         return f"{self.namespace}/{self.name} key {self.key!r}"
 
     @property
-    def environment_variable(self) -> str:
+    def environment_variable(self) -> str | None:
+        """The one variable that holds this reference's value, or None when its namespace or name could not be
+        told apart from another's once encoded."""
+        if "--" in self.namespace or "--" in self.name or "." in self.name or "." in self.namespace:
+            return None
+        parts = (self.namespace, self.name, self.key)
+        return "MODELPLANE_SECRET_" + "__".join(p.upper().replace("-", "_").replace(".", "_") for p in parts)
+
+    @property
+    def ambiguous_variable(self) -> str:
+        """The variable read before issue 28: `ml`/`team-hf` and `ml-team`/`hf` shared it. Never read; named in
+        messages so that a user who still sets it knows why it is ignored."""
         raw = f"MODELPLANE_SECRET_{self.namespace}_{self.name}_{self.key}"
         return raw.upper().replace("-", "_").replace(".", "_")
+
+    def file_in(self, directory: Path) -> Path | None:
+        """The file holding the value under `directory`, or None when a part is not one path segment or the file
+        (links followed) is outside the folder."""
+        parts = (self.namespace, self.name, self.key)
+        if any(not p or "/" in p or "\\" in p or "\0" in p or p in (".", "..") for p in parts):
+            return None
+        path = directory.joinpath(*parts)
+        try:
+            if not path.resolve(strict=True).is_relative_to(directory.resolve(strict=True)):
+                return None
+        except (OSError, RuntimeError):  # missing, or a loop of links
+            return None
+        return path
 
 
 class SecretManifestError(ModelplaneError, ValueError):
     pass
 
 
-def secret_from_manifest(data: dict) -> tuple[str | None, str, dict[str, SecretValue]]:
-    """(namespace or None, name, values) of a `v1/Secret` manifest; the message of an error never has a value."""
+def secret_from_manifest(data: dict) -> tuple[str, str, dict[str, SecretValue]]:
+    """(namespace, name, values) of a `v1/Secret` manifest; the message of an error never has a value."""
     meta = data.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise SecretManifestError("metadata.name: required string field is missing")
     namespace = meta.get("namespace")
-    if namespace is not None and not isinstance(namespace, str):
-        raise SecretManifestError("metadata.namespace: must be a string")
+    if not isinstance(namespace, str) or not namespace:  # read from any namespace, it would be any team's
+        raise SecretManifestError("metadata.namespace: required: a Secret is read only by references from its own "
+                                  f"namespace (a cache's, or {CLUSTER_SECRETS_NAMESPACE} for a cluster's kubeconfig)")
     values: dict[str, SecretValue] = {}
     for field_name in ("data", "stringData"):
         block = data.get(field_name)
@@ -100,33 +130,38 @@ def secret_from_manifest(data: dict) -> tuple[str | None, str, dict[str, SecretV
 
 @dataclass
 class SecretStore:
-    manifests: dict[tuple[str | None, str], dict[str, SecretValue]] = field(default_factory=dict)
+    manifests: dict[tuple[str, str], dict[str, SecretValue]] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     directory: Path | None = None
 
-    def add_manifest(self, namespace: str | None, name: str, values: dict[str, SecretValue]) -> None:
+    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue]) -> None:
         self.manifests[(namespace, name)] = values
 
     def get(self, ref: SecretRef) -> SecretValue | None:
-        for key in ((ref.namespace, ref.name), (None, ref.name)):
-            values = self.manifests.get(key)
-            if values is not None and ref.key in values:
-                return values[ref.key]
-        if ref.environment_variable in self.environ:
-            return SecretValue(self.environ[ref.environment_variable])
+        """The value, only from the reference's own namespace (a manifest, its variable, its file)."""
+        values = self.manifests.get((ref.namespace, ref.name))
+        if values is not None and ref.key in values:
+            return values[ref.key]
+        variable = ref.environment_variable
+        if variable is not None and variable in self.environ:
+            return SecretValue(self.environ[variable])
         if self.directory is not None:
-            path = self.directory / ref.namespace / ref.name / ref.key
-            if path.is_file():
+            path = ref.file_in(self.directory)
+            if path is not None and path.is_file():
                 return SecretValue(path.read_text().rstrip("\n"))
         return None
 
     def where_to_put(self, ref: SecretRef) -> str:
         """How a user gives this value (for messages; names the places, never a value)."""
-        places = [f"a v1/Secret {ref.namespace}/{ref.name} with key {ref.key!r} given with -f",
-                  f"${ref.environment_variable}"]
+        places = [f"a v1/Secret {ref.namespace}/{ref.name} with key {ref.key!r} given with -f"]
+        if ref.environment_variable is not None:
+            places.append(f"${ref.environment_variable}")
         if self.directory is not None:
             places.append(str(self.directory / ref.namespace / ref.name / ref.key))
-        return ", or ".join(places)
+        text = ", or ".join(places)
+        if ref.ambiguous_variable in self.environ:
+            text += f" (${ref.ambiguous_variable} is set but no longer read: its name was another namespace's too)"
+        return text
 
 
 def cache_token_ref(cache) -> SecretRef | None:

@@ -396,10 +396,9 @@ def _read_secret(doc: Document, fleet: Fleet, notes: list[str]) -> list[Problem]
         return [Problem(doc.source, doc.line_of(tuple(path.split("."))), label, path, str(exc).split(": ", 1)[-1])]
     key = (namespace, name)
     if key in fleet.secrets.manifests:
-        return [Problem(doc.source, doc.line, label, "metadata.name",
-                        f"duplicate Secret {namespace or '(any namespace)'}/{name}")]
+        return [Problem(doc.source, doc.line, label, "metadata.name", f"duplicate Secret {namespace}/{name}")]
     fleet.secrets.add_manifest(namespace, name, values)
-    notes.append(f"{doc.source}:{doc.line}: read Secret {namespace + '/' if namespace else ''}{name} "
+    notes.append(f"{doc.source}:{doc.line}: read Secret {namespace}/{name} "
                  f"({len(values)} key(s); values are never printed)")
     return []
 

@@ -530,7 +530,7 @@ def test_a_stack_previewed_again_with_the_same_inputs_is_not_run_again(monkeypat
     real = offline_preview.run
     monkeypatch.setattr(offline_preview, "run", lambda program, project, stack, *a, **k:
                         runs.append(stack) or real(program, project, stack, *a, **k))
-    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_first")
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", "hf_first")
     fleet = load_fleet([str(ROOT / "examples")]).fleet
     spec = desired_state(fleet).specs["cache-ml-team.qwen3-coder"]
     offline_preview.forget()
@@ -539,7 +539,7 @@ def test_a_stack_previewed_again_with_the_same_inputs_is_not_run_again(monkeypat
     assert offline_preview.preview_stack(spec, fleet) is first and runs == [spec.name]
     offline_preview.preview_stack(dataclasses.replace(spec, fingerprint="another"), fleet)
     offline_preview.preview_stack(spec, fleet, {"modelplane:deletionProtection": "false"})  # config it never reads
-    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_second")
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", "hf_second")
     again = offline_preview.preview_stack(spec, fleet)
     assert runs == [spec.name] * 3 and again is not first
     assert again.to_dict() == first.to_dict()  # the secret is masked: the same resources, run afresh

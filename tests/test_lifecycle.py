@@ -64,7 +64,7 @@ def applied_driver(tmp_path_factory, monkeypatch, capsys) -> Driver:
 
 def make_driver(tmp_path, monkeypatch) -> Driver:
     work = pulumi_double.on_path(tmp_path, monkeypatch, "lifecycle-test")
-    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", HF_TOKEN)
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", HF_TOKEN)
     kubeconfig = tmp_path / "byo-eu.yaml"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     return Driver(tmp_path, work, kubeconfig)

@@ -71,7 +71,7 @@ def test_workspace_project_and_backend(tmp_path, specs, monkeypatch):
 
 def test_stack_selection_and_config(tmp_path, specs, monkeypatch):
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
-    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN", "hf_abc")
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", "hf_abc")
     fleet, desired = specs
     command = FakeCommand()
     runner = PulumiRunner(tmp_path, fleet, pulumi_command=command)
@@ -173,10 +173,10 @@ def test_existing_cluster_kubeconfig_reaches_the_program_as_a_path_never_on_argv
         "InferenceCluster/byo-eu is Existing: give its kubeconfig with --kubeconfig byo-eu=PATH, "
         f"$MODELPLANE_KUBECONFIG_BYO_EU=PATH, the file {tmp_path}/kubeconfigs/byo-eu-kubeconfig, or the Secret: a "
         "v1/Secret modelplane-system/byo-eu-kubeconfig with key 'kubeconfig' given with -f, or "
-        "$MODELPLANE_SECRET_MODELPLANE_SYSTEM_BYO_EU_KUBECONFIG_KUBECONFIG"]
-    monkeypatch.setenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM_BYO_EU_KUBECONFIG_KUBECONFIG", secret)
+        "$MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG"]
+    monkeypatch.setenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG", secret)
     assert missing_kubeconfigs(fleet, {}, ["platform-byo-eu"], tmp_path) == []  # the Secret store has it
-    monkeypatch.delenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM_BYO_EU_KUBECONFIG_KUBECONFIG")
+    monkeypatch.delenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG")
     monkeypatch.setenv("MODELPLANE_KUBECONFIG_BYO_EU", str(path))
     found = existing_kubeconfigs(fleet, {}, tmp_path)
     assert found == {"byo-eu": str(path.resolve())} and missing_kubeconfigs(fleet, found, ["platform-byo-eu"], tmp_path) == []

@@ -83,9 +83,9 @@ def test_validate_and_plan_never_print_a_secret(tmp_path, capsys):
 
 @pytest.mark.parametrize("manifest,message", [
     ({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "x"}}, "metadata.name"),
-    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "not base64!"}}, "data.k"),
-    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": 5}}, "stringData.k"),
-    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": ["x"]}, "data"),
+    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "x"}, "data": {"k": "not base64!"}}, "data.k"),
+    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "x"}, "stringData": {"k": 5}}, "stringData.k"),
+    ({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "x"}, "data": ["x"]}, "data"),
 ])
 def test_a_malformed_secret_is_one_located_error_without_its_value(tmp_path, manifest, message):
     path = tmp_path / "bad.yaml"
@@ -100,22 +100,19 @@ def test_a_secret_value_never_shows_itself():
     for shown in (repr(value), str(value), f"{value}", f"{[value]}", str({"k": value})):
         assert "s3cr3t" not in shown
     assert value.reveal() == "s3cr3t"
-    assert secret_from_manifest({"metadata": {"name": "a"}, "data": {"k": base64.b64encode(b"x").decode()},
+    assert secret_from_manifest({"metadata": {"name": "a", "namespace": "x"}, "data": {"k": base64.b64encode(b"x").decode()},
                                  "stringData": {"k": "y"}})[2]["k"].reveal() == "y"  # stringData wins, as in the API
 
 
 def test_the_environment_and_a_secrets_folder_are_read_by_the_users_names(tmp_path):
     ref = SecretRef("ml-team", "hf-token", "HF_TOKEN")
-    assert ref.environment_variable == "MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN"  # no hash of ours in it
+    assert ref.environment_variable == "MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN"  # no hash of ours in it
     assert SecretStore(environ={ref.environment_variable: "from-env"}).get(ref).reveal() == "from-env"
     folder = tmp_path / "secrets" / "ml-team" / "hf-token"
     folder.mkdir(parents=True)
     (folder / "HF_TOKEN").write_text("from-file\n")
     assert SecretStore(environ={}, directory=tmp_path / "secrets").get(ref).reveal() == "from-file"
     assert SecretStore(environ={}).get(ref) is None
-    unnamespaced = SecretStore(environ={})
-    unnamespaced.add_manifest(None, "hf-token", {"HF_TOKEN": SecretValue("any-namespace")})
-    assert unnamespaced.get(ref).reveal() == "any-namespace"
 
 
 @pytest.fixture
@@ -139,7 +136,7 @@ def test_up_refuses_a_secret_that_has_no_value_before_anything_runs(double, caps
     assert main(["up", "-f", str(ROOT / "examples"), "--kubeconfig", f"byo-eu={secrets_file(double)}"]) == 2
     err = capsys.readouterr().err
     assert "cache-ml-team.qwen3-coder: Secret ml-team/hf-token key 'HF_TOKEN' has no value" in err
-    assert "$MODELPLANE_SECRET_ML_TEAM_HF_TOKEN_HF_TOKEN" in err
+    assert "$MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN" in err
     assert not [c for c in pulumi_double.calls(double / "double") if c["argv"][:1] == ["up"]]
 
 

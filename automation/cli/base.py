@@ -33,7 +33,7 @@ def paths_option(function):
         "--secrets-dir", metavar="DIR", default=None, envvar="MODELPLANE_SECRETS_DIR", expose_value=False,
         type=click.Path(file_okay=False), callback=_remember_secrets_dir,
         help="Secret values as files DIR/<namespace>/<name>/<key> (else $MODELPLANE_SECRETS_DIR). Secrets also come "
-             "from v1/Secret manifests given with -f and from $MODELPLANE_SECRET_<NAMESPACE>_<NAME>_<KEY>; they "
+             "from v1/Secret manifests given with -f and from $MODELPLANE_SECRET_<NAMESPACE>__<NAME>__<KEY>; they "
              "are never printed.")(function)
     return click.option(
         "-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fleet.api.common import Int, MatchLabels, Resource, Rule, Str, Strict
+from fleet.api.common import Int, MatchLabels, Resource, Rule, Str, Strict, secret_reference_rules
 
 
 class AuthSecret(Strict):
@@ -34,3 +34,6 @@ class ModelCache(Resource):
 def model_cache_rules(mc: ModelCache) -> Rule:
     if mc.spec.source == "HuggingFace" and mc.spec.huggingFace is None:
         yield ("spec", "huggingFace"), "source HuggingFace needs the huggingFace block"
+    auth = mc.spec.huggingFace.authSecret if mc.spec.huggingFace else None
+    if auth is not None:
+        yield from secret_reference_rules(auth.name, auth.key, ("spec", "huggingFace", "authSecret"))

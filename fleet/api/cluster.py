@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fleet.api.common import Condition, Int, Resource, Rule, Str, Strict, unique
+from fleet.api.common import Condition, Int, Resource, Rule, Str, Strict, secret_reference_rules, unique
 from fleet.api.inference_class import Device
 
 Source = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
@@ -181,6 +181,9 @@ def inference_cluster_rules(ic: InferenceCluster) -> Rule:
     block = cluster.source.lower()
     if getattr(cluster, block) is None:
         yield ("spec", "cluster", block), f"source {cluster.source} needs the {block} block"
+    if cluster.existing is not None:
+        ref = cluster.existing.secretRef
+        yield from secret_reference_rules(ref.name, ref.key, ("spec", "cluster", "existing", "secretRef"))
     yield from unique(ic.spec.taints or [], lambda t: (t.key, t.effect), ("spec", "taints"), "taint (key, effect)")
     yield from unique(ic.spec.nodePools, lambda p: p.name, ("spec", "nodePools"), "node pool name")
     for i, pool in enumerate(ic.spec.nodePools):

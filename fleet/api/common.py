@@ -137,6 +137,21 @@ def metadata_rules(meta: ObjectMeta, namespaced: bool) -> Rule:
             yield ("metadata", field), f"is {size:,} bytes; at most {limit:,} (the Kubernetes API server's limit)"
 
 
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def secret_reference_rules(name: str, key: str, path: tuple) -> Rule:
+    """A reference to a Secret's key, by Kubernetes' own rules for both (a name is a DNS subdomain; a key is
+    letters, digits, `-`, `_`, `.`, not `.` or `..`): each is then one path segment in --secrets-dir, one part of
+    an environment variable's name, and plain text in an operator Program."""
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        yield path + ("name",), (f"{name[:80]!r} is not a Secret name: lowercase letters, digits, '-' and '.', "
+                                 "starting and ending with a letter or digit")
+    if len(key) > 253 or not _SECRET_KEY.match(key) or key in (".", ".."):
+        yield path + ("key",), (f"{key[:80]!r} is not a Secret key: letters, digits, '-', '_' and '.' (not '.' or "
+                                "'..'), at most 253")
+
+
 def key_problem(key: str) -> str | None:
     """Kubernetes qualified-name rules for a label or annotation key."""
     prefix, sep, name = key.rpartition("/")
