@@ -48,6 +48,7 @@ class ThreadServer:
         self.tokens_path = write_tokens(folder, tokens)
         self.tokens = TokensFile(self.tokens_path, check_every=check_every)
         app = create_app(self.store, self.tokens, apply, limiter=limiter, replan_worker=replan_worker)
+        self.app = app
         self.replanner = app.state.replanner
         if replan_interval is not None:  # a test that settles after every write need not wait out the batching
             self.replanner._gather = self.replanner._interval = replan_interval
@@ -96,10 +97,10 @@ def start_process(folder: Path, port: int, extra: list[str], tokens=None) -> sub
 
 
 def put_retrying(client: httpx.Client, url: str, body: dict) -> httpx.Response:
-    """PUT as a Kubernetes client does: a 503 (the portal's backpressure) is retried after its Retry-After."""
+    """PUT as a Kubernetes client does: a 429 or 503 (the portal's backpressure) is retried after its Retry-After."""
     while True:
         response = client.put(url, json=body)
-        if response.status_code != 503:
+        if response.status_code not in (429, 503):
             return response
         assert response.json()["kind"] == "Status" and "Retry-After" in response.headers
         time.sleep(float(response.headers["Retry-After"]) / 10)

@@ -6,14 +6,18 @@ a database read); an unauthenticated request never reaches the route's body.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Callable, TypeVar
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from automation.portal.auth import Principal
 from automation.portal.guard import Caller
 from automation.portal.portal import Portal
 from automation.portal.service import ApiError
+
+
+T = TypeVar("T")
 
 
 def portal(request: Request) -> Portal:
@@ -36,3 +40,10 @@ def principal(who: Annotated[Caller, Depends(caller)]) -> Principal:
 Who = Annotated[Principal, Depends(principal)]
 SignedIn = Annotated[Caller, Depends(caller)]
 Objects = Annotated[Portal, Depends(portal)]
+
+
+async def queued(portal: Portal, write: Callable[..., T], *args: Any) -> T:
+    """Run a write on a worker thread once it is its turn in the write queue (429 past its limits): the wait holds
+    no thread, so reads keep theirs."""
+    async with portal.writes.turn():
+        return await run_in_threadpool(write, *args)

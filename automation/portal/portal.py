@@ -22,6 +22,7 @@ from automation.portal.placing import Placing
 from automation.portal.replanner import Replanner
 from automation.portal.service import PLURALS, ApiError, commit, compute_for, parse_body, quota_problem
 from automation.portal.store import Store
+from automation.portal.writes import WriteQueue
 from fleet import tenancy
 from fleet.api import KINDS
 from fleet.stack_id import StackId, StackIdError
@@ -61,6 +62,7 @@ class Portal:
         self.placing = Placing()  # a ModelDeployment write is placed in its request against the ledger kept here
         self.replanner = Replanner(store, apply, self.placing, replan_worker)  # and the fleet is planned after it
         self.pending = PendingOverlay()
+        self.writes = WriteQueue()  # requests' writes take turns here, in arrival order (writes.py)
         # the snapshot's version and its parsed form (megabytes at fleet scale, read by every request); replaced
         # whole, so a thread reading it never sees half of an update
         self._parsed: tuple[str, dict] = ("", {})

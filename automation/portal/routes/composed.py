@@ -6,9 +6,8 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
-from automation.portal.deps import Objects, Who
+from automation.portal.deps import Objects, Who, queued
 from automation.portal.portal import Portal
 from automation.portal.service import API, ApiError
 
@@ -62,7 +61,7 @@ async def put_scale(namespace: str, name: str, request: Request, who: Who, porta
     if not who.can_write(namespace):
         raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
     raw = await request.body()
-    return await run_in_threadpool(_rescale, portal, namespace, name, raw)
+    return await queued(portal, _rescale, portal, namespace, name, raw)
 
 
 def _rescale(portal: Portal, namespace: str, name: str, raw: bytes) -> JSONResponse:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
-from automation.portal.deps import Objects, Who
+from automation.portal.deps import Objects, Who, queued
 from automation.portal.portal import kind_of
 from automation.portal.service import API, ApiError
 
@@ -64,17 +63,17 @@ async def put_namespaced(namespace: str, plural: str, name: str, request: Reques
     kind = kind_of(plural, True)
     if not who.can_write(namespace):
         raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
-    return respond(*await run_in_threadpool(portal.put, kind, namespace, name, await request.body()))
+    return respond(*await queued(portal, portal.put, kind, namespace, name, await request.body()))
 
 
 @router.delete("/namespaces/{namespace}/{plural}/{name}")
-def delete_namespaced(namespace: str, plural: str, name: str, who: Who, portal: Objects):
+async def delete_namespaced(namespace: str, plural: str, name: str, who: Who, portal: Objects):
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
     if not who.can_write(namespace):
         raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
-    return portal.delete(kind, namespace, name)
+    return await queued(portal, portal.delete, kind, namespace, name)
 
 
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
@@ -102,12 +101,12 @@ async def put_cluster(plural: str, name: str, request: Request, who: Who, portal
     kind = kind_of(plural, False)
     if not who.can_write(None):
         raise ApiError(403, "Forbidden", f"only admins change {plural}")
-    return respond(*await run_in_threadpool(portal.put, kind, None, name, await request.body()))
+    return respond(*await queued(portal, portal.put, kind, None, name, await request.body()))
 
 
 @router.delete("/{plural}/{name}")
-def delete_cluster(plural: str, name: str, who: Who, portal: Objects):
+async def delete_cluster(plural: str, name: str, who: Who, portal: Objects):
     kind = kind_of(plural, False)
     if not who.can_write(None):
         raise ApiError(403, "Forbidden", f"only admins change {plural}")
-    return portal.delete(kind, "", name)
+    return await queued(portal, portal.delete, kind, "", name)

@@ -10,12 +10,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
 from automation.planning import conditions
 from automation.portal.auth import digest
-from automation.portal.deps import Objects, SignedIn
+from automation.portal.deps import Objects, SignedIn, queued
 from automation.portal.guard import Caller
-from automation.portal.portal import COOKIE
+from automation.portal.portal import COOKIE, Portal
 from automation.portal.service import PLURALS, ApiError
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
@@ -73,15 +74,14 @@ def page(request: Request, portal: Objects, message: str | None = None, page: in
 
 
 @router.post("/ui/signin")
-def signin(request: Request, portal: Objects, token: str = Form(..., max_length=4096),
+async def signin(request: Request, portal: Objects, token: str = Form(..., max_length=4096),
            csrf: str = Form(..., max_length=100)):
     expected = request.cookies.get(SIGNIN_COOKIE, "")
     if not expected or not hmac.compare_digest(csrf.encode(), expected.encode()):
         raise ApiError(403, "Forbidden", "the sign-in form's CSRF token does not match; reload the page")
-    if portal.tokens.resolve(token) is None:
+    if await run_in_threadpool(portal.tokens.resolve, token) is None:  # it may reload the tokens file
         return RedirectResponse("/?message=That+token+is+not+valid", status_code=303)
-    with portal.store.write() as conn:
-        session_id, _ = portal.store.create_session(conn, digest(token))
+    session_id = await queued(portal, _new_session, portal, digest(token))
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(COOKIE, session_id, **cookie_options(request))
     response.delete_cookie(SIGNIN_COOKIE, path="/")
@@ -89,29 +89,38 @@ def signin(request: Request, portal: Objects, token: str = Form(..., max_length=
 
 
 @router.post("/ui/signout")
-def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = Form("", max_length=100)):
+async def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = Form("", max_length=100)):
     checked_form(who, csrf)
     session_id = request.cookies.get(COOKIE)
-    if session_id:
-        with portal.store.write() as conn:
-            portal.store.delete_session(conn, session_id)  # the cookie's id stops working, even if it was copied
+    if session_id:  # the cookie's id stops working, even if it was copied
+        await queued(portal, _end_session, portal, session_id)
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response
 
 
 @router.post("/ui/apply")
-def ui_apply(who: SignedIn, portal: Objects, manifest: str = Form(...), csrf: str = Form("", max_length=100)):
+async def ui_apply(who: SignedIn, portal: Objects, manifest: str = Form(...), csrf: str = Form("", max_length=100)):
     person = checked_form(who, csrf).principal
     try:
-        kind, plural, namespace, name = _one_object(manifest)
+        kind, plural, namespace, name = await run_in_threadpool(_one_object, manifest)  # parsing is CPU work
         if not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
-        portal.put(kind, namespace, name, manifest.encode())
+        await queued(portal, portal.put, kind, namespace, name, manifest.encode())
         message = f"Accepted {kind} {name}"
     except ApiError as exc:
         message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])
     return _back(message)
+
+
+def _new_session(portal: Portal, token_sha256: str) -> str:
+    with portal.store.write() as conn:
+        return portal.store.create_session(conn, token_sha256)[0]
+
+
+def _end_session(portal: Portal, session_id: str) -> None:
+    with portal.store.write() as conn:
+        portal.store.delete_session(conn, session_id)
 
 
 def _one_object(manifest: str) -> tuple[str, str, str | None, str]:
@@ -134,14 +143,14 @@ def _one_object(manifest: str) -> tuple[str, str, str | None, str]:
 
 
 @router.post("/ui/delete")
-def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_length=64),
+async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_length=64),
               namespace: str = Form(..., max_length=63), name: str = Form(..., max_length=253),
               csrf: str = Form("", max_length=100)):
     person = checked_form(who, csrf).principal
     try:
         if kind not in ("ModelDeployment", "ModelService") or not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not delete {kind} {namespace}/{name}")
-        portal.delete(kind, namespace, name)
+        await queued(portal, portal.delete, kind, namespace, name)
         message = f"Deleted {kind} {namespace}/{name}"
     except ApiError as exc:
         message = exc.message
