@@ -30,7 +30,7 @@ import lark
 from celpy import celparser
 from celpy.evaluation import base_functions
 
-from fleet.disk_cache import default_root, sealed, unsealed, write_atomically
+from fleet.disk_cache import DiskCache
 from fleet.errors import ModelplaneError
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
@@ -307,16 +307,18 @@ def _build_parser_through_cache() -> None:
     """celpy's parser, kept in the cache folder: celpy analyses the CEL grammar in every process (about 70 ms of
     each command's start-up), and Lark can save the analysed parser and load it back.
 
-    The entry is keyed by celpy's grammar and parser module, Lark's version and Python's, and sealed with the hash
-    of its bytes (fleet/disk_cache.py): Lark loads with pickle, so a file cut short by a crash, or damaged, is
-    never loaded, only rebuilt. celpy builds the parser itself whenever there is no good entry."""
+    The entry is keyed by celpy's grammar and parser module, Lark's version and Python's. Lark loads it with
+    pickle, which runs code, so it is read only as fleet/disk_cache.py reads: from a folder no other user can
+    change, from a file this user owns, authenticated with the key made in that folder. A file planted, edited,
+    copied from elsewhere, or cut short by a crash is never loaded, only rebuilt. celpy builds the parser itself
+    whenever there is no good entry."""
     if celparser.CELParser.CEL_PARSER is not None:
         return
     here = Path(celparser.__file__).parent
     key = hashlib.sha256((here / "cel.lark").read_bytes() + Path(celparser.__file__).read_bytes()
                          + f"{lark.__version__} {sys.version}".encode()).hexdigest().encode()
-    entry = default_root() / "cel-grammar.lark"
-    kept = unsealed(entry)
+    cache = DiskCache()
+    kept = cache.read("cel-grammar.lark")
     if kept is not None and kept.startswith(key + b"\n"):
         try:
             celparser.CELParser.CEL_PARSER = lark.Lark.load(io.BytesIO(kept[len(key) + 1:]))
@@ -329,7 +331,7 @@ def _build_parser_through_cache() -> None:
         return
     saved = io.BytesIO()
     built.save(saved)
-    write_atomically(entry, sealed(key + b"\n" + saved.getvalue()))
+    cache.write("cel-grammar.lark", key + b"\n" + saved.getvalue())
 
 
 _build_parser_through_cache()

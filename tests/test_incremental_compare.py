@@ -139,10 +139,15 @@ def test_an_unreadable_summary_is_recomputed_and_replaced(tmp_path):
     compare(base, head, cache=cache)
     (path,) = (tmp_path / "plans").glob("*.json")
     assert path.stat().st_mode & 0o077 == 0, "summaries are readable by their owner only"
-    for junk in ("{not json", json.dumps({"format": 0}), json.dumps({"format": 1, "placements": [{}]})):
-        path.write_text(junk)
+    key = path.name.removesuffix(".json")
+    good = cache.get(key)
+    assert good is not None
+    edited = path.read_bytes().replace(b'"fingerprints": {"', b'"fingerprints": {"x')  # a hand edit: no longer ours
+    for junk in (b"{not json", json.dumps({"format": 0}).encode(), edited):
+        path.write_bytes(junk)
+        assert cache.get(key) is None
         assert outputs(compare(base, head, cache=cache)) == full
-        BaseSummary.from_json(path.read_text())  # rewritten whole
+        assert cache.get(key) == good  # rewritten whole
 
 
 def test_the_cache_keeps_only_the_newest_summaries(tmp_path, monkeypatch):

@@ -236,6 +236,7 @@ def test_a_custom_resource_is_checked_against_its_groups_crd_only_when_its_kind_
 
 
 def test_a_crd_file_is_parsed_once_per_content_then_read_back_from_the_cache(tmp_path):
+    from fleet.disk_cache import DiskCache
     from workloads.schemas import crds_in
 
     source = ROOT / "workloads" / "crds" / "upstream" / "inference.networking.k8s.io_inferencepools.yaml"
@@ -243,11 +244,13 @@ def test_a_crd_file_is_parsed_once_per_content_then_read_back_from_the_cache(tmp
     assert crds_in(source, tmp_path) == parsed
     entries = list((tmp_path / "crds").glob("*.json"))
     assert len(entries) == 1 and entries[0].stat().st_mode & 0o077 == 0
-    entries[0].write_text(json.dumps([{"kind": "Marker"}]))
+    name = f"crds/{entries[0].name}"
+    DiskCache(tmp_path).write(name, json.dumps([{"kind": "Marker"}]))
     assert crds_in(source, tmp_path) == [{"kind": "Marker"}]  # read back, not parsed again
-    entries[0].write_text("{not json")
-    assert crds_in(source, tmp_path) == parsed  # unreadable: parsed again, and rewritten
-    assert json.loads(entries[0].read_text()) == parsed
+    for junk in ("{not json", json.dumps([{"kind": "Edited"}])):  # damaged, or edited by anyone: parsed again
+        entries[0].write_text(junk)
+        assert crds_in(source, tmp_path) == parsed
+        assert json.loads(DiskCache(tmp_path).read(name) or b"null") == parsed  # and rewritten
     changed = tmp_path / "inference.networking.k8s.io_inferencepools.yaml"
     changed.write_text(source.read_text().replace("InferencePool is", "An InferencePool is"))
     assert crds_in(changed, tmp_path) != parsed and len(list((tmp_path / "crds").glob("*.json"))) == 2

@@ -36,7 +36,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-from fleet.disk_cache import default_root, write_atomically
+from fleet.disk_cache import DiskCache
 
 CRD_DIR = Path(__file__).parent / "crds"
 KUBERNETES_VERSION = "1.35"
@@ -150,18 +150,23 @@ def crds_in(path: Path, cache: Path | None = None) -> list[dict]:
     to parse), then read back as JSON, ten times faster, by every render writer and portal process: kept in the
     cache folder (`cache`, default fleet/disk_cache.py's) under the hash of the file's bytes."""
     raw = path.read_bytes()
-    entry = (cache or default_root()) / "crds" / f"{hashlib.sha256(CRD_CACHE_FORMAT.encode() + raw).hexdigest()}.json"
-    try:
-        return json.loads(entry.read_text())
-    except (OSError, ValueError):  # not there yet, or unreadable: parse the YAML
-        pass
+    store = DiskCache(cache)
+    entry = f"crds/{hashlib.sha256(CRD_CACHE_FORMAT.encode() + raw).hexdigest()}.json"
+    kept = store.read(entry)  # authenticated: a schema edited in the cache would let invalid objects through
+    if kept is not None:
+        try:
+            documents = json.loads(kept)
+            if isinstance(documents, list) and all(isinstance(d, dict) for d in documents):
+                return documents
+        except ValueError:  # another format: parse the YAML
+            pass
     documents = [d for d in yaml.load_all(raw.decode("utf-8"), Loader=_Loader) if d]
     try:
         text = json.dumps(documents)
     except (TypeError, ValueError):  # a value JSON cannot hold: never cached
         return documents
     if json.loads(text) == documents:  # only what reads back the same (JSON turns non-string keys into strings)
-        write_atomically(entry, text)
+        store.write(entry, text)
     return documents
 
 

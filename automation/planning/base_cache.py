@@ -10,8 +10,10 @@ The key hashes the validated base objects, the recorded placements it was planne
 and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
 base's files as read (names and bytes) with the same placements, control plane and code, leads to the same
 summary without parsing the base: the same bytes load to the same objects. The summary holds
-no secret (secret values are never rendered, so no fingerprint depends on them) and is written atomically,
-readable by its owner only. A file that cannot be read is ignored and rewritten.
+no secret (secret values are never rendered, so no fingerprint depends on them). It is written and read as
+fleet/disk_cache.py says: only in a folder that is the user's alone, authenticated with a key made there, so an
+entry edited by hand or by anyone else, or copied from another cache, is ignored and rewritten; what is read is
+also checked for its shape.
 
 Where: $MODELPLANE_CACHE_DIR, else $XDG_CACHE_HOME/modelplane, else ~/.cache/modelplane; the newest
 KEEP summaries are kept.
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import DesiredState, Known
 from fleet.memory import RecordedReplica
-from fleet.disk_cache import default_root, write_atomically
+from fleet.disk_cache import DiskCache
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -114,43 +116,42 @@ def source_key(sources: list[tuple[str, bytes]], recorded: list[RecordedReplica]
 
 class BaseCache:
     def __init__(self, root: Path | None = None):
-        self.root = (root or default_root()) / "plans"
-        self.sources = self.root / "by-sources"  # a source key's file holds the base key of its summary
-
-    def _path(self, key: str) -> Path:
-        return self.root / f"{key}.json"
+        self.cache = DiskCache(root)
+        self.root = self.cache.path("plans")
 
     def get(self, key: str) -> BaseSummary | None:
-        path = self._path(key)
-        try:
-            summary = BaseSummary.from_json(path.read_text())
-        except (OSError, ValueError, KeyError, TypeError):  # absent, unreadable or from another format: recompute
+        name = f"plans/{key}.json"
+        content = self.cache.read(name)
+        if content is None:
             return None
         try:
-            os.utime(path)  # most recently used: kept longest
+            summary = BaseSummary.from_json(content.decode())
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):  # another format: recompute
+            return None
+        try:
+            os.utime(self.cache.path(name))  # most recently used: kept longest
         except OSError:
             pass
         return summary
 
     def by_sources(self, key: str) -> BaseSummary | None:
-        try:
-            base = (self.sources / key).read_text().strip()
-        except OSError:
-            return None
+        name = f"plans/by-sources/{key}"
+        content = self.cache.read(name)
+        base = content.decode(errors="replace").strip() if content is not None else ""
         summary = self.get(base) if len(base) == 64 and all(c in "0123456789abcdef" for c in base) else None
         if summary is not None:
             try:
-                os.utime(self.sources / key)
+                os.utime(self.cache.path(name))
             except OSError:
                 pass
         return summary
 
     def remember_sources(self, key: str, base: str) -> None:
-        write_atomically(self.sources / key, base)
+        self.cache.write(f"plans/by-sources/{key}", base)
 
     def put(self, key: str, summary: BaseSummary) -> None:
         """Best effort: a cache that cannot be written only makes the next comparison slower."""
-        if write_atomically(self._path(key), summary.to_json()):
+        if self.cache.write(f"plans/{key}.json", summary.to_json()):
             try:
                 self._prune()
             except OSError:
