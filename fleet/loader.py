@@ -246,17 +246,18 @@ def read_sources(paths: Iterable[str], stdin: Any = None) -> list[Source]:
     for path in paths:
         if path == "-":
             stream = stdin if stdin is not None else sys.stdin
-            raw = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
+            raw = stream.buffer.read(MAX_BYTES + 1) if hasattr(stream, "buffer") else stream.read(MAX_BYTES + 1)
             if isinstance(raw, str):
                 raw = raw.encode("utf-8", errors="surrogateescape")
-            sources.append(Source("<stdin>", raw))
+            sources.append(Source("<stdin>", raw))  # past MAX_BYTES, _decode refuses it: nothing more is read
             continue
         files, found = _expand(path)
         if found:
             sources.append(Source(path, None, tuple(found)))
         for f in files:
             try:
-                sources.append(Source(str(f), f.read_bytes()))
+                with f.open("rb") as opened:  # at most one byte past the limit: a huge file is refused, not loaded
+                    sources.append(Source(str(f), opened.read(MAX_BYTES + 1)))
             except OSError as exc:
                 sources.append(Source(str(f), None, (Problem(str(f), 0, "", "", f"cannot read: {exc.strerror or exc}"),)))
     return sources

@@ -10,8 +10,11 @@ and the API server's own message; a credential never appears in one.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Protocol
+
+import yaml
 
 from automation.execution.runner import AutomationError
 
@@ -85,6 +88,12 @@ def _server_message(body: Any) -> str:
         return ""
 
 
+def _without_values(message: str) -> str:
+    """The client's message without the kubeconfig's values: it shows the entry it could not read as a dict, and
+    that entry can be a user's, with its token (`Expected key user in PATH/{'name': 'u', 'token': '...'}`)."""
+    return " ".join(re.sub(r"\{.*\}", "{...}", message, flags=re.S).split())
+
+
 class KubeClient:
     """`KubeAPI` over the official Kubernetes client, from a kubeconfig file and (optionally) a context."""
 
@@ -103,7 +112,10 @@ class KubeClient:
             configuration.connection_pool_maxsize = connections  # one per stack watched at once, no pool warnings
             self.client = client.ApiClient(configuration)
         except ConfigException as exc:
-            raise KubeError(f"kubeconfig {kubeconfig}: {' '.join(str(exc).split())}") from None
+            raise KubeError(f"kubeconfig {kubeconfig}: {_without_values(str(exc))}") from None
+        except (AttributeError, TypeError, ValueError, KeyError, yaml.YAMLError) as exc:  # a field of the wrong type
+            raise KubeError(f"kubeconfig {kubeconfig}: not a kubeconfig the Kubernetes client can read "
+                            f"({type(exc).__name__}); check it with `kubectl config view --kubeconfig {kubeconfig}`") from None
         self.server = self.client.configuration.host
 
     def _call(self, verb: str, what: str, method: str, path: str, *, body: Any = None,
