@@ -8,6 +8,10 @@ device.attributes` is false); an unknown id is an error. Any evaluation error an
 non-bool result is a non-match. A syntax error, or a call to a function the dialect
 does not have, is a compile error reported at validation time.
 
+Cost: as Kubernetes does for DRA selectors, an expression is refused at compile time when a static
+upper bound of its evaluation cost is over a budget (MAX_COST), and an evaluation that still runs past
+the budget stops and is a non-match. A cost unit here is one step of celpy's evaluator (see `_Budget`).
+
 Each distinct expression is compiled once, and each (expression, device kind) pair is
 evaluated once per evaluator, so a fleet of thousands of pools with a handful of device
 kinds costs a handful of evaluations.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -28,7 +33,7 @@ import celpy
 import celpy.celtypes as ct
 import lark
 from celpy import celparser
-from celpy.evaluation import base_functions
+from celpy.evaluation import Evaluator, base_functions
 
 from fleet.disk_cache import DiskCache
 from fleet.errors import ModelplaneError
@@ -209,11 +214,294 @@ def _called_functions(tree: lark.Tree) -> Iterable[str]:
             yield str(node.children[1])
 
 
+# ---- cost: a static estimate at compile time, a step budget at evaluation -----------------------
+#
+# Kubernetes refuses a DRA selector whose estimated worst-case cost is over 1,000,000 cel-go units and
+# stops an evaluation that runs past it. cel-go spends nanoseconds per unit; celpy walks the parse tree in
+# Python, 3 to 10 microseconds per node, and evaluates each literal again at every step. So a unit here is
+# one step of celpy's evaluator (one parse-tree node visited, one comprehension iteration begun, and string
+# scans by length as Kubernetes charges them), and the limit is set from celpy's speed: 100,000 steps is
+# at most about a second on one core (benchmarks/cel_bench.py), above any selector without comprehensions
+# at the 10 KiB length cap (a list of 5,000 literals is about 51,000), and far below the 55 million of the
+# 200-character nested-map selector that held a portal write for minutes.
+
+MAX_COST = 100_000  # evaluator steps, for the static estimate and the evaluation budget alike
+MAX_LENGTH = 10_240  # characters, as Kubernetes' CELSelectorExpressionMaxLength (also the API's field cap)
+_SATURATED = 10**18  # estimates stop growing here, so a deep nesting does not print a 300-digit number
+_COMPREHENSIONS = frozenset({"map", "filter", "all", "exists", "exists_one"})
+# Size bounds of what `device` holds (the estimate multiplies by them): the largest of Kubernetes' DRA
+# limits and this project's API limits (a string attribute, a driver: 253 characters; 32 attributes and
+# 32 capacities per device), so the bound holds for any device an InferenceClass can declare.
+DEVICE_STRING_MAX = 253
+DEVICE_MAP_MAX = 32
+# A value whose size the estimate cannot follow (an unknown name, a conversion such as string(list)) is
+# taken to be as long as the longest expression: everything it is built from is written in it.
+UNKNOWN_SIZE = MAX_LENGTH
+
+
+class CelCostExceeded(Exception):
+    """An evaluation ran past its step budget. Not a CELEvalError, so no macro or operator swallows it."""
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """An upper bound on a value's size: characters of a string, elements of a list, entries of a map."""
+
+    size: int = 0
+    item: _Shape | None = None  # what iterating over it gives (list elements, map keys, characters)
+    member: _Shape | None = None  # what x[k] or x.f gives (list elements, map values)
+    fields: tuple[tuple[str, _Shape], ...] = ()  # named fields with their own bounds (the device)
+
+
+_SCALAR = _Shape()
+
+
+def _string(length: int) -> _Shape:
+    return _Shape(length, item=_Shape(1))
+
+
+def _device_map(values: _Shape) -> _Shape:
+    """device.attributes / device.capacity: domains to ids to values, each map at most DEVICE_MAP_MAX long."""
+    inner = _Shape(DEVICE_MAP_MAX, item=_string(DEVICE_STRING_MAX), member=values)
+    return _Shape(DEVICE_MAP_MAX, item=_string(DEVICE_STRING_MAX), member=inner)
+
+
+_DEVICE = _Shape(3, item=_string(10), fields=(
+    ("driver", _string(DEVICE_STRING_MAX)),
+    ("attributes", _device_map(_string(DEVICE_STRING_MAX))),
+    ("capacity", _device_map(_SCALAR)),
+))
+
+
+def _size(shape: _Shape | None) -> int:
+    return UNKNOWN_SIZE if shape is None else shape.size
+
+
+def _join(a: _Shape | None, b: _Shape | None) -> _Shape | None:
+    """A bound for a value that is one or the other (a list's elements, the branches of `?:`)."""
+    if a is None or b is None:
+        return None
+    if a == b:
+        return a
+    return _Shape(max(a.size, b.size), _join(a.item, b.item), _join(a.member, b.member),
+                  a.fields if a.fields == b.fields else ())
+
+
+def _join_all(shapes: list[_Shape | None]) -> _Shape | None:
+    out = shapes[0] if shapes else _SCALAR
+    for shape in shapes[1:]:
+        out = _join(out, shape)
+    return out
+
+
+def _tenths(length: int) -> int:
+    """Kubernetes charges a string scan 0.1 unit per character."""
+    return math.ceil(length / 10)
+
+
+def _call_cost(name: str, lengths: list[int]) -> int:
+    """What a call costs beyond its node, from its arguments' lengths (target first); the static estimate
+    passes their bounds and the evaluation their actual lengths, so the two agree."""
+    if name in ("contains", "startsWith", "endsWith", "quantity", "isQuantity", "semver", "isSemver"):
+        return sum(_tenths(n) for n in lengths[:2])
+    if name == "matches" and len(lengths) >= 2:  # Kubernetes: string scan times a quarter of the pattern length
+        return max(1, _tenths(lengths[0])) * max(1, math.ceil(lengths[1] / 4))
+    return 0
+
+
+def _call_shape(name: str, args: list[_Shape | None]) -> _Shape | None:
+    if name in ("dyn", "list", "map") and args:
+        return args[0]
+    if name in ("string", "bytes"):
+        return _string(32) if args and args[0] is _SCALAR else None
+    return _SCALAR if name in KNOWN_FUNCTIONS else None
+
+
+def _literal_shape(token: Any) -> _Shape:
+    text = str(token)
+    if getattr(token, "type", "") in ("STRING_LIT", "MLSTRING_LIT", "BYTES_LIT"):
+        return _string(len(text))  # the quotes and escapes only make this bound looser
+    return _SCALAR
+
+
+def _node_count(tree: Any) -> int:
+    return sum(1 for _ in tree.iter_subtrees()) if isinstance(tree, lark.Tree) else 0
+
+
+def _estimate(node: lark.Tree, scope: dict[str, _Shape | None]) -> tuple[int, _Shape | None]:
+    """(an upper bound of the evaluator steps this node takes, a bound of its value's size).
+
+    One step per parse-tree node, as celpy visits each node of an evaluated subtree at most once, except
+    that a comprehension's body is evaluated once per element of what it iterates over."""
+    data, children = node.data, node.children
+    if data in ("member_dot_arg", "ident_arg"):
+        return _estimate_call(node, scope)
+    parts = [_estimate(c, scope) for c in children if isinstance(c, lark.Tree)]
+    cost = 1 + sum(c for c, _ in parts)
+    shapes = [s for _, s in parts]
+    shape: _Shape | None = shapes[0] if len(shapes) == 1 else _SCALAR  # a single child passes its value up
+    if data == "literal":
+        shape = _literal_shape(children[0]) if children else _SCALAR
+    elif data == "ident":
+        name = str(children[0])
+        shape = scope[name] if name in scope else _DEVICE if name == "device" else None
+    elif data == "exprlist":
+        shape = _Shape(len(shapes), _join_all(shapes), _join_all(shapes))
+    elif data == "mapinits":
+        keys, values = shapes[0::2], shapes[1::2]
+        shape = _Shape(len(keys), _join_all(keys), _join_all(values))
+    elif data in ("list_lit", "map_lit") and not shapes:
+        shape = _Shape(0)
+    elif data == "member_dot":
+        base = shapes[0]
+        shape = dict(base.fields).get(str(children[1]), base.member) if base else None
+    elif data == "member_index":
+        shape = shapes[0].member if shapes[0] else None
+    elif data in ("member_object", "dot_ident"):
+        shape = None
+    elif data == "relation" and len(shapes) == 2:
+        op = children[0].data if isinstance(children[0], lark.Tree) else ""
+        if op in ("relation_eq", "relation_ne", "relation_in"):  # comparing or searching scans the values
+            cost += _tenths(max(_size(shapes[0]), _size(shapes[1]))) + (_size(shapes[1]) if op == "relation_in" else 0)
+    elif data == "addition" and len(shapes) == 2:
+        left, right = shapes
+        concatenates = isinstance(children[0], lark.Tree) and children[0].data == "addition_add" and (
+            left is None or right is None or left.size > 0 or right.size > 0)
+        if concatenates:  # strings or lists: the result is as long as both
+            cost += _tenths(_size(left) + _size(right))
+            shape = _Shape(_size(left) + _size(right), _join(left.item, right.item) if left and right else None,
+                           _join(left.member, right.member) if left and right else None)
+    elif data == "expr" and len(shapes) == 3:
+        shape = _join(shapes[1], shapes[2])
+    return min(_SATURATED, cost), shape
+
+
+def _estimate_call(node: lark.Tree, scope: dict[str, _Shape | None]) -> tuple[int, _Shape | None]:
+    """A function or method call, or a comprehension (`r.map(x, body)`)."""
+    children = node.children
+    method = node.data == "member_dot_arg"
+    name = str(children[1] if method else children[0])
+    target = _estimate(children[0], scope) if method else (0, _SCALAR)
+    exprlist = children[-1] if isinstance(children[-1], lark.Tree) and children[-1].data == "exprlist" else None
+    args = exprlist.children if exprlist is not None else []
+    if method and name in _COMPREHENSIONS and len(args) == 2:
+        # r once, then the body once per element of r, each begun with a fresh activation
+        range_cost, range_shape = target
+        variable = _descend(args[0])  # down to the IDENT token of `x`
+        bound = str(variable) if isinstance(variable, lark.Token) else ""
+        body_cost, body_shape = _estimate(args[1], {**scope, bound: range_shape.item if range_shape else None})
+        count = _size(range_shape)
+        cost = 3 + range_cost + _node_count(args[0]) + count * (body_cost + 1)
+        if name == "map":
+            return min(_SATURATED, cost), _Shape(count, item=body_shape, member=body_shape)
+        return min(_SATURATED, cost), range_shape if name == "filter" else _SCALAR
+    estimated = [_estimate(a, scope) for a in args if isinstance(a, lark.Tree)]
+    shapes = ([target[1]] if method else []) + [s for _, s in estimated]
+    cost = 1 + target[0] + (1 if exprlist is not None else 0) + sum(c for c, _ in estimated)
+    cost += _call_cost(name, [_size(s) for s in shapes])
+    return min(_SATURATED, cost), _call_shape(name, shapes)
+
+
+def estimated_cost(tree: lark.Tree) -> int:
+    """An upper bound of the steps celpy's evaluator takes on this parsed expression, for any device."""
+    return _estimate(tree, {})[0] + 1  # the evaluation's own activation
+
+
+def cost_problem(tree: lark.Tree, limit: int = MAX_COST) -> str | None:
+    """Why the expression is too costly to accept, or None."""
+    try:
+        cost = estimated_cost(tree)
+    except RecursionError:  # celpy's evaluator, which recurses deeper per node, could not evaluate it either
+        return "the selector is nested too deeply to be evaluated"
+    if cost <= limit:
+        return None
+    shown = f"over {_SATURATED:,}" if cost >= _SATURATED else f"{cost:,}"
+    return (f"the selector is too costly: its estimated cost is {shown}, over the limit of {limit:,} "
+            "(map, filter, all, exists and exists_one multiply their body's cost by the size of what they "
+            "iterate over)")
+
+
+class _Budget:
+    """Steps an evaluation may still take.
+
+    celpy has no cost hook, so the hook is its tree-walking Evaluator (the InterpretedRunner's): every node
+    it evaluates goes through `visit` or `visit_children`, every comprehension iteration starts with
+    `set_activation` on an evaluator made by `sub_evaluator`, and every call through `function_eval` or
+    `method_eval`; all four are public methods of the class. Counting there charges what celpy really does,
+    in the units of the static estimate, and is deterministic: unlike a wall clock it does not depend on the
+    machine's load, so a result is the same every time and can be cached and tested."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def charge(self, steps: int) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise CelCostExceeded
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, dict)) else 0
+
+
+class _BudgetedEvaluator(Evaluator):
+    def __init__(self, ast: lark.Tree, activation: Any, budget: _Budget) -> None:
+        super().__init__(ast, activation)
+        self.budget = budget
+
+    # visit and visit_children run for every node: charged inline, a call each would cost a third more
+    def visit(self, tree: lark.Tree) -> Any:
+        budget = self.budget
+        budget.left -= 1
+        if budget.left < 0:
+            raise CelCostExceeded
+        return super().visit(tree)
+
+    def visit_children(self, tree: lark.Tree) -> Any:
+        budget = self.budget
+        for child in tree.children:
+            if isinstance(child, lark.Tree):
+                budget.left -= 1
+        if budget.left < 0:
+            raise CelCostExceeded
+        return super().visit_children(tree)
+
+    def set_activation(self, values: Any) -> Any:
+        self.budget.charge(1)
+        return super().set_activation(values)
+
+    def sub_evaluator(self, ast: lark.Tree) -> Any:
+        return _BudgetedEvaluator(ast, self.activation, self.budget)
+
+    def function_eval(self, name_token: Any, exprlist: Any = None) -> Any:
+        args = exprlist if isinstance(exprlist, list) else []
+        self.budget.charge(_call_cost(str(name_token), [_length(a) for a in args]))
+        return super().function_eval(name_token, exprlist)
+
+    def method_eval(self, object: Any, method_ident: Any, exprlist: Any = None) -> Any:
+        args = exprlist if isinstance(exprlist, list) else []
+        self.budget.charge(_call_cost(str(method_ident), [_length(a) for a in [object, *args]]))
+        return super().method_eval(object, method_ident, exprlist)
+
+
+class _BudgetedRunner(celpy.InterpretedRunner):
+    """celpy's interpreter with a step budget per evaluation (`step_limit`, set when the program is made)."""
+
+    step_limit: int = MAX_COST
+
+    def evaluate(self, context: Any) -> Any:
+        return _BudgetedEvaluator(self.ast, self.new_activation(), _Budget(self.step_limit)).evaluate(context)
+
+
 @dataclass
 class CelEvaluator:
     """Compiles each expression once and caches each (expression, device) result."""
 
-    environment: celpy.Environment = field(default_factory=celpy.Environment)
+    environment: celpy.Environment = field(default_factory=lambda: celpy.Environment(runner_class=_BudgetedRunner))
+    cost_limit: int = MAX_COST  # the static estimate's limit, checked at compile
+    runtime_limit: int = MAX_COST  # the steps one evaluation may take
     programs: dict[str, Any] = field(default_factory=dict)
     results: dict[tuple[str, DeviceFacts], bool] = field(default_factory=dict)
     errors: dict[tuple[str, DeviceFacts], str] = field(default_factory=dict)  # why an evaluation failed (a non-match)
@@ -227,6 +515,8 @@ class CelEvaluator:
             return program
         if not isinstance(expression, str) or not expression.strip():
             raise CelCompileError("expression is empty")
+        if len(expression) > MAX_LENGTH:
+            raise CelCompileError(f"the selector is {len(expression):,} characters long, over the limit of {MAX_LENGTH:,}")
         try:
             tree = self.environment.compile(expression)
         except Exception as exc:  # celpy raises CELParseError and sometimes lark errors
@@ -239,8 +529,12 @@ class CelEvaluator:
         ordered = _ordered_quantities(tree)
         if ordered:
             raise CelCompileError(f"`{ordered}` on a quantity or semver: {ORDERING_HINT}")
+        if too_costly := cost_problem(tree, self.cost_limit):
+            raise CelCompileError(too_costly)
         with self._lock:
             program = self.environment.program(tree, functions=FUNCTIONS)
+            if isinstance(program, _BudgetedRunner):  # an environment given with another runner has no budget
+                program.step_limit = self.runtime_limit
             self.programs[expression] = program
         return program
 
@@ -270,6 +564,9 @@ class CelEvaluator:
         self.evaluations += 1
         try:
             value = program.evaluate(activation)
+        except CelCostExceeded:  # the estimate is a bound for the devices the API allows; this one is larger
+            self.errors[(expression, device)] = f"the selector exceeded its cost budget of {self.runtime_limit:,} steps"
+            return False
         except Exception as exc:  # any evaluation error is a non-match, by definition of the dialect; remember why
             self.errors[(expression, device)] = _error_text(exc)
             return False
