@@ -4,7 +4,8 @@ Every modelplane.ai object is validated locally first (nothing is sent if any is
 to its path, fleet kinds before workloads (classes, clusters, gateways, caches, deployments,
 endpoints, services), so a portal sees them in an order it can plan. The token comes from
 $MODELPLANE_TOKEN or a file (`--token-file`), never from the command line; the portal's Warning
-headers are printed. The first refusal stops the push and is reported with the portal's message.
+headers are printed. The first refusal stops the push and is reported with the portal's message; so does any
+answer but 200 or 201 with the object (a redirect is reported with where it points, never followed).
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ def path_of(kind: str, namespace: str | None, name: str) -> str:
     return f"{API}/namespaces/{namespace}/{plural}/{name}" if namespaced else f"{API}/{plural}/{name}"
 
 
+def stored_as(response: httpx.Response, ref: str, kind: str, name: str) -> None:
+    """A write succeeded only if the portal answered 200 or 201 with the object; anything else (a redirect, a
+    proxy's page, an empty 204) stored nothing that we know of, and says so rather than "configured"."""
+    code = response.status_code
+    if 300 <= code < 400:
+        where = response.headers.get("location", "nowhere")
+        raise PushError(f"{ref}: the server answered {code}, a redirect to {where[:200]}; nothing was stored "
+                        "(a write is not sent on to another address: give --server the portal's own URL)")
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    meta = answer.get("metadata") if isinstance(answer, dict) else None
+    if code not in (200, 201) or not isinstance(meta, dict) or answer.get("kind") != kind or meta.get("name") != name:
+        raise PushError(f"{ref}: the server answered {code} without the stored object; nothing is known to be stored "
+                        "(is --server a modelplane portal?)")
+
+
 def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = None) -> list[Pushed]:
     """PUT every object (ModelReplicas, which the portal composes, are skipped); raises PushError on a refusal."""
     http = client or httpx.Client(base_url=server.rstrip("/"), timeout=60)
@@ -55,8 +74,9 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
         body = obj.model_dump(mode="json", by_alias=True, exclude_none=True)
         namespace = obj.namespace if obj.namespaced else None
         try:
+            # a redirect is never followed: the token and the write would go wherever it points
             response = http.put(path_of(obj.kind, namespace, obj.name), json=body,
-                                headers={"Authorization": f"Bearer {token}"})
+                                headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
         except httpx.HTTPError as exc:
             raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
         ref = f"{obj.kind}/{obj.name}" if namespace is None else f"{obj.kind}/{namespace}/{obj.name}"
@@ -68,6 +88,7 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
             except ValueError:
                 message, causes = response.text[:300], ""
             raise PushError(f"{ref}: {response.status_code} {message}" + (f": {causes}" if causes else ""))
+        stored_as(response, ref, obj.kind, obj.name)
         warnings = [w.strip() for w in response.headers.get_list("warning")] if "warning" in response.headers else []
         out.append(Pushed(ref, response.status_code, warnings))
     return out

@@ -97,7 +97,7 @@ def _import_planner(parent: int) -> None:
 def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
                limiter: SignInLimiter | None = None, replan_worker: ReplanWorker | None = None) -> FastAPI:
     """The portal: one `Portal` (what every route shares), the guard in front, the routers behind it."""
-    app = FastAPI(title="modelplane portal", version="v1alpha1",
+    app = FastAPI(title="modelplane portal", version="v1alpha1", docs_url=None, redoc_url=None,  # CDN scripts: routes/health.py
                   description="Submit ModelDeployments and ModelServices, watch them land. Kubernetes-shaped API.")
     portal = Portal(store, tokens, apply, replan_worker)
     app.state.portal = portal

@@ -9,8 +9,8 @@ The tokens file is YAML, either a list of entries or `{tokens: [entries], quotas
       team-a: {maxGPUs: 16, maxDeployments: 10}
 
 It is parsed with a strict schema: booleans are booleans (`admin: "false"` is an error, not an
-admin), unknown keys, empty or duplicate tokens, malformed `tokenSha256` and entries with both
-`token` and `tokenSha256` are errors naming the entry. Prefer `tokenSha256`: then the file holds no
+admin), unknown keys, empty or duplicate tokens, duplicate names, malformed `tokenSha256` and entries
+with both `token` and `tokenSha256` are errors naming the entry. Prefer `tokenSha256`: then the file holds no
 usable secret. Tokens are compared in constant time; a token is never logged or returned.
 `TokensFile` reloads the file when it changes (or on SIGHUP); a bad reload keeps the old tokens.
 """
@@ -119,7 +119,12 @@ class Tokens:
             raise TokensFileError(f"{path}: {'.'.join(str(p) for p in where) or 'file'}: {error['msg']}") from None
         entries: list[tuple[str, Principal]] = []
         seen: dict[str, str] = {}
-        for entry in parsed.tokens:
+        names: dict[str, int] = {}
+        for index, entry in enumerate(parsed.tokens):
+            if entry.name in names:  # logs, revocation and quotas name a caller: one name must be one caller
+                raise TokensFileError(f"{path}: entry {index} ({entry.name}): the name {entry.name!r} is taken by "
+                                      f"entry {names[entry.name]}; names must be unique")
+            names[entry.name] = index
             secret = (entry.tokenSha256 or digest(entry.token or "")).lower()
             if secret in seen:
                 raise TokensFileError(f"{path}: entry {entry.name}: the same token as entry {seen[secret]}")

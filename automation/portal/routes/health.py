@@ -1,4 +1,4 @@
-"""Liveness, readiness and the page's stylesheet: no token needed."""
+"""Liveness, readiness, the page's stylesheet and where the API is described: no token needed."""
 
 from __future__ import annotations
 
@@ -33,3 +33,12 @@ def readyz(portal: Objects):
 @router.get("/portal.css")
 def stylesheet():
     return Response((Path(__file__).parent.parent / "templates" / "portal.css").read_text(), media_type="text/css")
+
+
+@router.get("/docs")
+@router.get("/redoc")
+def no_interactive_docs():
+    """FastAPI's Swagger UI and ReDoc load their scripts from a CDN: not served (the portal's pages run no
+    script, and its Content-Security-Policy allows none). The API is described by /openapi.json."""
+    raise ApiError(404, "NotFound", "no interactive API docs here (they would load third-party scripts); "
+                                    "the OpenAPI document is /openapi.json")

@@ -3,6 +3,7 @@ apply or delete an object (each form carries the session's CSRF token; scripts u
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from urllib.parse import urlencode
@@ -24,6 +25,8 @@ from fleet.validate import Fleet
 
 SIGNIN_COOKIE = "modelplane_signin"  # the sign-in form's CSRF token (double submit: login CSRF)
 PAGE_SIZE = 50  # rows per table page: the page of a 2,000-deployment fleet stays small and quick
+NOTICES = {"bad-token": "That token is not valid"}  # the signed-out page's banners: fixed texts, asked for by code
+MAX_FLASH = 1500  # characters of a form's outcome carried to the page (a URL stays well under servers' limits)
 templates = Environment(loader=PackageLoader("automation.portal", "templates"), autoescape=select_autoescape(["html"]))
 router = APIRouter(include_in_schema=False)
 
@@ -39,16 +42,36 @@ def checked_form(who: Caller, csrf: str) -> Caller:
     return who
 
 
-def _back(message: str) -> RedirectResponse:
-    return RedirectResponse("/?" + urlencode({"message": message}), status_code=303)
+def _flash_signature(csrf: str, text: str) -> str:
+    return hmac.new(csrf.encode(), b"flash\0" + text.encode(), hashlib.sha256).hexdigest()
+
+
+def _back(who: Caller, message: str) -> RedirectResponse:
+    """Back to the page with what the server said about the form, signed with the session's own secret: a link
+    anyone else makes (`/?flash=Your+token+expired,+sign+in+at+...`) shows nothing on the portal's page."""
+    if not who.csrf:  # a script that posted with a bearer token has no page to show it on
+        return RedirectResponse("/", status_code=303)
+    text = message[:MAX_FLASH]
+    return RedirectResponse("/?" + urlencode({"flash": text, "sig": _flash_signature(who.csrf, text)}), status_code=303)
+
+
+def _banner(who: Caller | None, notice: str | None, flash: str | None, sig: str | None) -> str | None:
+    """What the page may show: signed out, one of NOTICES by its code; signed in, a flash this session was sent."""
+    if who is None:
+        return NOTICES.get(notice or "")
+    if who.csrf and flash and sig and hmac.compare_digest(sig.encode(), _flash_signature(who.csrf, flash).encode()):
+        return flash
+    return None
 
 
 @router.get("/", response_class=HTMLResponse)
-def page(request: Request, portal: Objects, message: str | None = None, page: int = 1, pools: int = 1):
+def page(request: Request, portal: Objects, message: str | None = None, flash: str | None = None,
+         sig: str | None = None, page: int = 1, pools: int = 1):
     who = portal.authenticate(request.headers, request.cookies)
+    shown = _banner(who, message, flash, sig)  # never the query's text as it came
     if who is None:
         form_token = secrets.token_urlsafe(32)
-        response = HTMLResponse(templates.get_template("signin.html").render(message=message, csrf=form_token))
+        response = HTMLResponse(templates.get_template("signin.html").render(message=shown, csrf=form_token))
         response.set_cookie(SIGNIN_COOKIE, form_token, max_age=3600, **cookie_options(request))
         return response
     person, store = who.principal, portal.store
@@ -58,8 +81,8 @@ def page(request: Request, portal: Objects, message: str | None = None, page: in
         clusters = store.list(conn, "InferenceCluster")
         classes = store.list(conn, "InferenceClass")
         visible = [o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])]
-        shown = Paged(visible, page, "page", {"pools": pools})
-        deployments = portal.statuses(shown.items, conn)  # statuses of one page only: a fleet has thousands
+        rows = Paged(visible, page, "page", {"pools": pools})
+        deployments = portal.statuses(rows.items, conn)  # statuses of one page only: a fleet has thousands
         services = portal.statuses([o for o in store.list(conn, "ModelService")
                                     if person.can_see(o["metadata"]["namespace"])], conn)
         run_rows = [r for r in store.list_runs(conn, 50) if portal.visible_stack(person, r["stack"])]
@@ -68,8 +91,8 @@ def page(request: Request, portal: Objects, message: str | None = None, page: in
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
               "total": sum(p["total"] for p in pool_rows), "deployments": len(visible)}
     return HTMLResponse(templates.get_template("fleet.html").render(
-        who=person, pools=Paged(pool_rows, pools, "pools", {"page": shown.number}), deployments=deployments,
-        deployment_pages=shown, services=services, runs=run_rows, message=message, gateway=gateway,
+        who=person, pools=Paged(pool_rows, pools, "pools", {"page": rows.number}), deployments=deployments,
+        deployment_pages=rows, services=services, runs=run_rows, message=shown, gateway=gateway,
         totals=totals, csrf=who.csrf or "", held=held[:20]))
 
 
@@ -80,7 +103,7 @@ async def signin(request: Request, portal: Objects, token: str = Form(..., max_l
     if not expected or not hmac.compare_digest(csrf.encode(), expected.encode()):
         raise ApiError(403, "Forbidden", "the sign-in form's CSRF token does not match; reload the page")
     if await run_in_threadpool(portal.tokens.resolve, token) is None:  # it may reload the tokens file
-        return RedirectResponse("/?message=That+token+is+not+valid", status_code=303)
+        return RedirectResponse("/?message=bad-token", status_code=303)
     session_id = await queued(portal, _new_session, portal, digest(token))
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(COOKIE, session_id, **cookie_options(request))
@@ -110,7 +133,7 @@ async def ui_apply(who: SignedIn, portal: Objects, manifest: str = Form(...), cs
         message = f"Accepted {kind} {name}"
     except ApiError as exc:
         message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])
-    return _back(message)
+    return _back(who, message)
 
 
 def _new_session(portal: Portal, token_sha256: str) -> str:
@@ -154,7 +177,7 @@ async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_le
         message = f"Deleted {kind} {namespace}/{name}"
     except ApiError as exc:
         message = exc.message
-    return _back(message)
+    return _back(who, message)
 
 
 class Paged:

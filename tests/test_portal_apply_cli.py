@@ -1,0 +1,91 @@
+"""`modelplane apply` reports success only when the portal answered 200 or 201 with the object: a redirect (a proxy
+sending http to https, a moved portal) stored nothing, and printing "configured" after it told the user a lie."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import yaml
+
+from tests.manifests import gpu_class
+
+
+class Answering(BaseHTTPRequestHandler):
+    """Answers every PUT with the server's `answer` (code, headers, body) and remembers the paths asked for."""
+
+    def do_PUT(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.server.seen.append(self.path)  # type: ignore[attr-defined]
+        code, headers, body = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(code)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def servers():
+    made = []
+
+    def make(answer):
+        server = HTTPServer(("127.0.0.1", 0), Answering)
+        server.answer, server.seen = answer, []  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.shutdown()
+        server.server_close()
+
+
+def url(server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def apply(tmp_path, server, monkeypatch, capsys) -> tuple[int, str, str]:
+    from automation.cli import main
+
+    manifest = tmp_path / "class.yaml"
+    manifest.write_text(yaml.safe_dump(gpu_class("l4", 1, "23034Mi")))
+    monkeypatch.setenv("MODELPLANE_TOKEN", "admin-token-0001")
+    code = main(["apply", "-f", str(manifest), "--server", url(server)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_redirect_is_an_error_saying_where_it_points_and_is_not_followed(tmp_path, servers, monkeypatch, capsys):
+    elsewhere = servers((201, {"content-type": "application/json"}, b"{}"))
+    moved = servers((307, {"location": url(elsewhere) + "/apis/x"}, b""))
+    code, out, err = apply(tmp_path, moved, monkeypatch, capsys)
+    assert code == 1 and "configured" not in out and "created" not in out
+    assert err.strip().splitlines() == [
+        f"error: InferenceClass/l4: the server answered 307, a redirect to {url(elsewhere)}/apis/x; nothing was stored "
+        "(a write is not sent on to another address: give --server the portal's own URL)"]
+    assert moved.seen == ["/apis/modelplane.ai/v1alpha1/inferenceclasses/l4"] and elsewhere.seen == []  # no token sent on
+
+
+@pytest.mark.parametrize("answer", [
+    (200, {"content-type": "text/html"}, b"<html>welcome to the proxy</html>"),
+    (204, {}, b""),
+    (200, {"content-type": "application/json"}, b'{"kind": "Status", "status": "Success"}'),
+    (202, {"content-type": "application/json"}, b'{"kind": "InferenceClass", "metadata": {"name": "l4"}}'),
+], ids=["a proxy's page", "no content", "not the object", "accepted, not stored"])
+def test_success_is_reported_only_for_200_or_201_with_the_object(tmp_path, servers, monkeypatch, capsys, answer):
+    code, out, err = apply(tmp_path, servers(answer), monkeypatch, capsys)
+    assert code == 1 and out == ""
+    assert f"the server answered {answer[0]} without the stored object" in err and "Traceback" not in err
+
+
+def test_the_object_answered_with_201_is_created(tmp_path, servers, monkeypatch, capsys):
+    stored = b'{"kind": "InferenceClass", "metadata": {"name": "l4", "resourceVersion": "3"}}'
+    code, out, err = apply(tmp_path, servers((201, {"content-type": "application/json"}, stored)), monkeypatch, capsys)
+    assert (code, out, err) == (0, "InferenceClass/l4 created\n", "")
