@@ -421,6 +421,19 @@ def cost_problem(tree: lark.Tree, limit: int = MAX_COST) -> str | None:
             "iterate over)")
 
 
+MAX_OBJECT_COST = MAX_COST  # the sum over one object's selectors: one object costs at most about a second a device
+
+
+@lru_cache(maxsize=4096)
+def selector_cost(expression: str) -> int:
+    """The static estimate of one selector (0 for one that does not parse: that is its own error)."""
+    tree = _parse(expression)
+    try:
+        return estimated_cost(tree) if tree is not None else 0
+    except RecursionError:
+        return 0
+
+
 class _Budget:
     """Steps an evaluation may still take.
 

@@ -160,24 +160,38 @@ def _label(data: dict) -> str:
     return f"{kind}/{name}"
 
 
-def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
-    """Compile every device selector once; a compile error is a validation error."""
+def _selectors(obj: Resource) -> Iterable[tuple[tuple, str]]:
+    """(field path, expression) of every device selector of an object."""
     if isinstance(obj, ModelDeployment):
-        engines = obj.spec.template.spec.engines
         base = ("spec", "template", "spec", "engines")
-        for i, engine in enumerate(engines):
+        for i, engine in enumerate(obj.spec.template.spec.engines):
             for j, member in enumerate(engine.members):
                 for k, request in enumerate(member.nodeSelector.devices if member.nodeSelector else []):
                     for s, selector in enumerate(request.selectors):
-                        if error := cel.check_expression(selector.cel):
-                            yield base + (i, "members", j, "nodeSelector", "devices", k, "selectors", s, "cel"), error
+                        yield base + (i, "members", j, "nodeSelector", "devices", k, "selectors", s, "cel"), selector.cel
     elif isinstance(obj, ModelReplica):
         for i, replica_engine in enumerate(obj.spec.engines):
             for j, replica_member in enumerate(replica_engine.members):
                 for k, resolved in enumerate(replica_member.deviceRequests or []):
                     for s, selector in enumerate(resolved.selectors or []):
-                        if error := cel.check_expression(selector.cel):
-                            yield ("spec", "engines", i, "members", j, "deviceRequests", k, "selectors", s, "cel"), error
+                        yield ("spec", "engines", i, "members", j, "deviceRequests", k, "selectors", s, "cel"), selector.cel
+
+
+def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
+    """Compile every device selector once; a compile error is a validation error. Each selector has a cost
+    budget, and so do all of an object's selectors together: 128 selectors a member, each just under its own
+    budget, would otherwise hold a portal write for minutes."""
+    total, first = 0, None
+    for path, expression in _selectors(obj):
+        if error := cel.check_expression(expression):
+            yield path, error
+            continue
+        total += cel.selector_cost(expression)
+        first = first or path
+    if first is not None and total > cel.MAX_OBJECT_COST:
+        yield first[:4] if isinstance(obj, ModelDeployment) else first[:2], (
+            f"its device selectors together are too costly: estimated {total:,} steps a device, over the limit "
+            f"of {cel.MAX_OBJECT_COST:,} for one object")
 
 
 def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], str | None]:

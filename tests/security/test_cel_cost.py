@@ -209,3 +209,23 @@ def test_an_evaluation_past_its_budget_stops_and_the_device_does_not_match(name,
 def test_compile_refuses_with_one_line(expression, fragment):
     message = check_expression(expression)
     assert message is not None and fragment in message and "\n" not in message
+
+
+def test_an_object_whose_selectors_together_are_over_the_budget_is_refused(tmp_path, capsys):
+    """Each selector under its own budget, four of them over the object's: a member may carry 128 selectors."""
+    k = largest_accepted(two_level, MAX_COST // 3)
+    selector = f"{two_level(k)} || {EXAMPLE_SELECTOR}"
+    assert check_expression(selector) is None  # accepted alone
+    docs = [d for d in yaml.safe_load_all(DEPLOYMENT.read_text()) if d]
+    deployment = next(d for d in docs if d["kind"] == "ModelDeployment")
+    request = deployment["spec"]["template"]["spec"]["engines"][0]["members"][0]["nodeSelector"]["devices"][0]
+    path = tmp_path / "model.yaml"
+    for count, refused in ((1, False), (4, True)):
+        request["selectors"] = [{"cel": selector}] * count
+        path.write_text(yaml.safe_dump_all(docs))
+        code = main(["validate", "-f", str(ROOT / "examples" / "platform"), "-f", str(path)])
+        err = capsys.readouterr().err
+        assert (code != 0) == refused, err
+        assert ("selectors together are too costly" in err) == refused
+        if refused:
+            assert f"{path}:" in err and "ModelDeployment/qwen3-8b: spec.template.spec.engines" in err
