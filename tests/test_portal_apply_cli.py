@@ -3,6 +3,8 @@ sending http to https, a moved portal) stored nothing, and printing "configured"
 
 from __future__ import annotations
 
+import json
+import pathlib
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -10,6 +12,8 @@ import pytest
 import yaml
 
 from tests.manifests import gpu_class
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 class Answering(BaseHTTPRequestHandler):
@@ -89,3 +93,30 @@ def test_the_object_answered_with_201_is_created(tmp_path, servers, monkeypatch,
     stored = b'{"kind": "InferenceClass", "metadata": {"name": "l4", "resourceVersion": "3"}}'
     code, out, err = apply(tmp_path, servers((201, {"content-type": "application/json"}, stored)), monkeypatch, capsys)
     assert (code, out, err) == (0, "InferenceClass/l4 created\n", "")
+
+
+def test_a_write_the_portal_shed_is_resent_after_its_retry_after_and_gives_up_after_three(monkeypatch):
+    import httpx
+
+    from automation.cli import apply_remote
+    from fleet.validate import load_fleet
+
+    fleet = load_fleet([str(ROOT / "examples" / "models" / "qwen3-8b.yaml")]).fleet
+    waits: list[float] = []
+    monkeypatch.setattr(apply_remote.time, "sleep", waits.append)
+    answers = iter([429, 503, 200])
+
+    def portal(request: httpx.Request) -> httpx.Response:
+        code = next(answers, 429)
+        if code != 200:
+            return httpx.Response(code, headers={"Retry-After": "2"}, json={"kind": "Status", "message": "busy"})
+        body = json.loads(request.content)
+        return httpx.Response(200, json=body)
+
+    client = httpx.Client(base_url="http://portal", transport=httpx.MockTransport(portal))
+    pushed = apply_remote.push(fleet, "http://portal", "t" * 32, client=client)
+    assert pushed[0].verb == "configured" and waits[:2] == [2.0, 2.0]
+    waits.clear()
+    with pytest.raises(apply_remote.PushError, match="429"):  # answers only 429 from here on
+        apply_remote.push(fleet, "http://portal", "t" * 32, client=client)
+    assert waits == [2.0] * apply_remote.RETRIES

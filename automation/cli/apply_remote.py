@@ -10,6 +10,7 @@ answer but 200 or 201 with the object (a redirect is reported with where it poin
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,20 @@ def stored_as(response: httpx.Response, ref: str, kind: str, name: str) -> None:
                         "(is --server a modelplane portal?)")
 
 
+RETRIES = 3  # resends of one write the portal shed, each after the Retry-After it asked for
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds to wait before resending, when the portal shed the write and said when to come back."""
+    if response.status_code not in (429, 503):
+        return None
+    try:
+        seconds = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), 60.0)
+
+
 def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = None) -> list[Pushed]:
     """PUT every object (ModelReplicas, which the portal composes, are skipped); raises PushError on a refusal."""
     http = client or httpx.Client(base_url=server.rstrip("/"), timeout=60)
@@ -73,12 +88,17 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
     for obj in objects:
         body = obj.model_dump(mode="json", by_alias=True, exclude_none=True)
         namespace = obj.namespace if obj.namespaced else None
-        try:
-            # a redirect is never followed: the token and the write would go wherever it points
-            response = http.put(path_of(obj.kind, namespace, obj.name), json=body,
-                                headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
-        except httpx.HTTPError as exc:
-            raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
+        for attempt in range(RETRIES + 1):
+            try:
+                # a redirect is never followed: the token and the write would go wherever it points
+                response = http.put(path_of(obj.kind, namespace, obj.name), json=body,
+                                    headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
+            except httpx.HTTPError as exc:
+                raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
+            wait = _retry_after(response)
+            if wait is None or attempt == RETRIES:
+                break
+            time.sleep(wait)  # the portal shed it (429) or its lock was busy (503): as client-go, wait and resend
         ref = f"{obj.kind}/{obj.name}" if namespace is None else f"{obj.kind}/{namespace}/{obj.name}"
         if response.status_code >= 400:
             try:
