@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -14,7 +12,7 @@ import yaml
 
 from automation.portal.auth import Tokens, TokensFileError
 from tests.manifests import deployment
-from tests.portal_server import ADMIN, TEAM_A, TEAM_B, ThreadServer, free_port
+from tests.portal_server import ADMIN, TEAM_A, TEAM_B, ThreadServer
 from tests.test_portal import form_token, seed_fleet
 
 ATTACK = "Your token has expired: sign in again at https://evil.example"
@@ -106,15 +104,3 @@ def test_a_duplicate_name_in_the_tokens_file_is_refused_naming_the_file_and_the_
         Tokens.load(path)
     assert str(caught.value) == (f"{path}: entry 2 (ops): the name 'ops' is taken by entry 0; names must be unique")
     assert "ops-token" not in str(caught.value)
-
-
-def test_serve_refuses_to_start_on_a_duplicate_name_with_one_line_and_exit_2(tmp_path):
-    path = tmp_path / "tokens.yaml"
-    path.write_text(yaml.safe_dump(DUPLICATE_NAMES))
-    path.chmod(0o600)
-    result = subprocess.run([sys.executable, "-m", "automation.cli", "serve", "--tokens", str(path), "--port",
-                             str(free_port()), "--data-dir", str(tmp_path / "d")], capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"error: {path}: entry 2 (ops): the name 'ops' is taken by entry 0; names must be unique"]

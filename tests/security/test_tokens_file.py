@@ -66,15 +66,21 @@ def test_yaml_aliases_are_refused_in_the_tokens_file(tmp_path):
         Tokens.load(path)
 
 
-def test_serve_refuses_to_start_on_a_bad_tokens_file_with_exit_2(tmp_path):
+@pytest.mark.parametrize("entries, message", [
+    ([{"name": "ops", "token": "ops-token-00000001", "admin": "false"}], "entry 0 (ops): admin: Input should be a valid boolean"),
+    ([{"name": "ops", "token": "ops-token-00000001", "admin": True}, {"name": "ci", "token": "ci-token-000000001"},
+      {"name": "ops", "token": "ops-token-00000002", "namespaces": ["team-a"]}],
+     "entry 2 (ops): the name 'ops' is taken by entry 0; names must be unique"),
+])
+def test_serve_refuses_to_start_on_a_bad_tokens_file_with_one_line_and_exit_2(tmp_path, entries, message):
     path = tmp_path / "tokens.yaml"
-    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001", "admin": "false"}]))
+    path.write_text(yaml.safe_dump(entries))
+    path.chmod(0o600)
     result = subprocess.run([sys.executable, "-m", "automation.cli", "serve", "--tokens", str(path), "--port",
                              str(free_port()), "--data-dir", str(tmp_path / "d")], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"error: {path}: entry 0 (ops): admin: Input should be a valid boolean"]
+    assert result.stderr.strip().splitlines() == [f"error: {path}: {message}"]
 
 
 def test_plaintext_tokens_readable_by_others_are_warned_about(tmp_path, caplog):
