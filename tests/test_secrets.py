@@ -150,3 +150,11 @@ def test_fields_naming_credentials_this_project_does_not_use_are_warned_about():
     warnings = {(p.object.split("/")[-1], p.path): p.message for p in run(existing, gke).problems if p.warning}
     assert "is not used" in warnings[("onprem", "spec.cluster.existing.identitySecretRef")]
     assert "gcloud application default credentials" in warnings[("gke", "spec.cluster.gke.credentials")]
+
+
+def test_a_missing_secret_is_named_once_though_its_cache_stages_weights_on_three_clusters():
+    loaded = load_fleet([str(ROOT / "examples")])
+    spec = desired_state(loaded.fleet).specs["cache-ml-team.qwen3-coder"]
+    assert len(spec.objects) == 3  # one Secret per cluster the cache stages on
+    (missing,) = missing_secrets(spec, loaded.fleet)
+    assert missing.startswith("cache-ml-team.qwen3-coder: Secret ml-team/hf-token key 'HF_TOKEN' has no value")

@@ -74,13 +74,13 @@ def stack_secrets(spec: StackSpec, fleet: Fleet) -> dict[str, str]:
 
 def missing_secrets(spec: StackSpec, fleet: Fleet) -> list[str]:
     """What the stack needs and nothing provides, each with where to give it (never a value)."""
-    out = []
+    out: dict[str, None] = {}  # once each: a cache's Secret is rendered once per cluster it stages weights on
     for objects in spec.objects.values():
         for obj in objects:
             for ref in secret_refs(obj).values():
                 if fleet.secrets.get(ref) is None:
-                    out.append(f"{spec.name}: Secret {ref} has no value: give {fleet.secrets.where_to_put(ref)}")
-    return out
+                    out[f"{spec.name}: Secret {ref} has no value: give {fleet.secrets.where_to_put(ref)}"] = None
+    return list(out)
 
 
 def recorded(program: Callable[[], None], fingerprint: Callable[[], pulumi.Output[str] | str],
