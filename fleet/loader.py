@@ -145,6 +145,26 @@ def expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
     return size
 
 
+def _is_list(data: Any) -> bool:
+    """What `kubectl get ... -o yaml` writes (`v1/List`) and what an API answers a list with (`<Kind>List`)."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return isinstance(kind, str) and kind.endswith("List") and isinstance(data.get("items"), list) \
+        and set(data) <= {"apiVersion", "kind", "metadata", "items"}
+
+
+def _items(doc: Document) -> list[Document]:
+    """A list document read item by item, each with its own lines, as `kubectl apply -f` reads it; any other
+    document as it is."""
+    if not _is_list(doc.data):
+        return [doc]
+    out = []
+    for index, item in enumerate(doc.data["items"]):
+        prefix = ("items", index)
+        lines = {path[2:]: line for path, line in doc.lines.items() if path[:2] == prefix and len(path) > 2}
+        out.append(Document(doc.source, doc.lines.get(prefix, doc.line), item, lines))
+    return out
+
+
 def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tuple[list[Document], list[Problem]]:
     """Parse multi-document YAML text into documents; never raises. A document whose aliases expand it beyond
     `max_expanded` bytes is a problem, found before any of it is built."""
@@ -176,7 +196,7 @@ def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tupl
                 data = loader.construct_document(node)
             else:
                 problems += found
-            documents.append(Document(source, node.start_mark.line + 1, data, lines))
+            documents += _items(Document(source, node.start_mark.line + 1, data, lines))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
