@@ -20,7 +20,7 @@ from automation.portal import errors
 from automation.portal.auth import Tokens, TokensFile
 from automation.portal.guard import Guard, SignInLimiter
 from automation.portal.portal import Portal
-from automation.portal.routes import composed, health, objects, page, runs
+from automation.portal.routes import composed, health, objects, page, runs, verbs
 from automation.portal.store import Store
 from fleet.errors import ModelplaneError
 
@@ -105,7 +105,7 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
     app.router.on_shutdown.append(portal.replanner.stop)
     app.add_middleware(Guard, authenticate=portal.authenticate, limiter=limiter)
     errors.install(app)
-    for router in (health.router, composed.router, objects.router, runs.router, page.router):
+    for router in (health.router, composed.router, objects.router, verbs.router, runs.router, page.router):
         app.include_router(router)  # in this order: the composed kinds' paths before the generic {plural} ones
     return app
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from typing import Callable
 
 from starlette.datastructures import Headers
@@ -17,19 +18,23 @@ from automation.planning import conditions
 from automation.planning.conditions import Observed
 from automation.portal.auth import Principal, Tokens, TokensFile
 from automation.portal.guard import Caller
+from automation.portal import patches
 from automation.portal.overlay import PendingOverlay
 from automation.portal.placing import Placing
 from automation.portal.replanner import Replanner
-from automation.portal.service import PLURALS, ApiError, commit, compute_for, parse_body, quota_problem
+from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
+                                      quota_problem)
 from automation.portal.store import Store
 from automation.portal.writes import WriteQueue
 from fleet import tenancy
 from fleet.api import KINDS
+from fleet.loader import parse_text
 from fleet.stack_id import StackId, StackIdError
 from fleet.validate import Fleet
 
 COOKIE = "modelplane_session"  # a random session id; the token itself never leaves the sign-in form
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+GENERATED = "bcdfghjklmnpqrstvwxz2456789"  # the letters a generated name's suffix is made of, as Kubernetes'
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -131,52 +136,167 @@ class Portal:
 
     # ---- writes --------------------------------------------------------------------------------------------
 
-    def put(self, kind: str, namespace: str | None, name: str, raw: bytes) -> tuple[dict, int, list[str]]:
+    def put(self, kind: str, namespace: str | None, name: str, raw: bytes, manager: str = "modelplane-portal",
+            dry_run: bool = False) -> tuple[dict, int, list[str]]:
         """Validate, store, check the team's quota, place (a ModelDeployment) or replan; one transaction.
         Returns the object with its status, the HTTP code and the validation warnings."""
         checked_names(namespace, name)
         body = parse_body(raw, kind, namespace, name)
         sent_version = body["metadata"].pop("resourceVersion", None)
-        return self._write(kind, namespace, name, lambda _existing: body, sent_version)
+        return self._write(kind, namespace, name, lambda _existing: body, sent_version, manager, dry_run)
 
-    def scale(self, namespace: str, name: str, replicas: int, sent_version) -> dict:
+    def create(self, kind: str, namespace: str | None, raw: bytes, manager: str,
+               dry_run: bool = False) -> tuple[dict, int, list[str]]:
+        """POST: a new object named by its body, or by `generateName` and five random characters (tried again on
+        the rare name already taken, as Kubernetes does); 409 AlreadyExists if the name is taken."""
+        name, prefix = body_name(raw, kind, namespace)
+        for attempt in range(1 if name else 8):
+            chosen = name or prefix[:58] + "".join(secrets.choice(GENERATED) for _ in range(5))
+            checked_names(namespace, chosen)
+            body = parse_body(raw, kind, namespace, chosen)
+            body["metadata"].pop("resourceVersion", None)  # a create's is the server's to set
+
+            def fresh(existing: dict | None, body=body, chosen=chosen) -> dict:
+                if existing is not None:
+                    raise already_exists(kind, chosen)
+                return body
+
+            try:
+                return self._write(kind, namespace, chosen, fresh, None, manager, dry_run)
+            except ApiError as exc:
+                if exc.reason != "AlreadyExists" or name or attempt == 7:
+                    raise
+        raise AssertionError("unreachable")
+
+    def patch(self, kind: str, namespace: str | None, name: str, raw: bytes, content_type: str, manager: str | None,
+              force: bool, dry_run: bool = False) -> tuple[dict, int, list[str]]:
+        """PATCH (merge, JSON or apply patch), applied to the object as stored inside the write transaction; a
+        `metadata.resourceVersion` the patched object carries is a precondition (409 if the object moved on)."""
+        checked_names(namespace, name)
+        media = content_type.split(";")[0].strip().lower()
+        if media not in patches.PATCH_TYPES:  # strategic merge patch too: custom resources have no patch strategy
+            raise patches.unsupported(media)
+        if force and media != patches.APPLY:
+            raise ApiError(422, "Invalid", "force: Forbidden: may not be specified for non-apply patch")
+        if media == patches.APPLY:
+            if not manager:
+                raise ApiError(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required "
+                                               "value: is required for apply patch")
+            config = apply_config(raw, kind, namespace, name)
+            applier = manager
+
+            def applied(existing: dict | None) -> dict:
+                return self._patched(kind, namespace, name, existing, patches.apply(existing, config, applier, force))
+
+            return self._write(kind, namespace, name, applied, None, manager, dry_run, applied=True)
+        if media == patches.MERGE:
+            try:
+                merge = json.loads(raw)
+            except (ValueError, RecursionError):
+                raise ApiError(400, "BadRequest", "the body is not a JSON merge patch") from None
+
+        def patched(existing: dict | None) -> dict:
+            if existing is None:
+                raise ApiError(404, "NotFound", f"{kind} {name[:80]!r} not found")
+            current = json.loads(json.dumps(existing))  # a copy to change
+            result = patches.merge_patch(current, merge) if media == patches.MERGE else patches.json_patch(current, raw)
+            return self._patched(kind, namespace, name, existing, result)
+
+        return self._write(kind, namespace, name, patched, None, manager or "unknown", dry_run)
+
+    def _patched(self, kind: str, namespace: str | None, name: str, existing: dict | None, result) -> dict:
+        """A patched object, held to its resourceVersion (a precondition) and to the same checks as a PUT."""
+        if not isinstance(result, dict) or not isinstance(result.get("metadata", {}), dict):
+            raise ApiError(422, "Invalid", "the patched object is not an object with metadata")
+        sent = result.get("metadata", {}).pop("resourceVersion", None)
+        if sent is not None and (existing is None or str(sent) != existing["metadata"]["resourceVersion"]):
+            raise stale(sent)
+        return parse_body(json.dumps(result).encode(), kind, namespace, name)
+
+    def scale(self, namespace: str, name: str, replicas: int | None, sent_version, raw: bytes = b"",
+              content_type: str = "", manager: str = "modelplane-portal") -> dict:
         """`kubectl scale`: spec.replicas set on the deployment as stored once this write holds the write lock, so a
         write that committed after the caller read the object is kept, never reverted (as Kubernetes' scale
-        subresource updates the latest object). With `sent_version`, only if the object is still at it (409)."""
+        subresource updates the latest object). With `sent_version`, only if the object is still at it (409).
+        `replicas` None: a PATCH of the Scale (`raw`, `content_type`), applied to the Scale as stored."""
         checked_names(namespace, name)
 
         def scaled(existing: dict | None) -> dict:
             if existing is None:
                 raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
+            wanted = replicas if replicas is not None else self._patched_scale(existing, raw, content_type)
             body = json.loads(json.dumps({k: v for k, v in existing.items() if k != "status"}))  # a copy to change
-            body["spec"]["replicas"] = replicas
+            body["spec"]["replicas"] = wanted
             body["metadata"] = {k: v for k, v in body["metadata"].items()
                                 if k in ("name", "namespace", "labels", "annotations")}
             return parse_body(json.dumps(body).encode(), "ModelDeployment", namespace, name)  # the same checks as a PUT
 
-        return self._write("ModelDeployment", namespace, name, scaled, sent_version)[0]
+        return self._write("ModelDeployment", namespace, name, scaled, sent_version, manager)[0]
 
-    def _write(self, kind: str, namespace: str | None, name: str, build, sent_version) -> tuple[dict, int, list[str]]:
-        answer, alone = self._put(kind, namespace, name, build, sent_version)
+    @staticmethod
+    def _patched_scale(existing: dict, raw: bytes, content_type: str) -> int:
+        media = content_type.split(";")[0].strip().lower()
+        if media not in (patches.MERGE, patches.JSON_PATCH):
+            raise patches.unsupported(media)
+        meta = existing["metadata"]
+        current = {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": existing["spec"]["replicas"]},
+                   "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion", "uid")}}
+        if media == patches.MERGE:
+            try:
+                result = patches.merge_patch(current, json.loads(raw))
+            except (ValueError, RecursionError):
+                raise ApiError(400, "BadRequest", "the body is not a JSON merge patch") from None
+        else:
+            result = patches.json_patch(current, raw)
+        spec, sent = (result.get("spec"), (result.get("metadata") or {}).get("resourceVersion")) if isinstance(
+            result, dict) else (None, None)
+        if sent is not None and str(sent) != meta["resourceVersion"]:
+            raise stale(sent)
+        wanted = spec.get("replicas") if isinstance(spec, dict) else None
+        if not isinstance(wanted, int) or isinstance(wanted, bool):
+            raise ApiError(422, "Invalid", "spec.replicas must be an integer")
+        return wanted
+
+    def _write(self, kind: str, namespace: str | None, name: str, build, sent_version, manager: str,
+               dry_run: bool = False, applied: bool = False) -> tuple[dict, int, list[str]]:
+        try:
+            answer, alone = self._put(kind, namespace, name, build, sent_version, manager, dry_run, applied)
+        except DryRun as run:  # validated, placed and checked, then rolled back: nothing is stored
+            return run.answer
         self.replanner.want() if alone else self.replanner.planned()
         return answer
 
-    def delete(self, kind: str, namespace: str, name: str) -> dict:
+    def delete(self, kind: str, namespace: str, name: str, preconditions: dict | None = None,
+               dry_run: bool = False) -> dict:
+        """DELETE; `preconditions` (DeleteOptions'): the object's uid and resourceVersion must still be these (409)."""
         checked_names(namespace or None, name)
         store, placing = self.store, self.placing
-        with placing.write(store) as conn:
-            one_deployment = self._placed_alone(conn, kind)
-            if one_deployment:
-                placing.sync(store, conn)
-            if store.get(conn, kind, namespace, name) is None:
-                raise ApiError(404, "NotFound", f"{kind} {name!r} not found")
-            store.delete(conn, kind, namespace, name)
-            if one_deployment:
-                placing.place(store, conn, namespace, name, None)
-            else:
-                self._replan_now(conn, kind, namespace, name, None)
+        answer = {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": kind}}
+        try:
+            with placing.write(store) as conn:
+                one_deployment = self._placed_alone(conn, kind)
+                if one_deployment:
+                    placing.sync(store, conn)
+                existing = store.get(conn, kind, namespace, name)
+                if existing is None:
+                    raise ApiError(404, "NotFound", f"{kind} {name!r} not found")
+                for field in ("uid", "resourceVersion"):
+                    wanted, found = (preconditions or {}).get(field), existing["metadata"].get(field)
+                    if wanted is not None and str(wanted) != found:
+                        raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {kind} {name!r}: "
+                                                        f"Precondition failed: {field} in precondition: {wanted}, "
+                                                        f"{field} in object meta: {found}")
+                store.delete(conn, kind, namespace, name)
+                if one_deployment:
+                    placing.place(store, conn, namespace, name, None)
+                else:
+                    self._replan_now(conn, kind, namespace, name, None)
+                if dry_run:
+                    raise DryRun((answer, 200, []))
+        except DryRun:
+            return answer
         self.replanner.want() if one_deployment else self.replanner.planned()
-        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": kind}}
+        return answer
 
     def _placed_alone(self, conn, kind: str) -> bool:
         """A ModelDeployment write is placed alone, and the fleet planned after it in the background, unless teams
@@ -202,9 +322,10 @@ class Portal:
         return result["warnings"]
 
     def _put(self, kind: str, namespace: str | None, name: str, build: Callable[[dict | None], dict],
-             sent_version) -> tuple[tuple, bool]:
+             sent_version, manager: str, dry_run: bool, applied: bool) -> tuple[tuple, bool]:
         """`build(existing)`: the body to store, from the object as stored now, read inside this transaction (a
-        read-modify-write made from an earlier read could revert a write that committed in between)."""
+        read-modify-write made from an earlier read could revert a write that committed in between). `manager`
+        owns the fields it changed (`applied`: build set managedFields itself, as server-side apply does)."""
         store, placing = self.store, self.placing
         with placing.write(store) as conn:
             one_deployment = self._placed_alone(conn, kind)
@@ -213,6 +334,8 @@ class Portal:
             existing = store.get(conn, kind, namespace or "", name)
             body = build(existing)
             self._refuse_conflicts(conn, kind, namespace, name, existing, sent_version)
+            if not applied:
+                patches.track_update(existing, body, manager)
             for key in ("uid", "generation", "creationTimestamp"):
                 body["metadata"].pop(key, None)
             saved = store.put(conn, kind, namespace or "", body, existing)
@@ -227,7 +350,11 @@ class Portal:
                 warnings = placed.warnings
             else:
                 warnings = self._replan_now(conn, kind, namespace or "", name, saved, subject=(kind, name))
-            return (self.with_status(saved, conn), (200 if existing else 201), warnings), one_deployment
+            answer = (self.with_status(saved, conn), (200 if existing else 201), warnings)
+            if dry_run:  # the version it would have had is not one the object has
+                answer[0]["metadata"]["resourceVersion"] = (existing or {}).get("metadata", {}).get("resourceVersion", "")
+                raise DryRun(answer)
+            return answer, one_deployment
 
     def _refuse_conflicts(self, conn, kind: str, namespace: str | None, name: str, existing: dict | None,
                           sent_version) -> None:
@@ -237,5 +364,76 @@ class Portal:
             raise ApiError(409, "Conflict", f"ModelEndpoint {name!r} is composed for a replica of a ModelDeployment "
                                             "and is read-only; give yours another name")
         if sent_version is not None and (existing is None or existing["metadata"]["resourceVersion"] != str(sent_version)):
-            raise ApiError(409, "Conflict", f"the object has been modified; resourceVersion {sent_version} is stale, "
-                                            "get the latest and try again")
+            raise stale(sent_version)
+
+
+class DryRun(Exception):
+    """`dryRun=All`: raised, with the answer, inside the write so that its transaction is rolled back."""
+
+    def __init__(self, answer: tuple[dict, int, list[str]]):
+        super().__init__("dry run")
+        self.answer = answer
+
+
+class Named(ApiError):
+    """An error about one object, with the details the API server gives (kubectl prints them)."""
+
+    def __init__(self, code: int, reason: str, message: str, kind: str, name: str):
+        super().__init__(code, reason, message)
+        self.details = {"name": name, "group": "modelplane.ai", "kind": kind}
+
+    def status(self) -> dict:
+        out = super().status()
+        out["details"] = {**self.details, **out.get("details", {})}
+        return out
+
+
+def already_exists(kind: str, name: str) -> ApiError:
+    plural = next((p for p, (k, _) in PLURALS.items() if k == kind), kind)
+    return Named(409, "AlreadyExists", f'{plural}.modelplane.ai "{name[:80]}" already exists', plural, name)
+
+
+def stale(sent_version) -> ApiError:
+    return ApiError(409, "Conflict", f"the object has been modified; resourceVersion {str(sent_version)[:40]} is "
+                                     "stale, get the latest and try again")
+
+
+def _one_document(raw: bytes):
+    """The one object of a JSON or YAML body, or None (parse_body then says why)."""
+    try:
+        documents, problems = parse_text(raw.decode("utf-8"), "request", max_expanded=MAX_OBJECT)
+    except UnicodeDecodeError:
+        return None
+    documents = [d for d in documents if d.data is not None]
+    data = documents[0].data if len(documents) == 1 and not problems else None
+    return data if isinstance(data, dict) and isinstance(data.get("metadata", {}), dict) else None
+
+
+def body_name(raw: bytes, kind: str, namespace: str | None) -> tuple[str | None, str]:
+    """A POST's metadata.name, or its generateName (422 when it has neither, as the API server says)."""
+    data = _one_document(raw[:MAX_BODY + 1])
+    if data is None:
+        parse_body(raw, kind, namespace, "unnamed")  # raises what is wrong with the body
+        raise ApiError(400, "BadRequest", "the body must be one object")
+    meta = data.get("metadata") or {}
+    name, prefix = meta.get("name"), meta.get("generateName")
+    if isinstance(name, str) and name:
+        return name, ""
+    if isinstance(prefix, str) and prefix:
+        return None, prefix
+    raise ApiError(422, "Invalid", f"{kind} is invalid: metadata.name: Required value: name or generateName is required")
+
+
+def apply_config(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
+    """A server-side apply body (YAML or JSON): one object of the path's kind and name."""
+    if len(raw) > MAX_BODY:
+        raise ApiError(413, "RequestEntityTooLarge", f"the body is larger than {MAX_BODY} bytes")
+    config = _one_document(raw)
+    if config is None:
+        raise ApiError(400, "BadRequest", "an apply patch is one object, in YAML or JSON")
+    meta = config.get("metadata") or {}
+    if config.get("kind") != kind or not config.get("apiVersion"):
+        raise ApiError(400, "BadRequest", f"the applied object must have apiVersion and kind {kind}")
+    if meta.get("name") not in (None, name) or (namespace is not None and meta.get("namespace") not in (None, namespace)):
+        raise ApiError(400, "BadRequest", "the applied object's metadata.name and namespace must match the path")
+    return config

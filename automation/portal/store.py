@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, Operati
 
 from fleet.errors import ModelplaneError
 
+WATCH_WINDOW = 1000  # changes kept for watches (Kubernetes keeps etcd's last 5 minutes): older ones are a 410
 WRITE_WAIT = 5.0  # seconds a write waits for the fleet-wide write lock before it is answered 503
 MAX_WAITING_WRITES = 8  # writes queued at once; more are answered 503 at once (threads stay free for reads)
 SESSION_HOURS = 12
@@ -71,6 +72,18 @@ runs = Table(
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     Column("worker", String(64)),
+)
+
+# Every change of an object, written in the transaction that makes it, for watches (any portal process polls it):
+# resourceVersions are one per write, so the kept ones are contiguous.
+changes = Table(
+    "changes", metadata,
+    Column("resource_version", Integer, primary_key=True, autoincrement=False),
+    Column("kind", String(64), nullable=False),
+    Column("namespace", String(63), nullable=False),
+    Column("name", String(253), nullable=False),
+    Column("type", String(16), nullable=False),  # ADDED | MODIFIED | DELETED
+    Column("body", Text, nullable=False),  # the object as stored by it (the last one stored, for DELETED)
 )
 
 sessions = Table(
@@ -130,6 +143,10 @@ class Store:
         self._local = threading.Lock()
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_WRITES)
         self._split_placements()
+        self.watch_window = WATCH_WINDOW
+        with self.engine.connect() as conn, conn.begin():  # watches reach back to here, no further
+            if self.get_state(conn, "changesFrom") is None:
+                self.set_state(conn, "changesFrom", self.get_state(conn, "resourceVersion") or "0")
 
     @contextmanager
     def write(self, on_rollback: Callable[[], None] | None = None):
@@ -227,11 +244,43 @@ class Store:
             conn.execute(objects.update().where(objects.c.kind == kind, objects.c.namespace == namespace,
                                                 objects.c.name == meta["name"]).values(
                 body=json.dumps(body), resource_version=version, generation=generation))
+        self._changed(conn, version, "ADDED" if existing is None else "MODIFIED", kind, namespace, body)
         return body
 
     def delete(self, conn: Connection, kind: str, namespace: str, name: str) -> None:
-        self.next_version(conn)  # a deletion is a change of the fleet, as in Kubernetes
+        version = self.next_version(conn)  # a deletion is a change of the fleet, as in Kubernetes
+        last = self.get(conn, kind, namespace, name)
         conn.execute(objects.delete().where(objects.c.kind == kind, objects.c.namespace == namespace, objects.c.name == name))
+        if last is not None:
+            last["metadata"]["resourceVersion"] = str(version)  # as the API server's DELETED event says it
+            self._changed(conn, version, "DELETED", kind, namespace, last)
+
+    # ---- the change log, for watches -------------------------------------------------------------------
+
+    def _changed(self, conn: Connection, version: int, kind_of_change: str, kind: str, namespace: str,
+                 body: dict) -> None:
+        conn.execute(changes.insert().values(resource_version=version, kind=kind, namespace=namespace,
+                                             name=body["metadata"]["name"], type=kind_of_change, body=json.dumps(body)))
+        oldest = version - self.watch_window
+        if oldest > int(self.get_state(conn, "changesFrom") or "0"):  # a bounded window, pruned as it moves
+            conn.execute(changes.delete().where(changes.c.resource_version <= oldest))
+            self.set_state(conn, "changesFrom", str(oldest))
+
+    def changes_since(self, conn: Connection, version: int, kind: str, namespace: str | None,
+                      limit: int = 500) -> tuple[int, int, builtins.list[dict]]:
+        """(the oldest version a watch may start from, the current version, the changes after `version` up to it
+        of `kind`, in `namespace` unless None: each {type, namespace, body text})."""
+        current = int(self.get_state(conn, "resourceVersion") or "0")  # read first: every change up to it is committed
+        since = int(self.get_state(conn, "changesFrom") or "0")
+        query = select(changes.c.resource_version, changes.c.type, changes.c.namespace, changes.c.body).where(
+            changes.c.resource_version > version, changes.c.resource_version <= current, changes.c.kind == kind)
+        if namespace is not None:
+            query = query.where(changes.c.namespace == namespace)
+        rows = [{"resourceVersion": r[0], "type": r[1], "namespace": r[2], "body": r[3]}
+                for r in conn.execute(query.order_by(changes.c.resource_version).limit(limit))]
+        if len(rows) == limit:  # the rest on the next poll: up to the last one given, no further
+            current = rows[-1]["resourceVersion"]
+        return since, current, rows
 
     # ---- reservations: the capacity ledger, one row per deployment ------------------------------------
 

@@ -71,7 +71,8 @@ ERRORS = [
     # (method, path, headers, body, expected code, expected reason)
     ("GET", "/no/such/route", {}, None, 404, "NotFound"),
     ("POST", OBJ.format(name="x"), {}, b"{}", 405, "MethodNotAllowed"),
-    ("PATCH", OBJ.format(name="x"), {}, b"{}", 405, "MethodNotAllowed"),
+    ("PATCH", OBJ.format(name="x"), {}, b"{}", 415, "UnsupportedMediaType"),  # no patch media type
+    ("PATCH", OBJ.format(name="x"), {"Content-Type": "application/merge-patch+json"}, b"{}", 404, "NotFound"),
     ("POST", "/plan", {}, b"", 405, "MethodNotAllowed"),
     ("PUT", API + "/namespaces/Team_A/modeldeployments/x", {}, b"{}", 422, "Invalid"),
     ("PUT", API + "/namespaces/team-a/modeldeployments/UPPER", {}, b"{}", 422, "Invalid"),

@@ -1,12 +1,14 @@
 """The modelplane.ai kinds, as the Kubernetes API serves them: namespaced kinds (a team's: it reads and writes its
-namespaces) and cluster-scoped kinds (the fleet: everyone reads, admins write)."""
+namespaces) and cluster-scoped kinds (the fleet: everyone reads, admins write). Reads and watches here; the
+write verbs in routes/verbs.py."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from automation.portal.deps import Objects, Who, queued
+from automation.portal import watch
+from automation.portal.deps import Objects, Who
 from automation.portal.portal import kind_of
 from automation.portal.service import API, ApiError
 
@@ -28,10 +30,12 @@ def respond(body: dict, code: int, warnings: list[str]) -> JSONResponse:
 # ---- namespaced kinds -------------------------------------------------------------------------------------
 
 @router.get("/namespaces/{namespace}/{plural}")
-def list_namespaced(namespace: str, plural: str, who: Who, portal: Objects):
+def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
+    if watch.watching(request):
+        return watch.respond(portal, who, kind, namespace, request)
     with portal.store.read() as conn:
         known = portal.observation(conn)  # read once per request
         items = [portal.with_status(b, conn, known) for b in portal.store.list(conn, kind, namespace)]
@@ -58,29 +62,13 @@ def get_namespaced(namespace: str, plural: str, name: str, who: Who, portal: Obj
         return JSONResponse(portal.with_status(body, conn))
 
 
-@router.put("/namespaces/{namespace}/{plural}/{name}")
-async def put_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
-    kind = kind_of(plural, True)
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
-    return respond(*await queued(portal, portal.put, kind, namespace, name, await request.body()))
-
-
-@router.delete("/namespaces/{namespace}/{plural}/{name}")
-async def delete_namespaced(namespace: str, plural: str, name: str, who: Who, portal: Objects):
-    kind = kind_of(plural, True)
-    if not who.can_see(namespace):
-        raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
-    return await queued(portal, portal.delete, kind, namespace, name)
-
-
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
 
 @router.get("/{plural}")
-def list_cluster(plural: str, who: Who, portal: Objects):
+def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, False)
+    if watch.watching(request):
+        return watch.respond(portal, who, kind, None, request)
     with portal.store.read() as conn:
         items = portal.statuses(portal.store.list(conn, kind), conn)
     return JSONResponse({"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List", "items": items})
@@ -94,19 +82,3 @@ def get_cluster(plural: str, name: str, who: Who, portal: Objects):
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
         return JSONResponse(portal.with_status(body, conn))
-
-
-@router.put("/{plural}/{name}")
-async def put_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
-    kind = kind_of(plural, False)
-    if not who.can_write(None):
-        raise ApiError(403, "Forbidden", f"only admins change {plural}")
-    return respond(*await queued(portal, portal.put, kind, None, name, await request.body()))
-
-
-@router.delete("/{plural}/{name}")
-async def delete_cluster(plural: str, name: str, who: Who, portal: Objects):
-    kind = kind_of(plural, False)
-    if not who.can_write(None):
-        raise ApiError(403, "Forbidden", f"only admins change {plural}")
-    return await queued(portal, portal.delete, kind, "", name)

@@ -1,0 +1,144 @@
+"""`?watch=true` as the Kubernetes API server streams it: the current objects as ADDED, then ADDED, MODIFIED and
+DELETED as writes commit (from any portal process on the database), resumed from a resourceVersion, 410 Expired
+once the change log no longer reaches back, BOOKMARKs, timeoutSeconds, and each watcher's namespaces only."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Iterator
+
+import httpx
+import pytest
+
+from automation.portal import watch
+from tests.manifests import cluster, deployment
+from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer
+from tests.test_portal import seed_fleet
+
+COLLECTION = API + "/namespaces/team-a/modeldeployments"
+OBJ = COLLECTION + "/{name}"
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+@pytest.fixture
+def portal(tmp_path):
+    with ThreadServer(tmp_path) as server:
+        seed_fleet(server, gpus=8)
+        yield server
+
+
+@contextmanager
+def watching(client: httpx.Client, path: str, **params) -> Iterator[Iterator[dict]]:
+    """The watch's events, one at a time (the stream ends at timeoutSeconds, which bounds every test)."""
+    params = {"watch": "true", "timeoutSeconds": "30", **params}
+    with client.stream("GET", path, params=params) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("application/json")
+        yield (json.loads(line) for line in response.iter_lines() if line)
+
+
+def version(client: httpx.Client, path: str = COLLECTION) -> str:
+    return client.get(path).json()["metadata"]["resourceVersion"]
+
+
+def writes(team: httpx.Client) -> None:
+    """Create, patch, delete: ADDED, MODIFIED, DELETED."""
+    assert team.post(COLLECTION, json=deployment("w", namespace="team-a")).status_code == 201
+    assert team.patch(OBJ.format(name="w"), content=b'{"spec":{"replicas":2}}', headers=MERGE).status_code == 200
+    assert team.delete(OBJ.format(name="w")).status_code == 200
+
+
+def test_a_watch_sees_the_writes_after_its_resource_version(portal):
+    with portal.client(TEAM_A) as team, portal.client(TEAM_A) as watcher:
+        since = version(team)
+        with watching(watcher, COLLECTION, resourceVersion=since) as events:
+            writes(team)
+            seen = [next(events) for _ in range(3)]
+    assert [e["type"] for e in seen] == ["ADDED", "MODIFIED", "DELETED"]
+    assert [e["object"]["spec"]["replicas"] for e in seen] == [1, 2, 2]
+    assert all(e["object"]["metadata"]["name"] == "w" and e["object"]["kind"] == "ModelDeployment" for e in seen)
+    versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in seen]
+    assert versions == sorted(versions) and versions[0] > int(since)
+    assert "status" in seen[0]["object"]  # objects as a get shows them
+
+
+def test_a_watch_resumes_after_a_resource_version_and_starts_with_the_current_objects_without_one(portal):
+    with portal.client(TEAM_A) as team:
+        writes(team)
+        assert team.put(OBJ.format(name="kept"), json=deployment("kept", namespace="team-a")).status_code == 201
+        history = team.get(COLLECTION).json()
+        with watching(team, COLLECTION, timeoutSeconds="1") as events:  # no resourceVersion: the objects now
+            initial = list(events)
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in initial] == [("ADDED", "kept")]
+        assert initial[0]["object"]["metadata"]["resourceVersion"] == history["items"][0]["metadata"]["resourceVersion"]
+        # resumed from the patch's version: the delete and the create after it, nothing before
+        patched = int(history["metadata"]["resourceVersion"]) - 2
+        with watching(team, COLLECTION, resourceVersion=str(patched), timeoutSeconds="1") as events:
+            resumed = [(e["type"], e["object"]["metadata"]["name"]) for e in events]
+    assert resumed == [("DELETED", "w"), ("ADDED", "kept")]
+
+
+def test_an_expired_resource_version_is_an_error_event_with_410_gone(portal):
+    portal.store.watch_window = 2
+    with portal.client(TEAM_A) as team:
+        old = version(team)
+        writes(team)
+        writes(team)
+        with watching(team, COLLECTION, resourceVersion=old) as events:
+            seen = list(events)  # the stream ends after the error
+        assert len(seen) == 1 and seen[0]["type"] == "ERROR"
+        status = seen[0]["object"]
+        assert status["kind"] == "Status" and status["code"] == 410 and status["reason"] == "Expired"
+        # the latest version is still within the window: no error
+        with watching(team, COLLECTION, resourceVersion=version(team), timeoutSeconds="1") as events:
+            assert list(events) == []
+
+
+def test_bookmarks_carry_the_current_resource_version(portal, monkeypatch):
+    monkeypatch.setattr(watch, "BOOKMARK_EVERY", 0.1)
+    with portal.client(TEAM_A) as team, portal.client(ADMIN) as admin:
+        since = version(team)
+        with watching(team, COLLECTION, resourceVersion=since, allowWatchBookmarks="true") as events:
+            # a write of another namespace moves the version on: a bookmark says the watcher has seen up to it
+            assert admin.put(API + "/namespaces/team-b/modeldeployments/b",
+                             json=deployment("b", namespace="team-b")).status_code == 201
+            moved = version(admin, API + "/namespaces/team-b/modeldeployments")
+            event = next(e for e in events if e["type"] != "BOOKMARK" or e["object"]["metadata"]["resourceVersion"] == moved)
+    assert event["type"] == "BOOKMARK" and event["object"]["kind"] == "ModelDeployment"
+    with portal.client(TEAM_A) as team:  # without allowWatchBookmarks, none
+        with watching(team, COLLECTION, resourceVersion=since, timeoutSeconds="1") as events:
+            assert list(events) == []
+
+
+def test_a_watch_shows_only_what_the_watcher_may_see(portal):
+    with portal.client(TEAM_B) as other:
+        response = other.get(COLLECTION, params={"watch": "true"})
+        assert response.status_code == 404 and response.json()["kind"] == "Status"
+    with portal.client(TEAM_B) as other, portal.client(ADMIN) as admin:
+        since = version(admin)  # one resourceVersion for every kind, as one etcd has
+        with watching(other, API + "/inferenceclusters", resourceVersion=since) as events:  # the fleet: everyone's
+            assert admin.put(API + "/inferenceclusters/c2", json=cluster("c2")).status_code == 201
+            event = next(events)
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "c2")
+
+
+@pytest.mark.parametrize("params", [{"resourceVersion": "abc"}, {"timeoutSeconds": "-1"}])
+def test_bad_watch_parameters_are_a_400_status(portal, params):
+    with portal.client(TEAM_A) as team:
+        response = team.get(COLLECTION, params={"watch": "true", **params})
+    assert response.status_code == 400 and response.json()["kind"] == "Status"
+
+
+def test_a_watch_sees_a_write_made_by_another_portal_process_on_the_database(tmp_path):
+    """No in-process notice: the writer is another portal (its own app, store and queue) on the same database."""
+    with ThreadServer(tmp_path) as first, ThreadServer(tmp_path) as second:
+        seed_fleet(first, gpus=8)
+        with first.client(TEAM_A) as watcher, second.client(TEAM_A) as writer:
+            since = version(watcher)
+            with watching(watcher, COLLECTION, resourceVersion=since) as events:
+                assert writer.put(OBJ.format(name="elsewhere"), json=deployment("elsewhere", namespace="team-a")
+                                  ).status_code == 201
+                event = next(events)
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "elsewhere")
+
