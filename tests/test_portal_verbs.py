@@ -229,6 +229,10 @@ def test_server_side_apply_creates_updates_conflicts_and_forces(team):
     assert "alice" in conflict["message"]
     assert team.get(OBJ.format(name="ssa")).json()["spec"]["replicas"] == 2  # nothing stored
 
+    stale = deployment("ssa", namespace="team-a", replicas=2)  # a resourceVersion in the config is a precondition
+    stale["metadata"]["resourceVersion"] = created.json()["metadata"]["resourceVersion"]
+    status_of(applied(team, stale, "alice"), 409, "Conflict")
+
     same = deployment("ssa", namespace="team-a", replicas=2)  # the same values: owned together, no conflict
     assert applied(team, same, "carol").status_code == 200
     forced = applied(team, other, "bob", force=True)

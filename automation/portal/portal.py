@@ -186,6 +186,9 @@ class Portal:
             applier = manager
 
             def applied(existing: dict | None) -> dict:
+                sent = (config.get("metadata") or {}).get("resourceVersion")  # the config's own is a precondition
+                if sent is not None and (existing is None or str(sent) != existing["metadata"]["resourceVersion"]):
+                    raise stale(sent)
                 return self._patched(kind, namespace, name, existing, patches.apply(existing, config, applier, force))
 
             return self._write(kind, namespace, name, applied, None, manager, dry_run, applied=True)
