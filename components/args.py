@@ -91,6 +91,7 @@ class GatewayArgs(Args):
     traefik_version: str
     metallb_address_pool: str | None = None
     load_balancer: bool = True  # the host cluster's cloud gives LoadBalancer Services an address
+    aggregated_api: dict[str, str] = {}  # the InferenceGateway's modelplane.ai/aggregated-api* annotations
 
 
 # Sources whose clusters this project creates or connects to: only these can host the fleet gateway.
@@ -178,6 +179,9 @@ def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
         return None
     metallb = ig.spec.traefik.metallb
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
+    from workloads.aggregated_api import PREFIX
+
     return GatewayArgs(name=ig.name, traefik_version=ig.spec.traefik.version,
                        metallb_address_pool=metallb.addressPool if metallb else None,
-                       load_balancer=sources.get(host or "") in LOAD_BALANCED)
+                       load_balancer=sources.get(host or "") in LOAD_BALANCED,
+                       aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)})

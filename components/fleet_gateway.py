@@ -20,6 +20,7 @@ from components.args import GatewayArgs
 from components.gateway_resource import Gateway
 from components.serving_stack import metallb, release
 from components.versions import chart
+from components.workload_objects import WorkloadObjects
 
 TYPE = "modelplane:fleet:Gateway"
 NAMESPACE = "modelplane-system"
@@ -58,4 +59,28 @@ class FleetGateway(pulumi.ComponentResource):
             wait_for_address=args.load_balancer or bool(args.metallb_address_pool),
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[gateway_class, self.traefik, *basics]))
         self.address = self.gateway.address
+        self.aggregated_api = aggregated_api(name, args, provider, standalone, self)
         self.register_outputs({"address": self.address})
+
+
+def aggregated_api(name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool,
+                   parent: pulumi.Resource) -> WorkloadObjects | None:
+    """The portal as the cluster's `v1alpha1.modelplane.ai` APIService (workloads/aggregated_api.py), checked against
+    its schemas first. Only on a fleet cluster: its platform stack installed the cert-manager and KEDA it uses."""
+    from workloads.aggregated_api import objects
+    from workloads.schemas import check
+
+    try:
+        wanted = objects(args.aggregated_api)
+    except ValueError as exc:
+        raise pulumi.RunError(f"InferenceGateway/{args.name}: {exc}") from None
+    if not wanted:
+        return None
+    if standalone:
+        raise pulumi.RunError(f"InferenceGateway/{args.name}: the aggregated API runs on a control-plane cluster of the "
+                              "fleet (whose platform stack installs cert-manager and KEDA), not on "
+                              "modelplane:controlPlaneKubeconfig's")
+    problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in wanted for p in check(o)]
+    if problems:
+        raise pulumi.RunError("the aggregated API's objects would be refused: " + "; ".join(problems))
+    return WorkloadObjects(f"{name}-aggregated-api", wanted, provider, opts=pulumi.ResourceOptions(parent=parent))

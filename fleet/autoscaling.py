@@ -69,3 +69,71 @@ def parse(annotations: dict[str, str] | None) -> tuple[Autoscaling | None, list[
     if errors or max_copies is None or min_copies is None:  # a missing value was reported as an error
         return None, errors
     return Autoscaling(min_copies, max_copies, threshold, annotations.get(f"{PREFIX}-query")), []
+
+
+# ---- the fleet axis: spec.replicas, driven by KEDA on the control plane -------------------------------------
+#
+#    modelplane.ai/fleet-autoscaling: keda                   turn it on
+#    modelplane.ai/fleet-autoscaling-max-replicas: "4"       required: the most replicas (clusters), 1..10
+#    modelplane.ai/fleet-autoscaling-min-replicas: "1"       default 1 (spec.replicas is at least 1)
+#    modelplane.ai/fleet-autoscaling-threshold: "10"         default 10: target value per replica
+#    modelplane.ai/fleet-autoscaling-query: <PromQL>         default: waiting requests summed over every cluster
+#
+# A KEDA ScaledObject in the control-plane cluster scales the ModelDeployment itself through the scale subresource
+# of the portal's aggregated API (docs/portal.md); the fleet's Prometheus (one that sees every workload cluster)
+# is the InferenceGateway's `modelplane.ai/fleet-prometheus` annotation. Both axes can be on at once.
+
+FLEET_PREFIX = "modelplane.ai/fleet-autoscaling"
+FLEET_PROMETHEUS = "modelplane.ai/fleet-prometheus"  # on the InferenceGateway: the fleet-wide Prometheus' URL
+MAX_REPLICAS = 10  # spec.replicas' bound
+
+
+@dataclass(frozen=True)
+class FleetAutoscaling:
+    min_replicas: int
+    max_replicas: int
+    threshold: str
+    query: str | None
+
+
+def parse_fleet(annotations: dict[str, str] | None) -> tuple[FleetAutoscaling | None, list[tuple[str, str]]]:
+    """(settings or None when off, errors as (annotation key, message)), as `parse` for the copies axis."""
+    annotations = annotations or {}
+    keys = {k for k in annotations if k.startswith(FLEET_PREFIX)}
+    if not keys:
+        return None, []
+    mode = annotations.get(FLEET_PREFIX)
+    if mode != "keda":
+        return None, [(FLEET_PREFIX, f"must be 'keda' to turn fleet autoscaling on (found {mode!r})" if mode
+                       else f"set {FLEET_PREFIX}: keda to use the other {FLEET_PREFIX}-* annotations")]
+    errors = [(key, "unknown fleet autoscaling annotation") for key in sorted(keys - {
+        FLEET_PREFIX, f"{FLEET_PREFIX}-max-replicas", f"{FLEET_PREFIX}-min-replicas", f"{FLEET_PREFIX}-threshold",
+        f"{FLEET_PREFIX}-query"})]
+
+    def replicas(key: str, default: int | None) -> int | None:
+        raw = annotations.get(key)
+        if raw is None:
+            if default is None:
+                errors.append((key, "required when fleet autoscaling is on"))
+            return default
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_REPLICAS:
+            errors.append((key, f"must be a whole number from 1 to {MAX_REPLICAS}, as spec.replicas (found {raw!r})"))
+            return None
+        return int(raw)
+
+    max_replicas = replicas(f"{FLEET_PREFIX}-max-replicas", None)
+    min_replicas = replicas(f"{FLEET_PREFIX}-min-replicas", 1)
+    threshold = annotations.get(f"{FLEET_PREFIX}-threshold", "10")
+    try:
+        if not float(threshold) > 0:  # `not >` also refuses nan
+            raise ValueError
+    except ValueError:
+        errors.append((f"{FLEET_PREFIX}-threshold", f"must be a positive number (found {threshold!r})"))
+    query = annotations.get(f"{FLEET_PREFIX}-query")
+    if query is not None and not query.strip():
+        errors.append((f"{FLEET_PREFIX}-query", "must be a PromQL query, not empty"))
+    if max_replicas is not None and min_replicas is not None and min_replicas > max_replicas:
+        errors.append((f"{FLEET_PREFIX}-min-replicas", "is larger than the max replicas"))
+    if errors or max_replicas is None or min_replicas is None:
+        return None, errors
+    return FleetAutoscaling(min_replicas, max_replicas, threshold, query), []

@@ -197,6 +197,27 @@ def _quota(release_waits: bool):
                                      waits=("dra", "dra/allow-critical-pods") if release_waits else ("dra",))]))
 
 
+def _aggregated(service_port: int = 443, target: str = "https", container_port: str = "https",
+                api_service: bool = True) -> Graph:
+    """The portal as an APIService: APIService -> Service port -> the Deployment's container port; a ScaledObject
+    scaling a ModelDeployment through it."""
+    labels = {"app": "portal"}
+    portal = [
+        namespace("portal"),
+        k("apps/v1", "Deployment", "portal", "portal", waits=("portal",), spec={"selector": {"matchLabels": labels},
+          "template": {"metadata": {"labels": labels}, "spec": {"containers": [
+              {"name": "p", "ports": [{"name": container_port, "containerPort": 8443}]}]}}}),
+        k("core/v1", "Service", "portal", "portal", waits=("portal",), spec={"selector": labels, "ports": [
+            {"port": service_port, "targetPort": target}]}),
+    ]
+    if api_service:
+        portal.append(k("apiregistration.k8s.io/v1", "APIService", "v1alpha1.modelplane.ai", spec={
+            "group": "modelplane.ai", "version": "v1alpha1", "service": {"name": "portal", "namespace": "portal"}}))
+    scaler = k("keda.sh/v1alpha1", "ScaledObject", "qwen", "ml", spec={"scaleTargetRef": {
+        "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment", "name": "qwen"}})
+    return graph(stack("gateway", portal), stack("endpoints-ml", [scaler]))
+
+
 def _workload(annotations: dict, kind: str = "LeaderWorkerSet", api: str = "leaderworkerset.x-k8s.io/v1"):
     return graph(stack("model-ml.qwen", [k(api, kind, "qwen-0", "ml", metadata={"name": "qwen-0", "namespace": "ml",
                                                                                   "annotations": annotations})]))
@@ -308,6 +329,11 @@ ROWS = [
      lambda: graph(owners={"model-ml-team." + "q" * 90: {"ModelDeployment/ml-team/" + "q" * 90}}),
      "Pulumi accepts at most 100"),
     ("program", lambda: graph(stack("s", [])), lambda: graph(stack("s", [], error="RunError: boom")), "boom"),
+    ("api-service", _aggregated, lambda: _aggregated(service_port=8443), "has no port 443"),
+    ("api-service", _aggregated, lambda: _aggregated(target="http"), "sends port 443 to 'http', which no pod"),
+    ("api-service", _aggregated, lambda: _aggregated(container_port="web"), "which no pod it selects listens on"),
+    ("api-service", _aggregated, lambda: _aggregated(api_service=False),
+     "scales ModelDeployment of modelplane.ai, which no APIService serves on c1"),
 ]
 
 

@@ -26,7 +26,7 @@ from fleet.inventory import build_clusters
 from fleet.plan import Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
-from workloads import autoscaling, dynamo, llmd, native, routing
+from workloads import autoscaling, dynamo, fleet_autoscaling, llmd, native, routing
 from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
@@ -189,10 +189,13 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         out.addresses[stack] = f"http://{gateway_address}/{ms.namespace}/{ms.name}"
         routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
         out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
-    for namespace, shared in sorted(routed.items()):
-        if shared:  # one owner for each endpoint's objects, however many services share it
+    scaled, scaling_problems = fleet_autoscaling.scaled_objects(fleet, endpoints_stack)
+    out.problems += scaling_problems
+    for namespace in sorted(set(routed) | set(scaled)):
+        shared = routed.get(namespace, {})
+        if shared or namespace in scaled:  # one owner for each endpoint's objects, however many services share it
             out.add(endpoints_stack(namespace), CONTROL_PLANE,
-                    [obj for name in sorted(shared) for obj in backend_objects(shared[name])])
+                    [obj for name in sorted(shared) for obj in backend_objects(shared[name])] + scaled.get(namespace, []))
     for cache in fleet.of("ModelCache"):
         selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
         for cluster in clusters.values():
@@ -205,7 +208,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
                                       hydrated=cluster.name in hydrated_clusters(cache)))
                 used.setdefault((cache.namespace, cluster.name), Counter())
                 out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
-    serving = {ms.namespace for ms in fleet.of("ModelService")}  # teams with routes and backends on the control plane
+    # teams with routes, backends or fleet autoscalers on the control plane
+    serving = {ms.namespace for ms in fleet.of("ModelService")} | set(scaled)
     for team in serving if host is not None else ():
         used.setdefault((team, str(host)), Counter())
     for (team, cluster_name), devices in sorted(used.items()):

@@ -35,11 +35,12 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 BUILT_IN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 BUILT_IN_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "networking.k8s.io", "policy",
                    "autoscaling", "discovery.k8s.io", "apiextensions.k8s.io", "resource.k8s.io", "scheduling.k8s.io",
-                   "coordination.k8s.io", "admissionregistration.k8s.io", "node.k8s.io", "certificates.k8s.io"}
+                   "coordination.k8s.io", "admissionregistration.k8s.io", "node.k8s.io", "certificates.k8s.io",
+                   "apiregistration.k8s.io"}
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "ClusterRole", "ClusterRoleBinding",
                   "PriorityClass", "GatewayClass", "DeviceClass", "PersistentVolume", "IngressClass", "RuntimeClass",
                   "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterIssuer",
-                  "ClusterTriggerAuthentication", "ClusterTopology", "CSIDriver", "ResourceSlice"}
+                  "ClusterTriggerAuthentication", "ClusterTopology", "CSIDriver", "ResourceSlice", "APIService"}
 # StorageClasses a cloud creates itself, and which of them is its default.
 CLOUD_STORAGE = {"GKE": {"standard-rwo": "pd.csi.storage.gke.io", "premium-rwo": "pd.csi.storage.gke.io",
                          "standard": "kubernetes.io/gce-pd"},
@@ -351,7 +352,6 @@ def storage(graph: Graph) -> Iterable[Violation]:
         facts = graph.clusters.get(node.cluster or "")
         source = facts.source if facts else ""
         rwx = "ReadWriteMany" in (spec.get("accessModes") or [])
-        created = classes.get((node.cluster, name or ""), [])
         if name is None:
             name = CLOUD_DEFAULT_CLASS.get(source) or next((c.name for c in graph.objects if c.kind == "StorageClass"
                                                             and c.cluster == node.cluster and _is_default(c)), None)
@@ -359,6 +359,7 @@ def storage(graph: Graph) -> Iterable[Violation]:
                 if source not in TRUSTED_DEFAULT_CLASS:
                     yield violation(node, "storage", f"the claim names no StorageClass and {node.cluster} has no default one")
                 continue
+        created = classes.get((node.cluster, name), [])  # the default class's name too: a stack may create it
         if created:
             if not graph.exists_before(created, node):
                 yield violation(node, "storage", f"StorageClass {name} is created on {node.cluster} only after this claim")
@@ -710,7 +711,51 @@ def pool_taints_tolerated(graph: Graph) -> Iterable[Violation]:
                                                         "pool's devices would never be advertised")
 
 
+def _ports(container: dict) -> set:
+    return {p.get(key) for p in container.get("ports") or [] for key in ("name", "containerPort") if p.get(key)}
+
+
+def api_services(graph: Graph) -> Iterable[Violation]:
+    """An APIService's Service exists on its cluster with the port it names, and that Service's target port is a
+    port of the pods it selects (else the API server's proxy gets no answer and the whole group is unavailable);
+    a ScaledObject scaling an aggregated kind (a ModelDeployment) finds its group's APIService on its cluster."""
+    services = {(n.cluster, n.namespace, n.name): n for n in graph.objects if n.kind == "Service"}
+    workloads = [n for n in graph.objects if n.kind in ("Deployment", "StatefulSet")]
+    groups = {(n.cluster, (n.inputs.get("spec") or {}).get("group")) for n in graph.objects if n.kind == "APIService"}
+    for node in graph.objects:
+        if node.kind == "ScaledObject":
+            target = (node.inputs.get("spec") or {}).get("scaleTargetRef") or {}
+            group = str(target.get("apiVersion") or "").rpartition("/")[0]
+            if group == "modelplane.ai" and (node.cluster, group) not in groups:  # served by the portal alone
+                yield violation(node, "api-service", f"scales {target.get('kind')} of {group}, which no APIService "
+                                                     f"serves on {node.cluster}")
+        if node.kind != "APIService":
+            continue
+        ref = (node.inputs.get("spec") or {}).get("service") or {}
+        key = (node.cluster, str(ref.get("namespace")), str(ref.get("name")))
+        service = services.get(key)
+        if service is None:
+            yield violation(node, "api-service", f"its Service {ref.get('namespace')}/{ref.get('name')} is not created "
+                                                 f"on {node.cluster}")
+            continue
+        spec = service.inputs.get("spec") or {}
+        port = next((p for p in spec.get("ports") or [] if p.get("port") == ref.get("port", 443)), None)
+        if port is None:
+            yield violation(node, "api-service", f"its Service {key[1]}/{key[2]} has no port {ref.get('port', 443)}")
+            continue
+        selector = spec.get("selector") or {}
+        target_port = port.get("targetPort", port.get("port"))
+        pods = [w for w in workloads if w.cluster == service.cluster and w.namespace == service.namespace
+                and selector and selector.items() <= (((w.inputs.get("spec") or {}).get("template") or {})
+                                                      .get("metadata", {}).get("labels") or {}).items()]
+        containers = [c for w in pods for c in (w.inputs["spec"]["template"].get("spec") or {}).get("containers") or []]
+        if not any(target_port in _ports(c) for c in containers):
+            yield violation(node, "api-service", f"its Service {key[1]}/{key[2]} sends port {port.get('port')} to "
+                                                 f"{target_port!r}, which no pod it selects listens on")
+
+
 RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
+    "api-service": api_services,
     "pool-taints": pool_taints_tolerated,
     "webhook-ready": webhooks_ready,
     "served-version": served_versions,

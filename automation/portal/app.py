@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from automation.portal import errors
 from automation.portal.auth import Tokens, TokensFile
+from automation.portal.front_proxy import ClusterReviewer, FrontProxy, FrontProxySettings
 from automation.portal.guard import Guard, SignInLimiter
 from automation.portal.portal import Portal
 from automation.portal.routes import composed, health, objects, page, runs, verbs
@@ -95,7 +96,8 @@ def _import_planner(parent: int) -> None:
 
 
 def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
-               limiter: SignInLimiter | None = None, replan_worker: ReplanWorker | None = None) -> FastAPI:
+               limiter: SignInLimiter | None = None, replan_worker: ReplanWorker | None = None,
+               front_proxy: FrontProxySettings | None = None) -> FastAPI:
     """The portal: one `Portal` (what every route shares), the guard in front, the routers behind it."""
     app = FastAPI(title="modelplane portal", version="v1alpha1", docs_url=None, redoc_url=None,  # CDN scripts: routes/health.py
                   description="Submit ModelDeployments and ModelServices, watch them land. Kubernetes-shaped API.")
@@ -104,6 +106,9 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
     app.state.replanner = portal.replanner
     app.router.on_shutdown.append(portal.replanner.stop)
     app.add_middleware(Guard, authenticate=portal.authenticate, limiter=limiter)
+    if front_proxy is not None:  # added last, so it runs before the guard
+        app.add_middleware(FrontProxy, ca_file=front_proxy.ca_file, allowed_names=front_proxy.allowed_names,
+                           reviewer=front_proxy.reviewer or ClusterReviewer())
     errors.install(app)
     for router in (health.router, composed.router, objects.router, verbs.router, runs.router, page.router):
         app.include_router(router)  # in this order: the composed kinds' paths before the generic {plural} ones

@@ -151,7 +151,8 @@ class Guard:
                 return 429, "TooManyRequests", "too many sign-in attempts; try again later", {"retry-after": str(wait)}
             return None
         cookies = cookie_parser(headers.get("cookie", ""))
-        who = await run_in_threadpool(self.authenticate, headers, cookies)
+        # the front proxy (front_proxy.py), in front of this guard, may have said who it is already
+        who = scope.get("state", {}).get("caller") or await run_in_threadpool(self.authenticate, headers, cookies)
         if who is None:
             return 401, "Unauthorized", "a valid bearer token is required", {}
         if who.how == "session" and same_origin(scope, headers) is None:  # a browser says where a form came from

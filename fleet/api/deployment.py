@@ -219,7 +219,7 @@ def engines_rules(engines: list, path: tuple, claims, no_claim_message: str) -> 
 
 
 def model_deployment_rules(md: ModelDeployment) -> Rule:
-    from fleet.autoscaling import PREFIX, parse
+    from fleet.autoscaling import PREFIX, parse, parse_fleet
     from fleet.backends import BACKEND_ANNOTATION, deployment_decisions
 
     tspec = md.spec.template.spec
@@ -228,7 +228,7 @@ def model_deployment_rules(md: ModelDeployment) -> Rule:
     for index, message in backend_errors:
         yield (("metadata", "annotations", BACKEND_ANNOTATION) if index < 0 else base + ("engines", index)), message
     autoscaling, scaling_errors = parse(md.metadata.annotations)
-    for key, message in scaling_errors:
+    for key, message in scaling_errors + parse_fleet(md.metadata.annotations)[1]:
         yield ("metadata", "annotations", key), message
     if autoscaling and any(d.backend == "dynamo" for d in decisions):
         yield ("metadata", "annotations", PREFIX), "KEDA autoscaling is not available for Dynamo-served engines (Dynamo's planner scales them)"

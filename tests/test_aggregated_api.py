@@ -1,0 +1,273 @@
+"""The portal as the control-plane cluster's aggregated API: what is rendered (workloads/aggregated_api.py), that the
+deployability check sees it, and front-proxy authentication with the cluster's authorization
+(automation/portal/front_proxy.py) over real TLS with client certificates."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import shutil
+import ssl
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from automation.operator.export import PULUMI_IMAGE
+from automation.portal.app import create_app
+from automation.portal.auth import TokensFile
+from automation.portal.front_proxy import FrontProxySettings, attributes
+from automation.portal.store import Store
+from tests.portal_server import API, TEAM_A, free_port, write_tokens
+from workloads import aggregated_api
+from workloads.aggregated_api import PREFIX, objects
+from workloads.schemas import check
+
+ROOT = Path(__file__).resolve().parent.parent
+ON = {PREFIX: "enabled", f"{PREFIX}-source": "modelplane-pulumi @ git+https://github.com/example/fleet@" + "0" * 40}
+
+
+def test_the_default_image_is_the_operators():
+    assert aggregated_api.DEFAULT_IMAGE == PULUMI_IMAGE
+
+
+def _ca_bundle() -> str:
+    return base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
+
+
+@pytest.mark.parametrize("annotations", [ON, {**ON, f"{PREFIX}-serving-secret": "mine", f"{PREFIX}-ca-bundle": _ca_bundle(),
+                                              f"{PREFIX}-executor": "operator"}])
+def test_every_rendered_object_is_valid_against_its_upstream_schema(annotations):
+    rendered = objects(annotations)
+    kinds = sorted(o["kind"] for o in rendered)
+    assert {"Namespace", "ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Deployment", "Service",
+            "APIService"} <= set(kinds)
+    assert ("Certificate" in kinds) == (f"{PREFIX}-serving-secret" not in annotations)
+    for obj in rendered:
+        assert check(obj) == [], obj["kind"]
+        broken = copy.deepcopy(obj)
+        broken.setdefault("spec", {})["notAField"] = 1  # the same check refuses what the API server would
+        assert check(broken) != [], obj["kind"]
+    api = next(o for o in rendered if o["kind"] == "APIService")
+    assert api["metadata"]["name"] == "v1alpha1.modelplane.ai"
+    assert ("caBundle" in api["spec"]) != ("cert-manager.io/inject-ca-from" in api["metadata"].get("annotations", {}))
+    bindings = {o["roleRef"]["name"]: o for o in rendered if "roleRef" in o}
+    assert bindings["extension-apiserver-authentication-reader"]["metadata"]["namespace"] == "kube-system"
+    assert "system:auth-delegator" in bindings
+
+
+@pytest.mark.parametrize("annotations,key", [
+    ({PREFIX: "yes"}, PREFIX),
+    ({PREFIX: "enabled"}, f"{PREFIX}-source"),
+    ({**ON, f"{PREFIX}-executor": "local"}, f"{PREFIX}-executor"),
+    ({**ON, f"{PREFIX}-serving-secret": "mine"}, f"{PREFIX}-serving-secret"),
+    ({**ON, f"{PREFIX}-serving-secret": "mine", f"{PREFIX}-ca-bundle": "not base64!"}, f"{PREFIX}-ca-bundle"),
+    ({**ON, f"{PREFIX}-colour": "blue"}, f"{PREFIX}-colour"),
+])
+def test_wrong_annotations_are_named(annotations, key):
+    assert key in [k for k, _ in aggregated_api.errors(annotations)]
+    if aggregated_api.enabled(annotations):
+        with pytest.raises(ValueError, match=key):
+            objects(annotations)
+
+
+def _fleet_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "fleet"
+    shutil.copytree(ROOT / "examples", folder)
+    gateway = folder / "platform" / "gateway.yaml"
+    lines = "".join(f"    {k}: {v!r}\n" for k, v in ON.items())
+    gateway.write_text(gateway.read_text().replace("  name: default\n", f"  name: default\n  annotations:\n{lines}"))
+    return folder
+
+
+def test_the_deployability_check_sees_the_aggregated_api_and_a_broken_one(tmp_path, monkeypatch):
+    from automation.planning.deployability import check_fleet
+    from automation.planning.offline_preview import all_stacks, forget
+    from fleet.validate import load_fleet
+
+    loaded = load_fleet([str(_fleet_folder(tmp_path))])
+    assert not loaded.errors
+    previews = all_stacks(loaded.fleet, only={"gateway", "platform-eks-us-west", "platform-gke-us-central"})
+    gateway = next(p for p in previews if p.name == "gateway")
+    assert any(r.type == "kubernetes:apiregistration.k8s.io/v1:APIService" for r in gateway.resources)
+    assert [str(v) for v in check_fleet(loaded.fleet, previews)] == []
+    real = aggregated_api.objects
+
+    def broken(annotations):  # a Service port that is not the APIService's, a namespace nobody creates
+        out = [o for o in real(annotations) if o["kind"] != "Namespace"]
+        next(o for o in out if o["kind"] == "Service")["spec"]["ports"][0]["port"] = 8443
+        return out
+
+    monkeypatch.setattr(aggregated_api, "objects", broken)
+    forget()  # the programs changed, not their inputs
+    previews = all_stacks(loaded.fleet, only={"gateway", "platform-eks-us-west", "platform-gke-us-central"})
+    found = [str(v) for v in check_fleet(loaded.fleet, previews)]
+    assert any("api-service" in v and "has no port 443" in v for v in found), found
+    assert any("namespace 'modelplane-portal'" in v for v in found), found
+    forget()  # later tests preview the real programs
+
+
+# ---- front-proxy authentication over TLS --------------------------------------------------------------------
+
+def _cert(name: str, issuer=None, ca: bool = False, server: bool = False):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1)
+    builder = (x509.CertificateBuilder().subject_name(subject)
+               .issuer_name(issuer[0].subject if issuer else subject).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now)
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if server:
+        import ipaddress
+
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                        critical=False)
+    else:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(
+            [ExtendedKeyUsageOID.SERVER_AUTH if ca else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False) if not ca else builder
+    return builder.sign(issuer[1] if issuer else key, hashes.SHA256()), key
+
+
+def _write(folder: Path, name: str, pair) -> tuple[str, str]:
+    from cryptography.hazmat.primitives import serialization
+
+    cert, key = pair
+    (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption()))
+    return str(folder / f"{name}.crt"), str(folder / f"{name}.key")
+
+
+class StrictReviewer:
+    """The API server's SubjectAccessReview, as strict: a malformed review is refused (400 there, an error here);
+    the answer comes from a table of (user or group, verb, resource, namespace) grants, namespace "*" for all."""
+
+    VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+
+    def __init__(self, grants: set[tuple[str, str, str, str]]):
+        self.grants, self.reviews = grants, []
+
+    def allowed(self, review: dict) -> bool:
+        assert review["apiVersion"] == "authorization.k8s.io/v1" and review["kind"] == "SubjectAccessReview"
+        spec = review["spec"]
+        if not spec.get("user") and not spec.get("groups"):
+            raise ValueError("at least one of user or group must be specified")
+        if ("resourceAttributes" in spec) == ("nonResourceAttributes" in spec):
+            raise ValueError("exactly one of nonResourceAttributes or resourceAttributes must be specified")
+        self.reviews.append(spec)
+        if "nonResourceAttributes" in spec:
+            return spec["nonResourceAttributes"]["path"].startswith("/apis")
+        attrs = spec["resourceAttributes"]
+        if attrs.get("verb") not in self.VERBS or attrs.get("group") != "modelplane.ai" or not attrs.get("resource"):
+            raise ValueError(f"malformed resourceAttributes {attrs}")
+        who = [spec.get("user")] + spec.get("groups", [])
+        return any((w, attrs["verb"], attrs["resource"], ns) in self.grants for w in who
+                   for ns in (attrs.get("namespace", ""), "*"))
+
+
+@pytest.fixture(scope="module")
+def front_proxied(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("front-proxy")
+    proxy_ca, rogue_ca, server_ca = _cert("front-proxy-ca", ca=True), _cert("rogue-ca", ca=True), _cert("srv-ca", ca=True)
+    files = {"proxy_ca": _write(folder, "proxy-ca", proxy_ca)[0], "server_ca": _write(folder, "server-ca", server_ca)[0],
+             "client": _write(folder, "client", _cert("front-proxy-client", proxy_ca)),
+             "other_name": _write(folder, "other", _cert("someone-else", proxy_ca)),
+             "rogue": _write(folder, "rogue", _cert("front-proxy-client", rogue_ca))}
+    cert, key = _write(folder, "server", _cert("portal", server_ca, server=True))
+    reviewer = StrictReviewer({("alice", "list", "modeldeployments", "team-a"), ("alice", "get", "modeldeployments", "team-a"),
+                               ("system:masters", "list", "modeldeployments", "*")})
+    settings = FrontProxySettings(Path(files["proxy_ca"]), ("front-proxy-client",), reviewer)
+    store = Store(f"sqlite:///{folder / 'portal.db'}")
+    app = create_app(store, TokensFile(write_tokens(folder)), apply=False, front_proxy=settings)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", ssl_certfile=cert,
+                                           ssl_keyfile=key, **settings.uvicorn()))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url + "/healthz", verify=ssl.create_default_context(cafile=files["server_ca"]), timeout=1)
+            break
+        except httpx.HTTPError:
+            threading.Event().wait(0.1)
+    yield url, files, reviewer
+    server.should_exit = True
+    thread.join(10)
+
+
+def _client(files, cert: str | None):
+    context = ssl.create_default_context(cafile=files["server_ca"])
+    if cert:
+        context.load_cert_chain(*files[cert])
+    return httpx.Client(verify=context, timeout=30)
+
+
+def _status(response, code):
+    assert response.status_code == code, response.text
+    body = response.json()
+    assert body["kind"] == "Status" and body["code"] == code, body
+    return body
+
+
+def test_a_front_proxied_user_is_authorized_by_the_cluster(front_proxied):
+    url, files, reviewer = front_proxied
+    with _client(files, "client") as proxy:
+        listed = proxy.get(f"{url}{API}/namespaces/team-a/modeldeployments", headers={"X-Remote-User": "alice"})
+        assert listed.status_code == 200, listed.text
+        assert reviewer.reviews[-1]["resourceAttributes"] == {
+            "group": "modelplane.ai", "version": "v1alpha1", "resource": "modeldeployments", "namespace": "team-a",
+            "verb": "list"}
+        denied = proxy.get(f"{url}{API}/namespaces/team-b/modeldeployments", headers={"X-Remote-User": "alice"})
+        assert 'User "alice" cannot list' in _status(denied, 403)["message"]
+        everywhere = proxy.get(f"{url}{API}/modeldeployments",
+                               headers={"X-Remote-User": "admin", "X-Remote-Group": "system:masters"})
+        assert everywhere.status_code in (200, 404), everywhere.text  # allowed by the cluster: the portal's route answers
+        assert reviewer.reviews[-1]["groups"] == ["system:masters"]
+        assert "namespace" not in reviewer.reviews[-1]["resourceAttributes"]
+
+
+@pytest.mark.parametrize("cert,headers,code", [
+    (None, {}, 401),  # no certificate, no header, no token
+    (None, {"X-Remote-User": "alice"}, 401),  # the header alone, from anyone, means nothing
+    ("other_name", {"X-Remote-User": "alice"}, 401),  # the CA's, but not the allowed name
+    ("client", {}, 401),  # the proxy's certificate without a user
+])
+def test_without_the_front_proxy_and_a_user_a_request_is_unauthenticated(front_proxied, cert, headers, code):
+    url, files, _ = front_proxied
+    with _client(files, cert) as client:
+        _status(client.get(f"{url}{API}/namespaces/team-a/modeldeployments", headers=headers), code)
+
+
+def test_a_certificate_of_another_ca_is_refused_by_the_tls_layer(front_proxied):
+    url, files, _ = front_proxied
+    with _client(files, "rogue") as client, pytest.raises(httpx.HTTPError):
+        client.get(f"{url}{API}/namespaces/team-a/modeldeployments", headers={"X-Remote-User": "alice"})
+
+
+def test_bearer_tokens_keep_working_beside_the_front_proxy(front_proxied):
+    url, files, _ = front_proxied
+    with _client(files, None) as client:
+        answer = client.get(f"{url}{API}/namespaces/team-a/modeldeployments", headers={"Authorization": f"Bearer {TEAM_A}"})
+        assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize("method,path,query,expected", [
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=true", ("watch", "modeldeployments", "ns", "", "")),
+    ("PUT", f"{API}/namespaces/ns/modeldeployments/q/scale", "", ("update", "modeldeployments", "ns", "q", "scale")),
+    ("DELETE", f"{API}/namespaces/ns/modelservices", "", ("deletecollection", "modelservices", "ns", "", "")),
+    ("POST", f"{API}/inferenceclusters", "", ("create", "inferenceclusters", "", "", "")),
+])
+def test_request_attributes_are_the_api_servers(method, path, query, expected):
+    a = attributes(method, path, query)
+    assert (a.verb, a.resource, a.namespace, a.name, a.subresource) == expected and not a.path

@@ -1,0 +1,142 @@
+"""Fleet autoscaling: a ModelDeployment's spec.replicas scaled by KEDA on the control plane (fleet/autoscaling.py,
+workloads/fleet_autoscaling.py), and the scale subresource driven the way KEDA's scale client drives it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from fleet.autoscaling import FLEET_PREFIX, FLEET_PROMETHEUS, parse, parse_fleet
+from fleet.validate import Fleet
+from tests.manifests import cluster, deployment, gpu_class, run
+from tests.rendering import rendered
+from tests.portal_server import ADMIN, API, TEAM_A, ThreadServer
+from tests.test_portal import seed_fleet
+from workloads.aggregated_api import PREFIX as AGGREGATED
+from workloads.fleet_autoscaling import default_query, scaled_objects
+from workloads.schemas import check
+
+ON = {FLEET_PREFIX: "keda", f"{FLEET_PREFIX}-max-replicas": "4"}
+GATEWAY = {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway",
+           "metadata": {"name": "default", "annotations": {
+               AGGREGATED: "enabled", f"{AGGREGATED}-image": "example/modelplane:1",
+               FLEET_PROMETHEUS: "http://thanos-query.monitoring.svc:9090"}},
+           "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}
+
+
+def fleet_of(*docs: dict) -> Fleet:
+    loaded = run(*[copy.deepcopy(d) for d in docs])
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    return loaded.fleet
+
+
+def annotated(annotations: dict, name: str = "qwen", namespace: str = "ml-team") -> dict:
+    md = deployment(name, namespace=namespace)
+    md["metadata"]["annotations"] = annotations
+    return md
+
+
+@pytest.mark.parametrize("annotations,wrong", [
+    ({FLEET_PREFIX: "hpa", f"{FLEET_PREFIX}-max-replicas": "4"}, FLEET_PREFIX),
+    ({f"{FLEET_PREFIX}-max-replicas": "4"}, FLEET_PREFIX),
+    ({FLEET_PREFIX: "keda"}, f"{FLEET_PREFIX}-max-replicas"),
+    ({**ON, f"{FLEET_PREFIX}-max-replicas": "11"}, f"{FLEET_PREFIX}-max-replicas"),  # spec.replicas is 1..10
+    ({**ON, f"{FLEET_PREFIX}-min-replicas": "0"}, f"{FLEET_PREFIX}-min-replicas"),
+    ({**ON, f"{FLEET_PREFIX}-min-replicas": "5"}, f"{FLEET_PREFIX}-min-replicas"),
+    ({**ON, f"{FLEET_PREFIX}-threshold": "nan"}, f"{FLEET_PREFIX}-threshold"),
+    ({**ON, f"{FLEET_PREFIX}-query": " "}, f"{FLEET_PREFIX}-query"),
+    ({**ON, f"{FLEET_PREFIX}-maximum": "4"}, f"{FLEET_PREFIX}-maximum"),
+])
+def test_a_wrong_fleet_policy_is_refused_at_validation_naming_its_annotation(annotations, wrong):
+    settings, errors = parse_fleet(annotations)
+    assert settings is None and wrong in [key for key, _ in errors]
+    loaded = run(annotated(annotations))
+    assert any(f"metadata.annotations[{wrong}]:" in str(e) for e in loaded.errors), [str(e) for e in loaded.errors]
+
+
+def test_both_axes_are_read_apart():
+    both = {**ON, "modelplane.ai/autoscaling": "keda", "modelplane.ai/autoscaling-max-copies": "3"}
+    fleet_axis, errors = parse_fleet(both)
+    copies, copy_errors = parse(both)
+    assert not errors and not copy_errors
+    assert (fleet_axis.min_replicas, fleet_axis.max_replicas) == (1, 4) and copies.max_copies == 3
+
+
+def test_a_scaled_object_targets_the_deployment_through_the_aggregated_api_and_is_valid_for_keda():
+    md = annotated({**ON, f"{FLEET_PREFIX}-min-replicas": "2", f"{FLEET_PREFIX}-threshold": "7"})
+    objects, problems = scaled_objects(fleet_of(GATEWAY, md), lambda ns: f"endpoints-{ns}")
+    assert problems == []
+    [scaler] = objects["ml-team"]
+    assert scaler["spec"]["scaleTargetRef"] == {"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment",
+                                                "name": "qwen"}
+    assert (scaler["spec"]["minReplicaCount"], scaler["spec"]["maxReplicaCount"]) == (2, 4)
+    [trigger] = scaler["spec"]["triggers"]
+    assert trigger["metadata"]["serverAddress"] == GATEWAY["metadata"]["annotations"][FLEET_PROMETHEUS]
+    assert trigger["metadata"]["threshold"] == "7"
+    assert trigger["metadata"]["query"] == default_query("ml-team", "qwen")
+    assert check(scaler) == []  # KEDA's own CRD (workloads/crds/upstream/keda.sh_scaledobjects.yaml)
+    broken = copy.deepcopy(scaler)
+    broken["spec"]["scaleTargetRef"].pop("name")
+    assert any("name" in p for p in check(broken))
+
+
+def test_the_default_query_sums_over_clusters_and_matches_only_this_deployments_pods():
+    import re
+
+    query = default_query("ml-team", "qwen")
+    assert query.startswith("sum(") and "cluster" not in query
+    pattern = re.search(r'pod=~"([^"]+)"', query).group(1)
+    assert re.fullmatch(pattern, "qwen-a02c0-vllm-5d8f-xyz")
+    assert not re.fullmatch(pattern, "qwen-big-a02c0-vllm-xyz")  # another deployment sharing the prefix
+
+
+@pytest.mark.parametrize("drop,missing", [(AGGREGATED, "aggregated API"), (FLEET_PROMETHEUS, "fleet's Prometheus")])
+def test_without_the_aggregated_api_or_the_fleet_prometheus_render_says_what_is_missing(drop, missing):
+    gateway = copy.deepcopy(GATEWAY)
+    for key in [k for k in gateway["metadata"]["annotations"] if k.startswith(drop)]:
+        del gateway["metadata"]["annotations"][key]
+    objects, problems = scaled_objects(fleet_of(gateway, annotated(ON)), lambda ns: f"endpoints-{ns}")
+    assert objects == {} and len(problems) == 1
+    assert missing in problems[0].message and problems[0].source == "endpoints-ml-team"
+
+
+def test_render_puts_the_scaled_object_in_the_namespaces_endpoints_stack_with_its_namespace():
+    _, result = rendered(GATEWAY, gpu_class("l4", 1, "23034Mi"), cluster("c1", pools=(("gpu", "l4", 4),)),
+                         annotated(ON))
+    assert not result.problems, [str(p) for p in result.problems]
+    endpoints = result.stacks["endpoints-ml-team"]["control-plane"]
+    assert [o["kind"] for o in endpoints] == ["ScaledObject"]
+    team = result.stacks["team-ml-team.c1"]["c1"]
+    assert any(o["kind"] == "Namespace" and o["metadata"]["name"] == "ml-team" for o in team)
+
+
+def test_keda_drives_the_scale_subresource_as_its_scale_client_does(tmp_path):
+    """KEDA's scale client GETs the Scale (autoscaling/v1) to read spec.replicas, then PUTs it back with the new
+    spec.replicas and the resourceVersion it read; the deployment follows, and a stale Scale is a 409."""
+    with ThreadServer(tmp_path) as server:
+        seed_fleet(server, gpus=8)
+        with server.client(TEAM_A) as team:
+            md = annotated(ON, namespace="team-a")
+            refused = team.put(f"{API}/namespaces/team-a/modeldeployments/qwen", json=md)
+            assert refused.status_code == 422 and "fleet autoscaling needs" in refused.text  # no aggregated API yet
+            with server.client(ADMIN) as admin:
+                assert admin.put(f"{API}/inferencegateways/default", json=GATEWAY).status_code == 201
+            created = team.put(f"{API}/namespaces/team-a/modeldeployments/qwen", json=md)
+            assert created.status_code == 201, created.text
+            url = f"{API}/namespaces/team-a/modeldeployments/qwen/scale"
+            scale = team.get(url)
+            assert scale.status_code == 200, scale.text
+            body = scale.json()
+            assert (body["apiVersion"], body["kind"], body["spec"]["replicas"]) == ("autoscaling/v1", "Scale", 1)
+            body["spec"]["replicas"] = 3
+            put = team.put(url, json=body)
+            assert put.status_code == 200, put.text
+            assert put.json()["spec"]["replicas"] == 3 and put.json()["apiVersion"] == "autoscaling/v1"
+            assert team.get(f"{API}/namespaces/team-a/modeldeployments/qwen").json()["spec"]["replicas"] == 3
+            stale = team.put(url, json=body)  # the resourceVersion KEDA read is gone: it reads again, as client-go
+            assert stale.status_code == 409, stale.text
+            again = team.get(url).json()
+            again["spec"]["replicas"] = 11  # past spec.replicas' bound: refused, nothing stored
+            assert team.put(url, json=again).status_code == 422
+            assert team.get(url).json()["spec"]["replicas"] == 3
