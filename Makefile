@@ -28,14 +28,16 @@ test: $(STAMP) browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-# The portal's browser and PostgreSQL tests need Debian's chromium, chromium-driver and postgresql;
-# installed here when missing (as root, as on CI). Without them those tests fail and say what to install.
+# The portal's browser, PostgreSQL and kubectl tests need Debian's chromium, chromium-driver, postgresql and
+# kubernetes-client (kubectl); installed here when missing (as root, as on CI). Without them those tests fail and
+# say what to install.
 browser:
-	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v kubectl >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium, chromium-driver and postgresql for the portal's tests"; \
-	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver postgresql >/dev/null; \
-	  else echo "note: install chromium, chromium-driver and postgresql (Debian packages) to run the portal's tests"; fi; \
+	    echo "installing chromium, chromium-driver, postgresql and kubernetes-client for the portal's tests"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver postgresql \
+	      $$(command -v kubectl >/dev/null 2>&1 || echo kubernetes-client) >/dev/null; \
+	  else echo "note: install chromium, chromium-driver, postgresql and kubernetes-client (Debian packages) to run the portal's tests"; fi; \
 	fi
 
 bench: $(STAMP)

@@ -56,10 +56,23 @@ def apply(paths, server, token_file) -> None:
               help="The recorded state and default Pulumi backend, shared with `modelplane up` run in the same folder.")
 @click.option("--backend", metavar="URL", default=None,
               help="Pulumi backend (default: file://<state>/backend, or PULUMI_BACKEND_URL), as for `modelplane up`.")
+@click.option("--tls-cert", "tls_cert", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Serve https with this PEM certificate (chain) file; with --tls-key.")
+@click.option("--tls-key", "tls_key", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="The PEM private key of --tls-cert.")
+@click.option("--tls-self-signed", "tls_self_signed", is_flag=True,
+              help="Serve https with a CA and certificate made for localhost (kept under --data-dir/tls; a kubeconfig's "
+                   "certificate-authority is the printed ca.crt).")
+@click.option("--requestheader-client-ca", "requestheader_ca", default=None,
+              type=click.Path(dir_okay=False, exists=True),
+              help="Serve as an aggregated API: believe X-Remote-User/X-Remote-Group from clients whose TLS certificate "
+                   "this CA signed (the cluster's front proxy), and ask the cluster (SubjectAccessReview) what they may do.")
+@click.option("--requestheader-allowed-names", "allowed_names", default="", metavar="CN,...",
+              help="The front proxy certificate's common names to accept (default: any the CA signed).")
 @executor_options("local: Pulumi engines on this host; operator: accepted changes become Stack objects on the "
                    "control-plane cluster's Pulumi Kubernetes Operator (no cloud credential on this host).")
-def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend, executor,
-          operator_settings) -> None:
+def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend, tls_cert, tls_key,
+          tls_self_signed, requestheader_ca, allowed_names, executor, operator_settings) -> None:
     """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
     from pathlib import Path
 
@@ -79,11 +92,32 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
         operator_executor(operator_settings, None)  # the settings and the cluster are checked before listening
         runner = operator_runner(operator_settings)
         how = "applying through the Pulumi Kubernetes Operator"
-    banner = f"modelplane portal on http://{host}:{port} ({how})"
+    if tls_self_signed and (tls_cert or tls_key):
+        click.echo("error: give --tls-self-signed or --tls-cert and --tls-key, not both", err=True)
+        raise SystemExit(2)
+    if bool(tls_cert) != bool(tls_key):
+        click.echo("error: --tls-cert and --tls-key go together", err=True)
+        raise SystemExit(2)
+    tls = (Path(tls_cert), Path(tls_key)) if tls_cert else None
+    banner = f"modelplane portal on {'https' if tls or tls_self_signed else 'http'}://{host}:{port} ({how})"
+    if tls_self_signed:
+        from automation.portal.tls import self_signed
+
+        made = self_signed(Path(data_dir), host)
+        tls = (made.cert, made.key)
+        banner += f"\nTLS certificate {made.cert}, signed by the CA {made.ca} (a kubeconfig's certificate-authority)"
+    front_proxy = None
+    if requestheader_ca:
+        from automation.portal.front_proxy import FrontProxySettings
+
+        if tls is None:
+            click.echo("error: --requestheader-client-ca needs TLS (--tls-cert and --tls-key)", err=True)
+            raise SystemExit(2)
+        front_proxy = FrontProxySettings(Path(requestheader_ca), tuple(n for n in allowed_names.split(",") if n))
     try:
         run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
                    Path(state_dir), backend, announce=lambda: click.echo(banner), runner=runner,
-                   parallel=OPERATOR_PARALLEL if runner is not None else 2)
+                   parallel=OPERATOR_PARALLEL if runner is not None else 2, tls=tls, front_proxy=front_proxy)
     except (StartupError, TokensFileError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

@@ -21,7 +21,7 @@ from automation.portal.auth import Tokens, TokensFile
 from automation.portal.front_proxy import ClusterReviewer, FrontProxy, FrontProxySettings
 from automation.portal.guard import Guard, SignInLimiter
 from automation.portal.portal import Portal
-from automation.portal.routes import composed, health, objects, page, runs, verbs
+from automation.portal.routes import authz, composed, discovery, health, objects, openapi, page, runs, verbs
 from automation.portal.store import Store
 from fleet.errors import ModelplaneError
 
@@ -110,7 +110,8 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
         app.add_middleware(FrontProxy, ca_file=front_proxy.ca_file, allowed_names=front_proxy.allowed_names,
                            reviewer=front_proxy.reviewer or ClusterReviewer())
     errors.install(app)
-    for router in (health.router, composed.router, objects.router, verbs.router, runs.router, page.router):
+    for router in (health.router, discovery.router, openapi.router, authz.router, composed.router, objects.router,
+                   verbs.router, runs.router, page.router):
         app.include_router(router)  # in this order: the composed kinds' paths before the generic {plural} ones
     return app
 
@@ -137,11 +138,24 @@ def listening_socket(host: str, port: int):
     return sock
 
 
+def checked_tls(cert: Path, key: Path) -> None:
+    """A certificate and key that do not load (or do not match) are one line before listening, not a traceback."""
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"cannot use TLS certificate {cert} with key {key}: {exc.strerror or exc}") from None
+
+
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
           worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None,
-          announce=None, runner=None, parallel: int = 2) -> None:
+          announce=None, runner=None, parallel: int = 2, tls: tuple[Path, Path] | None = None,
+          front_proxy: FrontProxySettings | None = None) -> None:
     """Run the portal; `announce()` is called once it listens (a banner that never precedes a startup error).
-    `runner`: how accepted changes are applied (a worker RunnerFactory; default: Pulumi engines on this host)."""
+    `runner`: how accepted changes are applied (a worker RunnerFactory; default: Pulumi engines on this host).
+    `tls`: (certificate, key) files to serve https with (kubectl sends a bearer token over TLS only).
+    `front_proxy`: believe the API server's front proxy (an aggregated API, front_proxy.py); needs `tls`."""
     import signal
 
     import uvicorn
@@ -155,6 +169,8 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
         store = Store(database or f"sqlite:///{(data_dir / 'portal.db').resolve()}")
     except (OSError, StoreError) as exc:
         raise StartupError(str(exc)) from None
+    if tls is not None:
+        checked_tls(*tls)
     sock = listening_socket(host, port)
     if announce is not None:
         announce()
@@ -162,14 +178,16 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
         signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
     fewer_collections()  # the portal's own process holds the fleet and its capacity ledger (placing.py)
     replanner = ReplanWorker()
-    app = create_app(store, tokens, apply, replan_worker=replanner)
+    app = create_app(store, tokens, apply, replan_worker=replanner, front_proxy=front_proxy)
     worker = (Worker(store, state_dir, interval=worker_interval, runner=runner or pulumi_runner(backend),
                      parallel=parallel) if apply else None)
     if worker:
         worker.start()
     try:
         # uvicorn handles SIGINT and SIGTERM (a graceful stop) and leaves SIGHUP to us
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", ssl_certfile=tls[0] if tls else None,
+                                      ssl_keyfile=tls[1] if tls else None,
+                                      **(front_proxy.uvicorn() if front_proxy else {}))).run(sockets=[sock])
     finally:
         replanner.close()
         if worker:

@@ -101,8 +101,22 @@ def respond(portal: Portal, who: Principal, kind: str, namespace: str | None, re
         raise ApiError(400, "BadRequest", "timeoutSeconds must be a whole number of seconds")
     seconds = min(int(timeout), MAX_TIMEOUT) if timeout else DEFAULT_TIMEOUT
     bookmarks = params.get("allowWatchBookmarks") == "true"
-    stream = events(portal, who, kind, namespace, int(version) or None, seconds, bookmarks, matches)
+    shown = shape(request, kind)
+    stream = events(portal, who, kind, namespace, int(version) or None, seconds, bookmarks, matches, shown)
     return StreamingResponse(stream, media_type="application/json")
+
+
+def shape(request: Request, kind: str) -> Callable[[dict], dict]:
+    """Each event's object as it is, or as a Table of one row when the client asks for Tables (`kubectl get -w`
+    does, and prints the server's columns), as the API server answers a watch."""
+    from automation.portal import tables
+
+    as_table = tables.table_version(request.headers.get("accept", ""))
+    if not as_table:
+        return lambda body: body
+    include = tables.include_object(request.query_params.get("includeObject"))
+    return lambda body: tables.table(kind, [body], as_table, include,
+                                     {"resourceVersion": body["metadata"].get("resourceVersion", "")})
 
 
 def line(kind_of_event: str, obj: dict) -> bytes:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from automation.portal.deps import Objects, Who, queued
+from automation.portal.listing import answer_list, answer_object, list_query
 from automation.portal.portal import Portal
 from automation.portal.service import API, ApiError
 
@@ -20,21 +21,23 @@ def read_only(plural: str) -> ApiError:
 
 
 @router.get("/namespaces/{namespace}/modelreplicas")
-def list_replicas(namespace: str, who: Who, portal: Objects):
+def list_replicas(namespace: str, request: Request, who: Who, portal: Objects):
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
+    query = list_query(request)
     with portal.store.read() as conn:
         items = portal.composed_in(namespace, "ModelReplica", conn)
-    return JSONResponse({"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplicaList", "items": items})
+        version = portal.store.get_state(conn, "resourceVersion") or "0"
+    return answer_list(request, query, "ModelReplica", items, version)
 
 
 @router.get("/namespaces/{namespace}/modelreplicas/{name}")
-def get_replica(namespace: str, name: str, who: Who, portal: Objects):
+def get_replica(namespace: str, name: str, request: Request, who: Who, portal: Objects):
     if who.can_see(namespace):
         with portal.store.read() as conn:
             found = [o for o in portal.composed_in(namespace, "ModelReplica", conn) if o["metadata"]["name"] == name]
         if found:
-            return JSONResponse(found[0])
+            return answer_object(request, found[0])
     raise ApiError(404, "NotFound", f"modelreplicas {name[:80]!r} not found")
 
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from automation.planning.conditions import composed
 from automation.portal import watch
 from automation.portal.deps import Objects, Who
+from automation.portal.listing import answer_list, answer_object, list_query
 from automation.portal.portal import kind_of
+from automation.portal.resources import RESOURCES
 from automation.portal.service import API, ApiError
 
 router = APIRouter(prefix=API)
@@ -34,20 +37,20 @@ def list_namespaced(namespace: str, plural: str, request: Request, who: Who, por
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
+    query = list_query(request)  # a bad selector or continue token is a 400 before anything is read
     if watch.watching(request):
-        return watch.respond(portal, who, kind, namespace, request)
+        return watch.respond(portal, who, kind, namespace, request, query.matches)
     with portal.store.read() as conn:
         known = portal.observation(conn)  # read once per request
         items = [portal.with_status(b, conn, known) for b in portal.store.list(conn, kind, namespace)]
         if kind == "ModelEndpoint":  # the replicas' endpoints, as the reference composes them
             items += portal.composed_in(namespace, kind, conn, known)
         version = portal.store.get_state(conn, "resourceVersion") or "0"
-    return JSONResponse({"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List",
-                         "metadata": {"resourceVersion": version}, "items": items})
+    return answer_list(request, query, kind, items, version)
 
 
 @router.get("/namespaces/{namespace}/{plural}/{name}")
-def get_namespaced(namespace: str, plural: str, name: str, who: Who, portal: Objects):
+def get_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
@@ -56,29 +59,42 @@ def get_namespaced(namespace: str, plural: str, name: str, who: Who, portal: Obj
         if body is None and kind == "ModelEndpoint":
             body = next((o for o in portal.composed_in(namespace, kind, conn) if o["metadata"]["name"] == name), None)
             if body is not None:
-                return JSONResponse(body)
+                return answer_object(request, body)
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-        return JSONResponse(portal.with_status(body, conn))
+        return answer_object(request, portal.with_status(body, conn))
 
 
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
 
 @router.get("/{plural}")
 def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
-    kind = kind_of(plural, False)
+    """A cluster-scoped kind, or a namespaced one across the namespaces the caller may see (`kubectl get -A`)."""
+    served = RESOURCES.get(plural)
+    if served is None:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural[:100]})")
+    kind = served.kind
+    query = list_query(request)
     if watch.watching(request):
-        return watch.respond(portal, who, kind, None, request)
+        return watch.respond(portal, who, kind, None, request, query.matches)
     with portal.store.read() as conn:
-        items = portal.statuses(portal.store.list(conn, kind), conn)
-    return JSONResponse({"apiVersion": "modelplane.ai/v1alpha1", "kind": f"{kind}List", "items": items})
+        known = portal.observation(conn)
+        items = [] if kind == "ModelReplica" else [portal.with_status(b, conn, known)
+                                                   for b in portal.store.list(conn, kind)]
+        if kind in ("ModelReplica", "ModelEndpoint"):  # composed for every namespace at once
+            items += [o for o in composed(None, known[0], known[1]) if o["kind"] == kind]
+        version = portal.store.get_state(conn, "resourceVersion") or "0"
+    if served.namespaced:
+        items = [o for o in items if who.can_see(o["metadata"].get("namespace") or "")]
+    return answer_list(request, query, kind, items, version)
 
 
 @router.get("/{plural}/{name}")
-def get_cluster(plural: str, name: str, who: Who, portal: Objects):
+def get_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, False)
     with portal.store.read() as conn:
         body = portal.store.get(conn, kind, "", name)
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-        return JSONResponse(portal.with_status(body, conn))
+        return answer_object(request, portal.with_status(body, conn))
+
