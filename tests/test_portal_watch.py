@@ -143,6 +143,19 @@ def test_a_watch_sees_a_write_made_by_another_portal_process_on_the_database(tmp
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "elsewhere")
 
 
+def test_kubectl_get_watch_gets_each_event_as_a_table_row(portal):
+    """kubectl get -w asks for Tables: each event's object is a Table of one row, the server's columns."""
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    with portal.client(TEAM_A) as team, portal.client(TEAM_A) as watcher:
+        watcher.headers["Accept"] = table
+        with watching(watcher, COLLECTION, resourceVersion=version(team)) as events:
+            assert team.post(COLLECTION, json=deployment("tabled", namespace="team-a")).status_code == 201
+            event = next(events)
+    shown = event["object"]
+    assert event["type"] == "ADDED" and shown["kind"] == "Table" and len(shown["rows"]) == 1
+    assert shown["rows"][0]["cells"][0] == "tabled" and shown["columnDefinitions"][0]["name"] == "Name"
+
+
 def test_a_watch_on_one_postgresql_portal_sees_the_writes_made_through_another(tmp_path):
     """Two portal processes on one PostgreSQL database: the watcher's portal learns of the write only from the
     change log in the database."""
