@@ -7,7 +7,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import httpx
 import uvicorn
@@ -94,6 +96,33 @@ def start_process(folder: Path, port: int, extra: list[str], tokens=None) -> sub
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_until_up(f"http://127.0.0.1:{port}")
     return process
+
+
+@contextmanager
+def postgres_portals(folder: Path, count: int = 2, pool_gpus: int = 4) -> Iterator[Callable[[int, str], httpx.Client]]:
+    """`count` portal processes on one PostgreSQL database, with one cluster of `pool_gpus` L4 GPUs stored through the
+    first; yields `client(portal index, token)`."""
+    from tests.manifests import cluster, gpu_class
+    from tests.postgres_server import PostgresServer
+
+    with PostgresServer() as pg:
+        ports = [free_port() for _ in range(count)]
+        processes = [start_process(folder / f"p{i}", port, ["--database", pg.url, "--no-apply"])
+                     for i, port in enumerate(ports)]
+
+        def client(index: int, token: str) -> httpx.Client:
+            return httpx.Client(base_url=f"http://127.0.0.1:{ports[index]}",
+                                headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        try:
+            with client(0, ADMIN) as admin:
+                assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+                assert admin.put(f"{API}/inferenceclusters/c1",
+                                 json=cluster("c1", pools=(("gpu", "l4", pool_gpus),))).status_code == 201
+            yield client
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(10)
 
 
 def put_retrying(client: httpx.Client, url: str, body: dict) -> httpx.Response:

@@ -159,29 +159,10 @@ def test_kubectl_get_watch_gets_each_event_as_a_table_row(portal):
 def test_a_watch_on_one_postgresql_portal_sees_the_writes_made_through_another(tmp_path):
     """Two portal processes on one PostgreSQL database: the watcher's portal learns of the write only from the
     change log in the database."""
-    from tests.manifests import gpu_class
-    from tests.portal_server import free_port, start_process
-    from tests.postgres_server import PostgresServer
+    from tests.portal_server import postgres_portals
 
-    with PostgresServer() as pg:
-        ports = [free_port(), free_port()]
-        processes = [start_process(tmp_path / f"p{i}", port, ["--database", pg.url, "--no-apply"])
-                     for i, port in enumerate(ports)]
-        try:
-            def client(port: int, token: str) -> httpx.Client:
-                return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
-                                    timeout=60)
-
-            with client(ports[0], ADMIN) as admin:
-                assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
-                assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))
-                                 ).status_code == 201
-            with client(ports[0], TEAM_A) as watcher, client(ports[1], TEAM_A) as writer:
-                with watching(watcher, COLLECTION, resourceVersion=version(watcher)) as events:
-                    writes(writer)
-                    seen = [(e["type"], e["object"]["metadata"]["name"]) for e in (next(events) for _ in range(3))]
-        finally:
-            for process in processes:
-                process.terminate()
-                process.wait(10)
+    with postgres_portals(tmp_path) as client, client(0, TEAM_A) as watcher, client(1, TEAM_A) as writer:
+        with watching(watcher, COLLECTION, resourceVersion=version(watcher)) as events:
+            writes(writer)
+            seen = [(e["type"], e["object"]["metadata"]["name"]) for e in (next(events) for _ in range(3))]
     assert seen == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]

@@ -16,8 +16,7 @@ import httpx
 import pytest
 
 from tests.manifests import deployment, member
-from tests.portal_server import ADMIN, API, TEAM_A, ThreadServer, free_port, start_process
-from tests.postgres_server import PostgresServer
+from tests.portal_server import API, TEAM_A, ThreadServer, postgres_portals
 from tests.test_portal import seed_fleet
 
 PAIRS = 30
@@ -93,26 +92,8 @@ def test_a_scale_racing_a_full_put_never_silently_reverts_it_on_sqlite(tmp_path)
 
 
 def test_a_scale_racing_a_full_put_never_silently_reverts_it_across_two_postgresql_portals(tmp_path):
-    with PostgresServer() as pg:
-        ports = [free_port(), free_port()]
-        processes = [start_process(tmp_path / f"p{i}", port, ["--database", pg.url, "--no-apply"])
-                     for i, port in enumerate(ports)]
-        try:
-            def client(port: int, token: str) -> httpx.Client:
-                return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
-                                    timeout=60)
-
-            with client(ports[0], ADMIN) as admin:
-                from tests.manifests import cluster, gpu_class
-
-                assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
-                assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
-            with client(ports[0], TEAM_A) as scaler, client(ports[1], TEAM_A) as putter:
-                reverts, codes = race(scaler, putter)
-        finally:
-            for process in processes:
-                process.terminate()
-                process.wait(10)
+    with postgres_portals(tmp_path) as client, client(0, TEAM_A) as scaler, client(1, TEAM_A) as putter:
+        reverts, codes = race(scaler, putter)
     assert reverts == [], f"{len(reverts)} of {PAIRS} racing pairs silently reverted an acknowledged write: {reverts[:3]}"
     assert codes.count(409) < len(codes) // 2
 
