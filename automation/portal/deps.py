@@ -42,6 +42,15 @@ SignedIn = Annotated[Caller, Depends(caller)]
 Objects = Annotated[Portal, Depends(portal)]
 
 
+def may_write(who: Principal, namespace: str | None, plural: str) -> None:
+    """403 unless `who` may write there: a team in its namespaces, an admin anywhere (the fleet kinds are admins')."""
+    if who.can_write(namespace):
+        return
+    if namespace is None:
+        raise ApiError(403, "Forbidden", f"only admins change {plural}")
+    raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+
+
 async def queued(portal: Portal, write: Callable[..., T], *args: Any) -> T:
     """Run a write on a worker thread once it is its turn in the write queue (429 past its limits): the wait holds
     no thread, so reads keep theirs."""

@@ -7,7 +7,7 @@ import json
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from automation.portal.deps import Objects, Who, queued
+from automation.portal.deps import Objects, Who, may_write, queued
 from automation.portal.listing import answer_list, answer_object, list_query
 from automation.portal.portal import Portal
 from automation.portal.service import API, ApiError
@@ -61,8 +61,7 @@ def get_scale(namespace: str, name: str, who: Who, portal: Objects):
 @router.put("/namespaces/{namespace}/modeldeployments/{name}/scale")
 async def put_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
     """`kubectl scale`: the Scale's spec.replicas becomes the deployment's, through the same checks as a PUT."""
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    may_write(who, namespace, "modeldeployments")
     raw = await request.body()
     return await queued(portal, _rescale, portal, namespace, name, raw)
 

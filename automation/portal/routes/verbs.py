@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import QueryParams
 
-from automation.portal.deps import Objects, Who, queued
+from automation.portal.deps import Objects, Who, may_write, queued
 from automation.portal.portal import kind_of
 from automation.portal.routes.composed import read_only, scale_of
 from automation.portal.routes.objects import respond
@@ -58,8 +58,7 @@ def checked_plural(plural: str, namespaced: bool) -> str:
 @router.put("/namespaces/{namespace}/{plural}/{name}")
 async def put_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, True)
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    may_write(who, namespace, plural)
     return respond(*await queued(portal, portal.put, kind, namespace, name, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
@@ -67,8 +66,7 @@ async def put_namespaced(namespace: str, plural: str, name: str, request: Reques
 @router.put("/{plural}/{name}")
 async def put_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, False)
-    if not who.can_write(None):
-        raise ApiError(403, "Forbidden", f"only admins change {plural}")
+    may_write(who, None, plural)
     return respond(*await queued(portal, portal.put, kind, None, name, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
@@ -78,8 +76,7 @@ async def put_cluster(plural: str, name: str, request: Request, who: Who, portal
 @router.post("/namespaces/{namespace}/{plural}")
 async def create_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
     kind = checked_plural(plural, True)
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    may_write(who, namespace, plural)
     return respond(*await queued(portal, portal.create, kind, namespace, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
@@ -87,8 +84,7 @@ async def create_namespaced(namespace: str, plural: str, request: Request, who: 
 @router.post("/{plural}")
 async def create_cluster(plural: str, request: Request, who: Who, portal: Objects):
     kind = checked_plural(plural, False)
-    if not who.can_write(None):
-        raise ApiError(403, "Forbidden", f"only admins change {plural}")
+    may_write(who, None, plural)
     return respond(*await queued(portal, portal.create, kind, None, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
@@ -106,8 +102,7 @@ async def _patch(portal, kind: str, namespace: str | None, name: str, request: R
 @router.patch("/namespaces/{namespace}/modeldeployments/{name}/scale")
 async def patch_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
     """`kubectl scale` sends a merge patch of the Scale: applied to the Scale as stored, inside the write."""
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    may_write(who, namespace, "modeldeployments")
     body = await queued(portal, portal.scale, namespace, name, None, None, await request.body(),
                         request.headers.get("content-type", ""), manager(request) or "unknown")
     return JSONResponse(scale_of(body))
@@ -118,16 +113,14 @@ async def patch_namespaced(namespace: str, plural: str, name: str, request: Requ
     kind = checked_plural(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    may_write(who, namespace, plural)
     return await _patch(portal, kind, namespace, name, request)
 
 
 @router.patch("/{plural}/{name}")
 async def patch_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = checked_plural(plural, False)
-    if not who.can_write(None):
-        raise ApiError(403, "Forbidden", f"only admins change {plural}")
+    may_write(who, None, plural)
     return await _patch(portal, kind, None, name, request)
 
 
@@ -160,8 +153,7 @@ async def delete_namespaced(namespace: str, plural: str, name: str, request: Req
     kind = checked_plural(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-    if not who.can_write(namespace):
-        raise ApiError(403, "Forbidden", f"{who.name} may not write in namespace {namespace[:80]!r}")
+    may_write(who, namespace, plural)
     preconditions, dry = delete_options(await request.body(), request.query_params)
     return await queued(portal, portal.delete, kind, namespace, name, preconditions, dry)
 
@@ -169,7 +161,6 @@ async def delete_namespaced(namespace: str, plural: str, name: str, request: Req
 @router.delete("/{plural}/{name}")
 async def delete_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = checked_plural(plural, False)
-    if not who.can_write(None):
-        raise ApiError(403, "Forbidden", f"only admins change {plural}")
+    may_write(who, None, plural)
     preconditions, dry = delete_options(await request.body(), request.query_params)
     return await queued(portal, portal.delete, kind, "", name, preconditions, dry)
