@@ -140,3 +140,14 @@ def test_keda_drives_the_scale_subresource_as_its_scale_client_does(tmp_path):
             again["spec"]["replicas"] = 11  # past spec.replicas' bound: refused, nothing stored
             assert team.put(url, json=again).status_code == 422
             assert team.get(url).json()["spec"]["replicas"] == 3
+
+
+def test_the_endpoints_stack_with_a_scaled_object_runs_after_the_gateway_stack_that_serves_its_target():
+    from automation.planning.stacks import desired_state
+
+    fleet = fleet_of(GATEWAY, gpu_class("l4", 1, "23034Mi"), cluster("c1", pools=(("gpu", "l4", 4),)), annotated(ON))
+    specs = desired_state(fleet, control_plane="c1").specs
+    assert "gateway" in specs["endpoints-ml-team"].depends_on  # the APIService KEDA scales through
+    plain = fleet_of(GATEWAY, gpu_class("l4", 1, "23034Mi"), cluster("c1", pools=(("gpu", "l4", 4),)), annotated({}))
+    endpoints = desired_state(plain, control_plane="c1").specs.get("endpoints-ml-team")
+    assert endpoints is None or "gateway" not in endpoints.depends_on

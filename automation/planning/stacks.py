@@ -257,6 +257,8 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
         if spec.kind != "endpoints":
             continue
         for obj in spec.objects.get("control-plane", []):
+            if obj["kind"] == "ScaledObject":  # KEDA scales a ModelDeployment through the gateway stack's APIService
+                spec.depends_on.append("gateway")
             endpoint = obj["metadata"].get("labels", {}).get("modelplane.ai/endpoint")
             serving = served.get((spec.id.namespace or "", endpoint))
             if serving is not None:
