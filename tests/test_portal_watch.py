@@ -166,3 +166,25 @@ def test_a_watch_on_one_postgresql_portal_sees_the_writes_made_through_another(t
             writes(writer)
             seen = [(e["type"], e["object"]["metadata"]["name"]) for e in (next(events) for _ in range(3))]
     assert seen == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]
+
+
+def test_serve_stops_promptly_with_a_watch_open(tmp_path):
+    """A watch lasts up to an hour; a stop waits for open requests only SHUTDOWN_WAIT seconds (it waited for the
+    watch before: make test's kubectl session timed out stopping its portal)."""
+    import subprocess
+
+    from tests.portal_server import free_port, start_process
+
+    port = free_port()
+    process = start_process(tmp_path, port, ["--no-apply"])
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TEAM_A}"},
+                          timeout=60) as team:
+            with team.stream("GET", COLLECTION, params={"watch": "true", "resourceVersion": version(team)}) as response:
+                assert response.status_code == 200
+                process.terminate()  # the watch is still open, and its client still there
+                process.wait(30)  # SHUTDOWN_WAIT is 10 s
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert process.returncode is not None

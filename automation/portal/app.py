@@ -148,6 +148,9 @@ def checked_tls(cert: Path, key: Path) -> None:
         raise StartupError(f"cannot use TLS certificate {cert} with key {key}: {exc.strerror or exc}") from None
 
 
+SHUTDOWN_WAIT = 10  # seconds
+
+
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
           worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None,
           announce=None, runner=None, parallel: int = 2, tls: tuple[Path, Path] | None = None,
@@ -184,8 +187,10 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
     if worker:
         worker.start()
     try:
-        # uvicorn handles SIGINT and SIGTERM (a graceful stop) and leaves SIGHUP to us
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", ssl_certfile=tls[0] if tls else None,
+        # uvicorn handles SIGINT and SIGTERM (a graceful stop) and leaves SIGHUP to us; a stop waits for open
+        # requests at most SHUTDOWN_WAIT seconds (a watch lasts up to an hour; clients resume it elsewhere)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_WAIT,
+                                      ssl_certfile=tls[0] if tls else None,
                                       ssl_keyfile=tls[1] if tls else None,
                                       **(front_proxy.uvicorn() if front_proxy else {}))).run(sockets=[sock])
     finally:
