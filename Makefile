@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing modelplane and its dependencies into $(VENV) (first run takes about a minute)"
+	@echo "installing modelplane and its dependencies into $(VENV) (the first run takes a few minutes: the Pulumi cloud SDKs are large)"
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
