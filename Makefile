@@ -30,8 +30,21 @@ test: $(STAMP) browser
 
 # The portal's browser, PostgreSQL and kubectl tests need Debian's chromium, chromium-driver, postgresql and
 # kubernetes-client (kubectl); installed here when missing (as root, as on CI). Without them those tests fail and
-# say what to install.
-browser:
+# say what to install. Debian's kubectl (1.20, the oldest a user is likely to have) is also unpacked into the
+# virtual environment, so the kubectl session runs with it as well as with the kubectl on PATH when that is newer.
+DEBIAN_KUBECTL := $(VENV)/debian-kubectl/kubectl
+
+browser: $(DEBIAN_KUBECTL)
+
+$(DEBIAN_KUBECTL):
+	@rm -rf $(VENV)/debian-kubectl.tmp && mkdir -p $(VENV)/debian-kubectl.tmp
+	@if command -v apt-get >/dev/null 2>&1; then \
+	  cd $(VENV)/debian-kubectl.tmp && { apt-get download -qq kubernetes-client >/dev/null 2>&1 || \
+	    { [ "$$(id -u)" = "0" ] && apt-get update -qq >/dev/null && apt-get download -qq kubernetes-client >/dev/null; }; } && \
+	  dpkg -x kubernetes-client_*.deb root && mkdir -p ../debian-kubectl && mv root/usr/bin/kubectl ../debian-kubectl/kubectl; \
+	fi; rm -rf $(VENV)/debian-kubectl.tmp
+	@test -x $@ || echo "note: Debian's kubernetes-client could not be unpacked into $(VENV)/debian-kubectl (the kubectl tests say so)"
+
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v kubectl >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing chromium, chromium-driver, postgresql and kubernetes-client for the portal's tests"; \

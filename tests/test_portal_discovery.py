@@ -102,18 +102,34 @@ def test_openapi_v3_describes_each_kind_from_the_models(portal):
         index = client.get("/openapi/v3").json()["paths"]["apis/modelplane.ai/v1alpha1"]["serverRelativeURL"]
         document = client.get(index).json()
         v2 = client.get("/openapi/v2", headers={"Accept": "application/json"}).json()
-        protobuf_only = client.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+        as_protobuf = client.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+        neither = client.get("/openapi/v2", headers={"Accept": "text/html"})
     md = document["components"]["schemas"]["ai.modelplane.v1alpha1.ModelDeployment"]
     assert md["x-kubernetes-group-version-kind"] == [{"group": "modelplane.ai", "kind": "ModelDeployment", "version": "v1alpha1"}]
     model = schema("ModelDeployment")["$defs"]["ModelDeploymentSpec"]["properties"]["replicas"]
     replicas = md["properties"]["spec"]["properties"]["replicas"]
     assert (replicas["type"], replicas["minimum"], replicas["maximum"]) == ("integer", model["minimum"], model["maximum"])
     assert "$ref" not in json.dumps(md)  # inlined, as a CRD's schema is
-    patch = document["paths"][API + "/namespaces/{namespace}/modeldeployments/{name}"].get("patch")
-    if patch is not None:  # declared only when PATCH is served; kubectl then leaves validation to the server
-        assert any(p["name"] == "fieldValidation" for p in patch["parameters"])
+    patch = document["paths"][API + "/namespaces/{namespace}/modeldeployments/{name}"]["patch"]
+    assert any(p["name"] == "fieldValidation" for p in patch["parameters"])  # kubectl then leaves it to the server
     assert v2["definitions"]["ai.modelplane.v1alpha1.ModelDeployment"]["properties"]["spec"]["required"] == ["replicas", "template"]
-    assert protobuf_only.status_code == 406 and protobuf_only.json()["kind"] == "Status"
+    assert neither.status_code == 406 and neither.json()["kind"] == "Status"
+    # as gnostic's protobuf (what kubectl 1.20 reads): the same definitions, with the kind's GVK extension
+    assert as_protobuf.status_code == 200 and as_protobuf.headers["content-type"] == "application/octet-stream"
+    document_pb = protobuf.fields(as_protobuf.content)
+    assert document_pb[1] == [b"2.0"]
+    named = {protobuf.strings(protobuf.fields(entry), {1: "name"})["name"]: protobuf.message(protobuf.fields(entry), 2)
+             for entry in protobuf.message(document_pb, 9)[1] if isinstance(entry, bytes)}
+    assert set(named) == set(v2["definitions"])
+    md_pb = named["ai.modelplane.v1alpha1.ModelDeployment"]
+    extensions = {protobuf.strings(protobuf.fields(e), {1: "name"})["name"]:
+                  json.loads(protobuf.strings(protobuf.message(protobuf.fields(e), 2), {2: "yaml"})["yaml"])
+                  for e in md_pb[31] if isinstance(e, bytes)}
+    assert extensions["x-kubernetes-group-version-kind"] == md["x-kubernetes-group-version-kind"]
+    properties = {protobuf.strings(protobuf.fields(e), {1: "name"})["name"]: protobuf.message(protobuf.fields(e), 2)
+                  for e in protobuf.message(md_pb, 25)[1] if isinstance(e, bytes)}
+    spec_required = [r.decode() for r in properties["spec"][19] if isinstance(r, bytes)]
+    assert spec_required == ["replicas", "template"]
 
 
 # ---- selectors, paging --------------------------------------------------------------------------------------------

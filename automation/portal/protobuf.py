@@ -1,11 +1,16 @@
-"""The two request bodies kubectl sends as protobuf (`application/vnd.kubernetes.protobuf`): SelfSubjectAccessReview
-and SelfSubjectRulesReview. kubectl's typed client for built-in kinds writes protobuf only; it reads the answer by
-its Content-Type, so answers stay JSON. A reader of protobuf's wire format for these few fields, not a library.
+"""Protobuf's wire format, for the few places kubectl speaks only protobuf: the two request bodies it sends as
+`application/vnd.kubernetes.protobuf` (SelfSubjectAccessReview and SelfSubjectRulesReview: kubectl's typed client
+for built-in kinds writes protobuf only, and reads the answer by its Content-Type, so answers stay JSON), and the
+OpenAPI v2 document older kubectl (Debian's 1.20) asks for as protobuf only (`routes/openapi.py` maps the
+document's fields). A reader and a writer of the wire format for these few messages: generating them with protoc
+would mean vendoring gnostic's and Kubernetes' .proto files for a handful of fields.
 
 The Kubernetes envelope: the magic `k8s\\0`, then a runtime.Unknown (1: typeMeta, 2: raw, the object's bytes).
 """
 
 from __future__ import annotations
+
+import struct
 
 from automation.portal.service import ApiError
 
@@ -89,3 +94,32 @@ def review(body: bytes, kind: str) -> dict:
     if 2 in spec:
         out["nonResourceAttributes"] = strings(message(spec, 2), NON_RESOURCE_ATTRIBUTES)
     return {"kind": kind, "spec": out}
+
+
+# -- writing ----------------------------------------------------------------------------------------------------------
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    value &= (1 << 64) - 1  # negative int64s are ten bytes, as protobuf writes them
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def field_bytes(number: int, value: bytes | str) -> bytes:
+    """A length-delimited field: a string, bytes or an encoded message."""
+    data = value.encode() if isinstance(value, str) else value
+    return encode_varint(number << 3 | 2) + encode_varint(len(data)) + data
+
+
+def field_varint(number: int, value: int | bool) -> bytes:
+    return encode_varint(number << 3) + encode_varint(int(value))
+
+
+def field_double(number: int, value: float) -> bytes:
+    return encode_varint(number << 3 | 1) + struct.pack("<d", float(value))

@@ -5,8 +5,9 @@ fields the portal checks.
 Each kind's schema is inlined as a CRD's is (Pydantic's `$defs` are shared names across kinds that may differ), with
 `x-kubernetes-group-version-kind` on it, which is how kubectl finds a kind's schema. The v3 document also lists each
 item path's operations as served; its PATCH declares `fieldValidation`, the parameter kubectl looks for to leave
-validation to the server (the portal always validates strictly). kubectl asks for v2 as protobuf only, which is not
-served (406): kubectl 1.32 reads v3.
+validation to the server (the portal always validates strictly). kubectl 1.32 reads v3; older kubectl (Debian's
+1.20) reads v2 as gnostic's protobuf only (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`), so v2
+is served in that form too: its definitions, which is what `explain` and client-side validation read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from automation.portal import protobuf
 from automation.portal.deps import Who
 from automation.portal.resources import GROUP, RESOURCES, VERSION, Served, path_of, served_verbs
 from automation.portal.service import ApiError
@@ -130,12 +132,85 @@ def accepts_json(request: Request) -> bool:
     return any(p.split(";")[0].strip() in ("application/json", "*/*", "application/*") for p in accept.split(","))
 
 
+# gnostic's openapi_v2.Schema field numbers (google/gnostic openapiv2/OpenAPIv2.proto)
+SCHEMA_STRINGS = {"$ref": 1, "format": 2, "title": 3, "description": 4, "pattern": 13, "discriminator": 26}
+SCHEMA_DOUBLES = {"multipleOf": 6, "maximum": 7, "minimum": 9}
+SCHEMA_BOOLS = {"exclusiveMaximum": 8, "exclusiveMinimum": 10, "uniqueItems": 16, "readOnly": 27}
+SCHEMA_INTS = {"maxLength": 11, "minLength": 12, "maxItems": 14, "minItems": 15, "maxProperties": 17,
+               "minProperties": 18}
+SCHEMA_ANYS = {"default": 5, "example": 30}
+PROTOBUF_V2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+
+
+def any_value(value: Any) -> bytes:
+    """gnostic's Any: the value as YAML (2); JSON is YAML, and kubectl parses it so."""
+    return protobuf.field_bytes(2, json.dumps(value, sort_keys=True))
+
+
+def named(number: int, name: str, value: bytes) -> bytes:
+    """One entry of gnostic's ordered maps (NamedSchema, NamedAny: 1 name, 2 value)."""
+    return protobuf.field_bytes(number, protobuf.field_bytes(1, name) + protobuf.field_bytes(2, value))
+
+
+def schema_protobuf(node: dict) -> bytes:
+    out = bytearray()
+    for key, value in node.items():
+        if key in SCHEMA_STRINGS:
+            out += protobuf.field_bytes(SCHEMA_STRINGS[key], str(value))
+        elif key in SCHEMA_DOUBLES:
+            out += protobuf.field_double(SCHEMA_DOUBLES[key], value)
+        elif key in SCHEMA_BOOLS:
+            out += protobuf.field_varint(SCHEMA_BOOLS[key], bool(value))
+        elif key in SCHEMA_INTS:
+            out += protobuf.field_varint(SCHEMA_INTS[key], int(value))
+        elif key in SCHEMA_ANYS:
+            out += protobuf.field_bytes(SCHEMA_ANYS[key], any_value(value))
+        elif key == "required":
+            out += b"".join(protobuf.field_bytes(19, name) for name in value)
+        elif key == "enum":
+            out += b"".join(protobuf.field_bytes(20, any_value(v)) for v in value)
+        elif key == "additionalProperties":  # AdditionalPropertiesItem: 1 schema, 2 boolean
+            item = protobuf.field_bytes(1, schema_protobuf(value)) if isinstance(value, dict) else \
+                protobuf.field_varint(2, bool(value))
+            out += protobuf.field_bytes(21, item)
+        elif key == "type":  # TypeItem: repeated value
+            types = value if isinstance(value, list) else [value]
+            out += protobuf.field_bytes(22, b"".join(protobuf.field_bytes(1, t) for t in types))
+        elif key == "items":  # ItemsItem: repeated schema
+            items = value if isinstance(value, list) else [value]
+            out += protobuf.field_bytes(23, b"".join(protobuf.field_bytes(1, schema_protobuf(i)) for i in items))
+        elif key == "allOf":
+            out += b"".join(protobuf.field_bytes(24, schema_protobuf(s)) for s in value)
+        elif key == "properties":  # Properties: repeated NamedSchema
+            out += protobuf.field_bytes(25, b"".join(named(1, n, schema_protobuf(s)) for n, s in value.items()))
+        elif key.startswith("x-"):
+            out += named(31, key, any_value(value))
+        # anything else has no field in a v2 Schema (v2 JSON carries only the above)
+    return bytes(out)
+
+
+@lru_cache(maxsize=1)
+def v2_protobuf() -> bytes:
+    """The v2 document as gnostic's openapi_v2.Document: 1 swagger, 2 info (1 title, 2 version), 9 definitions."""
+    info = protobuf.field_bytes(1, "modelplane portal") + protobuf.field_bytes(2, VERSION)
+    definitions_item = b"".join(named(1, name, schema_protobuf(s)) for name, s in definitions(False).items())
+    return protobuf.field_bytes(1, "2.0") + protobuf.field_bytes(2, info) + protobuf.field_bytes(9, definitions_item)
+
+
+def accepted(request: Request, media_type: str) -> bool:
+    accept = request.headers.get("accept", "")
+    return any(p.split(";")[0].strip() == media_type for p in accept.split(","))
+
+
 @router.get("/openapi/v2")
 def openapi_v2(request: Request, who: Who):
-    if not accepts_json(request):
-        raise ApiError(406, "NotAcceptable", "only application/json is served here; kubectl reads /openapi/v3")
-    return JSONResponse({"swagger": "2.0", "info": {"title": "modelplane portal", "version": VERSION}, "paths": {},
-                         "definitions": definitions(False)})
+    if accepts_json(request):
+        return JSONResponse({"swagger": "2.0", "info": {"title": "modelplane portal", "version": VERSION},
+                             "paths": {}, "definitions": definitions(False)})
+    if accepted(request, PROTOBUF_V2):
+        # Go's media-type parser rejects the `@v1.0` in the name; the API server answers octet-stream, as here
+        return Response(v2_protobuf(), media_type="application/octet-stream")
+    raise ApiError(406, "NotAcceptable", f"served as application/json and {PROTOBUF_V2}")
 
 
 @router.get("/openapi/v3")
