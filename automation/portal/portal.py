@@ -271,10 +271,11 @@ class Portal:
 
     def delete(self, kind: str, namespace: str, name: str, preconditions: dict | None = None,
                dry_run: bool = False) -> dict:
-        """DELETE; `preconditions` (DeleteOptions'): the object's uid and resourceVersion must still be these (409)."""
+        """DELETE; `preconditions` (DeleteOptions'): the object's uid and resourceVersion must still be these (409).
+        The answer is the object as it was deleted, as the API server answers for a custom resource (no finalizers
+        here, so it is gone at once)."""
         checked_names(namespace or None, name)
         store, placing = self.store, self.placing
-        answer = {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": kind}}
         try:
             with placing.write(store) as conn:
                 one_deployment = self._placed_alone(conn, kind)
@@ -289,15 +290,15 @@ class Portal:
                         raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {kind} {name!r}: "
                                                         f"Precondition failed: {field} in precondition: {wanted}, "
                                                         f"{field} in object meta: {found}")
-                store.delete(conn, kind, namespace, name)
+                answer = store.delete(conn, kind, namespace, name) or existing
                 if one_deployment:
                     placing.place(store, conn, namespace, name, None)
                 else:
                     self._replan_now(conn, kind, namespace, name, None)
                 if dry_run:
                     raise DryRun((answer, 200, []))
-        except DryRun:
-            return answer
+        except DryRun as dry:
+            return dry.answer[0]
         self.replanner.want() if one_deployment else self.replanner.planned()
         return answer
 

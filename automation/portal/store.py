@@ -247,13 +247,15 @@ class Store:
         self._changed(conn, version, "ADDED" if existing is None else "MODIFIED", kind, namespace, body)
         return body
 
-    def delete(self, conn: Connection, kind: str, namespace: str, name: str) -> None:
+    def delete(self, conn: Connection, kind: str, namespace: str, name: str) -> dict | None:
+        """The object as deleted (None if there was none)."""
         version = self.next_version(conn)  # a deletion is a change of the fleet, as in Kubernetes
         last = self.get(conn, kind, namespace, name)
         conn.execute(objects.delete().where(objects.c.kind == kind, objects.c.namespace == namespace, objects.c.name == name))
         if last is not None:
             last["metadata"]["resourceVersion"] = str(version)  # as the API server's DELETED event says it
             self._changed(conn, version, "DELETED", kind, namespace, last)
+        return last
 
     # ---- the change log, for watches -------------------------------------------------------------------
 
