@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fleet.backends import NVIDIA_DRIVER
 from fleet.inventory import cache_storage_class
+from fleet.topology import cluster_topology
 
 if TYPE_CHECKING:
     from fleet.api.cluster import InferenceCluster
@@ -65,6 +66,13 @@ class GpuPoolArgs(Args):
         return any(d.driver == NVIDIA_DRIVER and d.claim == "DRA" for d in self.devices)
 
 
+class TopologyLevel(Args):
+    """One level of Grove's ClusterTopology: a domain Grove knows and the node label that names it."""
+
+    domain: Literal["region", "zone", "datacenter", "block", "rack", "host", "numa"]
+    key: str
+
+
 class ClusterArgs(Args):
     name: str
     source: Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
@@ -75,11 +83,14 @@ class ClusterArgs(Args):
     pools: list[GpuPoolArgs]
     kubeconfig_secret: str | None = None  # Existing: the config key holding the kubeconfig
     cache_storage_class: str | None = None
+    stack: Literal["Standard", "Dynamo"] = "Standard"
+    topology: list[TopologyLevel] = []  # Grove's ClusterTopology levels, broadest first (fleet/topology.py)
+    model_express: bool = False  # run the ModelExpress server (WeightStreaming)
 
     @property
     def needs_dynamo(self) -> bool:
-        """The Dynamo operator goes only where an NVIDIA pool could run a Dynamo graph."""
-        return any(p.nvidia for p in self.pools)
+        """The Dynamo platform goes where an NVIDIA pool could run a Dynamo graph, and on a Dynamo cluster."""
+        return self.stack == "Dynamo" or any(p.nvidia for p in self.pools)
 
     @property
     def nvidia_driver_root(self) -> str:
@@ -122,16 +133,24 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
 
 def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
     ic = next(c for c in fleet.of("InferenceCluster") if c.name == name)
-    return _cluster_args(ic, {c.name: c for c in fleet.of("InferenceClass")})
+    return _cluster_args(ic, {c.name: c for c in fleet.of("InferenceClass")}, weight_streaming(fleet))
 
 
 def every_cluster_args(fleet: Fleet) -> dict[str, ClusterArgs]:
     """`cluster_args` of every InferenceCluster, in the fleet's order, in one pass."""
     classes = {c.name: c for c in fleet.of("InferenceClass")}
-    return {ic.name: _cluster_args(ic, classes) for ic in fleet.of("InferenceCluster")}
+    streaming = weight_streaming(fleet)
+    return {ic.name: _cluster_args(ic, classes, streaming) for ic in fleet.of("InferenceCluster")}
 
 
-def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass]) -> ClusterArgs:
+def weight_streaming(fleet: Fleet) -> bool:
+    """Whether any deployment asks for WeightStreaming: then every cluster that could serve it runs ModelExpress
+    (decided from the fleet, not from placement, so that a replica moving does not re-run platform stacks)."""
+    return any("WeightStreaming" in (e.capabilities or []) for md in fleet.of("ModelDeployment")
+               for e in md.spec.template.spec.engines)
+
+
+def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], streaming: bool = False) -> ClusterArgs:
     source = ic.spec.cluster.source
     block = getattr(ic.spec.cluster, source.lower())
     pools = []
@@ -170,6 +189,10 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass]) -> C
         labels=dict(ic.metadata.labels or {}), pools=pools,
         kubeconfig_secret=ic.existing_block.secretRef.name if source == "Existing" else None,
         cache_storage_class=cache_storage_class(ic),
+        stack=ic.spec.stack or "Standard",
+        topology=[TopologyLevel.model_validate({"domain": d, "key": k}) for d, k in cluster_topology(ic, classes)],
+        # ModelExpress is part of a Dynamo cluster's stack (PR #406), and wherever WeightStreaming could be served
+        model_express=ic.spec.stack == "Dynamo" or (streaming and any(p.nvidia for p in pools)),
     )
 
 

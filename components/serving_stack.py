@@ -7,7 +7,9 @@ Installed in an order the API server accepts the first time (each step waits for
    first) configured to call the Envoy AI Gateway controller as its extension server, which is
    what lets a Gateway route to InferencePools; LeaderWorkerSet; Node Feature Discovery; the
    NVIDIA DRA driver (after the ResourceQuota GKE needs to admit its critical pods); KEDA;
-   Prometheus; Dynamo (its CRD chart first) only where an NVIDIA pool could run it; on EKS the
+   Prometheus; the Dynamo platform (with Grove and KAI; then its ClusterTopology and, for WeightStreaming, the
+   ModelExpress server: workloads/dynamo_platform.py) where an NVIDIA pool could run it or the cluster's
+   `spec.stack` is Dynamo; on EKS the
    cluster-autoscaler where a pool can grow; MetalLB where the cluster has no cloud load balancer;
 3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
    HTTPRoute attaches to. It waits for an address only where something can give it one.
@@ -25,7 +27,8 @@ import pulumi_kubernetes as k8s
 from components import crds
 from components.args import ClusterArgs
 from components.gateway_resource import Gateway
-from components.versions import Chart, chart
+from components.versions import MODEL_EXPRESS_IMAGE, Chart, chart
+from workloads import dynamo_platform
 from workloads.pods import GPU_NODE_TOLERATIONS
 
 TYPE = "modelplane:cluster:ServingStack"
@@ -90,6 +93,8 @@ def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = Non
                                                   "podMonitorNamespaceSelector": {}}}}
     if key == "traefik":
         return {}
+    if key == "dynamo":
+        return dynamo_platform.platform_values(args.model_express)
     if key == "cluster-autoscaler":
         return dict((facts.autoscaler if facts else None) or {})
     if facts and key in facts.storage_charts:
@@ -206,9 +211,8 @@ class ServingStack(pulumi.ComponentResource):
         install("keda", [cert_manager])
         install("prometheus", [])
         if args.needs_dynamo:
-            install("dynamo-crds", [])
-            # etcd and NATS claim volumes from the default StorageClass
-            install("dynamo", [self.releases["dynamo-crds"], *self.storage_classes])
+            # NATS claims a volume from the default StorageClass; the chart's crds/ install the CRDs
+            self._dynamo(name, args, provider, install("dynamo", [*self.storage_classes]))
         if facts.autoscaler is not None:
             install("cluster-autoscaler", [])
         lb_ready: list = []
@@ -240,6 +244,23 @@ class ServingStack(pulumi.ComponentResource):
                                         depends_on=gateway_deps + [self.gateway_class] + lb_ready))
         self.gateway_address = self.gateway.address
         self.register_outputs({"gatewayAddress": self.gateway_address})
+
+    def _dynamo(self, name: str, args: ClusterArgs, provider: k8s.Provider, platform: k8s.helm.v3.Release) -> None:
+        """After the Dynamo platform: the ClusterTopology its graphs name, and ModelExpress where it runs."""
+        opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[platform])
+        topology = dynamo_platform.cluster_topology([(level.domain, level.key) for level in args.topology])
+        if topology is not None:  # immutable once created: a change of levels replaces it
+            k8s.apiextensions.CustomResource(
+                f"{name}-cluster-topology", api_version=topology["apiVersion"], kind=topology["kind"],
+                metadata=topology["metadata"], spec=topology["spec"],
+                opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                    replace_on_changes=["spec"], delete_before_replace=True)))
+        if args.model_express:
+            deployment, service = dynamo_platform.model_express_objects(MODEL_EXPRESS_IMAGE)
+            k8s.apps.v1.Deployment(f"{name}-model-express", metadata=deployment["metadata"],
+                                   spec=deployment["spec"], opts=opts)
+            k8s.core.v1.Service(f"{name}-model-express", metadata=service["metadata"], spec=service["spec"],
+                                opts=opts)
 
     def _dra_namespace(self, name: str, args: ClusterArgs, provider: k8s.Provider, versions, after: list):
         """The DRA driver's namespace, created here so that GKE's quota for critical pods exists before the release."""

@@ -29,6 +29,9 @@ Monitoring = ("monitoring.coreos.com", ("PodMonitor", "ServiceMonitor", "Prometh
                                        "AlertmanagerConfig", "Probe", "ScrapeConfig", "PrometheusAgent", "ThanosRuler"))
 Dynamo = ("nvidia.com", ("DynamoGraphDeployment", "DynamoComponentDeployment", "DynamoGraphDeploymentRequest",
                          "DynamoGraphDeploymentScalingAdapter", "DynamoModel", "DynamoWorkerMetadata", "DynamoCheckpoint"))
+# Grove (the platform chart's subchart, with its crds/) and what the graphs' topology names.
+Grove = ("grove.io", ("ClusterTopology", "PodClique", "PodCliqueScalingGroup", "PodCliqueSet"))
+GroveScheduler = ("scheduler.grove.io", ("PodGang",))
 MetalLb = ("metallb.io", ("IPAddressPool", "L2Advertisement", "BGPAdvertisement", "BGPPeer", "BFDProfile", "Community"))
 
 
@@ -81,12 +84,14 @@ CHARTS: dict[str, Chart] = {c.key: c for c in (
           serves=("keda.sh/v1alpha1",), webhooks=kinds(Keda)),
     Chart("prometheus", "kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "72.6.2",
           "monitoring", crds=kinds(Monitoring), serves=("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1")),
-    # Dynamo 0.6.x ships its CRDs as a separate chart, installed before the platform.
-    Chart("dynamo-crds", "dynamo-crds", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo", "0.6.1", "dynamo-system",
-          crds=kinds(Dynamo), serves=("nvidia.com/v1alpha1",)),
-    # The platform's etcd and NATS keep state on volumes.
-    Chart("dynamo", "dynamo-platform", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo", "0.6.1", "dynamo-system",
-          skip_crds=True, needs_volumes=True),
+    # Dynamo 1.2.1: its CRDs are in the operator subchart's crds/ (Helm installs them on first install) and the
+    # operator's `crd-apply` init container applies the same CRDs on every upgrade (`dynamo-operator.upgradeCRD`).
+    # They are bundled as workloads/crds/upstream/nvidia.com_dynamographdeployments.yaml (DYNAMO_CRDS_RELEASE); a
+    # test holds the two to one release. Grove (its subchart, with its crds/) gang-schedules multinode components.
+    # NATS keeps state on a volume.
+    Chart("dynamo", "dynamo-platform", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo", "1.2.1", "dynamo-system",
+          crds=kinds(Dynamo, Grove, GroveScheduler), needs_volumes=True,
+          serves=("nvidia.com/v1alpha1", "nvidia.com/v1beta1", "grove.io/v1alpha1", "scheduler.grove.io/v1alpha1")),
     # Traefik's own CRDs are not needed (its kubernetesCRD provider is off) and its Gateway API CRDs are ours.
     Chart("traefik", "traefik", "https://traefik.github.io/charts", "40.2.0", "traefik-system", skip_crds=True),
     # Its webhook validates address pools; before 0.13.7 the controller was ready before the webhook served, so an
@@ -100,6 +105,11 @@ CHARTS: dict[str, Chart] = {c.key: c for c in (
     # EKS: scales managed node groups whose maxNodeCount exceeds nodeCount.
     Chart("cluster-autoscaler", "cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.57.0", "kube-system"),
 )}
+
+# The Dynamo release whose CRDs are bundled (workloads/crds/upstream/NOTICE.md): the pinned chart must be this one.
+DYNAMO_CRDS_RELEASE = "1.2.1"
+# ModelExpress, the weight-streaming server of a Dynamo cluster (ai-dynamo/modelexpress; no chart in Dynamo 1.2.1).
+MODEL_EXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.2.0"
 
 # Pairs that must move together: (chart, its version's major.minor) -> (the chart it runs on, the major.minor
 # of that chart it is built on and tested with). From each project's compatibility matrix and CI.

@@ -10,6 +10,10 @@ provided the engine image is a Dynamo runtime (vLLM, SGLang or TensorRT-LLM) and
 pool it is placed on has NVIDIA devices. The annotation `modelplane.ai/backend:
 llm-d|native` forces those paths where they can serve. A replica whose engines would mix
 Dynamo with another path is served by Dynamo as a whole (one graph, one frontend). An explicit request that cannot hold is a validation error.
+
+On a cluster whose `spec.stack` is Dynamo (the reference's PR #406), a replica with a multi-pod gang is served by
+Dynamo there (its Grove gang-schedules the gang) when its images are Dynamo runtimes, its pools are NVIDIA and
+the deployment does not force llm-d or native: `on_dynamo_stack`, applied per placed replica.
 """
 
 from __future__ import annotations
@@ -102,3 +106,13 @@ def deployment_decisions(md) -> tuple[list[Decision], list[tuple[int, str]]]:
     spec = md.spec.template.spec
     requested = (md.metadata.annotations or {}).get(BACKEND_ANNOTATION)
     return decide([engine_facts(e) for e in spec.engines], spec.mode, requested)
+
+
+def on_dynamo_stack(backends: tuple[tuple[str, str, str], ...], gang: bool, dynamo_images: bool, nvidia: bool,
+                    requested: str | None) -> tuple[tuple[str, str, str], ...]:
+    """The replica's (engine, backend, reason) on a Dynamo-stack cluster; `gang`: an engine spans several pods."""
+    if not gang or not dynamo_images or not nvidia or requested in ("llm-d", "native") or \
+            all(b == "dynamo" for _, b, _ in backends):
+        return backends
+    why = "spec.stack Dynamo on its cluster: Dynamo (with Grove) serves its multi-pod gang; Dynamo runtime images"
+    return tuple((engine, "dynamo", why) for engine, _, _ in backends)

@@ -161,7 +161,7 @@ class FleetLedger:
             load[r.cluster] += 1
             used[r.cluster].add(r.index)
             s.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,  # type: ignore[arg-type]
-                                                 d.backends, "kept", d.engines))
+                                                 s._backends(d, r.cluster, placement), "kept", d.engines))
         missing = d.md.spec.replicas - len(placed)
         if missing <= 0:
             return
@@ -186,5 +186,6 @@ class FleetLedger:
             used[cluster.name].add(index)
             load[cluster.name] += 1
             s.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, replica_name(d.name, cluster.name, index),
-                                                 cluster.name, placement, d.backends, "new", d.engines))
+                                                 cluster.name, placement, s._backends(d, cluster.name, placement),
+                                                 "new", d.engines))
             missing -= 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from fleet.cel import DeviceFacts
 from fleet.quantity import QuantityError, parse_quantity
 from fleet.shapes import HashedOnce, hash_once
+from fleet.topology import nvlink_label
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -40,6 +41,7 @@ class PoolKind(HashedOnce):
     """What one node of a pool offers. Pools of the same class share one kind (and cache entries)."""
 
     devices: tuple[PoolDevice, ...]
+    nvlink_domain: str | None = None  # the node label naming a node's NVLink domain (the class's spec.topology)
 
     __hash__ = hash_once  # used in every cache key
 
@@ -70,6 +72,7 @@ class ClusterView:
     observed: bool = False  # carried a status
     cache_storage_class: str | None = None  # the RWX StorageClass caches stage to; None: caches cannot stage here
     source: str = "Existing"
+    stack: str = "Standard"  # spec.stack: Standard, or Dynamo (fleet/backends.on_dynamo_stack)
 
 
 def device_from_spec(device) -> PoolDevice:
@@ -125,9 +128,12 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
         published = ic.status.gpuPools if ic.status and ic.status.gpuPools else None
         pools = []
         if published is not None:
+            class_of = {np.name: np.className for np in ic.spec.nodePools}
             for gp in published:
-                kind = PoolKind(tuple(device_from_spec(d) for d in gp.devices or []))
-                pools.append(PoolView(ic.name, gp.name, max(gp.nodes or 0, 0), kind))
+                class_name = class_of.get(gp.name)
+                kind = PoolKind(tuple(device_from_spec(d) for d in gp.devices or []),
+                                nvlink_label(classes.get(class_name or "")))
+                pools.append(PoolView(ic.name, gp.name, max(gp.nodes or 0, 0), kind, class_name))
         else:
             for np in ic.spec.nodePools:
                 icl = classes.get(np.className)
@@ -135,9 +141,9 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
                     pools.append(PoolView(ic.name, np.name, 0, PoolKind(()), np.className,
                                           f"InferenceClass {np.className!r} not found"))
                     continue
-                kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices))
+                kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices), nvlink_label(icl))
                 pools.append(PoolView(ic.name, np.name, np.capacity_nodes, kind, np.className))
         views.append(ClusterView(ic.name, dict(ic.metadata.labels or {}), tuple(ic.spec.taints or ()),
                                  ready, not_ready, address, tuple(pools), ic.status is not None,
-                                 cache_storage_class(ic), ic.spec.cluster.source))
+                                 cache_storage_class(ic), ic.spec.cluster.source, ic.spec.stack or "Standard"))
     return views

@@ -112,6 +112,9 @@ class Placer:
                         "but claims GPUs on another pool")
         if not claiming:
             return f"engine {engine.name}: no member claims a DRA device on this pool"
+        if engine.needs_nvlink_domain and not pool.kind.nvlink_domain:
+            return (f"engine {engine.name} is packed into one NVLink domain (NVLinkDomain), but class "
+                    f"{pool.class_name or '?'} of this pool declares none (spec.topology.nvlinkDomainLabel)")
         if engine.needs_nvidia:
             drivers = sorted({pool.kind.devices[e].facts.driver for m in engine.members
                               for e in (self.match(m, pool.kind).empty_node or ()) if pool.kind.devices[e].claimable})

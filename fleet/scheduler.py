@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from fleet.api.deployment import ModelDeployment
+from fleet.backends import BACKEND_ANNOTATION, NVIDIA_DRIVER, dynamo_framework, on_dynamo_stack
 from fleet.cel import CelEvaluator
 from fleet.inventory import ClusterView, build_clusters
 from fleet.names import replica_name
@@ -60,6 +61,8 @@ class _Deployment:
     size: int  # DRA devices per replica, for ordering
     shape_id: int = 0  # interned engines: cheap cache keys
     backends: tuple = ()
+    dynamo_images: bool = False  # every engine image is a Dynamo runtime (fleet/backends.on_dynamo_stack)
+    requested: str | None = None  # the modelplane.ai/backend annotation
     cache: str | None = None  # "ns/name" of the ModelCache its pods mount
     source: str = ""  # the ModelDeployment as JSON: everything the deployment's placement depends on, as a key
 
@@ -305,6 +308,9 @@ class Scheduler:
                         tuple(spec.tolerations or ()), blocked, _size(engines))
         d.shape_id = shape_id
         d.backends = tuple((e.name, e.backend, e.backend_reason) for e in engines)
+        d.dynamo_images = all(dynamo_framework(c.image) for e in spec.engines for m in e.members
+                              for c in m.template.spec.containers)
+        d.requested = (md.metadata.annotations or {}).get(BACKEND_ANNOTATION)
         d.cache = f"{md.namespace}/{spec.modelCacheRef.name}" if spec.modelCacheRef else None
         return d
 
@@ -318,8 +324,16 @@ class Scheduler:
         self.plan.dropped.append(Dropped(d.key, r.name, r.cluster, r.index, reason))
         self._note(d, f"replica {r.name} ({r.cluster}#{r.index}) dropped: {reason}")
 
-    def _backends(self, d: _Deployment) -> tuple[tuple[str, str, str], ...]:
-        return d.backends
+    def _backends(self, d: _Deployment, cluster: str, placement) -> tuple[tuple[str, str, str], ...]:
+        """The replica's serving paths on that cluster: the deployment's, unless the cluster's stack is Dynamo."""
+        view = self.by_name.get(cluster)
+        if view is None or view.stack != "Dynamo":
+            return d.backends
+        pools = {p.name: p for p in view.pools}
+        nvidia = all(dev.facts.driver == NVIDIA_DRIVER for e in placement.engines if e.pool in pools
+                     for dev in pools[e.pool].kind.devices if dev.claimable)
+        gang = any(tuple(m.role for m in e.members) != ("Standalone",) for e in d.engines)
+        return on_dynamo_stack(d.backends, gang, d.dynamo_images, nvidia, d.requested)
 
     def _intern_state(self, cluster: str) -> int:
         key = tuple((name, state.key()) for name, state in self.states[cluster].items())
@@ -541,7 +555,7 @@ class Scheduler:
                 loads[d.key][r.cluster] += 1
                 indices[d.key][r.cluster].add(r.index)
                 self.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,
-                                                        self._backends(d), "kept", d.engines))
+                                                        self._backends(d, r.cluster, placement), "kept", d.engines))
                 self._note(d, f"replica {r.name} kept on {r.cluster}#{r.index}")
             missing = d.md.spec.replicas - len(kept_by_deployment.get(d.key, []))
             if missing <= 0:
@@ -586,7 +600,7 @@ class Scheduler:
                 loads[d.key][cluster.name] += 1
                 name = replica_name(d.name, cluster.name, index)
                 self.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, name, cluster.name, placement,
-                                                        self._backends(d), "new", d.engines))
+                                                        self._backends(d, cluster.name, placement), "new", d.engines))
                 if self.explain:
                     self._explain_choice(d, name, cluster.name, best[0], sorted(tried))
                     explained.add(d.key)
@@ -611,9 +625,16 @@ class Scheduler:
         kept = self._retain()
         kept_by_deployment = self._charge_kept(kept)
         self._fill(kept_by_deployment)
+        # a Dynamo-stack cluster may serve a replica otherwise than its deployment says: say which
+        other = defaultdict(list)
+        for r in self.plan.replicas if self.explain else ():
+            other[r.key].append(r)
         for d in self.deployments:
-            for engine, backend, reason in self._backends(d):
+            for engine, backend, reason in d.backends:
                 self._note(d, f"engine {engine}: {backend} ({reason})")
+            for r in other.get(d.key, ()):
+                if r.backends != d.backends:
+                    self._note(d, f"replica {r.name} on {r.cluster}: {r.backends[0][1]} ({r.backends[0][2]})")
         self.plan.replicas.sort(key=lambda r: (r.key, r.cluster, r.index))
         self.plan.unscheduled.sort(key=lambda u: u.deployment)
         self.plan.dropped.sort(key=lambda x: (x.deployment, x.cluster, x.index, x.name))

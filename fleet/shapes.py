@@ -51,6 +51,7 @@ class EngineShape(HashedOnce):
     backend: str = "native"
     backend_reason: str = ""
     needs_nvidia: bool = False  # Dynamo-served: only pools whose claimed devices are NVIDIA
+    needs_nvlink_domain: bool = False  # packed into one NVLink domain: only pools whose class names one
 
     __hash__ = hash_once
 
@@ -78,7 +79,7 @@ def engine_shapes(md) -> tuple[EngineShape, ...]:
     floor = autoscaling.max_copies if autoscaling else 0
     return tuple(
         EngineShape(e.name, max(e.copies, floor), e.phase, tuple(member_shape(m) for m in e.members),
-                    d.backend, d.reason, d.needs_nvidia)
+                    d.backend, d.reason, d.needs_nvidia, "NVLinkDomain" in (e.capabilities or ()))
         for e, d in zip(md.spec.template.spec.engines, decisions)
     )
 

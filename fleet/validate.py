@@ -26,6 +26,7 @@ from fleet.api.common import metadata_rules
 from fleet.loader import Document, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
+from fleet.topology import nvlink_label, topology_conflicts
 
 MODELPLANE_GROUP = "modelplane.ai"
 REFERENCE_ONLY_GROUP = "infrastructure.modelplane.ai"
@@ -322,6 +323,9 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
                 elif prov.provider != source:
                     out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} provisions for "
                                              f"{prov.provider}, but this cluster's source is {source}"))
+        for message in topology_conflicts(ic, classes):
+            out.append(fleet.problem(ic, ("spec", "nodePools"), message))
+    out += _nvlink_problems(fleet, classes)
     out += _selector_warnings(fleet, classes)
     out += _tenancy_problems(fleet)
     out += _secret_warnings(fleet)
@@ -345,6 +349,24 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
 CLOUD_CREDENTIALS = {"gke": "gcloud application default credentials", "eks": "the AWS credential chain",
                      "aks": "the Azure CLI login or environment credentials", "nebius": "the nebius CLI profile",
                      "vultr": "VULTR_API_KEY"}
+
+
+def _nvlink_problems(fleet: Fleet, classes: dict) -> list[Problem]:
+    """An engine packed into an NVLink domain needs a pool whose class names the NVLink-domain label."""
+    pools = [(ic.name, p.name, p.className) for ic in fleet.of("InferenceCluster") for p in ic.spec.nodePools]
+    if any(nvlink_label(classes.get(c)) for _, _, c in pools):
+        return []  # placement keeps such engines on those pools, and says why per pool
+    out = []
+    for md in fleet.of("ModelDeployment"):
+        for i, engine in enumerate(md.spec.template.spec.engines):
+            if "NVLinkDomain" in (engine.capabilities or []):
+                named = ", ".join(f"{c}/{p} (class {k})" for c, p, k in pools[:5]) + (" ..." if len(pools) > 5 else "")
+                out.append(fleet.problem(md, ("spec", "template", "spec", "engines", i, "capabilities"),
+                                         f"engine {engine.name} is packed into one NVLink domain (NVLinkDomain), but "
+                                         f"no pool's class declares one: {named or 'the fleet has no pools'} (set "
+                                         "spec.topology.nvlinkDomainLabel on the InferenceClass, e.g. "
+                                         "nvidia.com/gpu.clique)"))
+    return out
 
 
 def _secret_warnings(fleet: Fleet) -> list[Problem]:

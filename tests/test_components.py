@@ -156,7 +156,7 @@ def test_serving_stack_releases_crds_and_gateway(example_fleet):
     releases = {inputs(r)["name"]: inputs(r) for r in of_type(resources, "kubernetes:helm.sh/v3:Release")}
     assert set(releases) == {"mp-cert-manager", "mp-envoy-gateway-crds", "mp-envoy-gateway", "mp-ai-gateway-crds",
                              "mp-ai-gateway", "mp-lws", "mp-node-feature-discovery", "mp-nvidia-dra-driver", "mp-keda",
-                             "mp-prometheus", "mp-dynamo-crds", "mp-dynamo"}
+                             "mp-prometheus", "mp-dynamo"}
     # Envoy Gateway calls the Envoy AI Gateway controller to serve InferencePool backends
     manager = releases["mp-envoy-gateway"]["values"]["config"]["envoyGateway"]["extensionManager"]
     assert manager["backendResources"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}]

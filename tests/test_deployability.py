@@ -269,6 +269,12 @@ def _served(api: str):
                  stack("model-ml.qwen", [k(api, "LeaderWorkerSet", "qwen-0", "ml")], depends_on=("platform-c1",)))
 
 
+def _dynamo_graph(api: str):
+    """A graph on a cluster with the pinned Dynamo platform (1.2.1 serves nvidia.com v1alpha1 and v1beta1)."""
+    return graph(stack("platform-c1", [release("dynamo", "dynamo-system")]),
+                 stack("model-ml.qwen", [k(api, "DynamoGraphDeployment", "qwen-0", "ml")], depends_on=("platform-c1",)))
+
+
 def _served_by_crd(api: str):
     definition = k("apiextensions.k8s.io/v1", "CustomResourceDefinition", "widgets.example.com",
                    spec={"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"},
@@ -292,6 +298,8 @@ ROWS = [
     ("webhook-ready", _metallb, lambda: _metallb(skip_await=True), "does not wait for its pods"),
     ("served-version", lambda: _served("leaderworkerset.x-k8s.io/v1"), lambda: _served("leaderworkerset.x-k8s.io/v1alpha1"),
      "LeaderWorkerSet leaderworkerset.x-k8s.io/v1alpha1 is not served on c1"),
+    ("served-version", lambda: _dynamo_graph("nvidia.com/v1beta1"), lambda: _dynamo_graph("nvidia.com/v1beta2"),
+     "DynamoGraphDeployment nvidia.com/v1beta2 is not served on c1 (its CRD serves nvidia.com/v1alpha1, nvidia.com/v1beta1)"),
     ("served-version", lambda: _served_by_crd("example.com/v1"), lambda: _served_by_crd("example.com/v1beta1"),
      "its CRD serves example.com/v1"),
     ("compatible-versions", lambda: _pair("v1.6.2"), lambda: _pair("v1.9.0"), "built on envoy-gateway 1.6.x"),
@@ -413,10 +421,6 @@ def _generated_fleet(tmp_path: pathlib.Path, gateway: str, host_source: str) -> 
     return path
 
 
-DYNAMO_GAP = ("model-ml-team.graph: ml-team/graph-b2058: served-version: DynamoGraphDeployment nvidia.com/v1beta1 is "
-              "not served on b-eks (its CRD serves nvidia.com/v1alpha1)")
-
-
 @pytest.mark.parametrize("gateway,host", [("traefik", "GKE"), ("traefik", "EKS"), ("metallb", "Existing"),
                                           ("traefik", "Existing")])
 def test_generated_fleets_are_deployable(tmp_path, gateway, host):
@@ -431,17 +435,15 @@ def test_generated_fleets_are_deployable(tmp_path, gateway, host):
     types = {r.type for r in resources}
     assert {"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet",
             "kubernetes:apps/v1:Deployment", "kubernetes:gateway.networking.k8s.io/v1:BackendTLSPolicy"} <= types
-    # The one gap left is issue 30's: the pinned dynamo-crds 0.6.1 serves DynamoGraphDeployment v1alpha1 only,
-    # and the graphs are v1beta1 (the API server would answer 404). Until Dynamo is pinned to a release that
-    # serves them, the check refuses the graph: that is what a real `up` would meet.
-    assert [str(v) for v in check_fleet(loaded.fleet, previews)] == [DYNAMO_GAP]
+    # the pinned Dynamo platform (1.2.1) serves the v1beta1 graphs (0.6.1 served v1alpha1 only: a 404 on `up`)
+    assert [str(v) for v in check_fleet(loaded.fleet, previews)] == []
     gateway_stack = next(p for p in previews if p.name == "gateway")
     assert {r.cluster for r in gateway_stack.resources if r.type.startswith("kubernetes:") and r.custom} == {host_name}
 
 
 def test_generated_fleet_without_a_gateway_has_services_that_would_route_nothing(tmp_path):
     """ModelService routes attach to the fleet gateway's Gateway: without an InferenceGateway, say so."""
-    violations = [v for v in _violations([str(_generated_fleet(tmp_path, "none", "GKE"))]) if v != DYNAMO_GAP]
+    violations = _violations([str(_generated_fleet(tmp_path, "none", "GKE"))])
     assert violations and all(": inference-routing: " in v and "modelplane-system/modelplane is not created" in v
                               and v.startswith("service-") for v in violations), violations
 

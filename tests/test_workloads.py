@@ -1,5 +1,7 @@
 """Composition: exact manifests per backend and routing case, and the contracts users rely on."""
 
+import copy
+
 import pytest
 
 from fleet.names import child_name, replica_name
@@ -131,19 +133,32 @@ def test_decode_port_defaults_to_8001_and_user_nixl_env_wins():
     assert env == [{"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "6000"}]
 
 
+def nvl72_class() -> dict:
+    """H100 devices on a class that names the NVLink domain's node label (as GB200/GB300 NVL72 classes do)."""
+    klass = copy.deepcopy(H100)
+    klass["spec"]["topology"] = {"nvlinkDomainLabel": "nvidia.com/gpu.clique"}
+    return klass
+
+
 def test_dynamo_graph_exact():
     md = gang("dyn", image=DYN, workers=1)
     md["spec"]["template"]["spec"]["engines"][0]["capabilities"] = ["KVOffload", "NVLinkDomain"]
-    _, result = rendered(H100, cluster("a", pools=(("h", "h100", 2),)), md)
+    _, result = rendered(nvl72_class(), cluster("a", pools=(("h", "h100", 2),)), md)
     replica = replica_name("dyn", "a", 0)
     graph = one(result, "DynamoGraphDeployment")
     assert graph["metadata"]["name"] == replica and graph["spec"]["backendFramework"] == "vllm"
     frontend, worker = graph["spec"]["components"]
     assert frontend["type"] == "frontend" and frontend["podTemplate"]["spec"]["containers"][0]["image"] == DYN
     assert worker == {**worker, "name": "e", "type": "worker", "replicas": 1, "multinode": {"nodeCount": 2},
-                      "topologyConstraint": {"packDomain": "nvlink"}}
+                      "topologyConstraint": {"packDomain": "block"}}
+    # the NVLink domain is Grove's `block` level of the cluster's ClusterTopology `modelplane`
+    assert graph["spec"]["topologyConstraint"] == {"clusterTopologyName": "modelplane"}
     main = worker["podTemplate"]["spec"]["containers"][0]
     assert main["name"] == "main" and main["resources"] == {"claims": [{"name": "devices"}]}
+    # KVOffload: KVBM's disk tier on a local volume, and udev for cuFile (no sizes set: no size limit, no memory)
+    assert {"name": "DYN_KVBM_DISK_CACHE_DIR", "value": "/kvbm-cache"} in main["env"]
+    assert {"name": "kvbm-cache", "emptyDir": {}} in worker["podTemplate"]["spec"]["volumes"]
+    assert {"name": "udev", "mountPath": "/run/udev", "readOnly": True} in main["volumeMounts"]
     assert worker["podTemplate"]["spec"]["nodeSelector"] == {"modelplane.ai/pool": "h"}
     assert not find(result, "LeaderWorkerSet") and not find(result, "InferencePool")
     route = one(result, "HTTPRoute", stack="model-ml-team.dyn")

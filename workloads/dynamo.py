@@ -5,13 +5,23 @@ component per engine: `worker` in a Unified replica, `prefill`/`decode` in a Pre
 one. A Leader+Worker engine is a multinode component (`nodeCount` = 1 + worker.nodes);
 Dynamo (with Grove where installed) gang-schedules it and injects the multinode wiring, so
 one pod template, the leader's, serves every node. The engine's image, command, args and
-env are the user's; modelplane adds the pool pin, the DRA claim, the cache and labels.
+env are the user's; modelplane adds the pool pin, the DRA claim, the cache and labels, and per capability
+what the platform provides for it (docs/backends.md says which flag stays the user's):
+
+- `NVLinkDomain`: the component packs into one NVLink domain (`packDomain: block`) of the cluster's ClusterTopology
+  `modelplane` (fleet/topology.py; placement keeps such engines on pools whose class names the domain's label).
+- `KVOffload`: KVBM's disk tier on a local volume (`emptyDir` at /kvbm-cache, `DYN_KVBM_DISK_CACHE_DIR`, sized by
+  `DYN_KVBM_DISK_CACHE_GB` when set), `/run/udev` read-only for cuFile, and, when `DYN_KVBM_CPU_CACHE_GB` is set,
+  a memory request of twice that (Dynamo's agg_kvbm example: a 100 GB CPU cache, 200Gi requested).
+- `WeightStreaming`: the cluster runs the ModelExpress server and the operator injects `MODEL_EXPRESS_URL`
+  (workloads/dynamo_platform.py); nothing in the graph.
 """
 
 from __future__ import annotations
 
 from fleet.backends import dynamo_framework
 from fleet.names import bounded
+from fleet.topology import CLUSTER_TOPOLOGY, NVLINK_DOMAIN
 from workloads.context import ReplicaContext
 from workloads.pods import ENGINE_PORT, claim_template, engine_container, pod_template
 
@@ -25,6 +35,31 @@ def graph_name(ctx: ReplicaContext) -> str:
 def frontend_service(ctx: ReplicaContext) -> tuple[str, int]:
     """The Service the Dynamo operator creates for the graph's frontend, and its port."""
     return f"{graph_name(ctx)}-frontend", ENGINE_PORT
+
+
+KVBM_DIR = "/kvbm-cache"
+
+
+def kv_offload(template: dict) -> None:
+    """What KVBM needs from the pod (Dynamo's KVBM guide): a local disk tier and its udev view, host memory."""
+    container = template["spec"]["containers"][0]
+    env = container.setdefault("env", [])
+    given = {e["name"]: e.get("value") for e in env}
+    if "DYN_KVBM_DISK_CACHE_DIR" not in given:
+        env.append({"name": "DYN_KVBM_DISK_CACHE_DIR", "value": KVBM_DIR})
+    disk: dict = {}
+    if (gb := _number(given.get("DYN_KVBM_DISK_CACHE_GB"))) is not None:
+        disk["sizeLimit"] = f"{gb}Gi"
+    template["spec"]["volumes"] += [{"name": "kvbm-cache", "emptyDir": disk},
+                                    {"name": "udev", "hostPath": {"path": "/run/udev", "type": "Directory"}}]
+    container["volumeMounts"] += [{"name": "kvbm-cache", "mountPath": given.get("DYN_KVBM_DISK_CACHE_DIR") or KVBM_DIR},
+                                  {"name": "udev", "mountPath": "/run/udev", "readOnly": True}]
+    if (gb := _number(given.get("DYN_KVBM_CPU_CACHE_GB"))) is not None:
+        container.setdefault("resources", {}).setdefault("requests", {})["memory"] = f"{2 * gb}Gi"
+
+
+def _number(value: str | None) -> int | None:
+    return int(value) if value is not None and value.strip().isdigit() else None
 
 
 def build(ctx: ReplicaContext) -> list[dict]:
@@ -53,14 +88,16 @@ def build(ctx: ReplicaContext) -> list[dict]:
         if worker is not None:
             component["multinode"] = {"nodeCount": 1 + (worker.spec.worker.nodes if worker.spec.worker else 1)}
         if "NVLinkDomain" in (engine.spec.capabilities or []):
-            component["topologyConstraint"] = {"packDomain": "nvlink"}
+            component["topologyConstraint"] = {"packDomain": NVLINK_DOMAIN}
+        if "KVOffload" in (engine.spec.capabilities or []):
+            kv_offload(template)
         components.append(component)
         claim = claim_template(serving, dict(ctx.labels))
         if claim:
             objects.append(claim)
     spec: dict = {"backendFramework": framework, "components": components}
     if any("NVLinkDomain" in (e.spec.capabilities or []) for e in ctx.engines):
-        spec["topologyConstraint"] = {"clusterTopologyName": "modelplane"}
+        spec["topologyConstraint"] = {"clusterTopologyName": CLUSTER_TOPOLOGY}
     objects.append({
         "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
         "metadata": {"name": graph_name(ctx), "namespace": ctx.workload_namespace, "labels": dict(ctx.labels),

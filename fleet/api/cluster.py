@@ -132,6 +132,9 @@ class InferenceClusterSpec(Strict):
     taints: list[Taint] | None = None
     # Optional: a cluster without pools offers no capacity, but can host the fleet gateway (a CPU control plane).
     nodePools: list[NodePool] = Field(default_factory=list, max_length=8)
+    # The serving stack (the reference's PR #406): Standard, or Dynamo, where the Dynamo platform (Grove, KAI,
+    # ModelExpress) is installed and serves the cluster's multi-node engines. Per cluster, and fixed once applied.
+    stack: Literal["Standard", "Dynamo"] | None = "Standard"
 
 
 class GatewayStatus(Strict):

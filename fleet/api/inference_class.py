@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field
 
-from fleet.api.common import Int, Resource, Rule, Str, Strict, unique
+from fleet.api.common import Int, Resource, Rule, Str, Strict, key_problem, unique
 from fleet.quantity import QuantityError, parse_quantity
 from fleet.semver import SemverError, parse_semver
 
@@ -90,10 +90,22 @@ class Device(Strict):
     capacity: dict[str, CapacityValue] | None = Field(default=None, max_length=32)
 
 
+class Topology(Strict):
+    """Not in the reference's API (an optional addition): the node labels that name where a node sits, for
+    topology-aware gang scheduling (Grove's ClusterTopology on a Dynamo cluster). `nvlinkDomainLabel` is the label
+    whose value names a node's NVLink domain, e.g. `nvidia.com/gpu.clique` on GB200/GB300 NVL72 nodes; a pool whose
+    class declares none cannot host an engine with the `NVLinkDomain` capability."""
+
+    nvlinkDomainLabel: Annotated[str, Str(1, 316)] | None = None
+    rackLabel: Annotated[str, Str(1, 316)] | None = None
+    zoneLabel: Annotated[str, Str(1, 316)] | None = None
+
+
 class InferenceClassSpec(Strict):
     description: str | None = None
     provisioning: Provisioning | None = None
     devices: list[Device] = Field(min_length=1, max_length=16)
+    topology: Topology | None = None
 
 
 class InferenceClass(Resource):
@@ -151,3 +163,10 @@ def inference_class_rules(icl: InferenceClass) -> Rule:
     yield from unique(icl.spec.devices, lambda d: d.name, ("spec", "devices"), "device name")
     for i, device in enumerate(icl.spec.devices):
         yield from device_rules(device, ("spec", "devices", i))
+    topology = icl.spec.topology
+    for field in ("nvlinkDomainLabel", "rackLabel", "zoneLabel"):
+        key = getattr(topology, field) if topology else None
+        # Grove's ClusterTopology takes a key of at most 63 characters, prefix included
+        if key is not None and (problem := key_problem(key) or ("is longer than 63 characters (Grove's limit)"
+                                                                if len(key) > 63 else None)):
+            yield ("spec", "topology", field), problem

@@ -1,0 +1,281 @@
+"""The Dynamo path end to end: one pinned release (its CRDs bundled), Grove and the ClusterTopology the graphs name,
+KV offload and weight streaming, and `InferenceCluster.spec.stack` (the reference's PR #406)."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+
+import pytest
+import yaml
+
+from automation.planning.deployability import check_fleet
+from automation.planning.offline import unwrap
+from automation.planning.offline_preview import all_stacks
+from components.versions import CHARTS, DYNAMO_CRDS_RELEASE, MODEL_EXPRESS_IMAGE
+from fleet.scheduler import schedule
+from tests.manifests import cluster, deployment, errors, gpu_class, member, run
+from tests.rendering import find, one, rendered
+from workloads import dynamo_platform
+from workloads.schemas import check
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+UPSTREAM = ROOT / "workloads" / "crds" / "upstream"
+DYN = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.2.1"
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def h100(name="h100", topology: dict | None = None, provider: str | None = None) -> dict:
+    klass = gpu_class(name, 8, "81559Mi", "NVIDIA H100", "Hopper", provider=provider)
+    if topology is not None:
+        klass["spec"]["topology"] = topology
+    return klass
+
+
+def gang(name="big", image=DYN, capabilities=(), annotations=None, engines_mode=None) -> dict:
+    members = [member("Leader", gpus=8, image=image), member("Worker", gpus=8, nodes=1, image=image)]
+    md = deployment(name, engines=[{"name": "e", "copies": 1, "members": members,
+                                    **({"capabilities": list(capabilities)} if capabilities else {})}])
+    if annotations:
+        md["metadata"]["annotations"] = annotations
+    return md
+
+
+def dynamo_cluster(name="a", pools=(("h", "h100", 2),), stack: str | None = "Dynamo", **kw) -> dict:
+    ic = cluster(name, pools=pools, **kw)
+    if stack is not None:
+        ic["spec"]["stack"] = stack
+    return ic
+
+
+# ---- one release, end to end ---------------------------------------------------------------------------------
+
+def served(path: pathlib.Path) -> set[str]:
+    crd = yaml.safe_load(path.read_text())
+    return {f"{crd['spec']['group']}/{v['name']}" for v in crd["spec"]["versions"] if v.get("served")}
+
+
+def test_the_pinned_chart_is_the_release_of_the_bundled_crds():
+    chart = CHARTS["dynamo"]
+    assert (chart.chart, chart.version) == ("dynamo-platform", DYNAMO_CRDS_RELEASE)
+    notice = (UPSTREAM / "NOTICE.md").read_text()
+    [row] = [line for line in notice.splitlines() if line.startswith("| nvidia.com_dynamographdeployments.yaml |")]
+    assert f"release v{DYNAMO_CRDS_RELEASE}" in row
+    # what the deployability check says the release serves is what its CRDs serve
+    graphs = served(UPSTREAM / "nvidia.com_dynamographdeployments.yaml")
+    assert graphs == {"nvidia.com/v1alpha1", "nvidia.com/v1beta1"} == {v for v in chart.serves if v.startswith("nvidia.com/")}
+    assert served(UPSTREAM / "grove.io_clustertopologies.yaml") <= set(chart.serves)
+    # its CRDs come with the release (Helm's crds/ on first install), not from another chart
+    assert not chart.skip_crds and ("grove.io", "ClusterTopology") in chart.crds
+    assert "dynamo-crds" not in CHARTS
+
+
+@pytest.mark.parametrize("mode", ["aggregated", "disaggregated", "multinode"])
+def test_rendered_graphs_validate_against_the_pinned_release(mode):
+    klass = h100(topology={"nvlinkDomainLabel": CLIQUE})
+    if mode == "multinode":
+        md = gang(capabilities=["NVLinkDomain", "KVOffload"])
+    else:
+        engines = [{"name": "vllm", "members": [member(gpus=1, image=DYN)], "capabilities": ["KVOffload"]}]
+        if mode == "disaggregated":
+            engines = [{"name": phase, "phase": phase.capitalize(), "members": [member(gpus=1, image=DYN)],
+                        "capabilities": ["KVOffload"]} for phase in ("prefill", "decode")]
+        md = deployment("svc", engines=engines,
+                        **({"serving": {"mode": "PrefillDecode"}} if mode == "disaggregated" else {}))
+    _, result = rendered(klass, cluster("a", pools=(("h", "h100", 2),)), md)
+    graph = one(result, "DynamoGraphDeployment")
+    assert graph["apiVersion"] == "nvidia.com/v1beta1" and check(graph) == []
+
+
+def test_a_graph_of_a_version_the_release_does_not_serve_is_refused(tmp_path):
+    """The deployability check's rule, on a whole fleet: the pinned 1.2.1 serves v1beta1 graphs (0.6.1 did not)."""
+    fleet = run(h100(topology={"nvlinkDomainLabel": CLIQUE}), dynamo_cluster(),
+                gang(capabilities=["NVLinkDomain"])).fleet
+    previews = all_stacks(fleet, "a")
+    assert [str(v) for v in check_fleet(fleet, previews)] == []
+    previews = copy.deepcopy(previews)  # previews are memoized: change a copy
+    for preview in previews:
+        for r in preview.resources:
+            if r.type == "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment":
+                r.type = "kubernetes:nvidia.com/v1beta2:DynamoGraphDeployment"
+    refused = [str(v) for v in check_fleet(fleet, previews)]
+    assert len(refused) == 1 and "DynamoGraphDeployment nvidia.com/v1beta2 is not served on a (its CRD serves " \
+        "nvidia.com/v1alpha1, nvidia.com/v1beta1)" in refused[0]
+
+
+# ---- Grove and topology --------------------------------------------------------------------------------------
+
+def platform_of(previews, cluster_name="a"):
+    [stack] = [p for p in previews if p.name == f"platform-{cluster_name}"]
+    return stack.resources
+
+
+def test_the_offline_preview_shows_the_platform_with_grove_and_the_named_cluster_topology():
+    fleet = run(h100(topology={"nvlinkDomainLabel": CLIQUE, "rackLabel": "example.com/rack"}),
+                cluster("a", pools=(("h", "h100", 2),)), gang(capabilities=["NVLinkDomain"])).fleet
+    previews = all_stacks(fleet, "a")
+    resources = platform_of(previews)
+    [release] = [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["name"] == "mp-dynamo"]
+    inputs = unwrap(release.inputs)
+    assert (inputs["chart"], inputs["version"], inputs.get("skipCrds", False)) == ("dynamo-platform", "1.2.1", False)
+    values = inputs["values"]
+    assert values["global"]["grove"] == {"install": True} and values["global"]["kai-scheduler"] == {"install": True}
+    assert values["dynamo-operator"] == {"upgradeCRD": True}  # no WeightStreaming: no ModelExpress URL
+    [topology] = [r for r in resources if r.type == "kubernetes:grove.io/v1alpha1:ClusterTopology"]
+    assert topology.inputs["metadata"]["name"] == "modelplane"
+    assert topology.inputs["spec"]["levels"] == [
+        {"domain": "zone", "key": "topology.kubernetes.io/zone"}, {"domain": "block", "key": CLIQUE},
+        {"domain": "rack", "key": "example.com/rack"}, {"domain": "host", "key": "kubernetes.io/hostname"}]
+    assert release.name in topology.depends_on  # created after the release that installs its CRD
+    graphs = [r for p in previews for r in p.resources if r.type.endswith(":DynamoGraphDeployment")]
+    assert [g.inputs["spec"]["topologyConstraint"] for g in graphs] == [{"clusterTopologyName": "modelplane"}]
+    assert not [r for r in resources if r.name.endswith("model-express")]
+    assert [str(v) for v in check_fleet(fleet, previews)] == []
+    manifest = dynamo_platform.cluster_topology([(level["domain"], level["key"])
+                                                 for level in topology.inputs["spec"]["levels"]])
+    assert check(manifest) == []  # Grove's own CRD (grove.io_clustertopologies.yaml)
+
+
+def test_no_cluster_topology_where_no_class_declares_one():
+    fleet = run(h100(), cluster("a", pools=(("h", "h100", 2),)), gang(annotations={"modelplane.ai/backend": "dynamo"})).fleet
+    resources = platform_of(all_stacks(fleet, "a"))
+    assert [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["name"] == "mp-dynamo"]
+    assert not [r for r in resources if r.type.endswith(":ClusterTopology")]
+
+
+def test_nvlink_packing_with_no_pool_declaring_a_domain_is_a_validate_error_naming_the_pool():
+    found = errors(h100(), cluster("a", pools=(("h", "h100", 2),)), gang(capabilities=["NVLinkDomain"]))
+    assert found == ["spec.template.spec.engines[0].capabilities: engine e is packed into one NVLink domain "
+                     "(NVLinkDomain), but no pool's class declares one: a/h (class h100) (set "
+                     "spec.topology.nvlinkDomainLabel on the InferenceClass, e.g. nvidia.com/gpu.clique)"]
+
+
+def test_placement_keeps_nvlink_engines_on_pools_whose_class_names_the_domain():
+    loaded = run(h100("plain"), h100("nvl", topology={"nvlinkDomainLabel": CLIQUE}),
+                 cluster("a", pools=(("p", "plain", 4),)), cluster("b", pools=(("n", "nvl", 2),)),
+                 gang(capabilities=["NVLinkDomain"]))
+    assert loaded.errors == []
+    plan = schedule(loaded.fleet)
+    assert [(r.cluster, r.placement.engines[0].pool) for r in plan.replicas] == [("b", "n")]
+    # two replicas: b is full after one, and a's pool says why it cannot take the other
+    two = gang(capabilities=["NVLinkDomain"])
+    two["spec"]["replicas"] = 2
+    loaded = run(h100("plain"), h100("nvl", topology={"nvlinkDomainLabel": CLIQUE}),
+                 cluster("a", pools=(("p", "plain", 4),)), cluster("b", pools=(("n", "nvl", 2),)), two)
+    [short] = schedule(loaded.fleet).unscheduled
+    assert any("engine e is packed into one NVLink domain (NVLinkDomain), but class plain of this pool declares "
+               "none (spec.topology.nvlinkDomainLabel)" in reason for reason in short.reasons), short.reasons
+
+
+@pytest.mark.parametrize("topology,field,message", [
+    ({"nvlinkDomainLabel": "not a label"}, "nvlinkDomainLabel", "is not a qualified name"),
+    ({"rackLabel": "example.com/" + "r" * 60}, "rackLabel", "longer than 63 characters"),
+])
+def test_topology_labels_are_label_keys(topology, field, message):
+    found = errors(h100(topology=topology))
+    assert len(found) == 1 and found[0].startswith(f"spec.topology.{field}: ") and message in found[0]
+
+
+def test_one_cluster_topology_cannot_hold_two_labels_for_one_domain():
+    found = errors(h100("x", topology={"nvlinkDomainLabel": CLIQUE}),
+                   h100("y", topology={"nvlinkDomainLabel": "example.com/nvl"}),
+                   cluster("a", pools=(("p", "x", 1), ("q", "y", 1))))
+    assert found == ["spec.nodePools: classes x and y name different labels for the block domain "
+                     "('nvidia.com/gpu.clique', 'example.com/nvl'); one ClusterTopology serves the cluster"]
+
+
+# ---- KV offload and weight streaming -------------------------------------------------------------------------
+
+def single(capabilities, env=None) -> dict:
+    m = member(gpus=1, image=DYN)
+    if env:
+        m["template"]["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return deployment("svc", engines=[{"name": "vllm", "members": [m], "capabilities": list(capabilities)}])
+
+
+def test_kv_offload_gives_kvbm_its_disk_and_host_memory():
+    env = {"DYN_KVBM_CPU_CACHE_GB": "100", "DYN_KVBM_DISK_CACHE_GB": "500"}
+    _, offloaded = rendered(h100(), cluster("a", pools=(("h", "h100", 1),)), single(["KVOffload"], env))
+    _, plain = rendered(h100(), cluster("a", pools=(("h", "h100", 1),)),
+                        single([], env) | {"metadata": {"name": "svc", "namespace": "ml-team",
+                                                        "annotations": {"modelplane.ai/backend": "dynamo"}}})
+    worker = one(offloaded, "DynamoGraphDeployment")["spec"]["components"][1]["podTemplate"]
+    main = worker["spec"]["containers"][0]
+    assert {"name": "kvbm-cache", "emptyDir": {"sizeLimit": "500Gi"}} in worker["spec"]["volumes"]
+    assert {"name": "kvbm-cache", "mountPath": "/kvbm-cache"} in main["volumeMounts"]
+    assert main["resources"]["requests"] == {"memory": "200Gi"}  # twice the CPU tier, as Dynamo's example
+    unchanged = one(plain, "DynamoGraphDeployment")["spec"]["components"][1]["podTemplate"]
+    assert "requests" not in unchanged["spec"]["containers"][0]["resources"]
+    assert not [v for v in unchanged["spec"]["volumes"] if v["name"] in ("kvbm-cache", "udev")]
+    assert check(one(offloaded, "DynamoGraphDeployment")) == []
+
+
+def test_weight_streaming_runs_model_express_on_the_cluster_and_points_the_operator_at_it():
+    def platform(*objects):
+        fleet = run(h100(), cluster("a", pools=(("h", "h100", 2),)), *objects).fleet
+        return platform_of(all_stacks(fleet, "a")), fleet
+
+    streaming, fleet = platform(single(["WeightStreaming"]))
+    without, _ = platform(single(["KVOffload"]))
+    values = unwrap(next(r for r in streaming if r.inputs.get("name") == "mp-dynamo").inputs)["values"]
+    assert values["dynamo-operator"]["modelExpressURL"] == \
+        "http://modelexpress-server.dynamo-system.svc.cluster.local:8001"
+    [server] = [r for r in streaming if r.type == "kubernetes:apps/v1:Deployment" and r.name.endswith("model-express")]
+    assert server.inputs["spec"]["template"]["spec"]["containers"][0]["image"] == MODEL_EXPRESS_IMAGE
+    assert [r for r in streaming if r.type == "kubernetes:core/v1:Service" and r.name.endswith("model-express")]
+    assert not [r for r in without if r.name.endswith("model-express")]
+    assert "modelExpressURL" not in unwrap(next(r for r in without if r.inputs.get("name") == "mp-dynamo").inputs)[
+        "values"]["dynamo-operator"]
+    for manifest in dynamo_platform.model_express_objects(MODEL_EXPRESS_IMAGE):
+        assert check(manifest) == []
+    assert [str(v) for v in check_fleet(fleet, all_stacks(fleet, "a"))] == []
+
+
+# ---- spec.stack ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["Standard", "Dynamo", None])
+def test_spec_stack_is_accepted(stack):
+    assert errors(h100(), dynamo_cluster(stack=stack)) == []
+
+
+def test_spec_stack_refuses_other_values():
+    found = errors(h100(), dynamo_cluster(stack="Grove"))
+    assert len(found) == 1 and found[0].startswith("spec.stack: ")
+
+
+def test_a_dynamo_cluster_installs_the_platform_even_without_nvidia_pools():
+    amd = gpu_class("mi300", 8, "196Gi", "AMD Instinct MI300X", "CDNA3")
+    amd["spec"]["devices"][0]["driver"] = amd["spec"]["devices"][0]["deviceClassName"] = "gpu.amd.com"
+    for stack, installed in (("Standard", False), ("Dynamo", True)):
+        fleet = run(amd, dynamo_cluster(pools=(("m", "mi300", 1),), stack=stack)).fleet
+        releases = {r.inputs["name"] for r in platform_of(all_stacks(fleet, "a"))
+                    if r.type == "kubernetes:helm.sh/v3:Release"}
+        assert ("mp-dynamo" in releases) is installed
+        # ModelExpress is part of a Dynamo cluster's stack (PR #406)
+        assert bool([r for r in platform_of(all_stacks(fleet, "a")) if r.name.endswith("model-express")]) is installed
+
+
+@pytest.mark.parametrize("stack,image,annotations,kind", [
+    ("Standard", DYN, None, "LeaderWorkerSet"),
+    ("Dynamo", DYN, None, "DynamoGraphDeployment"),  # Dynamo (with Grove) serves the gang there
+    ("Dynamo", "vllm/vllm-openai:v0.11.0", None, "LeaderWorkerSet"),  # not a Dynamo runtime: LWS is on every cluster
+    ("Dynamo", DYN, {"modelplane.ai/backend": "llm-d"}, "LeaderWorkerSet"),  # forced
+])
+def test_a_dynamo_cluster_serves_multi_node_engines_with_dynamo(stack, image, annotations, kind):
+    plan, result = rendered(h100(), dynamo_cluster(stack=stack), gang(image=image, annotations=annotations))
+    assert len(find(result, kind)) == 1
+    other = {"LeaderWorkerSet": "DynamoGraphDeployment", "DynamoGraphDeployment": "LeaderWorkerSet"}[kind]
+    assert not find(result, other)
+    [replica] = plan.replicas
+    assert replica.backends[0][1] == ("dynamo" if kind == "DynamoGraphDeployment" else "llm-d")
+    if kind == "DynamoGraphDeployment":
+        graph = one(result, "DynamoGraphDeployment")
+        assert graph["spec"]["components"][1]["multinode"] == {"nodeCount": 2} and check(graph) == []
+
+
+def test_single_pod_engines_on_a_dynamo_cluster_stay_native():
+    _, result = rendered(h100(), dynamo_cluster(), deployment("one", engines=[
+        {"name": "vllm", "members": [member(gpus=1, image=DYN)]}]))
+    assert [d["metadata"]["name"] for d in find(result, "Deployment") if "-vllm-" in d["metadata"]["name"]]
+    assert not find(result, "DynamoGraphDeployment") and not find(result, "LeaderWorkerSet")
+

@@ -1,0 +1,61 @@
+"""What a cluster's Dynamo platform is made of, beyond the chart: its values, the ClusterTopology the graphs name
+and the ModelExpress server. Plain manifests, so tests check them against the bundled upstream CRDs; the platform
+stack (components/serving_stack.py) creates them after the `dynamo-platform` release.
+
+- **Values** (dynamo-platform 1.2.1): Grove and the KAI scheduler installed as the chart's subcharts
+  (`global.grove.install`, `global.kai-scheduler.install`; the operator then turns its Grove integration on, and
+  Dynamo's topology-aware placement needs KAI); `dynamo-operator.upgradeCRD` kept on, so the operator's
+  `crd-apply` init container applies its release's CRDs on every upgrade (Helm's `crds/` only installs them the
+  first time); and, where ModelExpress runs, `dynamo-operator.modelExpressURL`, from which the operator injects
+  `MODEL_EXPRESS_URL` into the graphs' pods.
+- **ClusterTopology** `modelplane` (grove.io/v1alpha1, cluster-scoped, immutable): the levels of fleet/topology.py.
+  The chart creates none (Dynamo's topology guide leaves it to the cluster admin).
+- **ModelExpress** (WeightStreaming): the server as the ModelExpress chart runs it (one Deployment, its gRPC port
+  8001 behind a Service; no persistence, no metrics): Dynamo 1.2.1 ships no ModelExpress chart.
+"""
+
+from __future__ import annotations
+
+from fleet.topology import CLUSTER_TOPOLOGY
+
+NAMESPACE = "dynamo-system"
+MODEL_EXPRESS = "modelexpress-server"
+MODEL_EXPRESS_PORT = 8001
+MODEL_EXPRESS_URL = f"http://{MODEL_EXPRESS}.{NAMESPACE}.svc.cluster.local:{MODEL_EXPRESS_PORT}"
+
+
+def platform_values(model_express: bool) -> dict:
+    operator: dict = {"upgradeCRD": True}
+    if model_express:
+        operator["modelExpressURL"] = MODEL_EXPRESS_URL
+    return {"global": {"grove": {"install": True}, "kai-scheduler": {"install": True}}, "dynamo-operator": operator}
+
+
+def cluster_topology(levels: list[tuple[str, str]]) -> dict | None:
+    """The ClusterTopology of the cluster's levels (broadest first); None when its classes declare none."""
+    if not levels:
+        return None
+    return {"apiVersion": "grove.io/v1alpha1", "kind": "ClusterTopology",
+            "metadata": {"name": CLUSTER_TOPOLOGY, "labels": {"app.kubernetes.io/managed-by": "modelplane"}},
+            "spec": {"levels": [{"domain": domain, "key": key} for domain, key in levels]}}
+
+
+def model_express_objects(image: str) -> list[dict]:
+    labels = {"app.kubernetes.io/name": MODEL_EXPRESS, "app.kubernetes.io/managed-by": "modelplane"}
+    meta = {"name": MODEL_EXPRESS, "namespace": NAMESPACE, "labels": labels}
+    probe = {"tcpSocket": {"port": MODEL_EXPRESS_PORT}, "initialDelaySeconds": 5, "periodSeconds": 10}
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": MODEL_EXPRESS}},
+                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [{
+                     "name": "server", "image": image,
+                     "ports": [{"name": "grpc", "containerPort": MODEL_EXPRESS_PORT, "protocol": "TCP"}],
+                     "env": [{"name": "MODEL_EXPRESS_SERVER_PORT", "value": str(MODEL_EXPRESS_PORT)},
+                             {"name": "MX_METADATA_NAMESPACE", "value": NAMESPACE}],
+                     "readinessProbe": probe, "livenessProbe": probe,
+                     "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}},
+    }
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+               "spec": {"selector": {"app.kubernetes.io/name": MODEL_EXPRESS},
+                        "ports": [{"name": "grpc", "port": MODEL_EXPRESS_PORT, "targetPort": MODEL_EXPRESS_PORT}]}}
+    return [deployment, service]
