@@ -279,3 +279,83 @@ def test_single_pod_engines_on_a_dynamo_cluster_stay_native():
     assert [d["metadata"]["name"] for d in find(result, "Deployment") if "-vllm-" in d["metadata"]["name"]]
     assert not find(result, "DynamoGraphDeployment") and not find(result, "LeaderWorkerSet")
 
+
+
+# ---- compared with Dynamo's own recipes ----------------------------------------------------------------------
+
+# The structure of the DynamoGraphDeployments Dynamo publishes (the ai-dynamo 1.6.1 wheel's
+# dynamo/profiler/templates/dgd/<framework>/<mode>.yaml, and the multinode shape of its multinode guide): a
+# `frontend` component running `python3 -m dynamo.frontend`, and worker components of these types running
+# `python3 -m dynamo.<framework>` in a container named `main`, one replica each.
+RECIPES = [  # (framework, image, mode, worker component types)
+    ("vllm", "vllm-runtime", "agg", ["worker"]),
+    ("vllm", "vllm-runtime", "disagg", ["decode", "prefill"]),
+    ("sglang", "sglang-runtime", "agg", ["worker"]),
+    ("sglang", "sglang-runtime", "disagg", ["decode", "prefill"]),
+    ("trtllm", "tensorrtllm-runtime", "agg", ["worker"]),
+    ("trtllm", "tensorrtllm-runtime", "disagg", ["decode", "prefill"]),
+    ("vllm", "vllm-runtime", "multinode", ["worker"]),
+]
+# What this project adds to a recipe's pod, and nothing else: the pool pin, GPU taint tolerations, the DRA claim
+# (in place of the recipe's nvidia.com/gpu limit), /dev/shm; labels on the pod.
+ADDED_POD_FIELDS = {"nodeSelector", "tolerations", "resourceClaims", "volumes"}
+ADDED_CONTAINER_FIELDS = {"volumeMounts", "resources"}
+
+
+def recipe_deployment(framework: str, image: str, mode: str) -> dict:
+    def engine(name: str, phase: str | None, extra: list[str], role="Standalone", nodes=None) -> dict:
+        m = member(role, gpus=1 if nodes is None else 8, image=f"nvcr.io/nvidia/ai-dynamo/{image}:1.6.1", nodes=nodes)
+        m["template"]["spec"]["containers"][0].update(
+            command=["python3", "-m", f"dynamo.{framework}"], args=["--model", "Qwen/Qwen3-0.6B", *extra])
+        out = {"name": name, "members": [m]}
+        if phase:
+            out["phase"] = phase
+        return out
+
+    annotations = {"modelplane.ai/backend": "dynamo"}
+    if mode == "agg":
+        md = deployment("recipe", engines=[engine("worker", None, [])])
+    elif mode == "disagg":
+        md = deployment("recipe", engines=[engine(p, p.capitalize(), ["--disaggregation-mode", p])
+                                           for p in ("prefill", "decode")], serving={"mode": "PrefillDecode"})
+    else:
+        leader = engine("worker", None, [])
+        worker = engine("w", None, [], role="Worker", nodes=1)["members"][0]
+        leader["members"][0] = member("Leader", gpus=8, image=leader["members"][0]["template"]["spec"]["containers"][0]["image"])
+        leader["members"][0]["template"]["spec"]["containers"][0].update(
+            command=["python3", "-m", f"dynamo.{framework}"], args=["--model", "Qwen/Qwen3-0.6B"])
+        leader["members"].append(worker)
+        md = deployment("recipe", engines=[leader])
+    md["metadata"]["annotations"] = annotations
+    return md
+
+
+@pytest.mark.parametrize("framework,image,mode,types", RECIPES, ids=[f"{r[0]}-{r[2]}" for r in RECIPES])
+def test_graphs_have_the_structure_of_dynamos_recipes(framework, image, mode, types):
+    md = recipe_deployment(framework, image, mode)
+    _, result = rendered(h100(), cluster("a", pools=(("h", "h100", 2),)), md)
+    graph = one(result, "DynamoGraphDeployment")
+    assert check(graph) == []
+    frontend, *workers = graph["spec"]["components"]
+    assert (frontend["type"], frontend["replicas"]) == ("frontend", 1)
+    [front] = frontend["podTemplate"]["spec"]["containers"]
+    assert front["name"] == "main" and [*front["command"], *front["args"]][:3] == ["python3", "-m", "dynamo.frontend"]
+    assert sorted(w["type"] for w in workers) == types
+    engines = {e["name"]: e for e in md["spec"]["template"]["spec"]["engines"]}
+    for w in workers:
+        spec = w["podTemplate"]["spec"]
+        [main] = spec["containers"]
+        user = engines[w["name"]]["members"][0]["template"]["spec"]["containers"][0]
+        # the engine's container is the user's (image, command and args as written), named `main` as in the recipes
+        assert main["name"] == "main"
+        assert {k: main[k] for k in ("image", "command", "args")} == {k: user[k] for k in ("image", "command", "args")}
+        assert w["replicas"] == 1
+        assert set(spec) - {"containers"} <= ADDED_POD_FIELDS
+        assert set(main) - {"name", "image", "command", "args", "env"} <= ADDED_CONTAINER_FIELDS
+        assert main["resources"] == {"claims": [{"name": "devices"}]} and spec["nodeSelector"] == {"modelplane.ai/pool": "h"}
+        if mode == "multinode":
+            assert w["multinode"] == {"nodeCount": 2}
+        else:
+            assert "multinode" not in w
+    # the recipes leave backendFramework to the operator's inference; it is set here from the image
+    assert graph["spec"]["backendFramework"] == framework
