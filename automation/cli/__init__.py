@@ -2,7 +2,7 @@
 
 - `base`: the command group, the options every command means the same by, loading and the record;
 - `manifests`: validate, explain, schema; `plans`: plan, render; `stacks`: preview, up, drift, refresh, destroy
-  (through `applying`, the CLI's side of the one road); `status`; `portal`: serve, apply; `operator`: export.
+  (through `applying`, the CLI's side of the one road); `review` (the pull-request comment); `status`; `portal`: serve, apply; `operator`: export.
 
 click gives us subcommands, repeatable options and clean usage errors; every failure of ours becomes one line and
 a non-zero exit, never a traceback.
@@ -14,7 +14,7 @@ import inspect
 
 import click
 
-from automation.cli import manifests, operator, plans, portal, stacks, status  # noqa: F401  (each adds its commands)
+from automation.cli import manifests, operator, plans, portal, review, stacks, status  # noqa: F401  (each adds its commands)
 from automation.cli.base import EXIT_INTERNAL, EXIT_INVALID, cli
 
 
@@ -25,6 +25,7 @@ EXAMPLES = {
     "plan": "modelplane plan -f examples/ --explain -n ml-team",
     "render": "modelplane render -f examples/ --out out/render",
     "preview": "modelplane preview --offline -f examples/",
+    "review": "modelplane review -f head/fleet --against base/fleet --out comment.md",
     "status": "modelplane status -f examples/",
     "up": "modelplane up -f examples/ --kubeconfig byo-eu=$HOME/.kube/byo-eu",
     "drift": "modelplane drift -f examples/",

@@ -170,7 +170,7 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
     return base_summary(load(paths, sources).fleet, recorded, cache, control_plane, sources_key=key)
 
 
-WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "status", "up", "drift", "refresh",
+WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "review", "status", "up", "drift", "refresh",
             "destroy", "apply", "serve", "operator"]
 
 
