@@ -40,6 +40,8 @@ class Fleet:
     origin: dict[str, Document] = field(default_factory=dict)
     # values of the v1/Secrets given with the manifests (and the environment's, and --secrets-dir's): never printed
     secrets: SecretStore = field(default_factory=SecretStore)
+    # Kind/name of objects given but invalid: their own errors say why; no other object reports them as missing
+    invalid: set[str] = field(default_factory=set)
     # `of` answers from an index by kind, rebuilt when objects were added (they are read thousands of times a plan)
     _by_kind: dict[str, list[Resource]] = field(default_factory=dict, repr=False, compare=False)
     _indexed: int = field(default=-1, repr=False, compare=False)
@@ -307,6 +309,8 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
                                          "it", warning=True))
             path = ("spec", "nodePools", i, "className")
             icl = classes.get(pool.className)
+            if icl is None and f"InferenceClass/{pool.className}" in fleet.invalid:
+                continue  # given, but invalid: its own errors are reported
             if icl is None and source != "Existing":  # a provisioned pool without its recipe: no machine type, no GPUs
                 out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} is not among the given manifests"
                                          f"{did_you_mean(pool.className, classes)}: a {source} pool cannot be created "
@@ -326,6 +330,7 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
         for message in topology_conflicts(ic, classes):
             out.append(fleet.problem(ic, ("spec", "nodePools"), message))
     out += _nvlink_problems(fleet, classes)
+    out += _service_warnings(fleet)
     out += _selector_warnings(fleet, classes)
     out += _tenancy_problems(fleet)
     out += _secret_warnings(fleet)
@@ -349,6 +354,31 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
 CLOUD_CREDENTIALS = {"gke": "gcloud application default credentials", "eks": "the AWS credential chain",
                      "aks": "the Azure CLI login or environment credentials", "nebius": "the nebius CLI profile",
                      "vultr": "VULTR_API_KEY"}
+
+
+# labels every composed endpoint of a replica carries whose values placement decides: any value may match
+PLACEMENT_LABELS = ("modelplane.ai/cluster", "modelplane.ai/replica-index", "modelplane.ai/replica")
+
+
+def _service_warnings(fleet: Fleet) -> list[Problem]:
+    """A ModelService entry whose selector matches no ModelEndpoint and no deployment's replicas routes nothing."""
+    out = []
+    candidates: dict[str, list[dict[str, str]]] = {}
+    for me in fleet.of("ModelEndpoint"):
+        candidates.setdefault(me.namespace, []).append(dict(me.metadata.labels or {}))
+    for md in fleet.of("ModelDeployment"):
+        meta = md.spec.template.metadata
+        candidates.setdefault(md.namespace, []).append(
+            {**((meta.labels if meta else None) or {}), "modelplane.ai/deployment": md.name})
+    for ms in fleet.of("ModelService"):
+        for i, entry in enumerate(ms.spec.endpoints):
+            wanted = {k: v for k, v in entry.selector.matchLabels.items() if k not in PLACEMENT_LABELS}
+            if not any(all(labels.get(k) == v for k, v in wanted.items()) for labels in candidates.get(ms.namespace, [])):
+                out.append(fleet.problem(ms, ("spec", "endpoints", i, "selector", "matchLabels"),
+                                         f"matches no ModelEndpoint and no ModelDeployment's replicas in namespace "
+                                         f"{ms.namespace} (replicas carry their template's labels and "
+                                         "modelplane.ai/deployment): this entry routes nothing", warning=True))
+    return out
 
 
 def _nvlink_problems(fleet: Fleet, classes: dict) -> list[Problem]:
@@ -457,6 +487,9 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
         if note:
             notes.append(note)
         if obj is None:
+            meta = doc.data.get("metadata") if isinstance(doc.data, dict) else None
+            if isinstance(meta, dict) and isinstance(doc.data.get("kind"), str) and isinstance(meta.get("name"), str):
+                fleet.invalid.add(f"{doc.data['kind']}/{meta['name']}")
             continue
         if obj.ref in fleet.origin:
             first = fleet.origin[obj.ref]
@@ -470,6 +503,7 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
         fleet.objects.append(obj)
     fleet.objects.sort(key=lambda o: (list(KINDS).index(o.kind), o.namespace, o.name))
     problems += cross_object_problems(fleet)
+    problems.sort(key=lambda p: (p.source, p.line))  # in file and line order, however the checks found them
     return Loaded(fleet, problems, notes)
 
 

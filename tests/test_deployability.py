@@ -445,7 +445,9 @@ def test_generated_fleet_without_a_gateway_has_services_that_would_route_nothing
     """ModelService routes attach to the fleet gateway's Gateway: without an InferenceGateway, say so."""
     violations = _violations([str(_generated_fleet(tmp_path, "none", "GKE"))])
     assert violations and all(": inference-routing: " in v and "modelplane-system/modelplane is not created" in v
-                              and v.startswith("service-") for v in violations), violations
+                              and v.startswith("service-") and v.endswith("add an InferenceGateway to the manifests "
+                                                                          "(the fleet gateway's stack creates it)")
+                              for v in violations), violations
 
 
 def test_unprovisioned_sources_fail_the_check_naming_what_to_do():

@@ -17,6 +17,8 @@ violation names the stack, the resource and the rule.
 
 from __future__ import annotations
 
+from workloads.service_routing import FLEET_GATEWAY
+
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterable, TYPE_CHECKING
@@ -405,8 +407,11 @@ def inference_routing(graph: Graph) -> Iterable[Violation]:
             key = (route.cluster, "Gateway", parent.get("namespace") or route.namespace, parent.get("name"))
             gateway = by_key.get(key)
             if gateway is None:
+                # the fleet gateway's Gateway comes from the gateway stack, which an InferenceGateway asks for
+                fix = (": add an InferenceGateway to the manifests (the fleet gateway's stack creates it)"
+                       if (key[2], key[3]) == (FLEET_GATEWAY["namespace"], FLEET_GATEWAY["name"]) else "")
                 yield violation(route, "inference-routing", f"its parent Gateway {key[2]}/{key[3]} is not created on "
-                                                            f"{route.cluster}: the route would route nothing")
+                                                            f"{route.cluster}: the route would route nothing{fix}")
                 continue
             if not pools:
                 continue

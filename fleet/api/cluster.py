@@ -198,3 +198,9 @@ def inference_cluster_rules(ic: InferenceCluster) -> Rule:
             yield path + ("fabric", "infiniband"), "an InfiniBand fabric on Nebius needs fabric.infiniband"
         if pool.minNodeCount is not None and pool.maxNodeCount is not None and pool.minNodeCount > pool.maxNodeCount:
             yield path + ("minNodeCount",), "minNodeCount is larger than maxNodeCount"
+        region = getattr(getattr(cluster, block), "region", None) if cluster.source in ("GKE", "EKS") else None
+        for z, zone in enumerate(pool.zones or []):
+            # GKE zones are <region>-<letter>, EKS's <region><letter> (local zones <region>-<place>-<n><letter>)
+            if region and not zone.startswith(region):
+                yield path + ("zones", z), (f"zone {zone!r} is not in the cluster's region {region!r} ({cluster.source} "
+                                            f"zones there start with {region!r})")
