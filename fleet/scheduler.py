@@ -614,7 +614,10 @@ class Scheduler:
     def _explain_choice(self, d: _Deployment, name: str, cluster: str, rank, tried) -> None:
         def fmt(r):
             load, (mem, stranded, devices), cname = r
-            return f"{cname} (replicas here {load}, claims {mem / 2**30:.0f}Gi, strands {stranded / 2**30:.0f}Gi/{devices} devices)"
+            # the score, lowest first: this deployment's replicas already there (spread), the device memory the
+            # replica claims, and what it would leave stranded (memory and devices no other replica shape can use)
+            return (f"{cname} (score: {load} replica(s) of it already there, claims {mem / 2**30:.0f}Gi of device "
+                    f"memory, leaves {stranded / 2**30:.0f}Gi and {devices} device(s) stranded)")
         others = [fmt(r) for r in tried if r != rank][:4]
         line = f"replica {name} placed on {fmt(rank)}"
         if others:

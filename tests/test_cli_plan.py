@@ -229,7 +229,9 @@ def test_tables_never_cut_identifiers(tmp_path, capsys):
 def test_commands_are_listed_in_workflow_order(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.strip()]
+    # a command's line starts two spaces in; its wrapped summary continues further in
+    listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.startswith("  ")
+              and not line.startswith("   ")]
     assert listed[:4] == ["validate", "explain", "schema", "plan"] and listed.index("up") < listed.index("destroy")
 
 

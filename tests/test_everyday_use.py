@@ -43,3 +43,64 @@ def test_a_service_whose_selector_matches_nothing_is_a_warning():
     assert [(p.object, p.path) for p in loaded.warnings] == [
         ("ModelService/chat", "spec.endpoints[0].selector.matchLabels")]
     assert "routes nothing" in loaded.warnings[0].message
+
+
+# ---- what the command line prints ------------------------------------------------------------------------------
+
+def test_help_lists_each_command_with_its_whole_first_sentence(capsys, monkeypatch):
+    from automation.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["--help"]) == 0
+    listed = capsys.readouterr().out.split("Commands:", 1)[1]
+    joined = " ".join(listed.split())  # wrapped lines joined
+    assert "..." not in listed
+    assert "status Which stacks are applied, which are pending, and what is unscheduled (from the record; without " \
+        "the Pulumi CLI, from its local cache, and it says so)." in joined
+
+
+def test_a_plan_table_on_a_narrow_terminal_never_folds_an_identifier(monkeypatch):
+    import io
+
+    from automation.cli.output import plan_table
+    from fleet.scheduler import schedule
+    from fleet.validate import load_fleet
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("COLUMNS", "80")
+    plan = schedule(load_fleet(["examples"]).fleet)
+    stream = Terminal()
+    plan_table(plan, stream=stream)
+    text = stream.getvalue()
+    header = next(line for line in text.splitlines() if "DEPLOYMENT" in line)
+    assert "DEVICES/POD" in header and "STATE" in header  # one header line, no word wrapped
+    for r in plan.replicas:
+        assert r.name in text and r.key in text
+
+
+def test_plan_explain_says_what_the_score_means(capsys):
+    from automation.cli import main
+
+    assert main(["plan", "-f", "examples", "--explain", "--deployment", "ml-team/qwen3-8b"]) == 0
+    out = capsys.readouterr().out
+    assert "(score: 0 replica(s) of it already there, claims " in out and "stranded)" in out
+
+
+def test_the_install_hint_names_this_interpreter():
+    import sys
+
+    from automation.execution.runner import INSTALL_HINT
+
+    assert f"{sys.executable} -c 'from pulumi import automation" in INSTALL_HINT
+
+
+def test_status_has_a_header_row(capsys):
+    from automation.cli import main
+
+    assert main(["status", "-f", "examples", "--state", "/nonexistent-state-dir-for-test"]) in (0, 1)
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("STACK"))
+    assert lines[header].split() == ["STACK", "STATE", "APPLIED", "WHY"] and lines[header + 1].startswith("platform-")

@@ -656,3 +656,11 @@ def test_a_destroy_that_keeps_its_protected_cluster_leaves_its_load_balancers_se
         assert ("gateway.networking.k8s.io/v1", "Gateway", "modelplane-system", "modelplane") in kube.cluster.objects
     finally:
         kube.close()
+
+
+def test_drift_with_nothing_applied_says_so(double, capsys):
+    double.control()
+    assert main(["drift", *double.args()]) == 0
+    out = capsys.readouterr().out
+    assert "nothing is applied yet: drift compares the stacks `modelplane up` applied, and the record has none" in out
+    assert "preview-refresh" not in out

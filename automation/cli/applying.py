@@ -208,8 +208,12 @@ def _migrate(runner, moves: list[tuple[str, str]], renames: list) -> None:
 
 def _nothing_to_do(run: StackRun, prepared) -> None:
     nothing_applied = run.operation in ("destroy", "refresh", "preview-refresh") and not prepared.recorded
-    click.echo(f"nothing to {run.operation}: " + ("nothing is applied" if nothing_applied
-                                                  else "every stack is up to date with the manifests"))
+    if nothing_applied:
+        verb = {"preview-refresh": "drift compares", "refresh": "refresh reads", "destroy": "destroy removes"}
+        click.echo(f"nothing is applied yet: {verb[run.operation]} the stacks `modelplane up` applied, and the record "
+                   "has none")
+    else:
+        click.echo(f"nothing to {run.operation}: every stack is up to date with the manifests")
 
 
 def run_stacks(run: StackRun) -> None:

@@ -3,6 +3,9 @@ and opening the record of what is applied. Every failure here is one line and an
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import sys
 from typing import TYPE_CHECKING, Callable
 
@@ -175,11 +178,24 @@ WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "revie
 
 
 class WorkflowGroup(click.Group):
-    """Lists commands in the order one uses them, not alphabetically."""
+    """Lists commands in the order one uses them, not alphabetically, each with its whole first sentence (click cuts
+    summaries at the terminal's width, mid-sentence; the formatter wraps them instead)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = super().list_commands(ctx)
         return [n for n in WORKFLOW if n in names] + [n for n in names if n not in WORKFLOW]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            text = inspect.cleandoc(command.short_help or command.help or "").split("\n\n")[0].replace("\n", " ")
+            rows.append((name, re.split(r"(?<=\.)\s", text, maxsplit=1)[0]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 # Told which command runs, once it is known: the installed entry point (automation/cli/console.py) sets it to tune

@@ -14,10 +14,10 @@ from fleet.plan import Plan
 
 
 def _console(stream) -> Console:
-    # A pipe gets a colourless table as wide as its content, so that nothing is ever cut; a terminal folds long
-    # cells onto more lines (never an ellipsis: identifiers are copied from here).
+    # Tables are as wide as their content, on a terminal too (as kubectl prints them): identifiers are copied from
+    # here, so none is ever folded mid-word or cut, and a header never wraps; a narrow terminal wraps whole lines.
     tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(file=stream, width=None if tty else 100_000, no_color=not tty, highlight=False, soft_wrap=False)
+    return Console(file=stream, width=100_000, no_color=not tty, highlight=False, soft_wrap=False)
 
 
 def plan_table(plan: Plan, explain: bool = False, stream=None, wide: bool = False) -> str:

@@ -92,10 +92,13 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     for service in services:
         where = service["address"] or f"pending ({service['pending']})"
         click.echo(f"service {service['name']}: {where}")
+    if rows:
+        width = max(48, *(len(row["name"]) + 1 for row in rows))  # a stack name is never cut
+        click.echo(f"{'STACK':<{width}} {'STATE':<16} {'APPLIED':<14} WHY")
     for row in rows:
         shown = "up to date" if row["change"] == "none" else f"pending {row['change']}"
-        why = f"  {row['reason']}" if row["reason"] else ""
-        click.echo(f"{row['name']:<48} {shown:<16} {row['appliedAt'] or 'never applied'}{why}")
+        click.echo(f"{row['name']:<{width}} {shown:<16} {row['appliedAt'] or 'never applied':<14} "
+                   f"{row['reason'] or ''}".rstrip())
     for u in prepared.plan.unscheduled:
         click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
 

@@ -7,6 +7,8 @@ Python that never imports pulumi.automation.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
@@ -29,8 +31,9 @@ class RunResult:
     summary: str | None = None  # what happened, when there are no per-resource counts (the operator executor)
 
 
+# the interpreter modelplane runs in (its virtual environment's), which has the Pulumi SDK: not whatever `python` is
 INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/), or on a machine with internet "
-                "`python -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
+                f"`{shlex.quote(sys.executable)} -c 'from pulumi import automation; automation.PulumiCommand.install()'`")
 
 
 def first_error(exc: Exception) -> str:
