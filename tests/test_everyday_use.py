@@ -104,3 +104,43 @@ def test_status_has_a_header_row(capsys):
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("STACK"))
     assert lines[header].split() == ["STACK", "STATE", "APPLIED", "WHY"] and lines[header + 1].startswith("platform-")
+
+
+def test_preview_offline_lists_what_the_first_real_run_needs(capsys, monkeypatch, tmp_path):
+    import json
+
+    from automation.cli import main
+
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    examples = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "examples")
+    assert main(["preview", "--offline", "-f", examples, "-o", "json"]) == 0
+    needs = json.loads(capsys.readouterr().out)["needs"]
+    assert [n.split(":")[0] for n in needs] == ["set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE)",
+                                                "InferenceCluster/byo-eu is Existing",
+                                                "cache-ml-team.qwen3-coder"]
+    assert not [n for n in needs if "hf_" in n]  # where to give each, never a value
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "x")
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", "hf_secret_value")
+    assert main(["preview", "--offline", "-f", examples]) == 0
+    out = capsys.readouterr().out
+    assert "a real `modelplane up` of these stacks needs 1 thing(s) not given here:" in out
+    assert "InferenceCluster/byo-eu is Existing" in out and "hf_secret_value" not in out
+
+
+def test_up_says_everything_a_first_run_lacks_at_once_before_the_cli(capsys, monkeypatch, tmp_path):
+    from automation.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    examples = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "examples")
+    assert main(["up", "-f", examples]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1  # one line, everything in it
+    for said in ("the Pulumi CLI is not installed", "set PULUMI_CONFIG_PASSPHRASE", "InferenceCluster/byo-eu is Existing",
+                 "Secret ml-team/hf-token key 'HF_TOKEN' has no value"):
+        assert said in err[0]

@@ -143,7 +143,11 @@ def test_a_pulumi_cli_that_fails_or_is_too_old_is_one_line_not_an_internal_error
     monkeypatch.setenv("PATH", f"{cli.parent}:/usr/bin:/bin")
     monkeypatch.delenv("PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK", raising=False)
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "correct horse battery staple")
-    assert main(["up", "-f", str(ROOT / "examples")]) == 2
+    # every credential given: what is left to say is the CLI's problem (credentials are checked first)
+    monkeypatch.setenv("MODELPLANE_SECRET_ML_TEAM__HF_TOKEN__HF_TOKEN", "hf_test")
+    kubeconfig = tmp_path / "byo-eu.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    assert main(["up", "-f", str(ROOT / "examples"), "--kubeconfig", f"byo-eu={kubeconfig}"]) == 2
     err = capsys.readouterr().err
     assert said in err and "internal error" not in err and "Traceback" not in err
 

@@ -167,31 +167,35 @@ def _executor(run: StackRun):
 
 
 def _local_runner(run: StackRun, fleet, given: dict[str, str], items: list, prepared, parallel: int):
-    """The local executor's runner, once every credential and secret value it needs is here (else AutomationError)."""
+    """The local executor's runner, once every credential and secret value it needs is here (else AutomationError):
+    checked before the Pulumi CLI is looked for, so a first run lists everything it needs at once."""
     from pathlib import Path
 
-    from automation.execution.programs import missing_secrets
     from automation.execution.pulumi_runner import (
+        CLI_MISSING,
+        PASSPHRASE_MISSING,
         PulumiRunner,
-        check_passphrase,
+        cli_missing,
         existing_kubeconfigs,
-        missing_kubeconfigs,
+        missing_credentials,
     )
-    from automation.execution.runner import AutomationError
+    from automation.execution.runner import AutomationError, CLIMissing
     from automation.planning.stacks import Change
 
     root = Path(run.state)
-    kubeconfigs = existing_kubeconfigs(fleet, given, root)
-    runner = PulumiRunner(root, fleet, backend=run.backend, parallel=parallel, kubeconfigs=kubeconfigs,
-                          unprotect=run.unprotect or run.destroy_clusters, refresh=run.refresh,  # says so if no CLI
-                          fleet_name=run.fleet_name, config=run.config)
-    check_passphrase(runner.backend)
-    missing = missing_kubeconfigs(fleet, kubeconfigs, [c.name for c in items], root)
-    missing += [line for c in items if c.change in (Change.create, Change.update) and c.name in prepared.specs
-                for line in missing_secrets(prepared.specs[c.name], fleet)]
-    if missing and run.operation != "destroy":
+    applying = {c.name: prepared.specs[c.name] for c in items
+                if c.change in (Change.create, Change.update) and c.name in prepared.specs}
+    missing = missing_credentials(fleet, given, root, run.backend, [c.name for c in items], applying)
+    if run.operation == "destroy":  # what is destroyed needs no Secret's value, but its state is encrypted
+        missing = [line for line in missing if line == PASSPHRASE_MISSING]
+    if cli_missing():  # said with everything else the run needs, so that one round of fixes is enough
+        raise CLIMissing("; ".join([CLI_MISSING, *missing]))
+    if missing:
         raise AutomationError("; ".join(missing))
-    return runner
+    return PulumiRunner(root, fleet, backend=run.backend, parallel=parallel,
+                        kubeconfigs=existing_kubeconfigs(fleet, given, root),
+                        unprotect=run.unprotect or run.destroy_clusters, refresh=run.refresh,  # says so if no CLI
+                        fleet_name=run.fleet_name, config=run.config)
 
 
 def _migrate(runner, moves: list[tuple[str, str]], renames: list) -> None:

@@ -23,7 +23,7 @@ from automation.cli.base import (
     state_option,
     summarised_base,
 )
-from automation.cli.applying import StackRun, run_stacks, stack_settings
+from automation.cli.applying import StackRun, _kubeconfig_pairs, run_stacks, stack_settings
 
 
 def _apply_options(function):
@@ -108,7 +108,18 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
         stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
     violations = check_fleet(loaded.fleet, stacks)
-    _show_preview(run.output, stacks, violations, changes, host)
+    _show_preview(run.output, stacks, violations, changes, host, _needs(run, loaded.fleet, desired, only))
+
+
+def _needs(run: StackRun, fleet, desired, only) -> list[str]:
+    """What the first real `up` of these stacks will need that is not here (the same check `up` makes first)."""
+    from pathlib import Path
+
+    from automation.execution.pulumi_runner import missing_credentials
+
+    names = sorted(only) if only is not None else list(desired.specs)
+    return missing_credentials(fleet, _kubeconfig_pairs(run.kubeconfig), Path(run.state), run.backend, names,
+                               {n: desired.specs[n] for n in names if n in desired.specs})
 
 
 def _desired_for_preview(fleet, applied, host: str | None, changed_against: tuple[str, ...]):
@@ -130,7 +141,9 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     return desired, only, changes
 
 
-def _show_preview(output: str, stacks, violations, changes: dict | None, host: str | None) -> None:
+def _show_preview(output: str, stacks, violations, changes: dict | None, host: str | None,
+                  needs: list[str] | None = None) -> None:
+    needs = needs or []
     from automation.cli.output import preview_table, stream_json
 
     if output == "json":
@@ -138,6 +151,7 @@ def _show_preview(output: str, stacks, violations, changes: dict | None, host: s
         document: dict = {"stacks": (s.to_dict() for s in stacks), "violations": [v.__dict__ for v in violations]}
         if changes is not None:  # which stacks differ from the base; the others listed were previewed for the check
             document["changes"] = [{"name": name, "change": change} for name, change in changes.items()]
+        document["needs"] = list(needs)  # what a real run needs that is not here (never a value)
         stream_json(document, sys.stdout.write)
         sys.stdout.write("\n")
     else:
@@ -152,6 +166,10 @@ def _show_preview(output: str, stacks, violations, changes: dict | None, host: s
                    err=True)
         raise SystemExit(EXIT_INVALID)
     if output != "json":
+        if needs:
+            click.echo(f"a real `modelplane up` of these stacks needs {len(needs)} thing(s) not given here:")
+            for line in needs:
+                click.echo(f"  - {line}")
         click.echo(f"fleet gateway host: {host or 'none'}")
         scope = "" if changes is None else " (the changed ones, what they depend on and what depends on them)"
         click.echo(f"deployability check: {len(stacks)} stack(s){scope}, 0 violations")

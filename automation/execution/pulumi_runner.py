@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pulumi
 
@@ -100,11 +100,38 @@ def is_pulumi_cloud(backend: str) -> bool:
     return backend.startswith(("https://", "http://"))
 
 
+CLI_MISSING = f"the Pulumi CLI is not installed: {INSTALL_HINT}"
+
+
+def cli_missing() -> bool:
+    return shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME")
+
+
+PASSPHRASE_MISSING = ("set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): stack secrets "
+                      "(kubeconfigs, tokens) are encrypted with it")
+
+
+def passphrase_missing(backend: str) -> bool:
+    return not is_pulumi_cloud(backend) and not (os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+                                                 or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE"))
+
+
 def check_passphrase(backend: str) -> None:
-    if not is_pulumi_cloud(backend):
-        if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")):
-            raise CLIMissing("set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): stack secrets "
-                             "(kubeconfigs, tokens) are encrypted with it")
+    if passphrase_missing(backend):
+        raise CLIMissing(PASSPHRASE_MISSING)
+
+
+def missing_credentials(fleet: Fleet, given: dict[str, str], root: Path, backend: str | None, stacks: list[str],
+                        specs: Mapping[str, Any]) -> list[str]:
+    """Everything a real run of `stacks` needs that is not here, one line each with where to give it (never a
+    value): the passphrase of a self-managed backend, Existing clusters' kubeconfigs, Secrets' values. `specs`:
+    the specs of the stacks that create or update (their rendered objects name the Secrets)."""
+    from automation.execution.programs import missing_secrets
+
+    out = [PASSPHRASE_MISSING] if passphrase_missing(backend or default_backend(root)) else []
+    out += missing_kubeconfigs(fleet, existing_kubeconfigs(fleet, given, root), stacks, root)
+    out += [line for spec in specs.values() for line in missing_secrets(spec, fleet)]
+    return out
 
 
 def kubeconfig_env(cluster: str) -> str:
@@ -153,8 +180,8 @@ class PulumiRunner:
         self.backend = backend or default_backend(self.root)
         open_backend(self.backend, self.root)
         if pulumi_command is None:
-            if shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME"):
-                raise CLIMissing(f"the Pulumi CLI is not installed: {INSTALL_HINT}")
+            if cli_missing():
+                raise CLIMissing(CLI_MISSING)
             pulumi_command = started_cli(lambda: interruptible_command(auto))
         self.command = pulumi_command
         self.parallel = parallel
