@@ -107,6 +107,8 @@ def test_a_write_the_portal_shed_is_resent_after_its_retry_after_and_gives_up_af
     answers = iter([429, 503, 200])
 
     def portal(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":  # not stored yet
+            return httpx.Response(404, json={"kind": "Status", "code": 404})
         code = next(answers, 429)
         if code != 200:
             return httpx.Response(code, headers={"Retry-After": "2"}, json={"kind": "Status", "message": "busy"})
@@ -120,3 +122,38 @@ def test_a_write_the_portal_shed_is_resent_after_its_retry_after_and_gives_up_af
     with pytest.raises(apply_remote.PushError, match="429"):  # answers only 429 from here on
         apply_remote.push(fleet, "http://portal", "t" * 32, client=client)
     assert waits == [2.0] * apply_remote.RETRIES
+
+
+def test_an_object_stored_as_given_is_unchanged_and_not_written_again():
+    """As kubectl apply says `unchanged`: the object is read first, and nothing is written when it matches."""
+    import httpx
+
+    from automation.cli import apply_remote
+    from fleet.validate import load_fleet
+
+    fleet = load_fleet([str(ROOT / "examples" / "models" / "qwen3-8b.yaml")]).fleet
+    stored: dict[str, dict] = {}
+    writes: list[str] = []
+
+    def portal(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            found = stored.get(request.url.path)
+            return httpx.Response(200, json=found) if found else httpx.Response(404, json={"kind": "Status"})
+        writes.append(request.url.path)
+        body = json.loads(request.content)
+        body["metadata"] = {**body["metadata"], "resourceVersion": "7", "uid": "u", "generation": 1}
+        body["status"] = {"conditions": []}  # the portal's own fields do not make it differ
+        created = request.url.path not in stored
+        stored[request.url.path] = body
+        return httpx.Response(201 if created else 200, json=body)
+
+    client = httpx.Client(base_url="http://portal", transport=httpx.MockTransport(portal))
+    assert [p.verb for p in apply_remote.push(fleet, "http://portal", "t" * 32, client=client)] == ["created"] * len(
+        [o for o in fleet.objects if o.kind in apply_remote.ORDER])
+    before = len(writes)
+    again = apply_remote.push(fleet, "http://portal", "t" * 32, client=client)
+    assert {p.verb for p in again} == {"unchanged"} and len(writes) == before
+    md = next(o for o in fleet.objects if o.kind == "ModelDeployment")
+    md.spec.replicas += 1
+    changed = apply_remote.push(fleet, "http://portal", "t" * 32, client=client)
+    assert [p.verb for p in changed if p.ref.startswith("ModelDeployment/")] == ["configured"]

@@ -31,10 +31,20 @@ class Pushed:
     ref: str
     status: int
     warnings: list[str]
+    unchanged: bool = False  # stored as sent already: nothing was written (kubectl apply's `unchanged`)
 
     @property
     def verb(self) -> str:
-        return "created" if self.status == 201 else "configured"
+        return "unchanged" if self.unchanged else "created" if self.status == 201 else "configured"
+
+
+OWNED = ("spec",)  # what a manifest says and the portal stores as given (status and most metadata are the portal's)
+
+
+def same_as_stored(body: dict, stored: dict) -> bool:
+    meta, kept = body.get("metadata") or {}, stored.get("metadata") or {}
+    return all(body.get(k) == stored.get(k) for k in OWNED) and all(
+        (meta.get(k) or {}) == (kept.get(k) or {}) for k in ("labels", "annotations"))
 
 
 class PushError(ModelplaneError):
@@ -88,6 +98,20 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
     for obj in objects:
         body = obj.model_dump(mode="json", by_alias=True, exclude_none=True)
         namespace = obj.namespace if obj.namespaced else None
+        ref = f"{obj.kind}/{obj.name}" if namespace is None else f"{obj.kind}/{namespace}/{obj.name}"
+        try:  # as kubectl apply: read it first, and write nothing when it is stored as given already
+            current = http.get(path_of(obj.kind, namespace, obj.name), headers={"Authorization": f"Bearer {token}"},
+                               follow_redirects=False)
+        except httpx.HTTPError as exc:
+            raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
+        if current.status_code == 200:
+            try:
+                stored = current.json()
+            except ValueError:
+                stored = None
+            if isinstance(stored, dict) and stored.get("kind") == obj.kind and same_as_stored(body, stored):
+                out.append(Pushed(ref, 200, [], unchanged=True))
+                continue
         for attempt in range(RETRIES + 1):
             try:
                 # a redirect is never followed: the token and the write would go wherever it points
@@ -99,7 +123,6 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
             if wait is None or attempt == RETRIES:
                 break
             time.sleep(wait)  # the portal shed it (429) or its lock was busy (503): as client-go, wait and resend
-        ref = f"{obj.kind}/{obj.name}" if namespace is None else f"{obj.kind}/{namespace}/{obj.name}"
         if response.status_code >= 400:
             try:
                 message = response.json().get("message") or response.text

@@ -14,6 +14,7 @@ means Pulumi waited for its workloads to be Available, so its replicas were read
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from textwrap import shorten
 from typing import TYPE_CHECKING, Any
 
 from fleet.plan_output import plan_to_dict
@@ -67,7 +68,8 @@ def standing(stack: str, snap: dict, observed: Observed, verbs: tuple[str, str] 
         return Standing("False", verbs[0], f"stack {stack} is {run['status']}", run.get("startedAt"))
     if run.get("status") == "failed" and run.get("fingerprint") in (want, None, ""):
         last = next((line for line in reversed((run.get("log") or "").splitlines()) if line.strip()), "")
-        return Standing("False", verbs[1], f"stack {stack} failed: {last[:200]}", run.get("finishedAt"))
+        return Standing("False", verbs[1], f"stack {stack} failed: {shorten(last.strip(), 200, placeholder=' ...')}",
+                        run.get("finishedAt"))
     if applied:
         return Standing("Unknown", "PendingUpdate", f"stack {stack} is applied, but not the current manifests",
                         applied.get("appliedAt"))

@@ -229,7 +229,7 @@ class Store:
         version = self.next_version(conn)
         meta = body.setdefault("metadata", {})
         if existing is None:
-            meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=now().isoformat(timespec="seconds"))
+            meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=rfc3339())
             meta["resourceVersion"] = str(version)
             conn.execute(objects.insert().values(
                 kind=kind, namespace=namespace, name=meta["name"], body=json.dumps(body), resource_version=version,
@@ -434,6 +434,11 @@ def _sha256(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
+def rfc3339(moment: datetime | None = None) -> str:
+    """A time as Kubernetes writes it (RFC 3339 in UTC, with `Z`): `2026-12-03T14:00:00Z`."""
+    return _aware(moment or now()).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _aware(moment: datetime) -> datetime:
     """SQLite gives naive datetimes back: they were written in UTC."""
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
@@ -459,6 +464,6 @@ def _object(row) -> dict:
 def _run(row) -> dict:
     return {"id": row["id"], "stack": row["stack"], "operation": row["operation"], "status": row["status"],
             "fingerprint": row["fingerprint"], "log": row["log"],
-            "createdAt": row["created_at"].isoformat() if row["created_at"] else None,
-            "startedAt": row["started_at"].isoformat() if row["started_at"] else None,
-            "finishedAt": row["finished_at"].isoformat() if row["finished_at"] else None}
+            "createdAt": rfc3339(row["created_at"]) if row["created_at"] else None,
+            "startedAt": rfc3339(row["started_at"]) if row["started_at"] else None,
+            "finishedAt": rfc3339(row["finished_at"]) if row["finished_at"] else None}

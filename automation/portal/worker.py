@@ -34,7 +34,7 @@ from sqlalchemy import select
 
 from automation.execution.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
-from automation.portal.store import Store, now, runs
+from automation.portal.store import Store, now, rfc3339, runs
 from automation.record.applied import RECORD_OUTPUT, Applied, Record, replica_from_dict
 from automation.execution.runner import AutomationError, StackRunner
 from automation.execution.session import undeployable
@@ -160,7 +160,7 @@ class Worker(threading.Thread):
                 if run["operation"] == "destroy":
                     details.pop(run["stack"], None)
                 else:  # plain outputs only (the runner drops secret ones): what status reads
-                    details[run["stack"]] = {"outputs": outputs or {}, "appliedAt": now().isoformat(timespec="seconds")}
+                    details[run["stack"]] = {"outputs": outputs or {}, "appliedAt": rfc3339()}
                 self.store.set_state(conn, "appliedDetails", json.dumps(details))
                 cluster = StackId.parse(run["stack"]).cluster
                 if cluster is not None:  # a platform stack: its gateway makes replica endpoints real
