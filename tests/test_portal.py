@@ -318,7 +318,7 @@ def test_apply_pushes_manifests_to_a_portal(portal, tmp_path, monkeypatch, capsy
     with portal.client(ADMIN) as admin:
         assert admin.get(f"{API}/namespaces/ml-team/modeldeployments/qwen3-8b").status_code == 200
     assert main(["apply", "-f", examples, "--server", portal.url]) == 0
-    assert all(line.endswith(" configured") for line in capsys.readouterr().out.splitlines())
+    assert all(line.endswith(" unchanged") for line in capsys.readouterr().out.splitlines())  # as kubectl says it
     token = tmp_path / "token"
     token.write_text(TEAM_A + "\n")
     monkeypatch.delenv("MODELPLANE_TOKEN")
