@@ -323,7 +323,9 @@ def test_apply_pushes_manifests_to_a_portal(portal, tmp_path, monkeypatch, capsy
     token.write_text(TEAM_A + "\n")
     monkeypatch.delenv("MODELPLANE_TOKEN")
     assert main(["apply", "-f", examples, "--server", portal.url, "--token-file", str(token)]) == 1
-    assert "error: InferenceClass/eks-h100-8x-p5: 403" in capsys.readouterr().err  # teams do not change the fleet
+    # unchanged objects are not written (as kubectl apply); the first that would be is refused
+    assert "error: ModelCache/ml-team/qwen3-coder: 403 team-a may not write in namespace 'ml-team'" in \
+        capsys.readouterr().err
 
 
 def test_the_page_shows_fifty_deployments_at_a_time_with_links_between_pages(portal, monkeypatch):
