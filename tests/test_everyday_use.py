@@ -144,3 +144,18 @@ def test_up_says_everything_a_first_run_lacks_at_once_before_the_cli(capsys, mon
     for said in ("the Pulumi CLI is not installed", "set PULUMI_CONFIG_PASSPHRASE", "InferenceCluster/byo-eu is Existing",
                  "Secret ml-team/hf-token key 'HF_TOKEN' has no value"):
         assert said in err[0]
+
+
+def test_a_tokens_file_with_several_bad_entries_names_each():
+    import pytest
+
+    from automation.portal.auth import Tokens, TokensFileError
+
+    text = ("- {name: a, token: '" + "x" * 32 + "', namespaces: [team-a]}\n"
+            "- {name: b, namespaces: team-b}\n"
+            "- {name: c, token: '" + "y" * 32 + "', admin: 'yes'}\n")
+    with pytest.raises(TokensFileError) as refused:
+        Tokens.parse(text, "tokens.yaml")
+    message = str(refused.value)
+    assert message.startswith("tokens.yaml: ") and "b" in message and "namespaces" in message and "admin" in message
+    assert "x" * 32 not in message and "y" * 32 not in message  # never a token

@@ -81,8 +81,11 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     from automation.portal.auth import Tokens, TokensFileError
     from automation.portal.worker import operator_runner
 
-    try:
-        Tokens.load(tokens_file)
+    try:  # checked before listening; read, not loaded, so that its warnings are said once, by the portal
+        Tokens.parse(Path(tokens_file).read_text(), tokens_file)
+    except OSError as exc:
+        click.echo(f"error: {tokens_file}: cannot read tokens file: {exc}", err=True)
+        raise SystemExit(2) from None
     except TokensFileError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

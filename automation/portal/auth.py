@@ -109,14 +109,18 @@ class Tokens:
         try:
             parsed = TokensDocument.model_validate(document)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            where = list(error["loc"])
             if not isinstance(data, list) and not isinstance(data, dict):
                 raise TokensFileError(f"{path}: expected a list of tokens or {{tokens: [...], quotas: {{...}}}}") from None
-            if len(where) >= 2 and where[0] == "tokens" and isinstance(where[1], int):
-                field = ".".join(str(p) for p in where[2:]) or "entry"
-                raise TokensFileError(f"{path}: {_entry_label(data, where[1])}: {field}: {error['msg']}") from None
-            raise TokensFileError(f"{path}: {'.'.join(str(p) for p in where) or 'file'}: {error['msg']}") from None
+            said = []  # every bad entry, so that one round of fixes is enough
+            for error in exc.errors()[:10]:
+                where = list(error["loc"])
+                if len(where) >= 2 and where[0] == "tokens" and isinstance(where[1], int):
+                    field = ".".join(str(p) for p in where[2:]) or "entry"
+                    said.append(f"{_entry_label(data, where[1])}: {field}: {error['msg']}")
+                else:
+                    said.append(f"{'.'.join(str(p) for p in where) or 'file'}: {error['msg']}")
+            more = f"; and {exc.error_count() - 10} more" if exc.error_count() > 10 else ""
+            raise TokensFileError(f"{path}: " + "; ".join(said) + more) from None
         entries: list[tuple[str, Principal]] = []
         seen: dict[str, str] = {}
         names: dict[str, int] = {}
