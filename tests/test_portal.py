@@ -2,6 +2,7 @@
 concurrency against scarce capacity, and crash safety."""
 
 import concurrent.futures
+import html
 import json
 import os
 import pathlib
@@ -155,7 +156,8 @@ def test_tenants_see_only_their_plan_and_page(portal):
         assert {r["deployment"] for r in team.get("/plan").json()["replicas"]} == {"team-a/a1"}
         page = team.get("/").text
     assert "team-a/a1" in page and "team-b/b1" not in page and TEAM_A not in page
-    assert "http://fleet-gateway.pending.modelplane.invalid/team-a/a1" in page
+    # no placeholder shown as an address: it says the address is not known yet
+    assert "pending.modelplane.invalid" not in page and "pending: known once the fleet gateway has an address" in page
 
 
 def form_token(html: str) -> str:
@@ -182,8 +184,12 @@ def test_page_sign_in_and_submit_with_a_session_cookie(portal):
         refused = browser.post("/ui/apply", data={"manifest": yaml.safe_dump(deployment("web", namespace="team-b")),
                                                   "csrf": csrf}, follow_redirects=True)
         assert "may not write in team-b" in refused.text
+        unconfirmed = browser.post("/ui/delete", data={"kind": "ModelDeployment", "namespace": "team-a", "name": "web",
+                                                       "csrf": csrf}, follow_redirects=True)
+        assert "type the name 'web' to confirm deleting ModelDeployment team-a/web" in html.unescape(unconfirmed.text)
+        assert "team-a/web" in browser.get("/").text  # a click alone deleted nothing
         gone = browser.post("/ui/delete", data={"kind": "ModelDeployment", "namespace": "team-a", "name": "web",
-                                                "csrf": csrf}, follow_redirects=True)
+                                                "csrf": csrf, "confirm": "web"}, follow_redirects=True)
         assert "Deleted ModelDeployment team-a/web" in gone.text
 
 
@@ -443,6 +449,37 @@ def test_the_page_counts_pool_capacity_as_the_scheduler_does(portal):
         replan(portal.store, conn, False)
     with portal.client(ADMIN) as admin:
         text = admin.get("/").text
-    rows = re.findall(r"<tr><td>(c\d)</td><td>(\w+)</td><td>(\d+)</td>", text)
-    assert rows == [("c1", "observed", "3"), ("c2", "gpu", "2"), ("c2", "gone", "0")], rows
+    rows = re.findall(r"<tr><td>(c\d)</td><td class=\"\w+\">([\w ]+)</td><td>(\w+)</td><td>(\d+)</td>", text)
+    assert rows == [("c1", "not provisioned yet", "observed", "3"), ("c2", "not provisioned yet", "gpu", "2"),
+                    ("c2", "not provisioned yet", "gone", "0")], rows
+    assert "2 cluster(s) not provisioned yet" in text  # their devices do not exist until their platform stack applies
     assert "2 cluster(s), 3 pool(s), 0 of 14 devices claimed" in text  # 3 nodes x 4 + 2 x 1 + nothing
+
+
+def signed_in(portal, browser) -> str:
+    """Sign `browser` in as team-a through the page; the session's CSRF token."""
+    browser.headers["Origin"] = portal.url
+    signin = browser.get("/")
+    browser.post("/ui/signin", data={"token": TEAM_A, "csrf": form_token(signin.text)}, follow_redirects=False)
+    return form_token(browser.get("/").text)
+
+
+def test_the_page_takes_several_objects_keeps_a_refused_paste_and_scales(portal):
+    seed_fleet(portal)
+    with portal.client(None) as browser:
+        csrf = signed_in(portal, browser)
+        two = yaml.safe_dump_all([deployment("one", namespace="team-a"), deployment("two", namespace="team-a")])
+        applied = browser.post("/ui/apply", data={"manifest": two, "csrf": csrf}, follow_redirects=True)
+        assert "Accepted ModelDeployment one, ModelDeployment two" in applied.text
+        # a paste with one bad object writes none of them, and comes back in the form to fix
+        bad = yaml.safe_dump_all([deployment("three", namespace="team-a"),
+                                  {**deployment("four", namespace="team-a"), "spec": {"replicas": "x"}}])
+        refused = browser.post("/ui/apply", data={"manifest": bad, "csrf": csrf}, follow_redirects=False)
+        assert refused.status_code == 422 and "ModelDeployment four" in html.unescape(refused.text)
+        assert html.escape(bad, quote=False).split("\n")[0] in refused.text  # the pasted text, kept
+        assert "team-a/three" not in browser.get("/").text  # nothing of it was written
+        scaled = browser.post("/ui/scale", data={"namespace": "team-a", "name": "one", "replicas": "2", "csrf": csrf},
+                              follow_redirects=True)
+        assert "Scaled ModelDeployment team-a/one to 2 replica(s)" in scaled.text
+    with portal.client(ADMIN) as admin:
+        assert admin.get(f"{API}/namespaces/team-a/modeldeployments/one").json()["spec"]["replicas"] == 2

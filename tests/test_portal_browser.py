@@ -52,10 +52,38 @@ def test_sign_in_see_the_fleet_and_submit_a_deployment(tmp_path, browser):
         browser.find_element(By.ID, "submit").click()
         wait.until(ready.text_to_be_present_in_element((By.ID, "message"), "Accepted ModelDeployment chat"))
         rows = browser.find_element(By.ID, "deployments").text
-        assert "team-a/chat" in rows and "2 / 2" in rows
+        # ready / desired, as kubectl users read it (nothing is applied here: 0 ready), and the placed count
+        assert "team-a/chat" in rows and "0 / 2 (2 placed)" in rows and "ReplicasReady: Unknown" in rows
         assert "2 / 4" in browser.find_element(By.ID, "fleet").text  # the GPUs it claims
         assert TEAM_A not in browser.page_source  # the token is never echoed
         shot = Path(tmp_path) / "portal.png"
         browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000
         shutil.copy(shot, Path(tempfile.gettempdir()) / "modelplane-portal.png")
+
+
+@pytest.mark.parametrize("width", [420, 1000, 1400])
+def test_the_page_fits_its_width_and_every_delete_is_reachable(tmp_path, browser, width):
+    """Nothing makes the page scroll sideways (wide tables scroll in their own box), and each row's Delete button
+    is inside its table's box, at phone, laptop and desktop widths."""
+    with ThreadServer(tmp_path) as portal:
+        seed_fleet(portal, gpus=4)
+        browser.set_window_size(width, 1200)
+        browser.get(portal.url + "/")
+        browser.find_element(By.ID, "token").send_keys(TEAM_A)
+        browser.find_element(By.ID, "signin").click()
+        WebDriverWait(browser, 20).until(ready.presence_of_element_located((By.ID, "fleet")))
+        long_name = "a-deployment-with-a-long-name-that-would-widen-a-table-" + "x" * 8
+        browser.find_element(By.ID, "manifest").send_keys(yaml.safe_dump(deployment(long_name, namespace="team-a")))
+        browser.find_element(By.ID, "submit").click()
+        WebDriverWait(browser, 20).until(ready.text_to_be_present_in_element((By.ID, "message"), "Accepted"))
+        page, view = browser.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert page <= view, f"the page scrolls sideways at {width} px ({page} > {view})"
+        button = browser.find_element(By.CSS_SELECTOR, "#deployments form.delete button")
+        box = browser.execute_script("const b = arguments[0].getBoundingClientRect(), t = arguments[0].closest("
+                                     "'.scroll').getBoundingClientRect(); return [b.left, b.right, t.left, t.right]",
+                                     button)
+        browser.execute_script("arguments[0].closest('.scroll').scrollLeft = 1e6", button)
+        right = browser.execute_script("return arguments[0].getBoundingClientRect().right", button)
+        assert box[0] >= box[2] - 1 and right <= box[3] + 1, (width, box, right)

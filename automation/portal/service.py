@@ -89,22 +89,28 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
     return data
 
 
+def quota_use(deployments: list[dict]) -> tuple[int, int]:
+    """(ModelDeployments, devices they ask for: replicas x devices per replica) of a namespace's stored objects."""
+    from fleet.api import ModelDeployment
+    from fleet.shapes import replica_devices
+
+    devices = 0
+    for body in deployments:
+        md = ModelDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
+        devices += md.spec.replicas * replica_devices(md)
+    return len(deployments), devices
+
+
 def quota_problem(store, conn, namespace: str, quota) -> str | None:
     """Why the namespace's stored ModelDeployments exceed its team's quota (checked inside the write), or None."""
     if quota is None:
         return None
-    from fleet.api import ModelDeployment
-    from fleet.shapes import replica_devices
-
     deployments = store.list(conn, "ModelDeployment", namespace)
     if quota.maxDeployments is not None and len(deployments) > quota.maxDeployments:
         return (f"quota of namespace {namespace!r} exceeded: {len(deployments)} ModelDeployments, "
                 f"at most {quota.maxDeployments} (maxDeployments)")
     if quota.maxGPUs is not None:
-        devices = 0
-        for body in deployments:
-            md = ModelDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
-            devices += md.spec.replicas * replica_devices(md)
+        _, devices = quota_use(deployments)
         if devices > quota.maxGPUs:
             return (f"quota of namespace {namespace!r} exceeded: its ModelDeployments ask for {devices} devices "
                     f"(replicas x devices per replica), at most {quota.maxGPUs} (maxGPUs)")

@@ -74,6 +74,12 @@ def page(request: Request, portal: Objects, message: str | None = None, flash: s
         response = HTMLResponse(templates.get_template("signin.html").render(message=shown, csrf=form_token))
         response.set_cookie(SIGNIN_COOKIE, form_token, max_age=3600, **cookie_options(request))
         return response
+    return _render(portal, who, shown, page, pools)
+
+
+def _render(portal: Portal, who: Caller, shown: str | None, page: int = 1, pools: int = 1, manifest: str = "",
+            status_code: int = 200) -> HTMLResponse:
+    """The signed-in page; `manifest`: the text a refused paste had, kept in the form to fix."""
     person, store = who.principal, portal.store
     with store.read() as conn:
         plan, observed, gateways = portal.observation(conn)
@@ -87,13 +93,29 @@ def page(request: Request, portal: Objects, message: str | None = None, flash: s
                                     if person.can_see(o["metadata"]["namespace"])], conn)
         run_rows = [r for r in store.list_runs(conn, 50) if portal.visible_stack(person, r["stack"])]
         held = portal.held_back(conn) if person.admin else []  # they may name any team's objects
-    pool_rows = pool_capacity(clusters, classes, plan)
+        quotas = _quotas(portal, person, store, conn)
+    pool_rows = pool_capacity(clusters, classes, plan, observed)
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
-              "total": sum(p["total"] for p in pool_rows), "deployments": len(visible)}
+              "total": sum(p["total"] for p in pool_rows), "deployments": len(visible),
+              "unprovisioned": len({p["cluster"] for p in pool_rows if not p["provisioned"]})}
     return HTMLResponse(templates.get_template("fleet.html").render(
         who=person, pools=Paged(pool_rows, pools, "pools", {"page": rows.number}), deployments=deployments,
         deployment_pages=rows, services=services, runs=run_rows, message=shown, gateway=gateway,
-        totals=totals, csrf=who.csrf or "", held=held[:20]))
+        totals=totals, csrf=who.csrf or "", held=held[:20], quotas=quotas, manifest=manifest),
+        status_code=status_code)
+
+
+def _quotas(portal: Portal, person, store, conn) -> list[dict]:
+    """The quota use of each namespace the caller writes to that has a quota."""
+    from automation.portal.service import quota_use
+
+    rows = []
+    for namespace, quota in sorted(portal.tokens.quotas.items()):
+        if person.can_write(namespace) and (quota.maxGPUs is not None or quota.maxDeployments is not None):
+            count, devices = quota_use(store.list(conn, "ModelDeployment", namespace))
+            rows.append({"namespace": namespace, "deployments": count, "maxDeployments": quota.maxDeployments,
+                         "devices": devices, "maxGPUs": quota.maxGPUs})
+    return rows
 
 
 @router.post("/ui/signin")
@@ -124,16 +146,24 @@ async def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = 
 
 @router.post("/ui/apply")
 async def ui_apply(who: SignedIn, portal: Objects, manifest: str = Form(...), csrf: str = Form("", max_length=100)):
+    """One or more objects pasted (YAML documents, or a List): each checked as its PUT checks it before any is
+    written; on a refusal the page comes back with the text in the form, to fix."""
     person = checked_form(who, csrf).principal
+    accepted: list[str] = []
     try:
-        kind, plural, namespace, name = await run_in_threadpool(_one_object, manifest)  # parsing is CPU work
-        if not person.can_write(namespace):
-            raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
-        await queued(portal, portal.put, kind, namespace, name, manifest.encode())
-        message = f"Accepted {kind} {name}"
+        objects = await run_in_threadpool(_objects, manifest)  # parsing and validation are CPU work
+        for kind, plural, namespace, name, _ in objects:
+            if not person.can_write(namespace):
+                raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
+        for kind, _, namespace, name, raw in objects:
+            await queued(portal, portal.put, kind, namespace, name, raw)
+            accepted.append(f"{kind} {name}")
     except ApiError as exc:
         message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])
-    return _back(who, message)
+        if accepted:
+            message = f"Accepted {', '.join(accepted)}; then refused: {message}"
+        return await run_in_threadpool(_render, portal, who, message[:MAX_FLASH], 1, 1, manifest, 422)
+    return _back(who, f"Accepted {', '.join(accepted)}")
 
 
 def _new_session(portal: Portal, token_sha256: str) -> str:
@@ -146,35 +176,74 @@ def _end_session(portal: Portal, session_id: str) -> None:
         portal.store.delete_session(conn, session_id)
 
 
-def _one_object(manifest: str) -> tuple[str, str, str | None, str]:
-    """The kind, plural, namespace and name of the one object pasted into the form."""
+MAX_PASTED = 50  # objects one paste may hold
+
+
+def _objects(manifest: str) -> list[tuple[str, str, str | None, str, bytes]]:
+    """(kind, plural, namespace, name, its own text) of every object pasted, each validated as its PUT would be."""
+    import yaml
+
+    from automation.portal.service import parse_body
     from fleet.loader import parse_text
 
     documents, problems = parse_text(manifest, "manifest")
     if problems:
         raise ApiError(400, "BadRequest", str(problems[0]))
-    data = documents[0].data if len(documents) == 1 else None
-    if not isinstance(data, dict):
-        raise ApiError(400, "BadRequest", "paste one object (a YAML mapping)")
-    kind = data.get("kind")
-    plural = next((p for p, (k, _) in PLURALS.items() if k == kind), None)
-    if plural is None:
-        raise ApiError(400, "BadRequest", f"unknown kind {str(kind)[:80]!r}")
-    meta: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
-    namespace = str(meta.get("namespace") or "default") if PLURALS[plural][1] else None
-    return str(kind), plural, namespace, str(meta.get("name") or "")
+    found = [d for d in documents if d.data is not None]
+    if not found:
+        raise ApiError(400, "BadRequest", "paste one or more objects (YAML mappings)")
+    if len(found) > MAX_PASTED:
+        raise ApiError(400, "BadRequest", f"{len(found)} objects pasted; at most {MAX_PASTED} at once")
+    out = []
+    for doc in found:
+        data = doc.data
+        if not isinstance(data, dict):
+            raise ApiError(400, "BadRequest", f"manifest:{doc.line}: not an object (a YAML mapping)")
+        kind = data.get("kind")
+        plural = next((p for p, (k, _) in PLURALS.items() if k == kind), None)
+        if plural is None:
+            raise ApiError(400, "BadRequest", f"manifest:{doc.line}: unknown kind {str(kind)[:80]!r}")
+        meta: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+        namespace = str(meta.get("namespace") or "default") if PLURALS[plural][1] else None
+        name = str(meta.get("name") or "")
+        raw = yaml.safe_dump(data, sort_keys=False).encode()
+        try:
+            parse_body(raw, str(kind), namespace, name)
+        except ApiError as exc:
+            raise ApiError(exc.code, exc.reason, f"manifest:{doc.line}: {kind} {name}: {exc.message}",
+                           exc.causes) from None
+        out.append((str(kind), plural, namespace, name, raw))
+    return out
 
 
 @router.post("/ui/delete")
 async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_length=64),
               namespace: str = Form(..., max_length=63), name: str = Form(..., max_length=253),
-              csrf: str = Form("", max_length=100)):
+              csrf: str = Form("", max_length=100), confirm: str = Form("", max_length=253)):
     person = checked_form(who, csrf).principal
     try:
+        if confirm != name:  # the page asks for the name typed again: a click alone deletes nothing
+            raise ApiError(400, "BadRequest", f"type the name {name!r} to confirm deleting {kind} {namespace}/{name}")
         if kind not in ("ModelDeployment", "ModelService") or not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not delete {kind} {namespace}/{name}")
         await queued(portal, portal.delete, kind, namespace, name)
         message = f"Deleted {kind} {namespace}/{name}"
+    except ApiError as exc:
+        message = exc.message
+    return _back(who, message)
+
+
+@router.post("/ui/scale")
+async def ui_scale(who: SignedIn, portal: Objects, namespace: str = Form(..., max_length=63),
+                   name: str = Form(..., max_length=253), replicas: int = Form(..., ge=0, le=10),
+                   csrf: str = Form("", max_length=100)):
+    """The page's replicas field: what `kubectl scale` does (the scale subresource's write)."""
+    person = checked_form(who, csrf).principal
+    try:
+        if not person.can_write(namespace):
+            raise ApiError(403, "Forbidden", f"{person.name} may not write in {namespace}")
+        await queued(portal, portal.scale, namespace, name, replicas, None)
+        message = f"Scaled ModelDeployment {namespace}/{name} to {replicas} replica(s)"
     except ApiError as exc:
         message = exc.message
     return _back(who, message)
@@ -202,9 +271,13 @@ class Paged:
         return "/?" + urlencode({**self._others, self._parameter: number})
 
 
-def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict) -> list[dict]:
+def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict, observed=None) -> list[dict]:
     """Per pool: claimable devices in total and claimed by placed replicas, as the scheduler counts them
-    (`fleet.inventory`: a cluster's published `status.gpuPools` win over its declared node pools)."""
+    (`fleet.inventory`: a cluster's published `status.gpuPools` win over its declared node pools), and whether
+    its cluster is provisioned (its platform stack applied): a cluster that never was offers nothing yet."""
+    from fleet.stack_id import StackId
+
+    applied = observed.applied if observed is not None else {}
     used: dict[tuple[str, str], int] = {}
     for r in plan.get("replicas", []):
         for e in r["engines"]:
@@ -217,6 +290,8 @@ def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict) -> list
         for pool in cluster.pools:
             total = pool.nodes * sum(d.count for d in pool.kind.devices if d.claimable)
             claimed = used.get((cluster.name, pool.name), 0)
+            provisioned = str(StackId.platform(cluster.name)) in applied
             rows.append({"cluster": cluster.name, "pool": pool.name, "nodes": pool.nodes, "total": total,
-                         "used": claimed, "free": total - claimed})
+                         "used": claimed, "free": total - claimed, "provisioned": provisioned,
+                         "state": "provisioned" if provisioned else "not provisioned yet"})
     return rows
