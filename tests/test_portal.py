@@ -227,7 +227,7 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         os.kill(slow.pid, signal.SIGKILL)  # no shutdown, no flush: a crash
         slow.wait(10)
     env_path = os.environ.get("PATH", "")
-    os.environ["PATH"] = str(tmp_path)  # no Pulumi CLI for the restarted portal: the run must end, honestly failed
+    os.environ["PATH"] = str(tmp_path)  # no Pulumi CLI for the restarted portal: the run waits queued, saying why
     try:
         fast = start_process(tmp_path, port, ["--worker-interval", "0.2"])
     finally:
@@ -238,10 +238,14 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             run = next((r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a.qwen"), None)
-            if run is not None and run["status"] in ("succeeded", "failed"):
+            problems = client.get("/plan").json()["problems"]
+            if run is not None and any("the Pulumi CLI is not installed" in p for p in problems):
                 break
             time.sleep(0.3)
-        assert run is not None and run["status"] == "failed" and "Pulumi CLI is not installed" in client.get(f"/runs/{run['id']}").json()["log"]
+        # the resumed run is kept, queued, until the CLI is there (not failed over and over), and /plan says why
+        # (a run the worker tried says it in its log too; one queued after it stopped trying waits silently)
+        assert run is not None and run["status"] == "queued"
+        assert any("runs wait queued: the Pulumi CLI is not installed" in p for p in problems)
     finally:
         fast.terminate()
         fast.wait(10)
@@ -483,3 +487,31 @@ def test_the_page_takes_several_objects_keeps_a_refused_paste_and_scales(portal)
         assert "Scaled ModelDeployment team-a/one to 2 replica(s)" in scaled.text
     with portal.client(ADMIN) as admin:
         assert admin.get(f"{API}/namespaces/team-a/modeldeployments/one").json()["spec"]["replicas"] == 2
+
+
+def test_without_the_pulumi_cli_runs_wait_queued_and_problems_say_why(tmp_path):
+    """No retry storm (the round-three finding: 86 failed runs in 3 minutes): the runs stay queued, their log and
+    /plan's problems say why once, and the worker tries again only after BLOCKED_RETRY."""
+    from automation.execution.runner import CLIMissing
+    from automation.portal import worker as worker_module
+    from automation.portal.portal import Portal
+    from automation.portal.store import Store
+
+    def no_cli(fleet, state_dir):
+        raise CLIMissing("the Pulumi CLI is not installed: install it")
+
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    worker = worker_module.Worker(store, tmp_path, runner=no_cli)
+    with store.write() as conn:
+        store.enqueue(conn, "platform-c1", "up", "f1")
+        store.enqueue(conn, "gateway", "up", "f2")
+    for _ in range(3):  # as if retried: each attempt leaves them queued, and says it once
+        worker.blocked_until = 0.0
+        worker.execute(worker.claim())
+    with store.read() as conn:
+        runs = store.list_runs(conn)
+        held = Portal(store, tokens=None, apply=True).held_back(conn)  # type: ignore[arg-type]
+    assert {r["status"] for r in runs} == {"queued"}
+    assert all(r["log"].count("waiting: the Pulumi CLI is not installed") == 1 for r in runs)
+    assert held == ["runs wait queued: the Pulumi CLI is not installed: install it"]
+    assert worker.blocked_until > 0  # the loop does not claim again before BLOCKED_RETRY

@@ -91,6 +91,12 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
         raise SystemExit(2) from None
     runner = None
     how = "plan only" if no_apply else "applying through Pulumi"
+    if not no_apply and executor != "operator":
+        from automation.execution.pulumi_runner import cli_missing
+
+        if cli_missing():  # said before anyone writes, not discovered run by run
+            how += ("; the Pulumi CLI is not installed, so runs wait queued until it is (install it, or serve "
+                    "--no-apply to plan only)")
     if executor == "operator" and not no_apply:
         operator_executor(operator_settings, None)  # the settings and the cluster are checked before listening
         runner = operator_runner(operator_settings)

@@ -132,7 +132,9 @@ class Portal:
 
     def held_back(self, conn) -> list[str]:
         """What the last background replan found that a cluster would reject: while there is any, no run is queued."""
-        return json.loads(self.store.get_state(conn, "problems") or "[]")
+        problems = json.loads(self.store.get_state(conn, "problems") or "[]")
+        executor = self.store.get_state(conn, "executorProblem")  # automation/portal/worker.py: runs cannot run
+        return problems + ([f"runs wait queued: {executor}"] if executor else [])
 
     # ---- writes --------------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ the record then says, and the database's `applied` key is only this portal's cop
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -36,12 +37,14 @@ from automation.execution.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, rfc3339, runs
 from automation.record.applied import RECORD_OUTPUT, Applied, Record, replica_from_dict
-from automation.execution.runner import AutomationError, StackRunner
+from automation.execution.runner import AutomationError, CLIMissing, StackRunner
 from automation.execution.session import undeployable
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
 from fleet.validate import Fleet
+
+log = logging.getLogger("modelplane.portal")
 
 
 @dataclass
@@ -85,6 +88,10 @@ def operator_runner(settings_file: str | Path) -> ExecutorFactory:
     return build
 
 
+BLOCKED_RETRY = 60.0  # seconds between tries to build the executor while it cannot be (the Pulumi CLI is missing)
+EXECUTOR_PROBLEM = "executorProblem"  # the state key saying why no run can be executed (shown in /plan's problems)
+
+
 class Worker(threading.Thread):
     def __init__(self, store: Store, state_dir: Path, interval: float = 1.0, stale_after: float = 900.0,
                  runner: ExecutorFactory | None = None, parallel: int = 2):
@@ -97,6 +104,7 @@ class Worker(threading.Thread):
         self.parallel = parallel
         self.id = f"{socket.gethostname()}-{os.getpid()}"
         self.stopping = threading.Event()
+        self.blocked_until = 0.0  # while what runs stacks cannot (no Pulumi CLI), runs wait queued: no retry storm
 
     def stop(self) -> None:
         self.stopping.set()
@@ -209,6 +217,14 @@ class Worker(threading.Thread):
             reserved = [replica_from_dict(p) for p in json.loads(self.store.reservations_text(conn))]
         try:
             executor = self.runner(fleet, self.state_dir)
+        except CLIMissing as exc:  # nothing can run until it is installed: keep the runs queued, say it once
+            self.blocked_until = time.monotonic() + BLOCKED_RETRY
+            self._blocked(batch, finished, str(exc))
+            return
+        except AutomationError as exc:
+            return self._fail_all(batch, finished, f"error: {exc}")
+        self._unblocked()
+        try:
             applied = executor.record.read()
         except AutomationError as exc:
             return self._fail_all(batch, finished, f"error: {exc}")
@@ -261,9 +277,30 @@ class Worker(threading.Thread):
         except AutomationError:
             pass  # the copy kept by _finish stands until the next batch reads it
 
+    def _blocked(self, batch: list[dict[str, Any]], finished: set[int], why: str) -> None:
+        with self.store.write() as conn:
+            said = self.store.get_state(conn, EXECUTOR_PROBLEM)
+            self.store.set_state(conn, EXECUTOR_PROBLEM, why)
+            for run in batch:
+                conn.execute(runs.update().where(runs.c.id == run["id"]).values(
+                    status="queued", worker=None,
+                    log=runs.c.log + ("" if said == why else f"waiting: {why} (retried every {BLOCKED_RETRY:.0f} s)\n")))
+                finished.add(run["id"])
+        log.error("no stack is applied: %s", why)
+
+    def _unblocked(self) -> None:
+        if self.blocked_until:
+            self.blocked_until = 0.0
+            with self.store.write() as conn:
+                self.store.set_state(conn, EXECUTOR_PROBLEM, "")
+
     def run(self) -> None:
         self.recover()
         self.resync()
         while not self.stopping.wait(self.interval):
+            if time.monotonic() < self.blocked_until:
+                continue
             while not self.stopping.is_set() and (batch := self.claim()):
                 self.execute(batch)
+                if self.blocked_until:
+                    break
