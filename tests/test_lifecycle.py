@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -664,3 +665,17 @@ def test_drift_with_nothing_applied_says_so(double, capsys):
     out = capsys.readouterr().out
     assert "nothing is applied yet: drift compares the stacks `modelplane up` applied, and the record has none" in out
     assert "preview-refresh" not in out
+
+
+def test_status_watch_follows_a_rollout_until_every_stack_is_up_to_date(double, capsys):
+    double.control()
+    process = _start_up(double, double.fleet())
+    try:
+        assert main(["status", "--watch", "--interval", "0.2", *double.args()[:2]]) == 0
+    finally:
+        process.communicate(timeout=300)
+    out = capsys.readouterr().out
+    changed = [line for line in out.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)]
+    # every stack's change is printed as it lands, and the watch ends when nothing is pending
+    assert {line.split()[1].rstrip(":") for line in changed if line.endswith("up to date")} == EVERY_STACK
+    assert out.rstrip().endswith("every stack is up to date") and process.returncode == 0

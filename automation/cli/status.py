@@ -68,11 +68,20 @@ def _service_addresses(prepared, applied: dict) -> list[dict]:
                    "with where the operator is with each.")
 @FLEET
 @BACKEND
-def status(paths, output, control_plane, state, executor, operator_settings, fleet_name, backend) -> None:
+@click.option("--watch", "-w", "watch", is_flag=True,
+              help="Follow a rollout: after the table, print each stack whose state changes (read every --interval "
+                   "seconds) until every stack is up to date, or Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
+              help="With --watch: seconds between reads of the record.")
+def status(paths, output, control_plane, state, executor, operator_settings, fleet_name, backend, watch,
+           interval) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (from the record; without the Pulumi
     CLI, from its local cache, and it says so)."""
     from automation.execution.session import prepare
 
+    if watch and output != "table":
+        click.echo("error: --watch follows the table; use -o table", err=True)
+        raise SystemExit(2)
     loaded = load(paths)
     host = gateway_host(loaded.fleet, control_plane)
     record, on_operator = _record_and_operator(state, backend, fleet_name, executor, operator_settings)
@@ -101,6 +110,36 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
                    f"{row['reason'] or ''}".rstrip())
     for u in prepared.plan.unscheduled:
         click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
+    if watch:
+        _watch(loaded.fleet, host, rows, interval, lambda: _record_and_operator(state, backend, fleet_name, executor,
+                                                                                operator_settings))
+
+
+def _shown(row: dict) -> tuple:
+    return (row["change"], row["appliedAt"], row["reason"])
+
+
+def _watch(fleet, host, rows: list[dict], interval: float, record_of) -> None:
+    """Print each stack whose state changed since the last read, as `kubectl get -w` prints changed rows."""
+    import time
+
+    from automation.execution.session import prepare
+
+    last = {row["name"]: _shown(row) for row in rows}
+    try:
+        while any(change != "none" for change, _, _ in last.values()):
+            time.sleep(interval)
+            record, on_operator = record_of()
+            read = read_record(record)
+            for row in _rows(prepare(fleet, read, host), read, fleet, on_operator):
+                if last.get(row["name"]) != _shown(row):
+                    last[row["name"]] = _shown(row)
+                    shown = "up to date" if row["change"] == "none" else f"pending {row['change']}"
+                    click.echo(f"{time.strftime('%H:%M:%S')}  {row['name']}: {shown}"
+                               + (f" ({row['reason']})" if row["reason"] else ""))
+        click.echo("every stack is up to date")
+    except KeyboardInterrupt:
+        click.echo("stopped watching", err=True)
 
 
 def _record_and_operator(state: str, backend: str | None, fleet_name: str | None, executor: str,
