@@ -34,6 +34,9 @@ def add_cluster(docs):
     new["metadata"]["name"] = "gke-eu-west"
     new["metadata"]["labels"] = {"region": "eu", "cloud": "gcp"}
     new["spec"]["cluster"]["gke"]["region"] = "europe-west4"
+    for pool in new["spec"]["nodePools"]:  # zones of the new region (validate refuses us-central1's there)
+        if pool.get("zones"):
+            pool["zones"] = [f"europe-west4-{z.rsplit('-', 1)[1]}" for z in pool["zones"]]
     docs.append(new)
 
 
