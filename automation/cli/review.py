@@ -21,10 +21,9 @@ def _errors(paths: tuple[str, ...]):
 
     secrets_dir = click.get_current_context().meta.get("secrets_dir")
     loaded = load_fleet(paths, secrets_dir=Path(secrets_dir) if secrets_dir else None)
-    errors = sorted(loaded.errors, key=lambda p: (p.source, p.line, p.object, p.path))
-    if not errors and not loaded.fleet.objects:
+    if not loaded.errors and not loaded.fleet.objects:
         return loaded, [f"no modelplane.ai objects found in {', '.join(paths)}"]
-    return loaded, [str(p) for p in errors]
+    return loaded, [str(p) for p in loaded.errors]  # in file and line order already (fleet.validate)
 
 
 @cli.command()
