@@ -10,8 +10,8 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing modelplane and its dependencies into $(VENV) (the first run takes about 3 minutes on 2 cores: the Pulumi cloud SDKs are large; pip shows each download)"
-	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[test]'
+	@echo "installing modelplane and its dependencies into $(VENV) (the first run takes about 3 minutes on 2 cores: the Pulumi cloud SDKs are large)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
