@@ -4,7 +4,9 @@
   claim a DRA device there, and a member that claims on another pool of the cluster must
   not be stranded here on synthetic devices only. Pods are then placed one at a time on
   the best-fitting node (tightest score), largest members first; members that claim
-  nothing cost nothing and ride along.
+  nothing cost nothing and ride along. The placement's score, which ranks pools and
+  clusters, is the engine's fit on the pool when empty: where a replica goes never
+  depends on where other deployments went, only whether it still fits.
 - Engines to pools: an exact search over the (few) engines and pools of the cluster
   that finds every feasible assignment (up to a bound) and keeps the tightest, ties
   broken by pool names. Engines are taken by name, so written order does not matter.
@@ -183,9 +185,21 @@ class Placer:
             placed[i] = MemberPlacement(member.role, pods, dra, synthetic)
         if result is None:
             members = tuple(placed[i] for i in range(len(engine.members)))
-            result = (EnginePlacement(engine.name, pool.name, members, total), trial.nodes)
+            result = (EnginePlacement(engine.name, pool.name, members, self._static_score(engine, pool, state, total)),
+                      trial.nodes)
         self._engines[key] = result
         return result
+
+    def _static_score(self, engine: EngineShape, pool: PoolView, state: PoolState, total: Score) -> Score:
+        """The score that ranks places: the engine's fit on the pool when empty. Nodes are still chosen tightest
+        first on the ledger as it is, but which cluster and pool a replica goes to must not depend on where other
+        deployments' replicas went: then adding a replica moves no other replica unless it takes the capacity that
+        replica needed (docs/scheduling.md, "Stability")."""
+        empty = PoolState(pool.kind, pool.nodes)
+        if state.key() == empty.key():
+            return total
+        placement, _ = self.place_engine(engine, pool, empty)
+        return placement.score if placement is not None else total
 
     # ---- one replica on one cluster --------------------------------------------------------
 

@@ -69,7 +69,7 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     base = summarised_base(against, [], BaseCache())
     result.comparison = compare(None, fleet, recorded=[], base=base)
     host = gateway_host(fleet, control_plane)
-    desired = desired_state(fleet, base.placements, control_plane=host)
+    desired = desired_state(fleet, [], control_plane=host)  # planned as `compare` planned the head
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}
     only = around(desired.specs, changed) if changed else set()
     stacks = all_stacks(fleet, host, desired, jobs=jobs, only=only) if only else []

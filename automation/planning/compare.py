@@ -1,13 +1,15 @@
 """Compare two desired states of the fleet (a pull request's manifests against its base), with no backend.
 
-The base is planned first (or its summary read back, automation/planning/base_cache.py); its placements
-become the memory the head is planned with, as if the base had been applied. Then every stack's
-fingerprint is compared, and replicas are matched by name: added, removed, or moved (a kept
-replica dropped for a reason and placed again elsewhere).
+The base is planned first (or its summary read back, automation/planning/base_cache.py), then the head, both
+with the one record of what is applied: the head's placements are then those `plan` and every preview of the
+head show (one record, one answer; the scheduler's stability, docs/scheduling.md, keeps a change from moving
+anything else unless capacity forces it). Then every stack's fingerprint is compared, and replicas are matched
+by name: added, removed, or moved (a replica of a deployment both sides have, on another cluster in the head).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,13 +66,15 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
             raise ValueError("compare needs the base's fleet or its summary")
         base = (base_summary(base_fleet, recorded or [], cache) if incremental
                 else BaseSummary.of(desired_state(base_fleet, recorded or [])))
-    head = desired_state(head_fleet, base.placements, explain=explain, known=base.known if incremental else None)
+    head = desired_state(head_fleet, recorded or [], explain=explain, known=base.known if incremental else None)
     head_plan = head.plan
     stack_changes = changes(head.specs, base.fingerprints)
     result = Comparison(head_plan, stack_changes)
     before = {r.name: r for r in base.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
+    wanted = {f"{md.namespace}/{md.name}": md.spec.replicas for md in head_fleet.of("ModelDeployment")}
+    placed_before = Counter(r.key for r in base.replicas)
     new_by_deployment: dict[str, list] = {}
     for name, r in sorted(after.items()):
         if name not in before:
@@ -78,7 +82,14 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     for name, b in sorted(before.items()):
         if name in after:
             continue
-        reason = reasons.get(name, "its deployment was removed")
+        if b.key not in wanted:
+            reason = "its deployment was removed"
+        elif name in reasons:
+            reason = reasons[name]
+        elif wanted[b.key] < placed_before[b.key]:
+            reason = f"scaled down to {wanted[b.key]} replica(s)"
+        else:  # not in the record: planned afresh on both sides, the head placed it elsewhere
+            reason = f"planned afresh, with no record of what is applied to keep it on {b.cluster}"
         replacement = (new_by_deployment.get(b.key) or [None]).pop(0) if reason != "its deployment was removed" else None
         if replacement is not None and not reason.startswith("scaled down"):
             result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": reason})
