@@ -41,6 +41,16 @@ class Portal:
         self.process.wait(10)
 
 
+def run_for(threads: list[threading.Thread], seconds: float, stop: threading.Event) -> None:
+    """Start the threads, let them run for `seconds`, then set `stop` and wait for each."""
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -90,12 +100,7 @@ def phase(portal, seconds: float, readers: int, writers: int) -> dict:
 
     threads = [threading.Thread(target=reader) for _ in range(readers)]
     threads += [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
+    run_for(threads, seconds, stop)
     return {"reads": reads, "writes": writes, "busy": busy[0], "seconds": seconds}
 
 

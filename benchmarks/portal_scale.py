@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from automation.portal.service import replan  # noqa: E402
 from automation.portal.store import Store  # noqa: E402
 from benchmarks.plan_bench import generate  # noqa: E402
-from benchmarks.portal_load import percentile  # noqa: E402
+from benchmarks.portal_load import percentile, run_for  # noqa: E402
 from tests.portal_server import ADMIN, API, free_port, start_process  # noqa: E402
 
 TEAM = "team-0"
@@ -100,6 +100,78 @@ def measure(deployments: int, clusters: int, writes: int) -> dict:
             process.wait(30)
     return {"seeded": seeded, "first_write": timed[0], "writes": timed[1:], "quiet": quiet, "during": during,
             "during_paced": during_paced, "paced_writes": paced, "pages": pages, "settled": settled}
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, MB (from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def readers_for(url: str, count: int, seconds: float) -> list[float]:
+    """`count` clients listing the team's ModelDeployments in a loop for `seconds`: every read's seconds."""
+    stop, out = threading.Event(), []
+    run_for([threading.Thread(target=reader, args=(url, TOKENS[1]["token"], stop, out)) for _ in range(count)],
+            seconds, stop)
+    return out
+
+
+def writer(url: str, mine: list[dict], offset: int, stop: threading.Event, out: list[float]) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
+        i = offset
+        while not stop.is_set():
+            body = copy.deepcopy(mine[i % len(mine)])
+            body["spec"]["replicas"] = 1 + i % 5
+            started = time.perf_counter()
+            admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}",
+                      json=body).raise_for_status()
+            out.append(time.perf_counter() - started)
+            i += 7
+
+
+def concurrency(objects: list[dict], readers: int, writers: int, seconds: float, memory_writes: int) -> dict:
+    """Reads by `readers` clients alone, then while `writers` clients write back to back; then the portal's
+    resident memory before and after `memory_writes` more writes (after one warm-up round of writes)."""
+    mine = [o for o in objects if o["kind"] == "ModelDeployment" and o["metadata"]["namespace"] == TEAM]
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        seed(folder, objects)
+        port = free_port()
+        process = start_process(folder, port, ["--no-apply"], tokens=TOKENS)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            readers_for(url, readers, 2)  # warm-up: first reads fill caches
+            quiet = readers_for(url, readers, seconds)
+            stop, writes = threading.Event(), []
+            threads = [threading.Thread(target=writer, args=(url, mine, w, stop, writes)) for w in range(writers)]
+            for thread in threads:
+                thread.start()
+            during = readers_for(url, readers, seconds)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            memory = {}
+            if memory_writes:
+                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
+                    def write(i: int) -> None:
+                        body = copy.deepcopy(mine[i % len(mine)])
+                        body["spec"]["replicas"] = 1 + i % 5
+                        admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}",
+                                  json=body).raise_for_status()
+                    for i in range(200):
+                        write(i)
+                    caught_up(folder)
+                    memory["before"] = rss_mb(process.pid)
+                    for i in range(memory_writes):
+                        write(i)
+                    caught_up(folder)
+                    memory["after"] = rss_mb(process.pid)
+        finally:
+            process.terminate()
+            process.wait(30)
+    return {"quiet": quiet, "during": during, "writes": writes, "memory": memory}
 
 
 PACE = 5.0  # writes a second for the paced phase: a busy team's rate, not a load generator's

@@ -47,7 +47,12 @@ class PoolKind(HashedOnce):
 
     @property
     def full(self) -> tuple[int, ...]:
-        return tuple(d.count for d in self.devices)
+        """A node's free devices when nothing runs on it (computed once: every ledger step compares with it)."""
+        full = self.__dict__.get("_full")
+        if full is None:
+            full = tuple(d.count for d in self.devices)
+            object.__setattr__(self, "_full", full)
+        return full
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,8 @@ def cache_storage_class(ic) -> str | None:
 def build_clusters(fleet: Fleet) -> list[ClusterView]:
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     views = []
+    # one object per distinct kind: every cache keyed on a kind then finds it by identity, not by comparing devices
+    kinds: dict[PoolKind, PoolKind] = {}
     for ic in sorted(fleet.of("InferenceCluster"), key=lambda c: c.name):
         ready, not_ready, address = _readiness(ic.status)
         published = ic.status.gpuPools if ic.status and ic.status.gpuPools else None
@@ -133,6 +140,7 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
                 class_name = class_of.get(gp.name)
                 kind = PoolKind(tuple(device_from_spec(d) for d in gp.devices or []),
                                 nvlink_label(classes.get(class_name or "")))
+                kind = kinds.setdefault(kind, kind)
                 pools.append(PoolView(ic.name, gp.name, max(gp.nodes or 0, 0), kind, class_name))
         else:
             for np in ic.spec.nodePools:
@@ -142,6 +150,7 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
                                           f"InferenceClass {np.className!r} not found"))
                     continue
                 kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices), nvlink_label(icl))
+                kind = kinds.setdefault(kind, kind)
                 pools.append(PoolView(ic.name, np.name, np.capacity_nodes, kind, np.className))
         views.append(ClusterView(ic.name, dict(ic.metadata.labels or {}), tuple(ic.spec.taints or ()),
                                  ready, not_ready, address, tuple(pools), ic.status is not None,

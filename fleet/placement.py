@@ -27,6 +27,7 @@ from fleet.ledger import ZERO, PoolState, Score, pod_score
 from fleet.matching import MemberMatch, assign, claims, demand, match_member
 from fleet.shapes import EngineShape, MemberShape
 
+EMPTY_PROBE = ""  # the name of the pool an engine's fit on empty nodes is measured on (real pools have names)
 MAX_ASSIGNMENTS = 512  # complete engine->pool assignments compared per replica and cluster
 
 
@@ -81,6 +82,11 @@ class Placer:
         self._replicas: dict[tuple, tuple] = {}
         self._static: dict[tuple, tuple] = {}  # (engines, pool layout, pinned) -> candidate pools, static reasons
         self._layouts: dict[str, tuple] = {}
+        self._empty: dict[tuple, tuple[Score, int] | None] = {}  # (engine, pool kind) -> its fit on empty nodes
+        self._problems: dict[tuple, str | None] = {}  # (engine, pool but its name, claims elsewhere) -> problem
+        self._elsewhere: dict[tuple, tuple[bool, ...]] = {}  # (engine, the cluster's pool kinds) -> per member
+        # the scheduler's rankings as they start, per (engines, per pool?, candidate clusters): fleet/scheduler.py
+        self.rankings: dict[tuple, tuple] = {}
         self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
 
     # ---- static matching -------------------------------------------------------------
@@ -195,11 +201,46 @@ class Placer:
         first on the ledger as it is, but which cluster and pool a replica goes to must not depend on where other
         deployments' replicas went: then adding a replica moves no other replica unless it takes the capacity that
         replica needed (docs/scheduling.md, "Stability")."""
-        empty = PoolState(pool.kind, pool.nodes)
-        if state.key() == empty.key():
+        if pool.name == EMPTY_PROBE:  # this is the fit on empty nodes being measured
             return total
-        placement, _ = self.place_engine(engine, pool, empty)
-        return placement.score if placement is not None else total
+        fit = self._empty_fit(engine, pool.kind)
+        return fit[0] if fit is not None else total
+
+    def _empty_fit(self, engine: EngineShape, kind: PoolKind) -> tuple[Score, int] | None:
+        """(score, nodes it takes) of the engine on empty nodes of this kind, None if no number of nodes fits it.
+        The same on every pool of the kind with at least that many nodes: pods go tightest first either way."""
+        key = (engine, kind)
+        if key not in self._empty:
+            pods = sum(m.pods for m in engine.members) * engine.copies
+            empty = PoolState(kind, max(pods, 1))
+            placement, nodes = self.place_engine(engine, PoolView("", EMPTY_PROBE, max(pods, 1), kind), empty)
+            self._empty[key] = None if placement is None else (
+                placement.score, sum(n for v, n in nodes.items() if v != kind.full))
+        return self._empty[key]
+
+    def empty_score(self, engine: EngineShape, pool: PoolView) -> tuple | None:
+        """The engine's score key on the pool when empty (what ranks the pool for it), or None if it never fits."""
+        fit = self._empty_fit(engine, pool.kind)
+        return fit[0].key() if fit is not None and fit[1] <= pool.nodes else None
+
+    def empty_replica_score(self, engines: tuple[EngineShape, ...], cluster: ClusterView) -> tuple | None:
+        """A lower bound of the replica's score key on the cluster as it is, or None if it never fits there. A
+        placement's score is the sum of its engines' fits on their pools when empty, so the bound is each engine's
+        best pool's, taken alone (its best assignment there may be taken, or engines may not fit together)."""
+        total = ZERO
+        pools = {p.name: p for p in cluster.pools}
+        for engine, names in self.candidate_pools(engines, cluster).items():
+            shape = self._engine(engines, engine)
+            fits = [fit for fit, nodes in ((self._empty_fit(shape, pools[n].kind), pools[n].nodes) for n in names)
+                    if fit is not None and fit[1] <= nodes]
+            if not fits:
+                return None
+            total = total + min(fits, key=lambda fit: fit[0].key())[0]
+        return total.key()
+
+    @staticmethod
+    def _engine(engines: tuple[EngineShape, ...], name: str) -> EngineShape:
+        return next(e for e in engines if e.name == name)
 
     # ---- one replica on one cluster --------------------------------------------------------
 
@@ -322,8 +363,12 @@ class Placer:
         pools = {p.name: p for p in cluster.pools}
         reasons: list[tuple[str, str, str]] = []
         candidates: dict[str, list[str]] = {}
+        kinds = frozenset(p.kind for p in cluster.pools)  # whether a member claims elsewhere: any pool, any order
         for engine in sorted(engines, key=lambda e: e.name):
-            elsewhere = tuple(any(self.member_claims(m, p.kind) for p in cluster.pools) for m in engine.members)
+            elsewhere = self._elsewhere.get((engine, kinds))
+            if elsewhere is None:
+                elsewhere = self._elsewhere[engine, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
+                                                                   for m in engine.members)
             names = [pinned[engine.name]] if pinned and engine.name in pinned else sorted(pools)
             ok = []
             for name in names:
@@ -331,7 +376,10 @@ class Placer:
                 if pool is None:
                     reasons.append((name, "pool no longer exists", ""))
                     continue
-                problem = self.static_problem(engine, pool, elsewhere)
+                key = (engine, pool.kind, pool.problem, pool.class_name, elsewhere)
+                if key not in self._problems:
+                    self._problems[key] = self.static_problem(engine, pool, elsewhere)
+                problem = self._problems[key]
                 if problem:
                     reasons.append((name, problem, ""))
                 else:

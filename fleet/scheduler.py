@@ -22,7 +22,7 @@ the reason it moved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import hashlib
 import heapq
@@ -134,79 +134,90 @@ def summarise(found: list[tuple[str, str, str]]) -> list[str]:
 class _Ranking:
     """The feasible places for deployments of one shape and the same candidate clusters, tightest fit first.
 
-    Equivalent to trying every candidate for every replica (what `explain` still does, to list them all), but a
-    placement only changes where the ledger did: when a replica lands on a cluster, each ranking that holds the
-    cluster marks what changed, and places onto it again once, the next time the ranking is asked (a ranking
-    whose deployments are all placed never does). Placing when asked rather than at once gives the same entries:
-    both place onto the ledger as it is when the ranking is read.
+    Equivalent to trying every candidate for every replica (what `explain` still does, to list them all), but
+    cheaper: a place's score (its fit when empty, fleet/placement.py) is known before anything is placed, so the
+    ranking holds each place under a lower bound of its score and places onto the ledger only at the head of the
+    ranking, when asked. A place that no longer fits never fits again while the fill runs (the fill only takes
+    capacity), so it is let go; a place whose score on the ledger as it is exceeds its bound (a shape of several
+    engines whose best assignment is taken) goes back under its score.
 
     A shape of one engine is ranked per pool (`per_pool`): one engine runs on one pool, so a replica's placement
     on a cluster is its tightest candidate pool, then the pool's name, and ordering (score, cluster, pool) entries
-    orders clusters as their best pools do. A changed pool is then placed on alone (one engine on one pool,
-    mostly a cache hit), not the replica on every pool of the cluster. Other shapes are ranked per cluster
-    (pool "").
+    orders clusters as their best pools do. Other shapes are ranked per cluster (pool "").
 
-    Entries are (score, cluster name, pool, ledger version of the place, cluster, placement, nodes); an entry
-    whose version is behind the place's is stale and skipped.
+    Entries are (score bound, cluster name, pool, cluster).
     """
 
     def __init__(self, scheduler: Scheduler, d: _Deployment, clusters: list[ClusterView], per_pool: bool):
         self.scheduler, self.d, self.per_pool = scheduler, d, per_pool
-        self.heap: list[tuple] = []
-        self.changed: dict[tuple[str, str], ClusterView] = {}  # places changed since the ranking was last read
-        engine = d.engines[0].name
-        # per cluster, the pools the engine could ever run on
-        self.pools = {c.name: scheduler.placer.candidate_pools(d.engines, c)[engine] if per_pool else [""]
-                      for c in clusters}
-        for c in clusters:
-            for pool in self.pools[c.name]:
-                self._place(c, pool)
-
-    def mark(self, cluster: ClusterView, pools: Iterable[str]) -> None:
-        for pool in pools if self.per_pool else ("",):
-            self.changed[(cluster.name, pool)] = cluster
-
-    def _place(self, cluster: ClusterView, pool: str) -> None:
-        s = self.scheduler
-        if pool:
-            engine, nodes = s.placer.place_engine(self.d.engines[0], s.pool_views[cluster.name, pool],
-                                                  s.states[cluster.name][pool])
-            placement = None
-            if engine is not None:
-                placement, nodes = one_engine_replica(cluster.name, engine, pool, nodes)
+        placer = scheduler.placer
+        # the bounds are static: a plan of the same platform in this process (the head after the base, the
+        # portal's next replan) starts from the same entries
+        key = (d.engines, per_pool, tuple(c.name for c in clusters))
+        found = placer.rankings.get(key)
+        if found is not None:
+            self.heap = list(found)
+            return
+        heap: list[tuple] = []
+        if per_pool:
+            engine = d.engines[0]
+            for c in clusters:
+                for pool in placer.candidate_pools(d.engines, c)[engine.name]:
+                    bound = placer.empty_score(engine, scheduler.pool_views[c.name, pool])
+                    if bound is not None:
+                        heap.append((bound, c.name, pool, c))
         else:
+            for c in clusters:
+                bound = placer.empty_replica_score(d.engines, c)
+                if bound is not None:
+                    heap.append((bound, c.name, "", c))
+        heap.sort()  # a sorted list is a heap
+        placer.rankings[key] = tuple(heap)
+        self.heap = heap
+
+    def _current(self, cluster: ClusterView, pool: str):
+        """(placement, nodes) on the ledger as it is, or None when it does not fit there."""
+        s = self.scheduler
+        if not pool:
             placement, nodes = s._place(self.d, cluster)
-        if placement is not None:
-            heapq.heappush(self.heap, (placement.score.key(), cluster.name, pool, s.versions[cluster.name, pool],
-                                       cluster, placement, nodes))
+            return (placement, nodes) if placement is not None else None
+        engine, nodes = s.placer.place_engine(self.d.engines[0], s.pool_views[cluster.name, pool],
+                                              s.states[cluster.name][pool])
+        return one_engine_replica(cluster.name, engine, pool, nodes) if engine is not None else None
 
     def best(self, load: Counter) -> tuple | None:
         """(rank, cluster, placement, nodes) of the best rank (replicas of the deployment here, score, name)."""
-        if self.changed:
-            for (name, pool), cluster in self.changed.items():
-                if pool in self.pools[name]:
-                    self._place(cluster, pool)
-            self.changed.clear()
-        versions = self.scheduler.versions
+        heap = self.heap
         loaded = []
         found = None
-        heap = self.heap
         while heap:
-            entry = heap[0]
-            if entry[3] != versions[entry[1], entry[2]]:
-                heapq.heappop(heap)
-            elif load[entry[1]]:
+            bound, name, pool, cluster = heap[0]
+            if load[name]:
                 loaded.append(heapq.heappop(heap))
-            else:
-                found = entry
-                break
+                continue
+            current = self._current(cluster, pool)
+            if current is None:
+                heapq.heappop(heap)
+                continue
+            score = current[0].score.key()
+            if score != bound:
+                heapq.heapreplace(heap, (score, name, pool, cluster))
+                continue
+            found = (score, name, pool, cluster, *current)
+            break
         for entry in loaded:
             heapq.heappush(heap, entry)
-        if found is None and loaded:  # every feasible cluster already has a replica of the deployment
-            found = min(loaded, key=lambda e: (load[e[1]], e[0], e[1], e[2]))
+        if found is None and loaded:  # every place that fits already has a replica of the deployment
+            fitting = []
+            for bound, name, pool, cluster in loaded:
+                current = self._current(cluster, pool)
+                if current is not None:
+                    fitting.append((current[0].score.key(), name, pool, cluster, *current))
+            if fitting:
+                found = min(fitting, key=lambda e: (load[e[1]], e[0], e[1], e[2]))
         if found is None:
             return None
-        score, name, _, _, cluster, placement, nodes = found
+        score, name, _, cluster, placement, nodes = found
         return (load[name], score, name), cluster, placement, nodes
 
 
@@ -270,10 +281,6 @@ class Scheduler:
         self._state_ids: dict[tuple, int] = self.memo.state_ids if self.memo else {}
         self.state_id: dict[str, int] = {c.name: self._intern_state(c.name) for c in self.clusters}
         self.pool_views = {(c.name, p.name): p for c in self.clusters for p in c.pools}
-        # bumped when a pool's ledger changes, (cluster, "") when any of the cluster's does
-        self.versions: dict[tuple[str, str], int] = dict.fromkeys(
-            [(c.name, "") for c in self.clusters] + list(self.pool_views), 0)
-        self._rankings: dict[str, list[_Ranking]] = defaultdict(list)  # cluster -> rankings that hold it
         self._shape_ids: dict[tuple, tuple[int, tuple]] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
@@ -385,11 +392,7 @@ class Scheduler:
         for pool, counter in nodes.items():
             state = self.states[cluster][pool]
             self.states[cluster][pool] = PoolState(state.kind, 0, Counter(counter))
-            self.versions[cluster, pool] += 1
         self.state_id[cluster] = self._intern_state(cluster)
-        self.versions[cluster, ""] += 1
-        for ranking in self._rankings.get(cluster, ()):
-            ranking.mark(self.by_name[cluster], nodes)
 
     # ---- phases ----------------------------------------------------------------------------
 
@@ -521,8 +524,6 @@ class Scheduler:
             # ranked per pool when the shape is one engine and no cluster has more pools than a search compares
             per_pool = len(d.engines) == 1 and all(len(c.pools) <= MAX_ASSIGNMENTS for c in candidates)
             ranking = rankings[key] = _Ranking(self, d, candidates, per_pool)
-            for c in candidates:
-                self._rankings[c.name].append(ranking)
         return ranking
 
     def _reasons(self, d: _Deployment) -> list[str]:

@@ -14,6 +14,7 @@ import click
 if TYPE_CHECKING:
     from fleet.validate import Fleet
     from automation.planning.base_cache import BaseCache, BaseSummary
+    from fleet.scheduler import PlanMemo
 
 from fleet.validate import Loaded, load_fleet
 
@@ -152,7 +153,7 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
 
 
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
-          control_plane: str | None = None) -> BaseSummary:
+          control_plane: str | None = None, memo: PlanMemo | None = None) -> BaseSummary:
     """The base's summary (`plan --against`, `preview --changed-against`). When the base's files are byte for byte
     those of a base summarised before, with the same recorded placements and code, the summary is read back and the
     base is not even parsed; otherwise it is loaded (its problems said as for any input), planned and kept."""
@@ -170,7 +171,7 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
             click.echo(f"note: base: {', '.join(paths)} read as summarised before (unchanged files; "
                        "--no-cache to plan it afresh)", err=True)
             return summary
-    return base_summary(load(paths, sources).fleet, recorded, cache, control_plane, sources_key=key)
+    return base_summary(load(paths, sources).fleet, recorded, cache, control_plane, sources_key=key, memo=memo)
 
 
 WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "review", "status", "up", "drift", "refresh",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.stacks import StackChange, changes, desired_state
 from fleet.plan import Plan
+from fleet.scheduler import PlanMemo
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -39,13 +40,15 @@ def _brief(r) -> dict:
 
 
 def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
-                 control_plane: str | None = None, sources_key: str | None = None) -> BaseSummary:
+                 control_plane: str | None = None, sources_key: str | None = None,
+                 memo: PlanMemo | None = None) -> BaseSummary:
     """The base planned and fingerprinted, read from `cache` when the same base was summarised before.
-    `sources_key`: the base's files' key (base_cache.source_key), remembered to lead to this summary."""
+    `sources_key`: the base's files' key (base_cache.source_key), remembered to lead to this summary. `memo`:
+    shared with the head's plan, which then reuses what the base's computed (deployments, charges, placements)."""
     key = base_key(base_fleet, recorded, control_plane) if cache is not None else ""
     summary = cache.get(key) if cache is not None else None
     if summary is None:
-        summary = BaseSummary.of(desired_state(base_fleet, recorded, control_plane, known={}))
+        summary = BaseSummary.of(desired_state(base_fleet, recorded, control_plane, known={}, memo=memo))
         if cache is not None:
             cache.put(key, summary)
     if cache is not None and sources_key:
@@ -54,19 +57,22 @@ def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
 
 
 def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
-            cache: BaseCache | None = None, incremental: bool = True, base: BaseSummary | None = None) -> Comparison:
+            cache: BaseCache | None = None, incremental: bool = True, base: BaseSummary | None = None,
+            memo: PlanMemo | None = None) -> Comparison:
     """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would).
 
     The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
     composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
     incremental path is tested against). `cache` keeps base summaries between runs. `base`: the base's summary
-    when the caller has it (then `base_fleet` is not read)."""
+    when the caller has it (then `base_fleet` is not read). `memo`: the one the base was planned with, if any."""
     if base is None:
         if base_fleet is None:
             raise ValueError("compare needs the base's fleet or its summary")
-        base = (base_summary(base_fleet, recorded or [], cache) if incremental
-                else BaseSummary.of(desired_state(base_fleet, recorded or [])))
-    head = desired_state(head_fleet, recorded or [], explain=explain, known=base.known if incremental else None)
+        memo = memo or PlanMemo()
+        base = (base_summary(base_fleet, recorded or [], cache, memo=memo) if incremental
+                else BaseSummary.of(desired_state(base_fleet, recorded or [], memo=memo)))
+    head = desired_state(head_fleet, recorded or [], explain=explain, known=base.known if incremental else None,
+                         memo=memo)
     head_plan = head.plan
     stack_changes = changes(head.specs, base.fingerprints)
     result = Comparison(head_plan, stack_changes)
@@ -75,6 +81,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     reasons = {d.name: d.reason for d in head_plan.dropped}
     wanted = {f"{md.namespace}/{md.name}": md.spec.replicas for md in head_fleet.of("ModelDeployment")}
     placed_before = Counter(r.key for r in base.replicas)
+    clusters = {c.name for c in head_fleet.of("InferenceCluster")}
     new_by_deployment: dict[str, list] = {}
     for name, r in sorted(after.items()):
         if name not in before:
@@ -86,6 +93,8 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
             reason = "its deployment was removed"
         elif name in reasons:
             reason = reasons[name]
+        elif b.cluster not in clusters:
+            reason = f"cluster {b.cluster} no longer exists"
         elif wanted[b.key] < placed_before[b.key]:
             reason = f"scaled down to {wanted[b.key]} replica(s)"
         else:  # not in the record: planned afresh on both sides, the head placed it elsewhere
