@@ -363,12 +363,8 @@ class Placer:
         pools = {p.name: p for p in cluster.pools}
         reasons: list[tuple[str, str, str]] = []
         candidates: dict[str, list[str]] = {}
-        kinds = frozenset(p.kind for p in cluster.pools)  # whether a member claims elsewhere: any pool, any order
         for engine in sorted(engines, key=lambda e: e.name):
-            elsewhere = self._elsewhere.get((engine, kinds))
-            if elsewhere is None:
-                elsewhere = self._elsewhere[engine, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
-                                                                   for m in engine.members)
+            elsewhere = self.claims_elsewhere(engine, cluster)
             names = [pinned[engine.name]] if pinned and engine.name in pinned else sorted(pools)
             ok = []
             for name in names:
@@ -376,16 +372,29 @@ class Placer:
                 if pool is None:
                     reasons.append((name, "pool no longer exists", ""))
                     continue
-                key = (engine, pool.kind, pool.problem, pool.class_name, elsewhere)
-                if key not in self._problems:
-                    self._problems[key] = self.static_problem(engine, pool, elsewhere)
-                problem = self._problems[key]
+                problem = self.pool_problem(engine, pool, elsewhere)
                 if problem:
                     reasons.append((name, problem, ""))
                 else:
                     ok.append(name)
             candidates[engine.name] = ok
         return candidates, tuple(reasons)
+
+    def claims_elsewhere(self, engine: EngineShape, cluster: ClusterView) -> tuple[bool, ...]:
+        """Per member, whether it claims a DRA device on some pool of the cluster (any pool, any order)."""
+        kinds = frozenset(p.kind for p in cluster.pools)
+        elsewhere = self._elsewhere.get((engine, kinds))
+        if elsewhere is None:
+            elsewhere = self._elsewhere[engine, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
+                                                               for m in engine.members)
+        return elsewhere
+
+    def pool_problem(self, engine: EngineShape, pool: PoolView, elsewhere: tuple[bool, ...]) -> str | None:
+        """`static_problem`, cached on what it reads (the pool but its name and cluster)."""
+        key = (engine, pool.kind, pool.problem, pool.class_name, elsewhere)
+        if key not in self._problems:
+            self._problems[key] = self.static_problem(engine, pool, elsewhere)
+        return self._problems[key]
 
     def _fits_alone(self, engine, cluster, states, candidates) -> bool:
         pools = {p.name: p for p in cluster.pools}

@@ -161,11 +161,18 @@ class _Ranking:
         heap: list[tuple] = []
         if per_pool:
             engine = d.engines[0]
+            # bounds of alike pools, by what they are: the objects live through this loop, so ids are safe keys
+            # here, and hashing the shapes for each of thousands of pools was most of the ranking's cost
+            bounds: dict[tuple, tuple | None] = {}
             for c in clusters:
-                for pool in placer.candidate_pools(d.engines, c)[engine.name]:
-                    bound = placer.empty_score(engine, scheduler.pool_views[c.name, pool])
-                    if bound is not None:
-                        heap.append((bound, c.name, pool, c))
+                elsewhere = placer.claims_elsewhere(engine, c)
+                for pool in c.pools:
+                    alike = (id(pool.kind), pool.problem, pool.class_name, pool.nodes, elsewhere)
+                    if alike not in bounds:
+                        problem = placer.pool_problem(engine, pool, elsewhere)
+                        bounds[alike] = None if problem else placer.empty_score(engine, pool)
+                    if (bound := bounds[alike]) is not None:
+                        heap.append((bound, c.name, pool.name, c))
         else:
             for c in clusters:
                 bound = placer.empty_replica_score(d.engines, c)
