@@ -107,7 +107,7 @@ def _team_styles(rnd: random.Random, teams: int) -> list[dict]:
             where = {"region": rnd.choice(REGIONS[cloud])}
         elif roll < 0.65:
             where = {"cloud": rnd.choice(list(CLOUDS)), "tier": "prod"}
-        styles.append({"team": f"team-{t:02d}", "selector": rnd.choice(["memory", "arch", "product", "memory+arch"]),
+        styles.append({"team": f"team-{t}", "selector": rnd.choice(["memory", "arch", "product", "memory+arch"]),
                        "where": where, "engine": rnd.choice(IMAGES)})
     return styles
 

@@ -89,7 +89,8 @@ def rows(objects: list[dict], folder: Path, preview: bool, out_dir: Path) -> lis
     render = median([*cli, "render", "-f", str(head), "--out", str(rendered), "--fresh"],
                     before=lambda: shutil.rmtree(rendered, ignore_errors=True))  # a new folder each time
     export = measure([*cli, "operator", "export", "-f", str(head), "--out", str(folder / "operator"), "--fresh",
-                      "--backend", "s3://bucket/fleet", "--git-url", "https://github.com/acme/fleet"])
+                      "--backend", "s3://bucket/fleet", "--git-url", "https://github.com/acme/fleet",
+                      "--git-ref", "0" * 40])  # a commit: resolving a branch needs the network
     out = [("parse (C loader)", parse, None, None),
            ("plan -o json", plan, parse, 2.0),
            ("plan --against, no cache", against_cold, plan, 1.3),

@@ -198,7 +198,8 @@ TRICKY = ["", " ", "yes", "no", "null", "~", "0123", "1.5", "1e3", ".inf", "-", 
           # words the writer writes plain without asking libyaml, unless they read back as something else
           "a", "a-b", "a.b", "a/b", "a_b", "a:", "a:b:c", "1:30", "1_000", "0o17", "0b101", "1.5e3", "6.", "ON", "off",
           "Yes", "y", "n", "nan", "NaN", "inf", "v0.11.0", "vllm/vllm-openai:v0.11.0", "2026-12-01t10:00:00Z", "a/",
-          "1-2", "0.0.0.0", "12:30:45", "190:20:30", "1__2", "._", "A1/b.c-d_e"]
+          "1-2", "0.0.0.0", "12:30:45", "190:20:30", "1__2", "._", "A1/b.c-d_e",
+          "k" * 119, "k" * 120, "k" * 123, "k" * 128]  # from about 123 characters a key is no longer simple
 scalars = st.one_of(st.sampled_from(TRICKY), st.text(max_size=12), st.integers(-10**6, 10**6), st.booleans(),
                     st.none(), st.floats(allow_nan=False, allow_infinity=False))
 keys = st.one_of(st.sampled_from(TRICKY), st.text(min_size=1, max_size=10))

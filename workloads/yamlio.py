@@ -179,6 +179,8 @@ def _string_of(value) -> tuple[str, tuple[str, ...]]:
 
 @lru_cache(maxsize=1 << 16)
 def _key(key: str) -> str:
+    if len(key) < 120 and _PLAIN_WORD.match(key) and _scalar_tag(key, (True, False)) == _TAG + "str":
+        return key  # a plain word well within the 128 characters of a simple key: written as it is (Programs have 100,000s)
     text = dump({key: None})  # the pure-Python writer: libyaml writes an empty key as a simple key, it does not
     if text.startswith("? ") or not text.endswith(": null\n") or text.count("\n") != 1:
         raise _Unusual
