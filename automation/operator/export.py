@@ -204,7 +204,7 @@ def _metadata(options: ExportOptions, spec: StackSpec) -> dict:
         annotations[PLACEMENTS_ANNOTATION] = json.dumps([p.to_dict() for p in placements], separators=(",", ":"),
                                                         sort_keys=True)
     return {"name": options.object_name(spec.id), "namespace": options.namespace,
-            "labels": {KIND_LABEL: spec.kind}, "annotations": annotations}
+            "labels": {KIND_LABEL: str(spec.kind)}, "annotations": annotations}
 
 
 def _stack(options: ExportOptions, spec: StackSpec, body: dict) -> dict:
