@@ -153,7 +153,7 @@ class _Ranking:
         placer = scheduler.placer
         # the bounds are static: a plan of the same platform in this process (the head after the base, the
         # portal's next replan) starts from the same entries
-        key = (d.engines, per_pool, tuple(c.name for c in clusters))
+        self.key = key = (d.engines, per_pool, tuple(c.name for c in clusters))
         found = placer.rankings.get(key)
         if found is not None:
             self.heap = list(found)
@@ -618,6 +618,8 @@ class Scheduler:
                 if need[d.key] > 0:
                     still.append(d)
             active = still
+        if self.memo:  # the next plan keeps the starting entries this one used, and lets go of the others
+            self.placer.rankings = {r.key: self.placer.rankings[r.key] for r in rankings.values()}
 
     def _explain_choice(self, d: _Deployment, name: str, cluster: str, rank, tried) -> None:
         def fmt(r):

@@ -126,17 +126,17 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     """The desired stacks; with a base, only those that differ from it (and their neighbours, for the check)."""
     from automation.planning.stacks import Change, desired_state
 
+    # the head planned with the record, with or without a base: one answer for one HEAD
+    desired = desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways())
     if not changed_against:
-        return desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways()), None, None
+        return desired, None, None
     from automation.planning.base_cache import BaseCache
     from automation.planning.offline_preview import around
     from automation.planning.stacks import changes as stack_changes
 
-    # the head planned with the record, as the full preview and `plan --against` plan it: one answer for one HEAD;
     # the base (its summary cached) with its own gateway host, as `plan --against` plans it: the head's may be a
     # cluster it adds
     base = summarised_base(changed_against, applied.placements(), BaseCache())
-    desired = desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways())
     changes = {c.name: c.change for c in stack_changes(desired.specs, base.fingerprints) if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
     return desired, only, changes

@@ -59,7 +59,7 @@ def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
 def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
             cache: BaseCache | None = None, incremental: bool = True, base: BaseSummary | None = None,
             memo: PlanMemo | None = None) -> Comparison:
-    """`recorded`: placements `up` recorded, the memory the base is planned with (as `up` would).
+    """`recorded`: placements `up` recorded, the memory both the base and the head are planned with (as `up` would).
 
     The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
     composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
