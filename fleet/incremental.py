@@ -15,7 +15,7 @@ portal's background replan is still the authority: it plans the whole fleet and 
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from typing import TYPE_CHECKING
 
 from fleet.api.deployment import ModelDeployment
@@ -28,7 +28,7 @@ from fleet.scheduler import PlanMemo, Scheduler, _Deployment
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-MAX_CHARGED = 50_000  # memoized cluster ledgers kept before starting over (a few are added per write)
+CHARGES_KEPT = 4  # charged ledgers the memo keeps per cluster: the current one and the few a write may return to
 
 
 class FleetLedger:
@@ -40,11 +40,16 @@ class FleetLedger:
         self._items: dict[str, list[tuple]] = defaultdict(list)  # cluster -> [(order, d, r, pins)], in charge order
         self._results: dict[str, dict[tuple[str, str], tuple]] = {}  # cluster -> (deployment, replica) -> charged
         self._on: dict[str, set[str]] = defaultdict(set)  # deployment -> clusters its kept replicas are on
+        # the memo's charged ledgers, newest last per cluster: a write adds one per cluster it touches, and the
+        # oldest beyond CHARGES_KEPT is let go, so a portal's memory does not grow with its writes
+        self._charges: dict[str, deque[tuple]] = defaultdict(lambda: deque(maxlen=CHARGES_KEPT))
         for d in s.deployments:
             kept, _ = s._retain_one(d)
             self._hold(d, kept)
         for cluster in list(self._items):
             self._charge(cluster)
+        assert s.memo is not None  # what an earlier ledger or plan charged that this one does not hold is let go
+        s.memo.charged = {key: s.memo.charged[key] for recent in self._charges.values() for key in recent}
 
     # ---- what the ledger holds ---------------------------------------------------------------------
 
@@ -142,13 +147,19 @@ class FleetLedger:
     def _charge(self, cluster: str) -> None:
         """Charge the cluster's kept replicas from empty pools, in order (from the memo when it saw them before)."""
         s = self._s
-        assert s.memo is not None
+        memo = s.memo
+        assert memo is not None
         s.states[cluster] = {p.name: PoolState(p.kind, p.nodes) for p in s.by_name[cluster].pools}
         s.state_id[cluster] = s._intern_state(cluster)
         items = [item[1:] for item in self._items[cluster]]
-        if len(s.memo.charged) > MAX_CHARGED:
-            s.memo.charged.clear()
-        results = s._charge_cluster(cluster, items, s.memo.charged)
+        results = s._charge_cluster(cluster, items, memo.charged)
+        key = s.charge_key(cluster, items)
+        recent = self._charges[cluster]
+        if key in recent:
+            recent.remove(key)
+        elif len(recent) == recent.maxlen:
+            memo.charged.pop(recent[0], None)
+        recent.append(key)
         self._results[cluster] = {(d.key, r.name): result for (d, r, _), result in zip(items, results)}
 
     def _fill(self, d: _Deployment, placed: list[tuple[RecordedReplica, object]]) -> None:

@@ -491,11 +491,16 @@ class Scheduler:
             placed[d.key].append((r, placement))
         return placed
 
+    @staticmethod
+    def charge_key(cluster: str, items: list) -> tuple:
+        """A charge depends on the deployments' shapes, their pools and the ledger before it, not on which replica
+        it is."""
+        return cluster, tuple((d.source, tuple(sorted(pins.items()))) for d, _, pins in items)
+
     def _charge_cluster(self, cluster: str, items: list, charged: dict[tuple, tuple]) -> list[tuple]:
         """(placement or None, nodes or rejection) per kept replica on `cluster`, charging its ledger in order."""
         memo = self.memo
-        # a charge depends on the deployment's shape, its pools and the ledger before it, not on which replica it is
-        key = (cluster, tuple((d.source, tuple(sorted(pins.items()))) for d, _, pins in items)) if memo else ()
+        key = self.charge_key(cluster, items) if memo else ()
         found = memo.charged.get(key) if memo else None
         if found is not None:
             states, results = found

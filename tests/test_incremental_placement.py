@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.plan_bench import generate
-from fleet.incremental import FleetLedger
+from fleet.incremental import CHARGES_KEPT, FleetLedger
 from fleet.plan_output import plan_to_dict
-from fleet.scheduler import schedule
+from fleet.scheduler import PlanMemo, schedule
+from fleet.validate import Fleet
 from tests.manifests import run
 from tests.scheduling import md, mem
 from tests.test_scheduler_properties import fleets
@@ -139,3 +140,27 @@ def test_the_full_plan_reconciling_a_deployment_the_ledger_no_longer_holds_leave
     left = run(*[o for o in objects if o["metadata"].get("name") != gone.name or o["kind"] != "ModelDeployment"]).fleet
     assert ledger.reserved(key) == []
     assert ledger.states() == FleetLedger(left, [r for r in reserved if f"{r.namespace}/{r.deployment}" != key]).states()
+
+
+def test_the_ledgers_memo_does_not_grow_with_writes():
+    """The portal keeps one ledger for its life: after hundreds of writes its memo holds a few charged ledgers per
+    cluster (the newest), not one per write, and the ledger is still the one built afresh."""
+    objects = generate(60, 10)
+    fleet = run(*objects).fleet
+    memo = PlanMemo()
+    reserved = [r.recorded() for r in schedule(fleet, []).replicas]
+    ledger = FleetLedger(fleet, reserved, memo)
+    deployments = fleet.of("ModelDeployment")
+    for i in range(300):
+        written = deployments[i % 17].model_copy(deep=True)
+        written.spec.replicas = 1 + (i * 7) % 5
+        key = f"{written.namespace}/{written.name}"
+        ledger.place(written)
+        reserved = [r for r in reserved if f"{r.namespace}/{r.deployment}" != key] + ledger.reserved(key)
+        deployments[i % 17] = written
+    clusters = len(fleet.of("InferenceCluster"))
+    assert len(memo.charged) <= CHARGES_KEPT * clusters, len(memo.charged)
+    current = Fleet(objects=[o for o in fleet.objects if o.kind != "ModelDeployment"] + deployments)
+    assert ledger.states() == FleetLedger(current, reserved).states()
+    again = FleetLedger(current, reserved, memo)  # another ledger on the same memo keeps only what it holds
+    assert again.states() == ledger.states() and len(memo.charged) <= clusters

@@ -67,6 +67,7 @@ class PendingOverlay:
     def over(self, snap: dict, store, conn) -> dict:
         marker = store.pending_marker(conn)  # one row, where the rows themselves cost a millisecond a read
         if marker[0] == 0:
+            self._made, self._parts = (None, (0, 0), {}), {}  # an overlay kept would keep an old snapshot alive
             return snap
         base, seen, made = self._made
         if base is snap and seen == marker:
