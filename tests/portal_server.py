@@ -79,6 +79,23 @@ class ThreadServer:
         return httpx.Client(base_url=self.url, headers=headers, timeout=60)
 
 
+def seed_one_cluster(admin: httpx.Client, gpus: int) -> None:
+    """The platform's part of a small fleet, stored through `admin`: class l4 and cluster c1 with `gpus` of them."""
+    from tests.manifests import cluster, gpu_class
+
+    assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+    assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", gpus),))).status_code == 201
+
+
+@contextmanager
+def one_cluster_server(folder: Path, gpus: int) -> Iterator[ThreadServer]:
+    """A portal in this process with class l4 and cluster c1 of `gpus` GPUs stored."""
+    with ThreadServer(folder) as server:
+        with server.client(ADMIN) as admin:
+            seed_one_cluster(admin, gpus)
+        yield server
+
+
 def wait_until_up(url: str, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -102,7 +119,6 @@ def start_process(folder: Path, port: int, extra: list[str], tokens=None) -> sub
 def postgres_portals(folder: Path, count: int = 2, pool_gpus: int = 4) -> Iterator[Callable[[int, str], httpx.Client]]:
     """`count` portal processes on one PostgreSQL database, with one cluster of `pool_gpus` L4 GPUs stored through the
     first; yields `client(portal index, token)`."""
-    from tests.manifests import cluster, gpu_class
     from tests.postgres_server import PostgresServer
 
     with PostgresServer() as pg:
@@ -115,9 +131,7 @@ def postgres_portals(folder: Path, count: int = 2, pool_gpus: int = 4) -> Iterat
                                 headers={"Authorization": f"Bearer {token}"}, timeout=60)
         try:
             with client(0, ADMIN) as admin:
-                assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
-                assert admin.put(f"{API}/inferenceclusters/c1",
-                                 json=cluster("c1", pools=(("gpu", "l4", pool_gpus),))).status_code == 201
+                seed_one_cluster(admin, pool_gpus)
             yield client
         finally:
             for process in processes:

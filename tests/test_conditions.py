@@ -10,8 +10,8 @@ import yaml
 
 from automation.cli import main
 from automation.planning.conditions import Observed, standing
-from tests.manifests import cluster, deployment, endpoint, gpu_class, service
-from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer
+from tests.manifests import deployment, endpoint, service
+from tests.portal_server import API, TEAM_A, TEAM_B, one_cluster_server
 
 NS = API + "/namespaces/team-a"
 SNAP = {"fingerprints": {"model-a.x": "f2"}}
@@ -36,10 +36,7 @@ def test_a_stack_stands_only_on_what_is_known(observed, expected):
 
 @pytest.fixture
 def portal(tmp_path):
-    with ThreadServer(tmp_path) as server:
-        with server.client(ADMIN) as admin:
-            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
-            assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 3),))).status_code == 201
+    with one_cluster_server(tmp_path, gpus=3) as server:
         yield server
 
 

@@ -24,16 +24,22 @@ def portal(request: Request) -> Portal:
     return request.app.state.portal
 
 
-def caller(request: Request) -> Caller:
-    """Who sent the request: unsafe methods were authenticated by the guard already, the others are here."""
-    known = request.scope.get("state", {}).get("caller")
-    who = known or portal(request).authenticate(request.headers, request.cookies)
+async def caller(request: Request) -> Caller:
+    """Who sent the request: unsafe methods were authenticated by the guard already, the others are here. A
+    bearer token is looked up in memory, on the event loop; a session cookie is a database read, on a thread."""
+    who = request.scope.get("state", {}).get("caller")
+    if who is None:
+        authenticate, headers = portal(request).authenticate, request.headers
+        if headers.get("authorization", "").lower().startswith("bearer "):
+            who = authenticate(headers, {})
+        else:
+            who = await run_in_threadpool(authenticate, headers, request.cookies)
     if who is None:
         raise ApiError(401, "Unauthorized", "a valid bearer token is required")
     return who
 
 
-def principal(who: Annotated[Caller, Depends(caller)]) -> Principal:
+async def principal(who: Annotated[Caller, Depends(caller)]) -> Principal:
     return who.principal
 
 

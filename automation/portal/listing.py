@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from automation.portal import tables
 from automation.portal.resources import GROUP, VERSION
@@ -73,8 +73,24 @@ def key(obj: dict) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
-def answer_list(request: Request, query: ListQuery, kind: str, items: list[dict], version: str) -> JSONResponse:
-    """One page of the selected items, as a `<Kind>List` or a Table."""
+def plain(query: ListQuery) -> bool:
+    """A list asked for as it is stored: every item, one page, JSON (what the read cache keeps as bytes)."""
+    return not query.selected and not query.limit and query.after is None and query.version is None
+
+
+def list_document(kind: str, items: list[dict] | tuple[dict, ...], version: str) -> dict:
+    """The plain `<Kind>List` of items already in (namespace, name) order."""
+    return {"apiVersion": API_VERSION, "kind": f"{kind}List", "metadata": {"resourceVersion": version},
+            "items": list(items)}
+
+
+def answer_list(request: Request, query: ListQuery, kind: str, items: list[dict] | tuple[dict, ...],
+                version: str, body: bytes | None = None) -> Response:
+    """One page of the selected items, as a `<Kind>List` or a Table. `body`: the plain list already encoded (the
+    read cache's), served as it is when the query asks for the plain list."""
+    as_table = tables.table_version(request.headers.get("accept", ""))
+    if body is not None and not as_table and plain(query):
+        return Response(body, media_type="application/json")
     version = query.version or version
     chosen = sorted((o for o in items if query.matches(o)), key=key)
     if query.after is not None:
@@ -86,7 +102,6 @@ def answer_list(request: Request, query: ListQuery, kind: str, items: list[dict]
         metadata["continue"] = encode(query.scope, key(chosen[-1]), version)
         if not query.selected:
             metadata["remainingItemCount"] = rest
-    as_table = tables.table_version(request.headers.get("accept", ""))
     if as_table:
         include = tables.include_object(request.query_params.get("includeObject"))
         return JSONResponse(tables.table(kind, chosen, as_table, include, metadata))

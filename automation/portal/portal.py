@@ -7,20 +7,24 @@ threads, never on the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
+from functools import partial
 from typing import Callable
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from automation.planning import conditions
 from automation.planning.conditions import Observed
 from automation.portal.auth import Principal, Tokens, TokensFile
 from automation.portal.guard import Caller
-from automation.portal import patches
+from automation.portal import listing, patches
 from automation.portal.overlay import PendingOverlay
 from automation.portal.placing import Placing
+from automation.portal.read_cache import CachedList, ReadCache
 from automation.portal.replanner import Replanner
 from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
                                       quota_problem)
@@ -67,6 +71,8 @@ class Portal:
         self.placing = Placing()  # a ModelDeployment write is placed in its request against the ledger kept here
         self.replanner = Replanner(store, apply, self.placing, replan_worker)  # and the fleet is planned after it
         self.pending = PendingOverlay()
+        self.lists = ReadCache()  # lists composed at the store's current marker (read_cache.py)
+        self._composing: dict[tuple[str, str | None], tuple[int, asyncio.Future]] = {}  # on the event loop only
         self.writes = WriteQueue()  # requests' writes take turns here, in arrival order (writes.py)
         # the snapshot's version and its parsed form (megabytes at fleet scale, read by every request); replaced
         # whole, so a thread reading it never sees half of an update
@@ -125,6 +131,46 @@ class Portal:
     def statuses(self, bodies: list[dict], conn) -> list[dict]:
         known = self.observation(conn)  # read once per request, not once per object
         return [self.with_status(b, conn, known) for b in bodies]
+
+    async def listed(self, kind: str, namespace: str | None) -> CachedList:
+        """Every `kind` in `namespace` (None: all) with its status, in (namespace, name) order, and the plain list's
+        bytes: kept while nothing stored changes (read_cache.py), composed afresh after any write. A kept list is
+        answered on the event loop where the store's marker costs microseconds (SQLite); the rest on a thread."""
+        if not self.store.marks_cheaply:
+            return await run_in_threadpool(self._listed_now, kind, namespace)
+        marker = self.store.marker()
+        found = self.lists.peek(marker, kind, namespace)
+        if found is not None:
+            return found
+        # one composition per list and marker: the readers that find it under way wait for it (after a write, 20
+        # readers would otherwise compose the same list 20 times over, on threads that contend for the GIL)
+        key = (kind, namespace)
+        flight = self._composing.get(key)
+        if flight is None or flight[0] != marker:
+            task = asyncio.ensure_future(run_in_threadpool(self._listed_now, kind, namespace, marker))
+            flight = self._composing[key] = (marker, task)
+            task.add_done_callback(partial(self._landed, key, flight))
+        return await asyncio.shield(flight[1])
+
+    def _landed(self, key: tuple[str, str | None], flight: tuple[int, asyncio.Future], _done: asyncio.Future) -> None:
+        if self._composing.get(key) is flight:  # a newer marker's composition may have taken its place
+            del self._composing[key]
+
+    def _listed_now(self, kind: str, namespace: str | None, marker: int | None = None) -> CachedList:
+        if marker is None:
+            marker = self.store.marker()  # before the read: what it composes is never older than the marker says
+        found = self.lists.peek(marker, kind, namespace)
+        if found is not None:
+            return found
+        with self.store.read() as conn:
+            known = self.observation(conn)  # read once per list, not once per object
+            items = [] if kind == "ModelReplica" else [self.with_status(b, conn, known)
+                                                       for b in self.store.list(conn, kind, namespace)]
+            if kind in ("ModelReplica", "ModelEndpoint"):  # the replicas and their endpoints, composed as the reference
+                items += [o for o in conditions.composed(namespace, known[0], known[1]) if o["kind"] == kind]
+            items.sort(key=listing.key)
+            version = self.store.get_state(conn, "resourceVersion") or "0"
+        return self.lists.keep(marker, kind, namespace, items, version, listing.list_document(kind, items, version))
 
     def composed_in(self, namespace: str, kind: str, conn, known: tuple | None = None) -> list[dict]:
         snap, observed, _ = known or self.observation(conn)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import secrets
+import sqlite3
 import threading
 import uuid
 from contextlib import contextmanager
@@ -31,6 +32,8 @@ WATCH_WINDOW = 1000  # changes kept for watches (Kubernetes keeps etcd's last 5 
 WRITE_WAIT = 5.0  # seconds a write waits for the fleet-wide write lock before it is answered 503
 MAX_WAITING_WRITES = 8  # writes queued at once; more are answered 503 at once (threads stay free for reads)
 SESSION_HOURS = 12
+SQLITE_CONNECTIONS = 48  # kept open: more than the request threads (anyio's 40) and the portal's own workers
+REVISION = "revision"  # the state key every write transaction moves on (Store.revision)
 
 metadata = MetaData()
 objects = Table(
@@ -119,9 +122,12 @@ class Store:
         if sqlite:
             _private_sqlite_file(make_url(url).database)
         try:
-            self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True,
-                                                connect_args={"timeout": WRITE_WAIT, "check_same_thread": False}
-                                                if sqlite else {})
+            # SQLite: a connection per request thread kept open (opening one, with its PRAGMAs, cost more than the
+            # read it served once more than the default 15 were in use), and no ping (a file does not drop us)
+            self.engine: Engine = create_engine(
+                url, future=True, pool_pre_ping=not sqlite,
+                **({"connect_args": {"timeout": WRITE_WAIT, "check_same_thread": False},
+                    "pool_size": SQLITE_CONNECTIONS, "max_overflow": 16} if sqlite else {}))
         except (ArgumentError, NoSuchModuleError) as exc:
             raise StoreError(f"cannot use database {shown}: {' '.join(str(exc).split())[:200]}") from None
         self.sqlite = sqlite
@@ -141,6 +147,11 @@ class Store:
         except DBAPIError as exc:
             raise StoreError(f"cannot open database {shown}: {' '.join(str(exc.orig).split())[:200]}") from None
         self._local = threading.Lock()
+        self._watcher_lock = threading.Lock()
+        self._watcher: sqlite3.Connection | None = None
+        database = make_url(url).database if sqlite else None
+        if database and database != ":memory:":
+            self._watcher = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_WRITES)
         self._split_placements()
         self.watch_window = WATCH_WINDOW
@@ -171,6 +182,7 @@ class Store:
                             conn.execute(text(f"SET LOCAL lock_timeout = '{int(WRITE_WAIT * 1000)}ms'"))
                             conn.execute(text("SELECT pg_advisory_xact_lock(7347)"))
                         started = True
+                        self._bump_revision(conn)
                         yield conn
                 finally:
                     conn.info["write"] = False
@@ -180,6 +192,33 @@ class Store:
             raise
         finally:
             self._local.release()
+
+    @classmethod
+    def _bump_revision(cls, conn: Connection) -> None:
+        """Every write transaction, whatever it changes (objects, runs, what is applied, the snapshot), moves the
+        store's revision on: a reader that saw revision R knows nothing it reads has changed while it still is R
+        (the read cache, read_cache.py). Written in the transaction, so it commits or rolls back with it."""
+        cls.set_state(conn, REVISION, str(int(cls.get_state(conn, REVISION) or "0") + 1))
+
+    @staticmethod
+    def revision(conn: Connection) -> int:
+        """The revision of everything stored, as of this read's transaction."""
+        return int(conn.execute(select(state.c.value).where(state.c.key == REVISION)).scalar() or "0")
+
+    @property
+    def marks_cheaply(self) -> bool:
+        """`marker()` is a few microseconds and no database round trip (fit for the event loop)."""
+        return self._watcher is not None
+
+    def marker(self) -> int:
+        """A number that moves on whenever any write commits (this process's or another's), for a reader to tell
+        that nothing has changed since it last looked. SQLite: its `data_version` on a connection of our own that
+        never writes (a few microseconds, no transaction); elsewhere the revision, read in a transaction."""
+        if self._watcher is None:
+            with self.read() as conn:
+                return self.revision(conn)
+        with self._watcher_lock:
+            return self._watcher.execute("PRAGMA data_version").fetchone()[0]
 
     @staticmethod
     @contextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from automation.planning.conditions import composed
 from automation.portal import watch
 from automation.portal.deps import Objects, Who
 from automation.portal.listing import answer_list, answer_object, list_query
@@ -33,20 +32,15 @@ def respond(body: dict, code: int, warnings: list[str]) -> JSONResponse:
 # ---- namespaced kinds -------------------------------------------------------------------------------------
 
 @router.get("/namespaces/{namespace}/{plural}")
-def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
+async def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
     query = list_query(request)  # a bad selector or continue token is a 400 before anything is read
     if watch.watching(request):
         return watch.respond(portal, who, kind, namespace, request, query.matches)
-    with portal.store.read() as conn:
-        known = portal.observation(conn)  # read once per request
-        items = [portal.with_status(b, conn, known) for b in portal.store.list(conn, kind, namespace)]
-        if kind == "ModelEndpoint":  # the replicas' endpoints, as the reference composes them
-            items += portal.composed_in(namespace, kind, conn, known)
-        version = portal.store.get_state(conn, "resourceVersion") or "0"
-    return answer_list(request, query, kind, items, version)
+    listed = await portal.listed(kind, namespace)
+    return answer_list(request, query, kind, listed.items, listed.version, listed.body)
 
 
 @router.get("/namespaces/{namespace}/{plural}/{name}")
@@ -68,7 +62,7 @@ def get_namespaced(namespace: str, plural: str, name: str, request: Request, who
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
 
 @router.get("/{plural}")
-def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
+async def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
     """A cluster-scoped kind, or a namespaced one across the namespaces the caller may see (`kubectl get -A`)."""
     served = RESOURCES.get(plural)
     if served is None:
@@ -77,16 +71,11 @@ def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
     query = list_query(request)
     if watch.watching(request):
         return watch.respond(portal, who, kind, None, request, query.matches)
-    with portal.store.read() as conn:
-        known = portal.observation(conn)
-        items = [] if kind == "ModelReplica" else [portal.with_status(b, conn, known)
-                                                   for b in portal.store.list(conn, kind)]
-        if kind in ("ModelReplica", "ModelEndpoint"):  # composed for every namespace at once
-            items += [o for o in composed(None, known[0], known[1]) if o["kind"] == kind]
-        version = portal.store.get_state(conn, "resourceVersion") or "0"
-    if served.namespaced:
-        items = [o for o in items if who.can_see(o["metadata"].get("namespace") or "")]
-    return answer_list(request, query, kind, items, version)
+    listed = await portal.listed(kind, None)
+    if served.namespaced and not who.admin:  # another caller's namespaces are not in its answer
+        items = [o for o in listed.items if who.can_see(o["metadata"].get("namespace") or "")]
+        return answer_list(request, query, kind, items, listed.version)
+    return answer_list(request, query, kind, listed.items, listed.version, listed.body)
 
 
 @router.get("/{plural}/{name}")
