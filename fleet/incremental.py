@@ -23,7 +23,7 @@ from fleet.ledger import PoolState
 from fleet.memory import RecordedReplica
 from fleet.names import replica_name
 from fleet.plan import PlacedReplica, Plan, Unscheduled
-from fleet.scheduler import PlanMemo, Scheduler, _Deployment
+from fleet.scheduler import PlanMemo, Scheduler, _Deployment, memo_state_limit
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -67,6 +67,9 @@ class FleetLedger:
         """Place one created or changed deployment; its reservations become the result's replicas. The plan holds
         this deployment's replicas (kept and new), what could not be placed and what was dropped, with reasons."""
         s = self._s
+        assert s.memo is not None
+        if len(s.memo.state_ids) > memo_state_limit(len(s.clusters)):  # the ledger lives as long as the portal
+            s.forget_states()
         s.plan = Plan()
         d = s._deployment(md, self._caches)
         d.source = md.model_dump_json()

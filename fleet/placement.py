@@ -89,6 +89,13 @@ class Placer:
         self.rankings: dict[tuple, tuple] = {}
         self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
 
+    def forget_states(self) -> None:
+        """Let go of what was computed for particular ledger states (pool states, interned state ids); what holds
+        for shapes and pool kinds stays. A long-lived memo calls this when it has seen too many states."""
+        self._assign.clear()
+        self._engines.clear()
+        self._replicas.clear()
+
     # ---- static matching -------------------------------------------------------------
 
     def match(self, member: MemberShape, kind: PoolKind) -> MemberMatch:

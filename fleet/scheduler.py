@@ -229,7 +229,14 @@ class _Ranking:
 
 
 PLATFORM_KINDS = ("InferenceClass", "InferenceCluster", "ModelCache")  # what placement reads besides deployments
-MAX_MEMO_STATES = 200_000  # distinct cluster ledger states a memo keeps before it starts over
+MEMO_STATES_PER_CLUSTER = 40  # distinct cluster ledger states a memo keeps, per cluster, before it lets go of them
+MIN_MEMO_STATES = 20_000  # (and never fewer): one plan of 2,000 x 500 interns 5,000 to 10,000
+
+
+def memo_state_limit(clusters: int) -> int:
+    """How many ledger states a memo may hold: every write or plan interns the states it passes through, and a
+    portal that lives for months must not keep them all."""
+    return max(MIN_MEMO_STATES, MEMO_STATES_PER_CLUSTER * clusters)
 
 
 def platform_digest(fleet) -> str:
@@ -260,9 +267,16 @@ class PlanMemo:
 
     def start(self, fleet, cel: CelEvaluator | None) -> None:
         platform = platform_digest(fleet)
-        if platform != self.platform or len(self.state_ids) > MAX_MEMO_STATES:
+        if platform != self.platform or len(self.state_ids) > memo_state_limit(len(self.clusters)):
             fresh = PlanMemo(platform, build_clusters(fleet), Placer(cel or CelEvaluator()))
             self.__dict__.update(fresh.__dict__)
+
+    def forget_states(self) -> None:
+        """Let go of every interned ledger state and what was computed for them (a caller holding state ids
+        interns its states again)."""
+        self.state_ids.clear()
+        if self.placer is not None:
+            self.placer.forget_states()
 
 
 class Scheduler:
@@ -348,6 +362,12 @@ class Scheduler:
                      for dev in pools[e.pool].kind.devices if dev.claimable)
         gang = any(tuple(m.role for m in e.members) != ("Standalone",) for e in d.engines)
         return on_dynamo_stack(d.backends, gang, d.dynamo_images, nvidia, d.requested)
+
+    def forget_states(self) -> None:
+        """The memo lets go of the ledger states it has seen; this scheduler's clusters are interned again."""
+        assert self.memo is not None
+        self.memo.forget_states()
+        self.state_id = {name: self._intern_state(name) for name in self.states}
 
     def _intern_state(self, cluster: str) -> int:
         key = tuple((name, state.key()) for name, state in self.states[cluster].items())

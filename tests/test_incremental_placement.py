@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from benchmarks.plan_bench import generate
 from fleet.incremental import CHARGES_KEPT, FleetLedger
 from fleet.plan_output import plan_to_dict
+from fleet import scheduler
 from fleet.scheduler import PlanMemo, schedule
 from fleet.validate import Fleet
 from tests.manifests import run
@@ -142,25 +143,33 @@ def test_the_full_plan_reconciling_a_deployment_the_ledger_no_longer_holds_leave
     assert ledger.states() == FleetLedger(left, [r for r in reserved if f"{r.namespace}/{r.deployment}" != key]).states()
 
 
-def test_the_ledgers_memo_does_not_grow_with_writes():
+def test_the_ledgers_memo_does_not_grow_with_writes(monkeypatch):
     """The portal keeps one ledger for its life: after hundreds of writes its memo holds a few charged ledgers per
-    cluster (the newest), not one per write, and the ledger is still the one built afresh."""
+    cluster (the newest), not one per write, and lets go of the ledger states it interned past its limit (here
+    made small); each write is placed as by a ledger that never forgets, and the ledger is the one built afresh."""
     objects = generate(60, 10)
     fleet = run(*objects).fleet
-    memo = PlanMemo()
     reserved = [r.recorded() for r in schedule(fleet, []).replicas]
+    remembering = FleetLedger(fleet, reserved)
+    memo = PlanMemo()
     ledger = FleetLedger(fleet, reserved, memo)
+    monkeypatch.setattr(scheduler, "MIN_MEMO_STATES", 60)
+    monkeypatch.setattr(scheduler, "MEMO_STATES_PER_CLUSTER", 1)
     deployments = fleet.of("ModelDeployment")
+    states, forgot = [], 0
     for i in range(300):
         written = deployments[i % 17].model_copy(deep=True)
         written.spec.replicas = 1 + (i * 7) % 5
         key = f"{written.namespace}/{written.name}"
-        ledger.place(written)
+        assert _only(ledger.place(written), key) == _only(remembering.place(written), key)
+        forgot += bool(states) and len(memo.state_ids) < states[-1]
+        states.append(len(memo.state_ids))
         reserved = [r for r in reserved if f"{r.namespace}/{r.deployment}" != key] + ledger.reserved(key)
         deployments[i % 17] = written
     clusters = len(fleet.of("InferenceCluster"))
+    assert forgot and max(states) < 3 * 60, (forgot, max(states))  # the limit, and what one write interns
     assert len(memo.charged) <= CHARGES_KEPT * clusters, len(memo.charged)
     current = Fleet(objects=[o for o in fleet.objects if o.kind != "ModelDeployment"] + deployments)
-    assert ledger.states() == FleetLedger(current, reserved).states()
+    assert ledger.states() == FleetLedger(current, reserved).states() == remembering.states()
     again = FleetLedger(current, reserved, memo)  # another ledger on the same memo keeps only what it holds
     assert again.states() == ledger.states() and len(memo.charged) <= clusters
