@@ -13,17 +13,21 @@ Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/portal_scale.py                    # 2,000 deployments on 500 clusters
     .venv/bin/python benchmarks/portal_scale.py --deployments 200
+    .venv/bin/python benchmarks/portal_scale.py --memory-writes 10000   # memory every 1,000 writes
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -118,6 +122,35 @@ def readers_for(url: str, count: int, seconds: float) -> list[float]:
     return out
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (the portal's replan worker)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def memory_curve(url: str, folder: Path, pid: int, mine: list[dict], writes: int) -> dict[str, list[tuple[int, float]]]:
+    """Resident memory of the portal and of its replan worker, MB, after 200 warm-up writes and then every tenth
+    of `writes` more, each once the background replan has caught up: (writes so far, MB) per sample."""
+    curve: dict[str, list[tuple[int, float]]] = {"portal": [], "worker": []}
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
+        def sample(done: int) -> None:
+            caught_up(folder)
+            curve["portal"].append((done, rss_mb(pid)))
+            curve["worker"].append((done, sum(rss_mb(child) for child in children(pid))))
+
+        step = max(1, writes // 10)
+        for i in range(200 + writes):
+            body = copy.deepcopy(mine[i % len(mine)])
+            body["spec"]["replicas"] = 1 + i % 5
+            admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}",
+                      json=body).raise_for_status()
+            if i + 1 >= 200 and (i + 1 - 200) % step == 0:
+                sample(i + 1 - 200)
+    return curve
+
+
 def writer(url: str, mine: list[dict], offset: int, stop: threading.Event, out: list[float]) -> None:
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
         i = offset
@@ -131,46 +164,38 @@ def writer(url: str, mine: list[dict], offset: int, stop: threading.Event, out: 
             i += 7
 
 
-def concurrency(objects: list[dict], readers: int, writers: int, seconds: float, memory_writes: int) -> dict:
-    """Reads by `readers` clients alone, then while `writers` clients write back to back; then the portal's
-    resident memory before and after `memory_writes` more writes (after one warm-up round of writes)."""
+@contextmanager
+def serving(objects: list[dict]) -> Iterator[tuple[str, Path, subprocess.Popen, list[dict]]]:
+    """`modelplane serve --no-apply` on the objects stored and planned: its URL, folder, process, and team-0's
+    ModelDeployments."""
     mine = [o for o in objects if o["kind"] == "ModelDeployment" and o["metadata"]["namespace"] == TEAM]
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         seed(folder, objects)
         port = free_port()
         process = start_process(folder, port, ["--no-apply"], tokens=TOKENS)
-        url = f"http://127.0.0.1:{port}"
         try:
-            readers_for(url, readers, 2)  # warm-up: first reads fill caches
-            quiet = readers_for(url, readers, seconds)
-            stop, writes = threading.Event(), []
-            threads = [threading.Thread(target=writer, args=(url, mine, w, stop, writes)) for w in range(writers)]
-            for thread in threads:
-                thread.start()
-            during = readers_for(url, readers, seconds)
-            stop.set()
-            for thread in threads:
-                thread.join()
-            memory = {}
-            if memory_writes:
-                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
-                    def write(i: int) -> None:
-                        body = copy.deepcopy(mine[i % len(mine)])
-                        body["spec"]["replicas"] = 1 + i % 5
-                        admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}",
-                                  json=body).raise_for_status()
-                    for i in range(200):
-                        write(i)
-                    caught_up(folder)
-                    memory["before"] = rss_mb(process.pid)
-                    for i in range(memory_writes):
-                        write(i)
-                    caught_up(folder)
-                    memory["after"] = rss_mb(process.pid)
+            yield f"http://127.0.0.1:{port}", folder, process, mine
         finally:
             process.terminate()
             process.wait(30)
+
+
+def concurrency(objects: list[dict], readers: int, writers: int, seconds: float, memory_writes: int) -> dict:
+    """Reads by `readers` clients alone, then while `writers` clients write back to back; then the portal's
+    resident memory and its replan worker's over `memory_writes` more writes (memory_curve)."""
+    with serving(objects) as (url, folder, process, mine):
+        readers_for(url, readers, 2)  # warm-up: first reads fill caches
+        quiet = readers_for(url, readers, seconds)
+        stop, writes = threading.Event(), []
+        threads = [threading.Thread(target=writer, args=(url, mine, w, stop, writes)) for w in range(writers)]
+        for thread in threads:
+            thread.start()
+        during = readers_for(url, readers, seconds)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        memory = memory_curve(url, folder, process.pid, mine, memory_writes) if memory_writes else {}
     return {"quiet": quiet, "during": during, "writes": writes, "memory": memory}
 
 
@@ -209,12 +234,27 @@ def caught_up(folder: Path, limit: float = 300.0) -> float:
     return time.perf_counter() - started
 
 
+def print_memory(deployments: int, clusters: int, writes: int) -> None:
+    objects = generate(deployments, clusters)
+    with serving(objects) as (url, folder, process, mine):
+        curve = memory_curve(url, folder, process.pid, mine, writes)
+    print(f"{deployments} deployments on {clusters} clusters: resident memory (MB) after 200 warm-up writes and then")
+    print(f"{'writes':>8} {'portal':>8} {'worker':>8}")
+    for (done, portal), (_, worker) in zip(curve["portal"], curve["worker"]):
+        print(f"{done:>8} {portal:8.0f} {worker:8.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployments", type=int, default=2000)
     parser.add_argument("--clusters", type=int, default=500)
     parser.add_argument("--writes", type=int, default=20)
+    parser.add_argument("--memory-writes", type=int, default=0,
+                        help="instead: the portal's and its replan worker's memory over this many writes")
     args = parser.parse_args()
+    if args.memory_writes:
+        print_memory(args.deployments, args.clusters, args.memory_writes)
+        return
     f = measure(args.deployments, args.clusters, args.writes)
     rest = f["writes"]
     print(f"{args.deployments} deployments on {args.clusters} clusters (stored and planned in {f['seeded']:.1f} s)")
