@@ -28,6 +28,15 @@ from fleet.scheduler import PlanMemo, Scheduler, _Deployment, memo_state_limit
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
+LEDGER_STATES_PER_CLUSTER = 4  # ledger states a write may intern, per cluster, beyond those at the start
+
+
+def ledger_state_limit(at_start: int, clusters: int) -> int:
+    """Interned ledger states past which the ledger lets go of them: those it started with (a plan's worth, reused
+    by every write) and a few per cluster for the writes since (past it, a write recomputes its places once)."""
+    return min(at_start + LEDGER_STATES_PER_CLUSTER * clusters, memo_state_limit(clusters))
+
+
 CHARGES_KEPT = 4  # charged ledgers the memo keeps per cluster: the current one and the few a write may return to
 
 
@@ -50,6 +59,7 @@ class FleetLedger:
             self._charge(cluster)
         assert s.memo is not None  # what an earlier ledger or plan charged that this one does not hold is let go
         s.memo.charged = {key: s.memo.charged[key] for recent in self._charges.values() for key in recent}
+        self._states_limit = ledger_state_limit(len(s.memo.state_ids), len(s.clusters))
 
     # ---- what the ledger holds ---------------------------------------------------------------------
 
@@ -68,8 +78,9 @@ class FleetLedger:
         this deployment's replicas (kept and new), what could not be placed and what was dropped, with reasons."""
         s = self._s
         assert s.memo is not None
-        if len(s.memo.state_ids) > memo_state_limit(len(s.clusters)):  # the ledger lives as long as the portal
+        if len(s.memo.state_ids) > self._states_limit:  # the ledger lives as long as the portal
             s.forget_states()
+            self._states_limit = ledger_state_limit(len(s.memo.state_ids), len(s.clusters))
         s.plan = Plan()
         d = s._deployment(md, self._caches)
         d.source = md.model_dump_json()
