@@ -122,6 +122,13 @@ def readers_for(url: str, count: int, seconds: float) -> list[float]:
     return out
 
 
+def write_one(admin: httpx.Client, mine: list[dict], i: int) -> None:
+    """The i-th write: PUT of one of the team's deployments with 1 to 5 replicas (within the schema's 10)."""
+    body = copy.deepcopy(mine[i % len(mine)])
+    body["spec"]["replicas"] = 1 + i % 5
+    admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}", json=body).raise_for_status()
+
+
 def children(pid: int) -> list[int]:
     """The processes `pid` started (the portal's replan worker)."""
     found = []
@@ -142,10 +149,7 @@ def memory_curve(url: str, folder: Path, pid: int, mine: list[dict], writes: int
 
         step = max(1, writes // 10)
         for i in range(200 + writes):
-            body = copy.deepcopy(mine[i % len(mine)])
-            body["spec"]["replicas"] = 1 + i % 5
-            admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}",
-                      json=body).raise_for_status()
+            write_one(admin, mine, i)
             if i + 1 >= 200 and (i + 1 - 200) % step == 0:
                 sample(i + 1 - 200)
     return curve
@@ -155,11 +159,8 @@ def writer(url: str, mine: list[dict], offset: int, stop: threading.Event, out: 
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
         i = offset
         while not stop.is_set():
-            body = copy.deepcopy(mine[i % len(mine)])
-            body["spec"]["replicas"] = 1 + i % 5
             started = time.perf_counter()
-            admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}",
-                      json=body).raise_for_status()
+            write_one(admin, mine, i)
             out.append(time.perf_counter() - started)
             i += 7
 
@@ -210,10 +211,8 @@ def writes_with_reads(admin: httpx.Client, url: str, mine: list[dict], numbers: 
     thread = threading.Thread(target=reader, args=(url, TOKENS[1]["token"], stop, reads))
     thread.start()
     for i in numbers:
-        body = copy.deepcopy(mine[i % len(mine)])
-        body["spec"]["replicas"] = 1 + i % 5  # within the schema's 10
         started = time.perf_counter()
-        admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}", json=body).raise_for_status()
+        write_one(admin, mine, i)
         timed.append(time.perf_counter() - started)
         if pace:
             time.sleep(max(0.0, 1 / pace - timed[-1]))

@@ -166,8 +166,8 @@ class FleetLedger:
         s.states[cluster] = {p.name: PoolState(p.kind, p.nodes) for p in s.by_name[cluster].pools}
         s.state_id[cluster] = s._intern_state(cluster)
         items = [item[1:] for item in self._items[cluster]]
-        results = s._charge_cluster(cluster, items, memo.charged)
         key = s.charge_key(cluster, items)
+        results = s._charge_cluster(cluster, items, memo.charged, key)
         recent = self._charges[cluster]
         if key in recent:
             recent.remove(key)

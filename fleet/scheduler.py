@@ -517,10 +517,13 @@ class Scheduler:
         it is."""
         return cluster, tuple((d.source, tuple(sorted(pins.items()))) for d, _, pins in items)
 
-    def _charge_cluster(self, cluster: str, items: list, charged: dict[tuple, tuple]) -> list[tuple]:
-        """(placement or None, nodes or rejection) per kept replica on `cluster`, charging its ledger in order."""
+    def _charge_cluster(self, cluster: str, items: list, charged: dict[tuple, tuple],
+                        key: tuple | None = None) -> list[tuple]:
+        """(placement or None, nodes or rejection) per kept replica on `cluster`, charging its ledger in order.
+        `key`: charge_key(cluster, items), when the caller has it."""
         memo = self.memo
-        key = self.charge_key(cluster, items) if memo else ()
+        if key is None:
+            key = self.charge_key(cluster, items) if memo else ()
         found = memo.charged.get(key) if memo else None
         if found is not None:
             states, results = found

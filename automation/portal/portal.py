@@ -136,9 +136,9 @@ class Portal:
         """Every `kind` in `namespace` (None: all) with its status, in (namespace, name) order, and the plain list's
         bytes: kept while nothing stored changes (read_cache.py), composed afresh after any write. A kept list is
         answered on the event loop where the store's marker costs microseconds (SQLite); the rest on a thread."""
-        if not self.store.marks_cheaply:
-            return await run_in_threadpool(self._listed_now, kind, namespace)
         marker = self.store.marker()
+        if marker is None:
+            return await run_in_threadpool(self._listed_now, kind, namespace, None)
         found = self.lists.peek(marker, kind, namespace)
         if found is not None:
             return found
@@ -156,13 +156,15 @@ class Portal:
         if self._composing.get(key) is flight:  # a newer marker's composition may have taken its place
             del self._composing[key]
 
-    def _listed_now(self, kind: str, namespace: str | None, marker: int | None = None) -> CachedList:
-        if marker is None:
-            marker = self.store.marker()  # before the read: what it composes is never older than the marker says
-        found = self.lists.peek(marker, kind, namespace)
-        if found is not None:
-            return found
+    def _listed_now(self, kind: str, namespace: str | None, marker: int | None) -> CachedList:
+        """`marker`: Store.marker() read before this read began (what it composes is never older), or None: the
+        store's revision, read in this read's transaction."""
         with self.store.read() as conn:
+            if marker is None:
+                marker = self.store.revision(conn)
+            found = self.lists.peek(marker, kind, namespace)
+            if found is not None:
+                return found
             known = self.observation(conn)  # read once per list, not once per object
             items = [] if kind == "ModelReplica" else [self.with_status(b, conn, known)
                                                        for b in self.store.list(conn, kind, namespace)]

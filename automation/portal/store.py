@@ -200,25 +200,20 @@ class Store:
         """Every write transaction, whatever it changes (objects, runs, what is applied, the snapshot), moves the
         store's revision on: a reader that saw revision R knows nothing it reads has changed while it still is R
         (the read cache, read_cache.py). Written in the transaction, so it commits or rolls back with it."""
-        cls.set_state(conn, REVISION, str(int(cls.get_state(conn, REVISION) or "0") + 1))
+        cls.set_state(conn, REVISION, str(cls.revision(conn) + 1))
 
-    @staticmethod
-    def revision(conn: Connection) -> int:
+    @classmethod
+    def revision(cls, conn: Connection) -> int:
         """The revision of everything stored, as of this read's transaction."""
-        return int(conn.execute(select(state.c.value).where(state.c.key == REVISION)).scalar() or "0")
+        return int(cls.get_state(conn, REVISION) or "0")
 
-    @property
-    def marks_cheaply(self) -> bool:
-        """`marker()` is a few microseconds and no database round trip (fit for the event loop)."""
-        return self._watcher is not None
-
-    def marker(self) -> int:
-        """A number that moves on whenever any write commits (this process's or another's), for a reader to tell
-        that nothing has changed since it last looked. SQLite: its `data_version` on a connection of our own that
-        never writes (a few microseconds, no transaction); elsewhere the revision, read in a transaction."""
+    def marker(self) -> int | None:
+        """SQLite: a number that moves on whenever any write commits (this process's or another's), for a reader
+        to tell that nothing has changed since it last looked: `data_version` on a connection of our own that never
+        writes, a few microseconds and no transaction (fit for the event loop). Elsewhere None: read `revision`
+        inside the read's own transaction."""
         if self._watcher is None:
-            with self.read() as conn:
-                return self.revision(conn)
+            return None
         with self._watcher_lock:
             return self._watcher.execute("PRAGMA data_version").fetchone()[0]
 
