@@ -192,6 +192,10 @@ class PulumiRunner:
         self.config = dict(config or {})  # `--config`, `--config-file`: settings for the platform programs
         self._stacks: dict[str, Any] = {}  # name -> automation.Stack
         self._lock = threading.Lock()
+        from components import lazy_modules
+
+        # before any program runs in a thread: the SDKs' lazy submodules are not safe to load from two at once
+        lazy_modules.load({ic.spec.cluster.source for ic in fleet.of("InferenceCluster")})
 
     # ---- construction (checked in tests without running an engine) ----------------------------
 
