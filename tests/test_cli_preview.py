@@ -57,7 +57,7 @@ def _base_and_head(tmp_path):
     """A generated fleet, and the same with one deployment's image changed."""
     from benchmarks.plan_bench import generate
 
-    objects = generate(8, 3)
+    objects = generate(8, 8)
     base, head = tmp_path / "base.yaml", tmp_path / "head.yaml"
     base.write_text(yaml.safe_dump_all(objects))
     changed = [o for o in objects if o["kind"] == "ModelDeployment"][2]
@@ -79,8 +79,11 @@ def test_offline_preview_of_what_changed_against_a_base(tmp_path, capsys):
     document = json.loads(out)
     assert document["changes"] == [{"name": model, "change": "update"}]
     previewed = {s["name"]: s for s in document["stacks"]}
-    assert model in previewed and len(previewed) < len(full) / 2
     clusters = {r["cluster"] for r in full[model]["resources"] if r.get("cluster")}
+    assert model in previewed and len(previewed) < len(full)
+    # a model stack on none of its clusters neither changed nor meets it: not previewed
+    assert [name for name, s in full.items() if name.startswith("model-") and name in previewed
+            and not clusters & {r.get("cluster") for r in s["resources"]}] == []
     team = model.split(".")[0].removeprefix("model-")
     assert clusters and {f"platform-{c}" for c in clusters} | {f"team-{team}.{c}" for c in clusters} <= set(previewed)
     assert previewed[model] == full[model]  # the same preview as in the full run
@@ -116,6 +119,29 @@ def test_what_a_check_of_changed_stacks_must_see():
                                               "model-t.n", "platform-b", "team-t.a", "team-t.b"}
     assert around(specs, {"team-t.b"}) >= {"model-t.n", "endpoints-t", "service-t.s"}
     assert around(specs, {"platform-x"}) == set()  # a stack to delete has no program to preview
+
+
+def test_a_check_of_a_changed_stack_sees_every_other_stack_on_its_clusters():
+    """One object with two owners on a cluster is refused (`one-owner`): a new model stack is checked with the
+    other stacks writing to its clusters, though neither depends on the other; those on other clusters, and the
+    control plane's (each service's objects are its own), are not previewed."""
+    from automation.planning.offline_preview import around
+    from automation.planning.stacks import StackSpec
+    from fleet.stack_id import StackId
+
+    def spec(name, targets, *deps):
+        return StackSpec(StackId.parse(name), "fp", list(deps), list(targets))
+
+    specs = {s.name: s for s in [
+        spec("platform-a", ["a"]), spec("platform-b", ["b"]), spec("platform-c", ["c"]),
+        spec("team-t.a", ["a"], "platform-a"), spec("team-u.a", ["a"], "platform-a"), spec("team-u.c", ["c"], "platform-c"),
+        spec("model-t.new", ["a"], "platform-a", "team-t.a"),
+        spec("model-u.old", ["a", "b"], "platform-a", "platform-b", "team-u.a"),
+        spec("model-u.far", ["c"], "platform-c", "team-u.c"),
+        spec("endpoints-u", ["control-plane"], "model-u.old", "model-u.far")]}
+    seen = around(specs, {"model-t.new"})
+    assert seen == {"model-t.new", "platform-a", "team-t.a", "team-u.a", "model-u.old", "platform-b"}
+    assert "model-u.far" not in seen and "endpoints-u" not in seen
 
 
 def test_streamed_json_is_the_one_document_json_dumps_writes():

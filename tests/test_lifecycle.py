@@ -172,6 +172,50 @@ def test_a_one_deployment_change_runs_only_its_stacks(applied):
     assert ran.index("team-ml-team.gke-us-central") < ran.index("model-ml-team.qwen3-8b") < ran.index("endpoints-ml-team")
 
 
+def test_a_one_deployment_change_is_checked_with_the_stacks_it_meets_not_the_whole_fleet(double, monkeypatch, capsys):
+    """At fleet scale the check of every stack (a program run each) took longer than the change: `up` checks the
+    stacks it runs and those they meet (`around`); the others are applied as recorded and are not run again."""
+    from automation.planning import offline_preview
+    from automation.planning.offline_preview import around
+    from automation.planning.stacks import desired_state
+    from benchmarks.plan_bench import generate
+    from fleet.loader import load_paths
+    from fleet.validate import validate_documents
+
+    double.docs = generate(6, 6)
+    kubeconfigs = double.work / ".modelplane" / "kubeconfigs"
+    kubeconfigs.mkdir(parents=True)
+    for i in range(6):
+        (kubeconfigs / f"kc-{i}").write_text("apiVersion: v1\nkind: Config\n")
+    assert main(["up", "-f", double.fleet()]) == 0, capsys.readouterr().err
+    previewed: list[str] = []
+    real = offline_preview.preview_stack
+
+    def spy(spec, fleet, settings=None):
+        previewed.append(spec.name)
+        return real(spec, fleet, settings)
+
+    monkeypatch.setattr(offline_preview, "preview_stack", spy)
+    changed = next(d for d in double.docs if d["kind"] == "ModelDeployment")
+    changed["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] = \
+        "vllm/vllm-openai:v0.12.0"
+    double.mark = len(double.calls())
+    assert main(["up", "-f", double.fleet()]) == 0, capsys.readouterr().err
+    ran = set(double.ran("up"))
+    assert ran == {f"model-{changed['metadata']['namespace']}.{changed['metadata']['name']}"}
+    fleet = validate_documents(load_paths([double.fleet()])[0]).fleet
+    specs = desired_state(fleet, [p for s in double.recorded().values() for p in _replicas(s)]).specs
+    assert set(previewed) == around(specs, ran) and len(previewed) == len(set(previewed)) < len(specs) / 2
+    assert {s.name for s in specs.values() if s.targets and not set(s.targets) & {
+        t for name in ran for t in specs[name].targets}} & set(previewed) == set()  # nothing only on other clusters
+
+
+def _replicas(stack: dict) -> list:
+    from automation.record.applied import replica_from_dict
+
+    return [replica_from_dict(p) for p in stack.get("placements") or []]
+
+
 def test_removing_a_deployment_destroys_exactly_its_stack_with_prune(applied, capsys):
     applied.docs = [d for d in applied.docs if not (d["kind"] in ("ModelDeployment", "ModelService")
                                                      and d["metadata"]["name"] == "kimi-k2")]

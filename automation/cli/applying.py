@@ -123,7 +123,7 @@ def _selected_or_exit(prepared, run: StackRun, fleet) -> list:
                    "--yes-destroy-clusters to confirm", err=True)
         raise SystemExit(2)
     if run.check and operation in ("up", "preview") and items:
-        _refuse_undeployable(fleet, prepared.specs, run.config)
+        _refuse_undeployable(fleet, prepared.specs, {c.name for c in items if c.change != Change.delete}, run.config)
     return items
 
 
@@ -345,12 +345,12 @@ def stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, 
     return out
 
 
-def _refuse_undeployable(fleet, specs, config: dict[str, str] | None = None) -> None:
-    """The deployability check over every desired stack (the graph, not only what changes): a fleet a real API
-    server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
+def _refuse_undeployable(fleet, specs, changed: set[str], config: dict[str, str] | None = None) -> None:
+    """The deployability check over the stacks about to run and every stack they meet (`undeployable`): what a
+    real API server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
     from automation.execution.session import undeployable
 
-    violations = undeployable(fleet, specs, config)
+    violations = undeployable(fleet, specs, config, changed)
     if violations:
         for v in violations:
             click.echo(v, err=True)

@@ -72,7 +72,7 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     desired = desired_state(fleet, [], control_plane=host)  # planned as `compare` planned the head
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}
     only = around(desired.specs, changed) if changed else set()
-    stacks = all_stacks(fleet, host, desired, jobs=jobs, only=only) if only else []
+    stacks = all_stacks(fleet, host, desired.specs, jobs=jobs, only=only) if only else []
     result.previewed = len(stacks)
     result.violations = [str(v) for v in check_fleet(fleet, stacks)] if stacks else []
     result.warnings += [f"stack `{s.name}` fails to preview: {s.error}" for s in stacks if s.error]

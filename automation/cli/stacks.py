@@ -106,7 +106,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     applied = record_for_plan(run.state, run.backend, run.fleet_name, run.executor, run.operator_settings, fresh=False)
     desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against)
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
-        stacks = all_stacks(loaded.fleet, host, desired, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
+        stacks = all_stacks(loaded.fleet, host, desired.specs, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
     violations = check_fleet(loaded.fleet, stacks)
     _show_preview(run.output, stacks, violations, changes, host, _needs(run, loaded.fleet, desired, only))
 

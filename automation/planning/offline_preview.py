@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from automation.planning.offline import Registered, run
 from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import project_of
-from automation.planning.stacks import DesiredState, StackSpec, desired_state
+from automation.planning.stacks import StackSpec, desired_state
+from workloads.render import CONTROL_PLANE
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -185,11 +186,11 @@ def _preview_at(index: int) -> StackPreview:
     return preview_stack(specs[index], fleet, settings)
 
 
-def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredState | None = None,
+def all_stacks(fleet: Fleet, control_plane: str | None = None, specs: Mapping[str, StackSpec] | None = None,
                on_stack: Callable[[], None] | None = None, jobs: int | None = None,
                only: set[str] | None = None, config: Mapping[str, str] | None = None) -> list[StackPreview]:
-    """Every desired stack (or those named in `only`) previewed, in rank order; `on_stack` is called after each
-    (a progress bar).
+    """Every desired stack (`specs`, else planned here with no record) or those named in `only`, previewed in rank
+    order; `on_stack` is called after each (a progress bar).
 
     Each stack's program runs under Pulumi's mocks, a quarter of a second for a platform stack, so a large fleet
     is previewed by `jobs` forked processes (default: one per CPU), each inheriting the fleet; the previews come
@@ -200,28 +201,34 @@ def all_stacks(fleet: Fleet, control_plane: str | None = None, desired: DesiredS
     from concurrent.futures import ProcessPoolExecutor
 
     global _PREVIEWING
-    desired = desired or desired_state(fleet, control_plane=control_plane)
-    specs = sorted((s for s in desired.specs.values() if only is None or s.name in only), key=lambda s: (s.rank, s.name))
+    if specs is None:
+        specs = desired_state(fleet, control_plane=control_plane).specs
+    chosen = sorted((s for s in specs.values() if only is None or s.name in only), key=lambda s: (s.rank, s.name))
     jobs = min(jobs or os.cpu_count() or 1, 16)
-    if (jobs > 1 and len(specs) >= PARALLEL_FROM and not _RAN_HERE[0]
+    if (jobs > 1 and len(chosen) >= PARALLEL_FROM and not _RAN_HERE[0]
             and "fork" in multiprocessing.get_all_start_methods()):
-        _PREVIEWING = (fleet, specs, config)
+        _PREVIEWING = (fleet, chosen, config)
         try:
             with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-                previews = pool.map(_preview_at, range(len(specs)), chunksize=4)
+                previews = pool.map(_preview_at, range(len(chosen)), chunksize=4)
                 return [_counted(preview, on_stack) for preview in previews]
         finally:
             _PREVIEWING = None
-    return [_counted(preview_stack(spec, fleet, config), on_stack) for spec in specs]
+    return [_counted(preview_stack(spec, fleet, config), on_stack) for spec in chosen]
 
 
-def around(specs: dict[str, StackSpec], changed: set[str]) -> set[str]:
-    """What a check of `changed` stacks must see: they, every stack that depends on them (what they provide may be
-    what it needs), and everything those depend on (what they need), transitively."""
+def around(specs: Mapping[str, StackSpec], changed: set[str]) -> set[str]:
+    """What a check of `changed` stacks must see: they and every stack writing to a cluster they write to (one
+    object with two owners on a cluster is refused), every stack that depends on a changed one (what it provides
+    may be what they need), and everything all of those depend on (what they need), transitively. A stack outside
+    it neither changed nor meets a changed one: it applies as it did."""
     dependents: dict[str, set[str]] = {}
+    on_cluster: dict[str, set[str]] = {}
     for spec in specs.values():
         for dependency in spec.depends_on:
             dependents.setdefault(dependency, set()).add(spec.name)
+        for target in spec.targets:
+            on_cluster.setdefault(target, set()).add(spec.name)
     seen = set()
     todo = [name for name in changed if name in specs]
     while todo:
@@ -229,6 +236,8 @@ def around(specs: dict[str, StackSpec], changed: set[str]) -> set[str]:
         if name not in seen:
             seen.add(name)
             todo += dependents.get(name, ())
+    seen |= {peer for name in changed if name in specs for target in specs[name].targets
+             if target != CONTROL_PLANE for peer in on_cluster[target]}
     todo = list(seen)
     while todo:
         name = todo.pop()

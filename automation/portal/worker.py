@@ -230,7 +230,8 @@ class Worker(threading.Thread):
             return self._fail_all(batch, finished, f"error: {exc}")
         self.sync(applied)
         desired = desired_state(fleet, reserved, gateways=applied.gateways())
-        problems = desired.problems or undeployable(fleet, desired.specs)  # the checks `up` runs, on every road
+        running = {run["stack"] for run in batch if run["operation"] == "up"}
+        problems = desired.problems or undeployable(fleet, desired.specs, changed=running)  # what `up` checks
         if problems:
             return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
         specs = desired.specs
