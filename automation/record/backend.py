@@ -4,7 +4,7 @@ Each stack's program exports what its update applied (`automation/record/applied
 the checkpoint of that update, so the record cannot disagree with what the backend holds. Reading it is
 `pulumi stack ls --json` per project and `pulumi stack output --json` per stack whose `lastUpdate` differs
 from the local cache's (`<state>/record.json`): on a fresh machine every stack is read once, after that only
-what changed. Secret outputs (kubeconfigs) are never asked for: `stack output` without `--show-secrets`
+what changed (those read by a few processes at once). Secret outputs (kubeconfigs) are never asked for: `stack output` without `--show-secrets`
 prints them as "[secret]", and those are dropped.
 """
 
@@ -21,6 +21,7 @@ from automation.execution.runner import INSTALL_HINT, AutomationError, first_err
 from fleet.stack_id import StackId, StackIdError
 
 SECRET = "[secret]"
+READERS = 8  # `pulumi stack output` processes at once when many stacks changed since the cache
 
 
 def default_backend(root: Path) -> str:
@@ -99,9 +100,12 @@ class PulumiRecord:
             return self.cache.applied_from_cache(f"the local cache {self.cache.path} ({why})")
 
     def _read(self) -> Applied:
+        from concurrent.futures import ThreadPoolExecutor
+
         auto = self.auto
         cached = self.cache.load()
         fresh: dict[str, dict] = {}
+        stale: list[tuple[str, Any, str, str | None]] = []  # (stack, workspace, backend stack, lastUpdate) to read
         self.legacy = {}
         try:
             for project in (*PROJECTS, LEGACY_PLATFORM_PROJECT):
@@ -112,11 +116,21 @@ class PulumiRecord:
                         continue
                     if project == LEGACY_PLATFORM_PROJECT:
                         self.legacy[name] = organization_of(summary.url)
+                    if name in fresh:  # the new project's stack wins over a legacy one of the name
+                        continue
                     stamp = summary.last_update.isoformat() if summary.last_update else None
                     entry = cached.get(name)
                     if entry is None or stamp is None or entry.get("lastUpdate") != stamp:
-                        entry = {"lastUpdate": stamp, "outputs": self._outputs(workspace, summary.name)}
-                    fresh.setdefault(name, entry)  # the new project's stack wins over a legacy one of the name
+                        stale.append((name, workspace, summary.name, stamp))
+                        fresh[name] = {}
+                    else:
+                        fresh[name] = entry
+            # one CLI process per stack whose outputs changed since the cache (every stack on a fresh machine):
+            # READERS at once, so a large fleet's first read is not thousands of processes one after another
+            with ThreadPoolExecutor(READERS) as pool:
+                outputs = pool.map(lambda s: self._outputs(s[1], s[2]), stale)
+                for (name, _, _, stamp), values in zip(stale, outputs):
+                    fresh[name] = {"lastUpdate": stamp, "outputs": values}
         except auto.errors.CommandError as exc:
             raise AutomationError(f"could not read the record from the Pulumi backend {self.backend}: "
                                   f"{first_error(exc)}") from None
