@@ -166,3 +166,36 @@ def test_streamed_json_is_the_one_document_json_dumps_writes():
         assert "".join(pieces) == json.dumps(document, indent=2, sort_keys=True, default=str)
 
     same()
+
+
+def test_a_base_summarised_for_one_pull_request_serves_the_next_exactly(tmp_path, capsys):
+    """`plan --against` composes only what differs from the head it is given and keeps a partial summary; a later
+    pull request that changes another deployment needs fingerprints that summary lacks: `plan --against` and
+    `preview --changed-against` then plan the base again, and answer as with no cache."""
+    from benchmarks.plan_bench import generate
+
+    objects = generate(8, 8)
+    base, first, second = tmp_path / "base.yaml", tmp_path / "first.yaml", tmp_path / "second.yaml"
+    base.write_text(yaml.safe_dump_all(objects))
+    deployments = [o for o in objects if o["kind"] == "ModelDeployment"]
+    image = deployments[2]["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    image["image"] = "vllm/vllm-openai:v0.12.0"
+    first.write_text(yaml.safe_dump_all(objects))
+    image["image"] = "vllm/vllm-openai:v0.11.0"
+    deployments[5]["spec"]["replicas"] = deployments[5]["spec"].get("replicas", 1) + 1
+    second.write_text(yaml.safe_dump_all(objects))
+    second_model = f"model-{deployments[5]['metadata']['namespace']}.{deployments[5]['metadata']['name']}"
+
+    def plan(head: pathlib.Path, *extra: str) -> dict:
+        assert main(["plan", "-f", str(head), "--against", str(base), "-o", "json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plan(first)  # keeps the base's summary, knowing only the first head's changed stack
+    uncached = plan(second, "--no-cache")
+    assert plan(second) == uncached
+    assert [s for s in uncached["changes"]["stacks"] if s["change"] != "none" and s["name"].startswith("model-")] \
+        == [{"name": second_model, "change": "update"}]
+    plan(first)
+    assert main(["preview", "--offline", "-f", str(second), "--changed-against", str(base), "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {c["name"] for c in document["changes"] if c["name"].startswith("model-")} == {second_model}

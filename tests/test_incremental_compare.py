@@ -96,12 +96,19 @@ def test_incremental_comparison_is_the_full_one_on_the_examples_under_each_tenan
 def test_incremental_comparison_is_the_full_one_on_random_fleets(tmp_path_factory, objects, rnd):
     base = fleet_of(objects)
     recorded = [r.recorded() for r in compare(base, base).plan.replicas] if rnd.random() < 0.5 else None
-    assert_same_as_full(base, fleet_of(_perturb(objects, rnd)), tmp_path_factory.mktemp("cache"), recorded)
+    cache = tmp_path_factory.mktemp("cache")
+    assert_same_as_full(base, fleet_of(_perturb(objects, rnd)), cache, recorded)
+    # another head against the same base: the summary kept for the first may lack what this one needs
+    assert_same_as_full(base, fleet_of(_perturb(objects, rnd)), cache, recorded)
 
 
 def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeypatch):
+    """Cold, both sides are planned and only the changed deployment is composed, on each; the summary kept knows
+    the fingerprints of what it composed. A later head that changes another deployment needs the base's fingerprint
+    of it: the base is planned again for that (and the summary completed), never answered from a guess."""
     objects = generate(24, 6)
     base, head = fleet_of(objects), fleet_of(EDITS["one deployment's image"](objects))
+    other = fleet_of(_edit(objects, "ModelDeployment", 7, lambda d: _engine_image(d, "vllm/vllm-openai:v0.13.0")))
     composed: list[str] = []
     real = workloads.render.compose_replica
     monkeypatch.setattr(workloads.render, "compose_replica", lambda ctx: composed.append(ctx.md.name) or real(ctx))
@@ -109,14 +116,21 @@ def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeyp
     real_state = compare_module.desired_state
     monkeypatch.setattr(compare_module, "desired_state", lambda fleet, *a, **k: planned.append(fleet) or real_state(fleet, *a, **k))
     cache = BaseCache(tmp_path)
-    compare(base, head, cache=cache)
-    changed = [o["metadata"]["name"] for o in objects if o["kind"] == "ModelDeployment"][5]
-    assert planned == [base, head] and set(composed) > {changed}  # cold: the whole base, then one head stack
+    names = [o["metadata"]["name"] for o in objects if o["kind"] == "ModelDeployment"]
+    result = compare(base, head, cache=cache)
+    assert planned == [base, head] and set(composed) == {names[5]}  # cold: one stack composed, on both sides
+    assert [s.name for s in result.changed] == [f"model-team-5.{names[5]}"]
     composed.clear(), planned.clear()
     result = compare(base, head, cache=cache)
     assert planned == [head], "the base was planned again although its summary was cached"
-    assert set(composed) == {changed}
-    assert [s.name for s in result.changed] == [f"model-team-5.{changed}"]
+    assert set(composed) == {names[5]}
+    assert [s.name for s in result.changed] == [f"model-team-5.{names[5]}"]
+    composed.clear(), planned.clear()
+    assert outputs(compare(base, other, cache=cache)) == outputs(compare(base, other, incremental=False))
+    composed.clear(), planned.clear()
+    result = compare(base, other, cache=cache)
+    assert planned == [other] and set(composed) == {names[7]}  # the summary now knows it
+    assert [s.name for s in result.changed] == [f"model-team-7.{names[7]}"]
 
 
 def test_the_cache_key_follows_every_input(tmp_path):

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 if TYPE_CHECKING:
+    from automation.planning.base_cache import BaseCache
+    from automation.planning.compare import Base
     from fleet.validate import Fleet
-    from automation.planning.base_cache import BaseCache, BaseSummary
-    from fleet.scheduler import PlanMemo
 
 from fleet.validate import Loaded, load_fleet
 
@@ -153,12 +153,13 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
 
 
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
-          control_plane: str | None = None, memo: PlanMemo | None = None) -> BaseSummary:
-    """The base's summary (`plan --against`, `preview --changed-against`). When the base's files are byte for byte
-    those of a base summarised before, with the same recorded placements and code, the summary is read back and the
-    base is not even parsed; otherwise it is loaded (its problems said as for any input), planned and kept."""
+                    control_plane: str | None = None) -> Base:
+    """The base of a comparison (`plan --against`, `preview --changed-against`, `review`). When the base's files are
+    byte for byte those of a base summarised before, with the same recorded placements and code, the summary is
+    read back and the base is parsed only if the head needs a fingerprint it lacks; otherwise it is loaded (its
+    problems said as for any input), and planned with the head (automation/planning/compare.py)."""
     from automation.planning.base_cache import source_key
-    from automation.planning.compare import base_summary
+    from automation.planning.compare import Base
     from fleet.loader import read_sources
 
     sources = read_sources(paths, sys.stdin if "-" in paths else None)
@@ -170,8 +171,9 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
         if summary is not None:
             click.echo(f"note: base: {', '.join(paths)} read as summarised before (unchanged files; "
                        "--no-cache to plan it afresh)", err=True)
-            return summary
-    return base_summary(load(paths, sources).fleet, recorded, cache, control_plane, sources_key=key, memo=memo)
+            return Base(summary, load=lambda: load(paths, sources).fleet, cache=cache, sources_key=key,
+                        control_plane=control_plane)
+    return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane)
 
 
 WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "review", "status", "up", "drift", "refresh",

@@ -57,11 +57,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         from automation.planning.base_cache import BaseCache
         from automation.planning.compare import compare
 
-        from fleet.scheduler import PlanMemo
-
-        memo = PlanMemo()  # the head's plan reuses what the base's computed, when the base is planned here
-        base = summarised_base(against, recorded, None if no_cache else BaseCache(), memo=memo)
-        comparison = compare(None, loaded.fleet, explain, recorded, base=base, memo=memo)
+        base = summarised_base(against, recorded, None if no_cache else BaseCache())
+        comparison = compare(None, loaded.fleet, explain, recorded, base=base)
         result = comparison.plan
     else:
         result = schedule(loaded.fleet, recorded, explain=explain)

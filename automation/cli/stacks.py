@@ -132,12 +132,18 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
         return desired, None, None
     from automation.planning.base_cache import BaseCache
     from automation.planning.offline_preview import around
-    from automation.planning.stacks import changes as stack_changes
 
     # the base (its summary cached) with its own gateway host, as `plan --against` plans it: the head's may be a
     # cluster it adds
-    base = summarised_base(changed_against, applied.placements(), BaseCache())
-    changes = {c.name: c.change for c in stack_changes(desired.specs, base.fingerprints) if c.change != Change.none}
+    from automation.planning.compare import changed_stacks, side_by_side
+    from workloads.render import model_inputs
+
+    # the base's summary, knowing the fingerprint of every stack whose inputs differ from the head's
+    summary, _ = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
+                              applied.placements())
+    compared = changed_stacks(desired.specs, model_inputs(fleet, desired.plan), summary)
+    assert compared is not None  # side_by_side's summary knows what this head needs
+    changes = {c.name: c.change for c in compared if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
     return desired, only, changes
 

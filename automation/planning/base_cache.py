@@ -2,9 +2,12 @@
 
 `plan --against BASE` in CI plans the base (the target branch) for every pull request, though the base
 rarely changes between them. The first comparison stores the base's summary: its placements (the memory
-the head is planned with), its replicas, every stack's fingerprint and each model stack's input digest.
-Later comparisons against the same base read it back instead of planning and rendering the base again,
-and compose only the head's model stacks whose inputs differ from the base's.
+the head is planned with), its replicas, each model stack's input digest, and the fingerprint of every stack
+it composed: a model stack whose inputs were the same in the head it was compared with was not composed, and
+its fingerprint is `SAME` and its inputs (automation/planning/compare.py). Later comparisons against the same
+base read it back instead of planning the base again, and compose only the head's model stacks whose inputs
+differ from the base's; one that needs a fingerprint the summary lacks plans the base once more, and the
+summary kept then knows both.
 
 The key hashes the validated base objects, the recorded placements it was planned with, the control plane
 and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
@@ -37,7 +40,8 @@ from fleet.disk_cache import DiskCache
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-FORMAT = 2
+FORMAT = 3
+SAME = "same-inputs:"  # the fingerprint of a model stack not composed: its inputs were those of the head it was planned with
 KEEP = 16
 _SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
 
@@ -55,6 +59,21 @@ class BaseSummary:
     replicas: list[BaseReplica]
     fingerprints: dict[str, str]  # every stack
     known: dict[str, Known]  # model stacks: input digest and fingerprint
+
+    @property
+    def partial(self) -> bool:
+        """Some model stack was not composed (its fingerprint is `SAME` and its inputs' digest)."""
+        return any(f.startswith(SAME) for f in self.fingerprints.values())
+
+    def completed_by(self, other: BaseSummary) -> BaseSummary:
+        """This summary with the fingerprints it lacks taken from `other`, a summary of the same base."""
+        fingerprints, known = dict(self.fingerprints), dict(self.known)
+        for name, fingerprint in self.fingerprints.items():
+            theirs = other.known.get(name)
+            if fingerprint.startswith(SAME) and theirs is not None and not theirs.fingerprint.startswith(SAME) \
+                    and theirs.inputs == known[name].inputs:
+                fingerprints[name], known[name] = theirs.fingerprint, theirs
+        return BaseSummary(self.placements, self.replicas, fingerprints, known)
 
     @classmethod
     def of(cls, state: DesiredState) -> BaseSummary:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from automation.planning.base_cache import BaseCache, BaseSummary, base_key
-from automation.planning.stacks import StackChange, changes, desired_state
+from automation.planning.base_cache import SAME, BaseCache, BaseSummary, base_key
+from automation.planning.stacks import DesiredState, Known, StackChange, StackSpec, changes, desired_state
 from fleet.plan import Plan
-from fleet.scheduler import PlanMemo
+from fleet.scheduler import PlanMemo, schedule
+from workloads.render import model_inputs
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -39,48 +40,110 @@ def _brief(r) -> dict:
     return {"deployment": r.key, "name": r.name, "cluster": r.cluster}
 
 
-def base_summary(base_fleet: Fleet, recorded: list, cache: BaseCache | None,
-                 control_plane: str | None = None, sources_key: str | None = None,
-                 memo: PlanMemo | None = None) -> BaseSummary:
-    """The base planned and fingerprinted, read from `cache` when the same base was summarised before.
-    `sources_key`: the base's files' key (base_cache.source_key), remembered to lead to this summary. `memo`:
-    shared with the head's plan, which then reuses what the base's computed (deployments, charges, placements)."""
-    key = base_key(base_fleet, recorded, control_plane) if cache is not None else ""
-    summary = cache.get(key) if cache is not None else None
-    if summary is None:
-        summary = BaseSummary.of(desired_state(base_fleet, recorded, control_plane, known={}, memo=memo))
-        if cache is not None:
-            cache.put(key, summary)
-    if cache is not None and sources_key:
-        cache.remember_sources(sources_key, key)
-    return summary
+@dataclass
+class Base:
+    """A comparison's base as the caller has it: a summary kept from before, or the fleet (loaded from its files),
+    or both; `load` loads its files when a kept summary lacks a fingerprint the head needs. `cache` and
+    `sources_key` say where a summary computed here is kept."""
+
+    summary: BaseSummary | None = None
+    fleet: Fleet | None = None
+    load: Callable[[], Fleet] | None = None
+    cache: BaseCache | None = None
+    sources_key: str | None = None
+    control_plane: str | None = None
+
+
+def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
+                 memo: PlanMemo | None = None) -> tuple[BaseSummary, DesiredState]:
+    """The base's summary and the head's desired state, composing (on both sides) only the model stacks whose
+    inputs differ: one whose inputs are the same on both sides has the same objects, so it is neither composed
+    nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
+    needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
+    and it lacks is computed then)."""
+    memo = memo or PlanMemo()
+    keys: dict[str, str] = {}
+
+    def key(fleet: Fleet) -> str:  # the base's cache key, hashed once
+        if "key" not in keys:
+            keys["key"] = base_key(fleet, recorded, base.control_plane)
+        return keys["key"]
+
+    if base.summary is None and base.cache is not None and base.fleet is not None:
+        base.summary = base.cache.get(key(base.fleet))
+    if base.summary is not None:
+        head = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo)
+        if changed_stacks(head.specs, head.inputs, base.summary) is not None:
+            if base.cache is not None and base.sources_key and base.fleet is not None:
+                base.cache.remember_sources(base.sources_key, key(base.fleet))
+            return base.summary, head
+    fleet = base.fleet or (base.load() if base.load is not None else None)
+    if fleet is None:
+        raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
+    base_plan = schedule(fleet, recorded, memo=memo)
+    head_plan = schedule(head_fleet, recorded, explain=explain, memo=memo)
+    base_inputs, head_inputs = model_inputs(fleet, base_plan), model_inputs(head_fleet, head_plan)
+    same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.items()
+            if base_inputs.get(name) == digest}
+    summary = BaseSummary.of(desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, plan=base_plan,
+                                           inputs=base_inputs))
+    if base.summary is not None:  # what the kept summary knew and this one did not: known from now on
+        summary = summary.completed_by(base.summary)
+    # the head takes the base's fingerprint of each stack with the same inputs, whether computed or `SAME`
+    head = desired_state(head_fleet, recorded, explain=explain, known={name: summary.known[name] for name in same},
+                         memo=memo, plan=head_plan, inputs=head_inputs)
+    base.summary = summary
+    if base.cache is not None:
+        base.cache.put(key(fleet), summary)
+        if base.sources_key:
+            base.cache.remember_sources(base.sources_key, key(fleet))
+    return summary, head
+
+
+def changed_stacks(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
+                   base: BaseSummary) -> list[StackChange] | None:
+    """Every head stack's change against the base (`inputs`: the head's model stacks' input digests); None when a
+    model stack's inputs differ from the base's and the base's fingerprint of it was never computed."""
+    fingerprints = dict(base.fingerprints)
+    for name, recorded in base.fingerprints.items():
+        if not recorded.startswith(SAME) or name not in specs:
+            continue
+        if inputs.get(name) != recorded.removeprefix(SAME):
+            return None
+        fingerprints[name] = specs[name].fingerprint  # the same inputs: the same objects
+    return changes(dict(specs), fingerprints)
 
 
 def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
-            cache: BaseCache | None = None, incremental: bool = True, base: BaseSummary | None = None,
+            cache: BaseCache | None = None, incremental: bool = True, base: Base | None = None,
             memo: PlanMemo | None = None) -> Comparison:
     """`recorded`: placements `up` recorded, the memory both the base and the head are planned with (as `up` would).
 
-    The head is planned in full; of its model stacks, only those whose inputs differ from the base's are
-    composed and fingerprinted (`incremental`; False composes every stack on both sides, the reference the
-    incremental path is tested against). `cache` keeps base summaries between runs. `base`: the base's summary
-    when the caller has it (then `base_fleet` is not read). `memo`: the one the base was planned with, if any."""
-    if base is None:
+    Only the model stacks whose inputs differ between the base and the head are composed and fingerprinted
+    (`side_by_side`; `incremental` False composes every stack on both sides, the reference the incremental path is
+    tested against). `cache` keeps base summaries between runs. `base`: the base as the caller has it (then
+    `base_fleet` and `cache` are not read). `memo`: shared by the base's plan and the head's."""
+    memo = memo or PlanMemo()
+    recorded = recorded or []
+    if incremental:
+        base = base or Base(fleet=base_fleet, cache=cache)
+        summary, head = side_by_side(base, head_fleet, recorded, explain, memo)
+        stack_changes = changed_stacks(head.specs, head.inputs, summary)
+        assert stack_changes is not None  # side_by_side's summary knows what the head needs
+    else:
         if base_fleet is None:
-            raise ValueError("compare needs the base's fleet or its summary")
-        memo = memo or PlanMemo()
-        base = (base_summary(base_fleet, recorded or [], cache, memo=memo) if incremental
-                else BaseSummary.of(desired_state(base_fleet, recorded or [], memo=memo)))
-    head = desired_state(head_fleet, recorded or [], explain=explain, known=base.known if incremental else None,
-                         memo=memo)
+            raise ValueError("a full comparison needs the base's fleet")
+        summary = BaseSummary.of(desired_state(base_fleet, recorded, known={}, memo=memo))
+        head = desired_state(head_fleet, recorded, explain=explain, memo=memo)
+        stack_changes = changes(head.specs, summary.fingerprints)
+    base_summary_ = summary
     head_plan = head.plan
-    stack_changes = changes(head.specs, base.fingerprints)
     result = Comparison(head_plan, stack_changes)
-    before = {r.name: r for r in base.replicas}
+    before = {r.name: r for r in base_summary_.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
     wanted = {f"{md.namespace}/{md.name}": md.spec.replicas for md in head_fleet.of("ModelDeployment")}
-    placed_before = Counter(r.key for r in base.replicas)
+    placed_before = Counter(r.key for r in base_summary_.replicas)
     clusters = {c.name for c in head_fleet.of("InferenceCluster")}
     new_by_deployment: dict[str, list] = {}
     for name, r in sorted(after.items()):

@@ -320,13 +320,15 @@ def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> lis
 
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
                   known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None,
-                  gateways: Gateways | None = None) -> DesiredState:
+                  gateways: Gateways | None = None, plan: Plan | None = None,
+                  inputs: Mapping[str, str] | None = None) -> DesiredState:
     """`known`: model stacks computed before (e.g. for a pull request's base). A model stack whose inputs are
     the same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is
     given. `memo`: what earlier plans in this process computed (fleet/scheduler.py). Both give the same
-    result as without them, only cheaper."""
-    plan = schedule(fleet, list(recorded), explain=explain, memo=memo)
-    inputs = model_inputs(fleet, plan) if known is not None else {}
+    result as without them, only cheaper. `plan`: this fleet's plan with this record, and `inputs` its model stacks'
+    input digests, when the caller made them."""
+    plan = plan or schedule(fleet, list(recorded), explain=explain, memo=memo)
+    inputs = dict(inputs) if inputs is not None else model_inputs(fleet, plan) if known is not None else {}
     reused = {s: known[s].objects for s, digest in inputs.items() if known and s in known and known[s].inputs == digest}
     rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused, gateways)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
