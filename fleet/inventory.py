@@ -130,6 +130,7 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
     views = []
     # one object per distinct kind: every cache keyed on a kind then finds it by identity, not by comparing devices
     kinds: dict[PoolKind, PoolKind] = {}
+    of_class: dict[str, PoolKind] = {}  # a class's kind, made once: thousands of pools share a few classes
     for ic in sorted(fleet.of("InferenceCluster"), key=lambda c: c.name):
         ready, not_ready, address = _readiness(ic.status)
         published = ic.status.gpuPools if ic.status and ic.status.gpuPools else None
@@ -149,9 +150,10 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
                     pools.append(PoolView(ic.name, np.name, 0, PoolKind(()), np.className,
                                           f"InferenceClass {np.className!r} not found"))
                     continue
-                kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices), nvlink_label(icl))
-                kind = kinds.setdefault(kind, kind)
-                pools.append(PoolView(ic.name, np.name, np.capacity_nodes, kind, np.className))
+                if np.className not in of_class:
+                    kind = PoolKind(tuple(device_from_spec(d) for d in icl.spec.devices), nvlink_label(icl))
+                    of_class[np.className] = kinds.setdefault(kind, kind)
+                pools.append(PoolView(ic.name, np.name, np.capacity_nodes, of_class[np.className], np.className))
         views.append(ClusterView(ic.name, dict(ic.metadata.labels or {}), tuple(ic.spec.taints or ()),
                                  ready, not_ready, address, tuple(pools), ic.status is not None,
                                  cache_storage_class(ic), ic.spec.cluster.source, ic.spec.stack or "Standard"))
