@@ -11,6 +11,8 @@ times and their median run shown. Floors and targets (issue 31):
   then as every later pull request against the same base runs it (cached);
 - `render --out`: within 2.5x plan; `operator export` and `preview --offline` (small fleets only) for reference;
 - `plan` at 10,000 deployments x 2,000 clusters: within 3 s;
+- `up` against the Pulumi CLI double (`--up`, benchmarks/up_scale.py): a no-op `up` within 2x `plan`, and the time
+  of `up` by the number of changed deployments and `--parallel`;
 - the portal (a real `modelplane serve` process, SQLite): a team's list read by 20 clients, p50 under 20 ms and
   p99 under 100 ms; the p50 while 4 clients write back to back, within 1.2x; its resident memory over N writes,
   no growth; write latency.
@@ -131,6 +133,9 @@ def main() -> None:
     parser.add_argument("--commands", action=argparse.BooleanOptionalAction, default=True,
                         help="the command rows (--no-commands: the portal's rows only)")
     parser.add_argument("--large", default="10000x2000", help="DEPLOYMENTSxCLUSTERS of the large plan ('': skip)")
+    parser.add_argument("--up", default="", metavar="DEPLOYMENTSxCLUSTERS",
+                        help="also `up` against the Pulumi CLI double at this size (benchmarks/up_scale.py; the first "
+                             "up of 2000x500 runs 3,837 stacks' programs, about an hour on 2 CPUs)")
     args = parser.parse_args()
     generators = args.generator or list(GENERATORS)
     sizes = args.deployments or [200, 2000]
@@ -157,6 +162,12 @@ def main() -> None:
                 seconds, peak, code = median([str(BIN / "modelplane"), "plan", "-f", str(fleet), "-o", "json",
                                               "--fresh"])
                 line(name, args.large, "plan -o json", seconds, peak, None, "<=3s", code)
+    if args.up:
+        from benchmarks import up_scale
+
+        deployments, clusters = (int(n) for n in args.up.split("x"))
+        for name in generators:
+            up_scale.run(name, deployments, clusters)
     if args.portal_seconds:
         from benchmarks.portal_load import percentile
         from benchmarks.portal_scale import concurrency
