@@ -1,10 +1,11 @@
 """Compare two desired states of the fleet (a pull request's manifests against its base), with no backend.
 
-The base is planned first (or its summary read back, automation/planning/base_cache.py), then the head, both
-with the one record of what is applied: the head's placements are then those `plan` and every preview of the
-head show (one record, one answer; the scheduler's stability, docs/scheduling.md, keeps a change from moving
-anything else unless capacity forces it). Then every stack's fingerprint is compared, and replicas are matched
-by name: added, removed, or moved (a replica of a deployment both sides have, on another cluster in the head).
+The base and the head are planned side by side (or the base's summary read back, automation/planning/base_cache.py),
+both with the one record of what is applied: the head's placements are then those `plan` and every preview of
+the head show (one record, one answer; the scheduler's stability, docs/scheduling.md, keeps a change from moving
+anything else unless capacity forces it). Only the model stacks whose inputs differ between the two are composed;
+then every stack's fingerprint is compared, and replicas are matched by name: added, removed, or moved (a replica
+of a deployment both sides have, on another cluster in the head).
 """
 
 from __future__ import annotations
@@ -136,14 +137,13 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
         summary = BaseSummary.of(desired_state(base_fleet, recorded, known={}, memo=memo))
         head = desired_state(head_fleet, recorded, explain=explain, memo=memo)
         stack_changes = changes(head.specs, summary.fingerprints)
-    base_summary_ = summary
     head_plan = head.plan
     result = Comparison(head_plan, stack_changes)
-    before = {r.name: r for r in base_summary_.replicas}
+    before = {r.name: r for r in summary.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
     wanted = {f"{md.namespace}/{md.name}": md.spec.replicas for md in head_fleet.of("ModelDeployment")}
-    placed_before = Counter(r.key for r in base_summary_.replicas)
+    placed_before = Counter(r.key for r in summary.replicas)
     clusters = {c.name for c in head_fleet.of("InferenceCluster")}
     new_by_deployment: dict[str, list] = {}
     for name, r in sorted(after.items()):
