@@ -144,6 +144,27 @@ def test_a_check_of_a_changed_stack_sees_every_other_stack_on_its_clusters():
     assert "model-u.far" not in seen and "endpoints-u" not in seen
 
 
+def test_the_control_plane_is_its_host_cluster_for_the_check():
+    """A service's HTTPRoute and a model's objects on the host cluster can collide (`one-owner` compares the
+    cluster objects land on): a changed control-plane stack is checked with the host's stacks, and the other way."""
+    from automation.planning.offline_preview import around
+    from automation.planning.stacks import StackSpec, WorkloadPayload
+    from fleet.stack_id import StackId
+
+    def spec(name, targets, *deps, host=None):
+        payload = WorkloadPayload({t: [] for t in targets}, "test", host) if host else None
+        return StackSpec(StackId.parse(name), "fp", list(deps), list(targets), payload)
+
+    specs = {s.name: s for s in [
+        spec("platform-a", ["a"]), spec("platform-c", ["c"]),
+        spec("model-t.on-host", ["a"], "platform-a"), spec("model-t.far", ["c"], "platform-c"),
+        spec("service-t.new", ["control-plane"], "platform-a", host="a"),
+        spec("service-t.other", ["control-plane"], "platform-a", host="a")]}
+    assert around(specs, {"service-t.new"}) == {"service-t.new", "platform-a", "model-t.on-host", "service-t.other"}
+    assert "service-t.new" in around(specs, {"model-t.on-host"})
+    assert "service-t.new" not in around(specs, {"model-t.far"})
+
+
 def test_streamed_json_is_the_one_document_json_dumps_writes():
     from hypothesis import given, settings
     from hypothesis import strategies as st

@@ -210,6 +210,17 @@ def test_a_one_deployment_change_is_checked_with_the_stacks_it_meets_not_the_who
         t for name in ran for t in specs[name].targets}} & set(previewed) == set()  # nothing only on other clusters
 
 
+def test_a_destroyed_stack_is_checked_with_the_whole_fleet(applied, capsys):
+    """What a destroyed stack gave may be what an unchanged one needs, and nothing about the unchanged one shows
+    it: removing the InferenceGateway (its stack pruned) would leave every service routing through a Gateway that
+    no longer exists. With a stack to destroy, `up` checks every stack, and refuses."""
+    applied.docs = [d for d in applied.docs if d["kind"] != "InferenceGateway"]
+    assert applied.up("--prune") == 1
+    err = capsys.readouterr().err
+    assert "inference-routing" in err and "nothing was applied" in err
+    assert applied.ran("up") == [] and applied.ran("destroy") == []
+
+
 def _replicas(stack: dict) -> list:
     from automation.record.applied import replica_from_dict
 

@@ -43,19 +43,20 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
 
 
 def undeployable(fleet: Fleet, specs: dict[str, StackSpec], config: dict[str, str] | None = None,
-                 changed: set[str] | None = None) -> list[str]:
+                 changed: set[str] | None = None, jobs: int | None = None) -> list[str]:
     """The deployability check: what a real API server or cloud would refuse, one line each. Every road that
-    applies runs it first (the CLI, the portal's worker). `changed`: the stacks about to run; the check then sees
-    them and what they meet (`around`: their clusters' other stacks, their dependents, what all of those need),
-    not the stacks that neither change nor meet a changed one (they apply as they did). None: every stack.
-    Large checks are previewed by forked processes (`all_stacks`)."""
+    applies runs it first (the CLI, the portal's worker). `changed`: the stacks about to run, when none is to be
+    destroyed; the check then sees them and what they meet (`around`: their clusters' other stacks, their
+    dependents, what all of those need), not the stacks that neither change nor meet a changed one (they apply
+    as they did). None: every stack (a destroyed stack may be what an unchanged one needs). `jobs`: previewing
+    processes (forked; 1 in a long-lived process with threads of its own, the portal's)."""
     from automation.planning.deployability import check_fleet
     from automation.planning.offline_preview import all_stacks, around
 
     only = None if changed is None else around(specs, changed)
     if only is not None and not only:
         return []
-    return [str(v) for v in check_fleet(fleet, all_stacks(fleet, specs=specs, only=only, config=config))]
+    return [str(v) for v in check_fleet(fleet, all_stacks(fleet, specs=specs, only=only, config=config, jobs=jobs))]
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:

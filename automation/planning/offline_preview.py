@@ -219,16 +219,20 @@ def all_stacks(fleet: Fleet, control_plane: str | None = None, specs: Mapping[st
 
 def around(specs: Mapping[str, StackSpec], changed: set[str]) -> set[str]:
     """What a check of `changed` stacks must see: they and every stack writing to a cluster they write to (one
-    object with two owners on a cluster is refused), every stack that depends on a changed one (what it provides
-    may be what they need), and everything all of those depend on (what they need), transitively. A stack outside
-    it neither changed nor meets a changed one: it applies as it did."""
+    object with two owners on a cluster is refused; the control plane is its host cluster), every stack that
+    depends on a changed one (what it provides may be what they need), and everything all of those depend on
+    (what they need), transitively. A stack outside it neither changed nor meets a changed one: it applies as it
+    did."""
+    def clusters(spec: StackSpec) -> list[str]:
+        return [t for t in (spec.host if t == CONTROL_PLANE else t for t in spec.targets) if t]
+
     dependents: dict[str, set[str]] = {}
     on_cluster: dict[str, set[str]] = {}
     for spec in specs.values():
         for dependency in spec.depends_on:
             dependents.setdefault(dependency, set()).add(spec.name)
-        for target in spec.targets:
-            on_cluster.setdefault(target, set()).add(spec.name)
+        for cluster in clusters(spec):
+            on_cluster.setdefault(cluster, set()).add(spec.name)
     seen = set()
     todo = [name for name in changed if name in specs]
     while todo:
@@ -236,8 +240,7 @@ def around(specs: Mapping[str, StackSpec], changed: set[str]) -> set[str]:
         if name not in seen:
             seen.add(name)
             todo += dependents.get(name, ())
-    seen |= {peer for name in changed if name in specs for target in specs[name].targets
-             if target != CONTROL_PLANE for peer in on_cluster[target]}
+    seen |= {peer for name in changed if name in specs for cluster in clusters(specs[name]) for peer in on_cluster[cluster]}
     todo = list(seen)
     while todo:
         name = todo.pop()

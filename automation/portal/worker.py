@@ -230,8 +230,9 @@ class Worker(threading.Thread):
             return self._fail_all(batch, finished, f"error: {exc}")
         self.sync(applied)
         desired = desired_state(fleet, reserved, gateways=applied.gateways())
-        running = {run["stack"] for run in batch if run["operation"] == "up"}
-        problems = desired.problems or undeployable(fleet, desired.specs, changed=running)  # what `up` checks
+        # what `up` checks; in this process's own thread (it has threads of its own: it never forks)
+        running = None if any(run["operation"] != "up" for run in batch) else {run["stack"] for run in batch}
+        problems = desired.problems or undeployable(fleet, desired.specs, changed=running, jobs=1)
         if problems:
             return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
         specs = desired.specs
