@@ -142,7 +142,8 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     summary, _ = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
                               applied.placements())
     compared = changed_stacks(desired.specs, model_inputs(fleet, desired.plan), summary)
-    assert compared is not None  # side_by_side's summary knows what this head needs
+    if compared is None:  # side_by_side's summary knows every fingerprint this head needs
+        raise RuntimeError("the base's summary lacks a fingerprint the head needs")
     changes = {c.name: c.change for c in compared if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
     return desired, only, changes

@@ -129,8 +129,10 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     if incremental:
         base = base or Base(fleet=base_fleet, cache=cache)
         summary, head = side_by_side(base, head_fleet, recorded, explain, memo)
-        stack_changes = changed_stacks(head.specs, head.inputs, summary)
-        assert stack_changes is not None  # side_by_side's summary knows what the head needs
+        found = changed_stacks(head.specs, head.inputs, summary)
+        if found is None:  # side_by_side's summary knows every fingerprint its head needs
+            raise RuntimeError("the base's summary lacks a fingerprint the head needs")
+        stack_changes = found
     else:
         if base_fleet is None:
             raise ValueError("a full comparison needs the base's fleet")
