@@ -131,19 +131,15 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     if not changed_against:
         return desired, None, None
     from automation.planning.base_cache import BaseCache
-    from automation.planning.offline_preview import around
-
-    # the base (its summary cached) with its own gateway host, as `plan --against` plans it: the head's may be a
-    # cluster it adds
     from automation.planning.compare import changed_stacks, side_by_side
+    from automation.planning.offline_preview import around
     from workloads.render import model_inputs
 
-    # the base's summary, knowing the fingerprint of every stack whose inputs differ from the head's
+    # the base's summary as `plan --against` makes it (with its own gateway host: the head's may be a cluster it
+    # adds), knowing the fingerprint of every stack whose inputs differ from the head's
     summary, _ = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
                               applied.placements())
     compared = changed_stacks(desired.specs, model_inputs(fleet, desired.plan), summary)
-    if compared is None:  # side_by_side's summary knows every fingerprint this head needs
-        raise RuntimeError("the base's summary lacks a fingerprint the head needs")
     changes = {c.name: c.change for c in compared if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
     return desired, only, changes

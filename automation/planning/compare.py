@@ -74,7 +74,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         base.summary = base.cache.get(key(base.fleet))
     if base.summary is not None:
         head = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo)
-        if changed_stacks(head.specs, head.inputs, base.summary) is not None:
+        if _known_changes(head.specs, head.inputs, base.summary) is not None:
             if base.cache is not None and base.sources_key and base.fleet is not None:
                 base.cache.remember_sources(base.sources_key, key(base.fleet))
             return base.summary, head
@@ -101,10 +101,10 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     return summary, head
 
 
-def changed_stacks(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
+def _known_changes(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
                    base: BaseSummary) -> list[StackChange] | None:
-    """Every head stack's change against the base (`inputs`: the head's model stacks' input digests); None when a
-    model stack's inputs differ from the base's and the base's fingerprint of it was never computed."""
+    """`changed_stacks`, or None when a model stack's inputs differ from the base's and the base's fingerprint of it
+    was never computed (the base must then be planned with this head: `side_by_side`)."""
     fingerprints = dict(base.fingerprints)
     for name, recorded in base.fingerprints.items():
         if not recorded.startswith(SAME) or name not in specs:
@@ -113,6 +113,16 @@ def changed_stacks(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
             return None
         fingerprints[name] = specs[name].fingerprint  # the same inputs: the same objects
     return changes(dict(specs), fingerprints)
+
+
+def changed_stacks(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
+                   base: BaseSummary) -> list[StackChange]:
+    """Every head stack's change against a summary `side_by_side` gave for this head (`inputs`: the head's model
+    stacks' input digests)."""
+    found = _known_changes(specs, inputs, base)
+    if found is None:  # side_by_side's summary knows every fingerprint its head needs
+        raise RuntimeError("the base's summary lacks a fingerprint the head needs")
+    return found
 
 
 def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
@@ -129,10 +139,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     if incremental:
         base = base or Base(fleet=base_fleet, cache=cache)
         summary, head = side_by_side(base, head_fleet, recorded, explain, memo)
-        found = changed_stacks(head.specs, head.inputs, summary)
-        if found is None:  # side_by_side's summary knows every fingerprint its head needs
-            raise RuntimeError("the base's summary lacks a fingerprint the head needs")
-        stack_changes = found
+        stack_changes = changed_stacks(head.specs, head.inputs, summary)
     else:
         if base_fleet is None:
             raise ValueError("a full comparison needs the base's fleet")

@@ -327,7 +327,7 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     given. `memo`: what earlier plans in this process computed (fleet/scheduler.py). Both give the same
     result as without them, only cheaper. `plan`: this fleet's plan with this record, and `inputs` its model stacks'
     input digests, when the caller made them."""
-    plan = plan or schedule(fleet, list(recorded), explain=explain, memo=memo)
+    plan = plan if plan is not None else schedule(fleet, list(recorded), explain=explain, memo=memo)
     inputs = dict(inputs) if inputs is not None else model_inputs(fleet, plan) if known is not None else {}
     reused = {s: known[s].objects for s, digest in inputs.items() if known and s in known and known[s].inputs == digest}
     rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused, gateways)

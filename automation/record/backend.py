@@ -3,9 +3,9 @@
 Each stack's program exports what its update applied (`automation/record/applied.py`), and the engine keeps it with
 the checkpoint of that update, so the record cannot disagree with what the backend holds. Reading it is
 `pulumi stack ls --json` per project and `pulumi stack output --json` per stack whose `lastUpdate` differs
-from the local cache's (`<state>/record.json`): on a fresh machine every stack is read once, after that only
-what changed (those read by a few processes at once). Secret outputs (kubeconfigs) are never asked for: `stack output` without `--show-secrets`
-prints them as "[secret]", and those are dropped.
+from the local cache's (`<state>/record.json`), READERS at a time: on a fresh machine every stack is read once,
+after that only what changed. Secret outputs (kubeconfigs) are never asked for: `stack output` without
+`--show-secrets` prints them as "[secret]", and those are dropped.
 """
 
 from __future__ import annotations
