@@ -99,10 +99,28 @@ class ClusterArgs(Args):
 
 class GatewayArgs(Args):
     name: str = "default"
-    traefik_version: str
+    backend: Literal["Traefik", "Envoy"] = "Traefik"
+    traefik_version: str = ""  # backend Traefik's chart version
     metallb_address_pool: str | None = None
     load_balancer: bool = True  # the host cluster's cloud gives LoadBalancer Services an address
     aggregated_api: dict[str, str] = {}  # the InferenceGateway's modelplane.ai/aggregated-api* annotations
+    # backend Envoy: the front door's own policies (workloads/fleet_data_plane.py front_door_objects), and the
+    # TLS Secret of its HTTPS listener (none: HTTP)
+    front_door: list[dict] = []
+    tls_secret: str | None = None
+
+    @property
+    def rate_limit(self) -> bool:
+        """The host's Envoy Gateway needs a rate-limit store: the front door has global rate limits."""
+        return any(o["kind"] == "BackendTrafficPolicy" for o in self.front_door)
+
+
+def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> tuple[str | None, bool]:
+    """What hosting the fleet gateway adds to a cluster's platform stack: MetalLB's address pool (its Gateway
+    needs an address first) and a rate-limit store (an Envoy front door with global limits). Nothing elsewhere."""
+    if gateway is None or cluster != host:
+        return None, False
+    return gateway.metallb_address_pool, gateway.rate_limit
 
 
 # Sources whose clusters this project creates or connects to: only these can host the fleet gateway.
@@ -198,13 +216,18 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
 
 def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
     ig = next(iter(fleet.of("InferenceGateway")), None)
-    if ig is None or ig.spec.traefik is None:
+    envoy = ig.envoy if ig is not None else None
+    if ig is None or (ig.spec.traefik is None and envoy is None):
         return None
-    metallb = ig.spec.traefik.metallb
+    metallb = ig.spec.traefik.metallb if ig.spec.traefik else envoy.metallb if envoy else None
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     from workloads.aggregated_api import PREFIX
+    from workloads.fleet_data_plane import front_door_objects
 
-    return GatewayArgs(name=ig.name, traefik_version=ig.spec.traefik.version,
+    return GatewayArgs(name=ig.name, backend=ig.spec.backend,
+                       traefik_version=ig.spec.traefik.version if ig.spec.traefik else "",
                        metallb_address_pool=metallb.addressPool if metallb else None,
                        load_balancer=sources.get(host or "") in LOAD_BALANCED,
-                       aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)})
+                       aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
+                       front_door=front_door_objects(envoy) if envoy else [],
+                       tls_secret=envoy.tls.certificateSecretName if envoy and envoy.tls else None)

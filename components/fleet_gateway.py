@@ -1,7 +1,8 @@
 """The control-plane gateway (InferenceGateway): Traefik with the Gateway API provider, the
 `traefik` GatewayClass and the Gateway `modelplane-system/modelplane` that every ModelService
 route attaches to (Traefik, because it supports per-backend URL rewrites, which the fleet hop
-needs). The namespaces the ModelServices' objects live in are their teams' stacks' (`team-<ns>`), so
+needs). With `backend: Envoy` (an addition), the same Gateway on the host's Envoy Gateway, with
+the fleet data plane (workloads/fleet_data_plane.py). The namespaces the ModelServices' objects live in are their teams' stacks' (`team-<ns>`), so
 a team's first service never changes this platform-level stack.
 
 One owner per object: on a cluster of the fleet, that cluster's serving stack (an earlier
@@ -21,9 +22,12 @@ from components.gateway_resource import Gateway
 from components.serving_stack import metallb, release
 from components.versions import chart
 from components.workload_objects import WorkloadObjects
+from workloads.schemas import check
 
 TYPE = "modelplane:fleet:Gateway"
 NAMESPACE = "modelplane-system"
+ENVOY_PROXY = "modelplane-fleet"  # backend Envoy: the fleet Gateway's own EnvoyProxy
+ENVOY_SERVICE = "modelplane-fleet-gateway"  # ... and the load balancer Service it names
 
 
 class FleetGateway(pulumi.ComponentResource):
@@ -33,6 +37,9 @@ class FleetGateway(pulumi.ComponentResource):
                  standalone: bool = False, after: list | None = None, opts: pulumi.ResourceOptions | None = None):
         """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child."""
         super().__init__(TYPE, name, None, opts)
+        if args.backend == "Envoy":
+            self._envoy(name, args, provider, standalone, list(after or []))
+            return
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=list(after or []))
         basics: list = list(after or [])
         if standalone:
@@ -63,12 +70,54 @@ class FleetGateway(pulumi.ComponentResource):
         self.register_outputs({"address": self.address})
 
 
+    def _envoy(self, name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool, after: list) -> None:
+        """Backend Envoy: a second Gateway of the host's Envoy Gateway (its platform stack installed Envoy Gateway,
+        the `envoy` GatewayClass, the namespace and, for per-team limits, the rate-limit store), with its own
+        EnvoyProxy so that its load balancer Service has a name of its own (the class's EnvoyProxy names the
+        workload gateway's), then the front door's access objects."""
+        if standalone:
+            raise pulumi.RunError(
+                f"InferenceGateway/{args.name}: backend Envoy serves the front door with the Envoy Gateway a fleet "
+                "cluster's platform stack installs, and modelplane:controlPlaneKubeconfig's cluster has none: host "
+                "the gateway on an InferenceCluster (modelplane:controlPlaneCluster) or use backend Traefik")
+        problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in args.front_door for p in check(o)]
+        if problems:
+            raise pulumi.RunError("the front door's access objects would be refused: " + "; ".join(problems))
+        opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
+        proxy = k8s.apiextensions.CustomResource(
+            f"{name}-envoy-proxy", api_version="gateway.envoyproxy.io/v1alpha1", kind="EnvoyProxy",
+            metadata={"name": ENVOY_PROXY, "namespace": NAMESPACE},
+            spec={"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
+                "name": ENVOY_SERVICE, "externalTrafficPolicy": "Cluster"}}}}, opts=opts)
+        self.gateway = Gateway(
+            f"{name}-gateway", metadata={"name": "modelplane", "namespace": NAMESPACE},
+            spec={"gatewayClassName": "envoy",
+                  "infrastructure": {"parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
+                                                       "name": ENVOY_PROXY}},
+                  "listeners": [envoy_listener(args.tls_secret)]},
+            wait_for_address=args.load_balancer or bool(args.metallb_address_pool),
+            opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[*after, proxy]))
+        self.address = self.gateway.address
+        self.front_door = WorkloadObjects(f"{name}-front-door", args.front_door, provider, opts=pulumi.ResourceOptions(
+            parent=self, depends_on=[self.gateway])) if args.front_door else None
+        self.aggregated_api = aggregated_api(name, args, provider, standalone, self)
+        self.register_outputs({"address": self.address})
+
+
+def envoy_listener(tls_secret: str | None) -> dict:
+    """HTTP on 80, or, with a certificate, HTTPS on 443 alone: keys and tokens never in the clear."""
+    listener: dict = {"name": "web", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}
+    if tls_secret:
+        listener.update(name="websecure", port=443, protocol="HTTPS", tls={
+            "mode": "Terminate", "certificateRefs": [{"group": "", "kind": "Secret", "name": tls_secret}]})
+    return listener
+
+
 def aggregated_api(name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool,
                    parent: pulumi.Resource) -> WorkloadObjects | None:
     """The portal as the cluster's `v1alpha1.modelplane.ai` APIService (workloads/aggregated_api.py), checked against
     its schemas first. Only on a fleet cluster: its platform stack installed the cert-manager and KEDA it uses."""
     from workloads.aggregated_api import objects
-    from workloads.schemas import check
 
     try:
         wanted = objects(args.aggregated_api)

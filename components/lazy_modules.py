@@ -14,7 +14,8 @@ import importlib
 
 KUBERNETES = ("pulumi_kubernetes.apiextensions", "pulumi_kubernetes.apps", "pulumi_kubernetes.apps.v1",
               "pulumi_kubernetes.core", "pulumi_kubernetes.core.v1", "pulumi_kubernetes.helm", "pulumi_kubernetes.helm.v3",
-              "pulumi_kubernetes.meta", "pulumi_kubernetes.meta.v1", "pulumi_kubernetes.storage",
+              "pulumi_kubernetes.meta", "pulumi_kubernetes.meta.v1", "pulumi_kubernetes.networking",
+              "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.storage",
               "pulumi_kubernetes.storage.v1", "pulumi_kubernetes.yaml", "pulumi_kubernetes.yaml.v2")
 BY_SOURCE = {  # a cluster's source -> its cloud's modules (each second or so to load: only those a fleet uses)
     "EKS": ("pulumi_aws.ec2", "pulumi_aws.efs", "pulumi_aws.eks", "pulumi_aws.iam"),

@@ -27,7 +27,7 @@ import pulumi_kubernetes as k8s
 from components import crds
 from components.args import ClusterArgs
 from components.gateway_resource import Gateway
-from components.versions import MODEL_EXPRESS_IMAGE, Chart, chart
+from components.versions import MODEL_EXPRESS_IMAGE, RATE_LIMIT_STORE_IMAGE, Chart, chart
 from workloads import dynamo_platform
 from workloads.pods import GPU_NODE_TOLERATIONS
 
@@ -53,9 +53,19 @@ class ClusterFacts:
     gpu_driver_installer: bool = False  # GKE with DRA: the driver is installed by a DaemonSet, not by GKE
 
 
-def envoy_gateway_values() -> dict:
-    """Envoy Gateway with the Envoy AI Gateway controller as its extension server (InferencePool backends)."""
-    return {
+RATE_LIMIT_REDIS = "modelplane-rate-limit"  # the Valkey the host's Envoy Gateway counts global rate limits in
+
+
+def rate_limit_url(namespace: str) -> str:
+    return f"{RATE_LIMIT_REDIS}.{namespace}.svc.cluster.local:6379"
+
+
+def envoy_gateway_values(rate_limit_namespace: str | None = None) -> dict:
+    """Envoy Gateway with the Envoy AI Gateway controller as its extension server (InferencePool backends), and,
+    on the cluster that hosts an Envoy fleet gateway with per-team limits, a Redis-protocol store for its global
+    rate limits (without one Envoy Gateway refuses every global rate limit and answers the routes it targets
+    with 500)."""
+    values: dict = {
         "crds": {"enabled": False},
         "config": {"envoyGateway": {
             "extensionApis": {"enableBackend": True},
@@ -68,16 +78,47 @@ def envoy_gateway_values() -> dict:
             },
         }},
     }
+    if rate_limit_namespace:
+        values["config"]["envoyGateway"]["rateLimit"] = {
+            "backend": {"type": "Redis", "redis": {"url": rate_limit_url(rate_limit_namespace)}}}
+    return values
 
 
-def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = None) -> dict:
+def rate_limit_store(name: str, namespace: str, provider: k8s.Provider, parent: pulumi.Resource,
+                     after: list) -> list[pulumi.Resource]:
+    """One Valkey (BSD-licensed, Redis protocol) for the fleet gateway's global rate-limit counters. Counters are
+    windows of at most an hour: kept in memory, lost (limits start over) if the pod restarts."""
+    labels = {"app.kubernetes.io/name": RATE_LIMIT_REDIS}
+    opts = pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=after)
+    meta = {"name": RATE_LIMIT_REDIS, "namespace": namespace, "labels": labels}
+    deployment = k8s.apps.v1.Deployment(f"{name}-rate-limit-store", metadata=meta, spec={
+        "replicas": 1, "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels}, "spec": {"containers": [{
+            "name": "valkey", "image": RATE_LIMIT_STORE_IMAGE, "args": ["--save", "", "--appendonly", "no"],
+            "ports": [{"name": "redis", "containerPort": 6379}],
+            "readinessProbe": {"tcpSocket": {"port": 6379}},
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 999, "allowPrivilegeEscalation": False}}]}}},
+        opts=opts)
+    service = k8s.core.v1.Service(f"{name}-rate-limit-store-service", metadata=meta, spec={
+        "selector": labels, "ports": [{"name": "redis", "port": 6379, "targetPort": 6379}]}, opts=opts)
+    # It has no password: only Envoy Gateway's rate-limit service (the pods it labels envoy-ratelimit) may reach
+    # it, so no other pod can read or reset the counters.
+    policy = k8s.networking.v1.NetworkPolicy(f"{name}-rate-limit-store-policy", metadata=meta, spec={
+        "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "envoy-ratelimit"}}}],
+                     "ports": [{"protocol": "TCP", "port": 6379}]}]}, opts=opts)
+    return [deployment, service, policy]
+
+
+def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = None, rate_limit: bool = False) -> dict:
     """Chart values, per chart: the settings that make each add-on work for GPU inference."""
     if key == "cert-manager":
         return {"crds": {"enabled": True, "keep": False}}
     if key == "envoy-gateway-crds":
         return {"crds": {"gatewayAPI": {"enabled": False}, "envoyGateway": {"enabled": True}}}
     if key == "envoy-gateway":
-        return envoy_gateway_values()
+        return envoy_gateway_values(chart("envoy-gateway", None).namespace if rate_limit else None)
     if key == "node-feature-discovery":
         # GPU nodes are tainted; without this the PCI labels never appear and the DRA plugin never starts.
         return {"worker": {"tolerations": [dict(t) for t in GPU_NODE_TOLERATIONS]}}
@@ -176,7 +217,10 @@ class ServingStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterArgs, provider: k8s.Provider, depends_on: list | None = None,
                  versions: dict[str, str] | None = None, facts: ClusterFacts | None = None,
-                 metallb_pool: str | None = None, opts: pulumi.ResourceOptions | None = None):
+                 metallb_pool: str | None = None, rate_limit: bool = False,
+                 opts: pulumi.ResourceOptions | None = None):
+        """`rate_limit`: this cluster hosts an Envoy fleet gateway with per-team limits (its Envoy Gateway needs a
+        rate-limit store)."""
         super().__init__(TYPE, name, None, opts)
         facts = facts or ClusterFacts()
         after = list(depends_on or [])
@@ -187,7 +231,7 @@ class ServingStack(pulumi.ComponentResource):
         self.releases: dict[str, k8s.helm.v3.Release] = {}
 
         def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
-            self.releases[key] = release(f"{name}-{key}", chart(key, versions), release_values(key, args, facts),
+            self.releases[key] = release(f"{name}-{key}", chart(key, versions), release_values(key, args, facts, rate_limit),
                                          provider, self, after + wait, create_namespace)
             return self.releases[key]
 
@@ -202,6 +246,8 @@ class ServingStack(pulumi.ComponentResource):
         ai_crds = install("ai-gateway-crds", [self.crds])
         envoy = install("envoy-gateway", [envoy_crds, ai_crds, cert_manager])
         install("ai-gateway", [envoy, ai_crds])
+        if rate_limit:  # in the namespace the Envoy Gateway release created
+            rate_limit_store(name, chart("envoy-gateway", versions).namespace, provider, self, after + [envoy])
         install("lws", [cert_manager])
         install("node-feature-discovery", [])
         dra_wait: list = [self._dra_namespace(name, args, provider, versions, after)]

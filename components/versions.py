@@ -110,6 +110,8 @@ CHARTS: dict[str, Chart] = {c.key: c for c in (
 DYNAMO_CRDS_RELEASE = "1.2.1"
 # ModelExpress, the weight-streaming server of a Dynamo cluster (ai-dynamo/modelexpress; no chart in Dynamo 1.2.1).
 MODEL_EXPRESS_IMAGE = "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.2.0"
+# The Envoy fleet gateway's global rate-limit store (components/serving_stack.py rate_limit_store).
+RATE_LIMIT_STORE_IMAGE = "docker.io/valkey/valkey:8.1-alpine"
 
 # Pairs that must move together: (chart, its version's major.minor) -> (the chart it runs on, the major.minor
 # of that chart it is built on and tested with). From each project's compatibility matrix and CI.

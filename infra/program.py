@@ -10,7 +10,8 @@
   modelplane:deletionProtection   GKE deletion protection (default true)
   modelplane:versions             chart version overrides, e.g. {keda: 2.20.2}
 Stack outputs per cluster: kubeconfig (secret), gatewayAddress (and the replica slices' gatewayEndpoints and
-gatewayAddressType made from it), pools (name, nodes, devices).
+gatewayAddressType made from it, and the replica Services' gatewayServiceSpec under an Envoy fleet gateway),
+pools (name, nodes, devices).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
-from components.args import ClusterArgs, cluster_args, control_plane_cluster, gateway_args
+from components.args import ClusterArgs, cluster_args, control_plane_cluster, gateway_args, host_extras
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster, read_kubeconfig
 from components.fleet_gateway import FleetGateway
@@ -31,7 +32,7 @@ from components.serving_stack import ServingStack
 from fleet.errors import ModelplaneError
 from fleet.secrets import kubeconfig_ref
 from fleet.validate import load_fleet
-from workloads.service_routing import gateway_endpoints, slice_address_type
+from workloads.service_routing import gateway_endpoints, gateway_service_spec, slice_address_type
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -92,7 +93,7 @@ def published_pools(args: ClusterArgs) -> list[dict]:
 
 
 def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, metallb_pool: str | None = None,
-                  stored_kubeconfig: str | None = None):
+                  stored_kubeconfig: str | None = None, rate_limit: bool = False):
     """One cluster, its GPU pools, serving stack and Gateway; returns its Kubernetes provider, serving stack and
     the outputs other stacks read. Built from typed arguments only, so a cluster no longer in the fleet can be
     run again from what its stack recorded (`clusterArgs`), to lift its protection before it is destroyed."""
@@ -100,13 +101,16 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     k8s_provider = provider(args.name, cluster.kubeconfig, parent=cluster)
     pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
     stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
-                         facts=cluster.facts, metallb_pool=metallb_pool, opts=pulumi.ResourceOptions(parent=cluster))
+                         facts=cluster.facts, metallb_pool=metallb_pool, rate_limit=rate_limit,
+                         opts=pulumi.ResourceOptions(parent=cluster))
     outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
                # what a replica's EndpointSlice holds for this gateway: the operator's Programs use it as is
                "gatewayEndpoints": stack.gateway_address.apply(gateway_endpoints),
                "gatewayAddressType": stack.gateway_address.apply(slice_address_type),
+               "gatewayServiceSpec": stack.gateway_address.apply(gateway_service_spec),
                "pools": published_pools(args),
-               "clusterArgs": {"args": args.model_dump(mode="json"), "metallbPool": metallb_pool}}
+               "clusterArgs": {"args": args.model_dump(mode="json"), "metallbPool": metallb_pool,
+                               **({"rateLimit": True} if rate_limit else {})}}
     return k8s_provider, stack, outputs
 
 
@@ -114,7 +118,8 @@ def recorded_cluster(recorded: dict, config: pulumi.Config | None = None) -> dic
     """Run one cluster's stack again from its recorded `clusterArgs` output (the cluster left the fleet)."""
     config = config or pulumi.Config("modelplane")
     args = ClusterArgs.model_validate(recorded["args"])
-    _, _, outputs = cluster_stack(args, config, config.get_object("versions") or {}, recorded.get("metallbPool"))
+    _, _, outputs = cluster_stack(args, config, config.get_object("versions") or {}, recorded.get("metallbPool"),
+                                  rate_limit=bool(recorded.get("rateLimit")))
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs
@@ -148,10 +153,9 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
         args = cluster_args(fleet, name)
         ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
         stored = fleet.secrets.get(ref) if ref else None
-        # MetalLB belongs to the cluster that hosts the gateway: its own Gateway needs the address first.
-        metallb_pool = gateway.metallb_address_pool if gateway is not None and name == host else None
-        providers[name], serving[name], outputs[name] = cluster_stack(args, config, versions, metallb_pool,
-                                                                      stored.reveal() if stored else None)
+        metallb_pool, rate_limit = host_extras(gateway, name, host)
+        providers[name], serving[name], outputs[name] = cluster_stack(
+            args, config, versions, metallb_pool, stored.reveal() if stored else None, rate_limit=rate_limit)
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
         if separate is not None:  # a control-plane cluster no platform stack manages
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,

@@ -182,6 +182,26 @@ def _routing(ai_gateway: bool = True, values: dict | None = None, controller: st
     return graph(stack("platform-c1", platform), stack("model-a", [route], depends_on=("platform-c1",)))
 
 
+def _fleet_route(backend: str = "ep-a", filter_name: str = "host", target: str = "qwen",
+                 controller: str = "gateway.envoyproxy.io/gatewayclass-controller"):
+    """An Envoy fleet gateway's service: its route to a Backend through a filter, and a policy targeting the route."""
+    platform = [k("gateway.networking.k8s.io/v1", "GatewayClass", "envoy", spec={"controllerName": controller}),
+                k("gateway.networking.k8s.io/v1", "Gateway", "modelplane", "modelplane-system",
+                  spec={"gatewayClassName": "envoy"})]
+    endpoints = [k("gateway.envoyproxy.io/v1alpha1", "Backend", "ep-a", "ml")]
+    service = [
+        k("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen", "ml", spec={
+            "parentRefs": [{"name": "modelplane", "namespace": "modelplane-system"}],
+            "rules": [{"filters": [{"type": "ExtensionRef", "extensionRef": {
+                "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": filter_name}}],
+                "backendRefs": [{"group": "gateway.envoyproxy.io", "kind": "Backend", "name": backend}]}]}),
+        k("gateway.envoyproxy.io/v1alpha1", "HTTPRouteFilter", "host", "ml"),
+        k("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy", "qwen", "ml", spec={"targetRefs": [
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": target}]})]
+    return graph(stack("platform-c1", platform), stack("endpoints-ml", endpoints, depends_on=("platform-c1",)),
+                 stack("service-ml.qwen", service, depends_on=("platform-c1", "endpoints-ml")))
+
+
 def _pinned(region: str = "us-west-2", with_provider: bool = True, k8s_cluster: str | None = "c1"):
     vpc = r("aws:ec2/vpc:Vpc", "vpc", {}, cluster=None, provider="aws" if with_provider else "")
     workload = k("v1", "ConfigMap", "x", "default")
@@ -326,6 +346,11 @@ ROWS = [
     ("inference-routing", _routing, lambda: _routing(values={}), "backendResources does not list InferencePool"),
     ("inference-routing", lambda: _routing(controller="istio.io/gateway-controller"),
      lambda: _routing(controller="traefik.io/gateway-controller"), "cannot route to InferencePools"),
+    ("gateway-references", _fleet_route, lambda: _fleet_route(backend="ep-b"), "its Backend Backend ml/ep-b is not created"),
+    ("gateway-references", _fleet_route, lambda: _fleet_route(filter_name="hst"), "its filter HTTPRouteFilter ml/hst"),
+    ("gateway-references", _fleet_route, lambda: _fleet_route(target="qwn"), "its target HTTPRoute ml/qwn is not created"),
+    ("gateway-references", _fleet_route, lambda: _fleet_route(controller="traefik.io/gateway-controller"),
+     "whose controller traefik.io/gateway-controller cannot"),
     ("pinned", _pinned, lambda: _pinned(with_provider=False), "uses no explicit cloud provider"),
     ("pinned", _pinned, lambda: _pinned(region="eu-west-1"), "is for region eu-west-1, not the cluster's us-west-2"),
     ("pinned", _pinned, lambda: _pinned(k8s_cluster=None), "uses no explicit Kubernetes provider"),

@@ -566,13 +566,18 @@ def test_first_up_creates_the_backend_and_points_every_endpoint_at_the_address_i
     assert addresses["gke-us-central"] in rendered and "gke-us-central.gateway.pending" not in rendered
 
 
-def test_a_changed_gateway_address_updates_exactly_the_endpoints_stack(applied, capsys):
-    backend = Backend(f"file://{applied.work / '.modelplane' / 'backend'}")
-    content = backend.load("modelplane", "platform-gke-us-central")  # as an update after a re-created LB leaves it
+def set_gateway_address(backend: pathlib.Path, cluster: str, address: str) -> None:
+    """A platform stack's gatewayAddress output changed, as an update after a re-created load balancer leaves it."""
+    store = Backend(f"file://{backend}")
+    content = store.load("modelplane", f"platform-{cluster}")
     root = next(r for r in content["checkpoint"]["latest"]["resources"] if r["type"] == "pulumi:pulumi:Stack")
-    root["outputs"]["gatewayAddress"] = "192.0.2.99"
+    root["outputs"]["gatewayAddress"] = address
     content["history"].append({**content["history"][-1], "endTime": "2099-01-01T00:00:00.000Z"})
-    backend.save("modelplane", "platform-gke-us-central", content)
+    store.save("modelplane", f"platform-{cluster}", content)
+
+
+def test_a_changed_gateway_address_updates_exactly_the_endpoints_stack(applied, capsys):
+    set_gateway_address(applied.work / ".modelplane" / "backend", "gke-us-central", "192.0.2.99")
     assert applied.up() == 0, capsys.readouterr().err
     assert applied.ran("up") == ["endpoints-ml-team"]
 

@@ -277,7 +277,8 @@ ROWS = [
     ("gateway metallb ok", gateway, "spec.traefik", {"version": "40.2.0", "loadBalancer": "MetalLB", "metallb": {"addressPool": "10.0.0.1-10.0.0.9"}}, None),
     ("gateway needs traefik", gateway, "spec.traefik", DELETE, ("spec.traefik", "backend Traefik needs the traefik block")),
     ("gateway metallb needs block", gateway, "spec.traefik", {"version": "1", "loadBalancer": "MetalLB"}, ("spec.traefik.metallb", "loadBalancer MetalLB needs the metallb block")),
-    ("gateway bad backend", gateway, "spec.backend", "Envoy", ("spec.backend", "'Traefik'")),
+    ("gateway bad backend", gateway, "spec.backend", "Istio", ("spec.backend", "'Traefik' or 'Envoy'")),
+    ("gateway traefik block only for traefik", gateway, "spec.backend", "Envoy", ("spec.traefik", "the traefik block is for backend Traefik")),
     ("gateway version required", gateway, "spec.traefik", {}, ("spec.traefik.version", "required")),
     ("gateway namespace ignored", gateway, "metadata.namespace", "anything", None),
 ]

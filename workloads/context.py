@@ -34,6 +34,7 @@ class ReplicaContext:
     engines: tuple[EngineContext, ...]
     cache_pvc: str | None
     workload_namespace: str  # where its objects live on the cluster (fleet/tenancy.py)
+    fleet_host: bool = False  # an Envoy fleet gateway reaches it by Host too (workloads/routing.py fleet_host_route)
 
     @property
     def namespace(self) -> str:
@@ -58,7 +59,7 @@ def cache_pvc_name(namespace: str, cache: str) -> str:
     return child_name("modelcache", namespace, cache)
 
 
-def replica_context(md, placed, workload_namespace: str) -> ReplicaContext:
+def replica_context(md, placed, workload_namespace: str, fleet_host: bool = False) -> ReplicaContext:
     spec = md.spec.template.spec
     cache_pvc = cache_pvc_name(md.namespace, spec.modelCacheRef.name) if spec.modelCacheRef else None
     backends = {name: backend for name, backend, _ in placed.backends}
@@ -71,4 +72,5 @@ def replica_context(md, placed, workload_namespace: str) -> ReplicaContext:
             for member, mp in zip(engine.members, placement.members)
         )
         engines.append(EngineContext(engine, placement.pool, backends[engine.name], members))
-    return ReplicaContext(md, placed.name, placed.index, placed.cluster, tuple(engines), cache_pvc, workload_namespace)
+    return ReplicaContext(md, placed.name, placed.index, placed.cluster, tuple(engines), cache_pvc, workload_namespace,
+                          fleet_host)

@@ -26,12 +26,13 @@ from fleet.inventory import build_clusters
 from fleet.plan import Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
-from workloads import autoscaling, dynamo, fleet_autoscaling, llmd, native, routing
+from workloads import autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, llmd, native, routing
 from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context
-from workloads.service_routing import Endpoint, backend_objects, route_objects
+from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, backend_objects, route_objects, select,
+                                       service_address)
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -67,6 +68,7 @@ class Rendered:
     endpoints: list[Endpoint] = field(default_factory=list)  # every routable endpoint, composed or given
     routes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, service) -> endpoint names
     cache_clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, cache) -> clusters
+    front_door_tls: bool = False  # the fleet gateway serves only HTTPS: service addresses are https
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
         self.stacks.setdefault(stack, {}).setdefault(target, []).extend(objects)
@@ -150,11 +152,13 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     ready = _replica_ready(fleet)
     chosen = tenancy.mode(fleet)
+    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    envoy = gateway.envoy if gateway else None
     endpoints: list[Endpoint] = []
     used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
         md = deployments[(placed.namespace, placed.deployment)]
-        ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen))
+        ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
         stack = model_stack(md.namespace, md.name)
         out.add(stack, placed.cluster, [] if stack in reuse else compose_replica(ctx))
         used.setdefault((md.namespace, placed.cluster), Counter()).update(replica_devices(placed))
@@ -178,15 +182,28 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
             continue
         endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
     out.endpoints = list(endpoints)
-    gateway = next(iter(fleet.of("InferenceGateway")), None)
     gateway_address = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
-                       or "fleet-gateway.pending.modelplane.invalid")
+                       or PENDING_FRONT_DOOR)
+    out.front_door_tls = bool(envoy and envoy.tls)
     routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
+    tiered: dict[str, dict[str, fleet_data_plane.Tiered]] = {}  # namespace -> Backend name -> what it reaches
     for ms in fleet.of("ModelService"):
         stack = service_stack(ms.namespace, ms.name)
-        route, selected = route_objects(ms, endpoints)
+        if envoy is not None:
+            by_tier = fleet_data_plane.tiers(ms, select(ms, endpoints))
+            out.problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
+                             for path, message in fleet_data_plane.path_problems(ms, by_tier)]
+            route = fleet_data_plane.route_objects(ms, by_tier, envoy)
+            selected = [t.endpoint for t in by_tier]
+            tiered.setdefault(ms.namespace, {}).update({t.backend_name: t for t in by_tier})
+        else:
+            out.problems += [Problem(stack, 0, f"ModelService/{ms.name}", f"spec.endpoints[{i}].priority",
+                                     "overflow endpoints (priority 1) need InferenceGateway backend Envoy; Traefik "
+                                     "has no priorities for Gateway API routes")
+                             for i, entry in enumerate(ms.spec.endpoints) if entry.priority]
+            route, selected = route_objects(ms, endpoints)
         out.add(stack, CONTROL_PLANE, route)
-        out.addresses[stack] = f"http://{gateway_address}/{ms.namespace}/{ms.name}"
+        out.addresses[stack] = service_address(gateway_address, ms.namespace, ms.name, out.front_door_tls)
         routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
         out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
     scaled, scaling_problems = fleet_autoscaling.scaled_objects(fleet, endpoints_stack)
@@ -194,8 +211,11 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     for namespace in sorted(set(routed) | set(scaled)):
         shared = routed.get(namespace, {})
         if shared or namespace in scaled:  # one owner for each endpoint's objects, however many services share it
+            backends = tiered.get(namespace, {})
             out.add(endpoints_stack(namespace), CONTROL_PLANE,
-                    [obj for name in sorted(shared) for obj in backend_objects(shared[name])] + scaled.get(namespace, []))
+                    [obj for name in sorted(shared) for obj in backend_objects(shared[name], envoy=envoy is not None)]
+                    + [fleet_data_plane.backend_object(backends[name]) for name in sorted(backends)]
+                    + scaled.get(namespace, []))
     for cache in fleet.of("ModelCache"):
         selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
         for cluster in clusters.values():
@@ -225,9 +245,12 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
 
 def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     """Per model stack, a digest of everything its objects are composed from: the deployment, its replicas'
-    placements and backends, and the namespace its workloads go to (`compose_replica` reads nothing else).
+    placements and backends, the namespace its workloads go to, and the fleet gateway's backend (Envoy's reaches
+    replicas by Host) (`compose_replica` reads nothing else).
     Equal digests mean equal objects, so a stack whose digest did not change need not be composed again."""
     chosen = tenancy.mode(fleet)
+    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    front_door = gateway.spec.backend if gateway else ""  # Envoy adds each replica's fleet Host route
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     replicas: dict[tuple[str, str], list[str]] = {}
     for placed in plan.replicas:
@@ -238,7 +261,8 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     out = {}
     for key, placed_here in replicas.items():
         md = deployments[key]
-        text = "\n".join([md.model_dump_json(), tenancy.workload_namespace(md.namespace, chosen), *sorted(placed_here)])
+        text = "\n".join([md.model_dump_json(), tenancy.workload_namespace(md.namespace, chosen), front_door,
+                          *sorted(placed_here)])
         out[model_stack(*key)] = hashlib.sha256(text.encode()).hexdigest()
     return out
 

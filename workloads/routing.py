@@ -2,7 +2,8 @@
 
 Workload cluster (per replica): an HTTPRoute on the cluster's Gateway
 `modelplane-system/inference-gateway` matching `/<ns>/<replica>/`, rewritten to `/`, with no
-request timeout, to the replica's InferencePool; the InferencePool selects the replica's
+request timeout, to the replica's InferencePool (and one matching the replica's fleet Host,
+`<replica>.<ns>.fleet.modelplane.internal`, at any path, for an Envoy fleet gateway); the InferencePool selects the replica's
 serving pods and asks its endpoint picker (EPP) which pod takes each request. A
 Dynamo-served replica routes to its graph's frontend instead (Dynamo routes inside).
 """
@@ -22,6 +23,7 @@ from workloads.yamlio import dump_fast
 WORKLOAD_GATEWAY = {"name": "inference-gateway", "namespace": "modelplane-system"}
 EPP_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT = 9002, 9003, 9090
 DEFAULT_BLOCK_SIZE = 16
+FLEET_HOST_SUFFIX = "fleet.modelplane.internal"
 
 
 def pool_name(replica: str) -> str:
@@ -156,12 +158,33 @@ def workload_route(ctx: ReplicaContext, backend_ref: dict) -> dict:
     }
 
 
+def fleet_host(namespace: str, replica: str) -> str:
+    """The Host the fleet gateway's requests for this replica carry under backend Envoy
+    (workloads/fleet_data_plane.py `endpoint_host`), which cannot rewrite the path per replica."""
+    return f"{replica}.{namespace}.{FLEET_HOST_SUFFIX}"
+
+
+def fleet_host_route(ctx: ReplicaContext, backend_ref: dict) -> dict:
+    """The replica by its fleet Host, at any path: the fleet gateway's requests (already rewritten to `/`) and
+    its health probes. A route with a hostname outranks the path routes for that Host, and no other."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": _meta(ctx, suffixed(ctx.name, "fleet"), ctx.labels),
+        "spec": {
+            "parentRefs": [dict(WORKLOAD_GATEWAY)],
+            "hostnames": [fleet_host(ctx.namespace, ctx.name)],
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": [backend_ref],
+                       "timeouts": {"request": "0s"}}],
+        },
+    }
+
+
 def replica_surface(ctx: ReplicaContext) -> list[dict]:
     """The replica's routing objects on its workload cluster."""
     if all(e.backend == "dynamo" for e in ctx.engines):
         service, port = dynamo.frontend_service(ctx)
-        return [workload_route(ctx, {"name": service, "port": port})]
+        ref = {"name": service, "port": port}
+        return [workload_route(ctx, ref), *([fleet_host_route(ctx, ref)] if ctx.fleet_host else [])]
     pool = inference_pool(ctx)
-    route = workload_route(ctx, {"group": "inference.networking.k8s.io", "kind": "InferencePool",
-                                 "name": pool["metadata"]["name"]})
-    return [pool, *endpoint_picker(ctx), route]
+    ref = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool["metadata"]["name"]}
+    return [pool, *endpoint_picker(ctx), workload_route(ctx, ref), *([fleet_host_route(ctx, ref)] if ctx.fleet_host else [])]

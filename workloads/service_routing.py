@@ -24,9 +24,16 @@ from fleet.names import bounded
 FLEET_GATEWAY = {"name": "modelplane", "namespace": "modelplane-system"}
 MAX_WEIGHT = 1_000_000
 PLACEHOLDER_ANNOTATION = "modelplane.ai/placeholder"
+PENDING_FRONT_DOOR = "fleet-gateway.pending.modelplane.invalid"  # the fleet gateway's address before it has one
 # On a replica's EndpointSlice: the cluster whose gateway it points at. The endpoints stack's program reads that
 # cluster's `gatewayAddress` from its platform stack when it applies, so the slice never waits for a second `up`.
 GATEWAY_OF_ANNOTATION = "modelplane.ai/gateway-of"
+
+
+def service_address(front_door: str, namespace: str, name: str, tls: bool = False) -> str:
+    """A ModelService's OpenAI-compatible base address (the reference's, no trailing slash): https when the
+    front door serves only HTTPS (InferenceGateway envoy.tls)."""
+    return f"{'https' if tls else 'http'}://{front_door}/{namespace}/{name}"
 
 
 def backend_service_name(endpoint: str) -> str:
@@ -126,7 +133,24 @@ def slice_address_type(address: str | None) -> str:
     return address_type(address) if address else "IPv4"
 
 
-def backend_objects(ep: Endpoint) -> list[dict]:
+REPLICA_PORT = 80  # a replica's endpoint is its cluster gateway's HTTP listener
+
+
+def gateway_service_spec(address: str | None) -> dict:
+    """A replica endpoint's Service under backend Envoy, which reaches it by the Service's DNS name
+    (workloads/fleet_data_plane.py): a ClusterIP Service over the slice for an IP, an ExternalName for a
+    hostname (kube-proxy skips FQDN slices). Platform stacks output it (`gatewayServiceSpec`) for the
+    operator's Programs."""
+    ports = [{"name": "backend", "port": REPLICA_PORT, "targetPort": REPLICA_PORT, "protocol": "TCP"}]
+    if address and address_type(address) == "FQDN":
+        return {"type": "ExternalName", "externalName": address, "ports": ports}
+    return {"ports": ports}
+
+
+def backend_objects(ep: Endpoint, envoy: bool = False) -> list[dict]:
+    """The endpoint's Service and EndpointSlice, and for an https endpoint its BackendTLSPolicy. Under backend
+    Envoy (`envoy`) the Backend objects carry the TLS settings, and a replica's Service follows its cluster
+    gateway's address (`gateway_service_spec`)."""
     name = ep.service_name
     labels = {"modelplane.ai/endpoint": bounded(ep.name, 63)}
     annotations = {PLACEHOLDER_ANNOTATION: ep.placeholder} if ep.placeholder else None
@@ -134,9 +158,11 @@ def backend_objects(ep: Endpoint) -> list[dict]:
     meta = {"name": name, "namespace": ep.namespace, "labels": labels,
             **({"annotations": annotations} if annotations and not ep.cluster else {})}
     slice_meta = {**meta, "annotations": {**(annotations or {}), GATEWAY_OF_ANNOTATION: ep.cluster}} if ep.cluster else meta
+    service_meta = slice_meta if envoy and ep.cluster else dict(meta)
     objects: list[dict] = [
-        {"apiVersion": "v1", "kind": "Service", "metadata": dict(meta),
-         "spec": {"ports": [{"name": "backend", "port": ep.port, "targetPort": ep.port, "protocol": "TCP"}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": service_meta,
+         "spec": gateway_service_spec(None if ep.placeholder else ep.host) if envoy and ep.cluster else
+         {"ports": [{"name": "backend", "port": ep.port, "targetPort": ep.port, "protocol": "TCP"}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
          "metadata": {**slice_meta, "labels": {**labels, "kubernetes.io/service-name": name,
                                          "endpointslice.kubernetes.io/managed-by": "modelplane.ai"}},
@@ -144,7 +170,7 @@ def backend_objects(ep: Endpoint) -> list[dict]:
          "endpoints": gateway_endpoints(ep.host),
          "ports": [{"name": "backend", "port": ep.port, "protocol": "TCP"}]},
     ]
-    if ep.tls:
+    if ep.tls and not envoy:
         objects.append({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy", "metadata": dict(meta),
             "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": name}],

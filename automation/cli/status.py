@@ -38,14 +38,15 @@ def _objects_with_status(fleet, prepared, applied: dict) -> str:
 def _service_addresses(prepared, applied: dict) -> list[dict]:
     """Each ModelService's OpenAI-compatible base address, once the fleet gateway's address is known."""
     from fleet.stack_id import StackId
+    from workloads.service_routing import service_address
 
     gateway = ((applied.get("gateway") or {}).get("outputs") or {}).get("address")
     out = []
     for stack, rendered in sorted(prepared.addresses.items()):
         id = StackId.parse(stack)
-        path = f"/{id.namespace}/{id.name}"
-        if gateway:
-            out.append({"name": f"{id.namespace}/{id.name}", "address": f"http://{gateway}{path}", "pending": None})
+        if gateway:  # the scheme render decided (https for a TLS front door), the host the gateway stack output
+            address = service_address(gateway, str(id.namespace), str(id.name), rendered.startswith("https://"))
+            out.append({"name": f"{id.namespace}/{id.name}", "address": address, "pending": None})
         elif ".pending.modelplane.invalid" not in rendered:  # the InferenceGateway's observed status gives it
             out.append({"name": f"{id.namespace}/{id.name}", "address": rendered, "pending": None})
         else:

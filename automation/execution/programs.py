@@ -23,7 +23,8 @@ from fleet.stack_id import StackId, backend_name
 from infra.program import cluster_stack
 from workloads.cache import secret_refs
 from workloads.render import Gateways
-from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints, slice_address_type
+from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
+                                       gateway_service_spec, slice_address_type)
 
 if TYPE_CHECKING:
     from automation.planning.stacks import StackSpec
@@ -110,7 +111,7 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
         def run_platform() -> None:
             stored = stored_kubeconfig(fleet, payload.cluster.name)
             _, _, outputs = cluster_stack(payload.cluster, pulumi.Config("modelplane"), payload.versions,
-                                          payload.metallb_pool, stored)
+                                          payload.metallb_pool, stored, rate_limit=payload.rate_limit)
             for key, value in outputs.items():  # flat: other stacks reference them
                 pulumi.export(key, value)
         return recorded(run_platform, lambda: spec.fingerprint, versions=payload.versions)
@@ -179,27 +180,37 @@ def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None =
     """A replica's EndpointSlice points at its cluster's gateway address as that cluster's platform stack outputs it
     when this stack applies (a rendered address is only what the last recorded output said). While the platform
     stack has no address (a first preview, or a cluster whose gateway has none yet), the slice has no endpoints:
-    a selectorless Service with an empty slice routes nowhere, instead of to a placeholder. `references` collects
-    each cluster's live address."""
+    a selectorless Service with an empty slice routes nowhere, instead of to a placeholder. Under backend Envoy
+    the replica's Service follows the same address (`gateway_service_spec`). `references` collects each
+    cluster's live address."""
     references = {} if references is None else references
+    known: dict[tuple[str, str], str | None] = {}  # a slice's rendered address, which its Service shares
+    for obj in objects:
+        annotations = obj["metadata"].get("annotations") or {}
+        if obj["kind"] == "EndpointSlice" and GATEWAY_OF_ANNOTATION in annotations:
+            key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            known[key] = None if PLACEHOLDER_ANNOTATION in annotations else obj["endpoints"][0]["addresses"][0]
     out: list = []
     for obj in objects:
         annotations = obj["metadata"].get("annotations") or {}
         cluster = annotations.get(GATEWAY_OF_ANNOTATION)
-        if obj["kind"] != "EndpointSlice" or not cluster:
+        if obj["kind"] not in ("EndpointSlice", "Service") or not cluster:
             out.append(obj)
             continue
         if cluster not in references:
             references[cluster] = pulumi.StackReference(
                 f"{stack}-{cluster}-gateway", stack_name=platform_reference(cluster, None, fleet_name)).get_output(
                 "gatewayAddress")
-        rendered: str | None = None if PLACEHOLDER_ANNOTATION in annotations else obj["endpoints"][0]["addresses"][0]
+        rendered = known.get((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
 
-        def live_or_known(live: str | None, known: str | None = rendered) -> str | None:
-            return live or known
+        def live_or_known(live: str | None, recorded: str | None = rendered) -> str | None:
+            return live or recorded
 
         address = references[cluster].apply(live_or_known)
         meta = {**obj["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
-        out.append({**obj, "metadata": meta, "addressType": address.apply(slice_address_type),
-                    "endpoints": address.apply(gateway_endpoints)})
+        if obj["kind"] == "Service":  # a replica's: port 80, as the platform stack's gatewayServiceSpec
+            out.append({**obj, "metadata": meta, "spec": address.apply(gateway_service_spec)})
+        else:
+            out.append({**obj, "metadata": meta, "addressType": address.apply(slice_address_type),
+                        "endpoints": address.apply(gateway_endpoints)})
     return out

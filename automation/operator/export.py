@@ -248,12 +248,14 @@ def _live_gateway(options: ExportOptions, obj: dict, resources: dict) -> dict:
     laptop's programs read the same outputs, automation/execution/programs.py): never a recorded or placeholder address."""
     annotations = obj["metadata"].get("annotations") or {}
     cluster = annotations.get(GATEWAY_OF_ANNOTATION)
-    if obj["kind"] != "EndpointSlice" or not cluster:
+    if obj["kind"] not in ("EndpointSlice", "Service") or not cluster:
         return obj
     reference = f"{cluster}-gateway"
     resources[reference] = {"type": "pulumi:pulumi:StackReference", "properties": {
         "name": _stack_name(options, LAPTOP_PROJECT, StackId.platform(cluster), qualified=True)}}
     meta = {**obj["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
+    if obj["kind"] == "Service":  # backend Envoy: a ClusterIP or an ExternalName, as the address is (port 80)
+        return {**obj, "metadata": meta, "spec": f'${{{reference}.outputs["gatewayServiceSpec"]}}'}
     return {**obj, "metadata": meta, "addressType": f'${{{reference}.outputs["gatewayAddressType"]}}',
             "endpoints": f'${{{reference}.outputs["gatewayEndpoints"]}}'}
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.plan_output import plan_to_dict
 from fleet.stack_id import StackId
-from workloads.service_routing import backend_service_name
+from workloads.service_routing import PENDING_FRONT_DOOR, backend_service_name, service_address
 
 if TYPE_CHECKING:
     from automation.planning.stacks import DesiredState
@@ -37,6 +37,7 @@ def snapshot(desired: DesiredState) -> dict:
                        "labels": dict(ep.labels), "composed": ep.composed} for ep in rendered.endpoints],
         "routes": {f"{ns}/{name}": names for (ns, name), names in sorted(rendered.routes.items())},
         "caches": {f"{ns}/{name}": clusters for (ns, name), clusters in sorted(rendered.cache_clusters.items())},
+        "frontDoorTls": rendered.front_door_tls,
     }
 
 
@@ -129,7 +130,7 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
                    condition("RoutingReady", "False", "WaitingForGateway", "the fleet gateway has no address yet",
                              generation))
         status = {
-            "address": f"http://{address or 'fleet-gateway.pending.modelplane.invalid'}/{namespace}/{name}",
+            "address": service_address(address or PENDING_FRONT_DOOR, namespace, name, snap.get("frontDoorTls", False)),
             "conditions": [
                 condition("EndpointsResolved", "True", "Resolved", f"Matched {len(matched)} endpoint(s)", generation)
                 if matched else

@@ -427,6 +427,44 @@ def inference_routing(graph: Graph) -> Iterable[Violation]:
                                                             f"but {problem}")
 
 
+ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
+ENVOY_POLICIES = ("BackendTrafficPolicy", "ClientTrafficPolicy", "SecurityPolicy", "EnvoyExtensionPolicy")
+
+
+def gateway_references(graph: Graph) -> Iterable[Violation]:
+    """Envoy Gateway resolves an HTTPRoute's Backends and filters, and a policy's targets, by name in the object's
+    own namespace on its cluster: one that names nothing there is accepted and does nothing (a route whose Backend
+    is missing answers 500). A route to Backends needs an Envoy Gateway to serve it."""
+    by_key: dict[tuple[str | None, str, str | None, str | None], Node] = {
+        (n.cluster, n.kind, n.namespace, n.name): n for n in graph.objects}
+    for node in graph.objects:
+        spec = node.inputs.get("spec") or {}
+        refs: list[tuple[str, str, str]] = []
+        if node.kind == "HTTPRoute":
+            for rule in spec.get("rules") or []:
+                refs += [("Backend", ref.get("kind", ""), ref.get("name", "")) for ref in rule.get("backendRefs") or []
+                         if ref.get("group") == ENVOY_GATEWAY_GROUP]
+                refs += [("filter", f["extensionRef"].get("kind", ""), f["extensionRef"].get("name", ""))
+                         for f in rule.get("filters") or [] if f.get("type") == "ExtensionRef"
+                         and (f.get("extensionRef") or {}).get("group") == ENVOY_GATEWAY_GROUP]
+        elif node.group == ENVOY_GATEWAY_GROUP and node.kind in ENVOY_POLICIES:
+            refs += [("target", t.get("kind", ""), t.get("name", "")) for t in spec.get("targetRefs") or []]
+        for role, kind, name in refs:
+            if (node.cluster, kind, node.namespace, name) not in by_key:
+                yield violation(node, "gateway-references", f"its {role} {kind} {node.namespace}/{name} is not created "
+                                                            f"on {node.cluster}: Envoy Gateway would resolve nothing")
+        if node.kind != "HTTPRoute" or not any(role == "Backend" for role, _, _ in refs):
+            continue
+        for parent in spec.get("parentRefs") or []:
+            gateway = by_key.get((node.cluster, "Gateway", parent.get("namespace") or node.namespace, parent.get("name")))
+            class_name = ((gateway.inputs.get("spec") or {}).get("gatewayClassName") if gateway else None)
+            gateway_class = by_key.get((node.cluster, "GatewayClass", None, class_name))
+            controller = (gateway_class.inputs.get("spec") or {}).get("controllerName") if gateway_class else None
+            if gateway is not None and controller != ENVOY_CONTROLLER:
+                yield violation(node, "gateway-references", f"routes to Envoy Gateway Backends through GatewayClass "
+                                                            f"{class_name}, whose controller {controller} cannot")
+
+
 def _inference_controller_problem(graph: Graph, cluster: str | None, controller: str | None) -> str | None:
     if controller in NATIVE_INFERENCE_CONTROLLERS:
         return None
@@ -773,6 +811,7 @@ RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
     "crd": crds_installed,
     "storage": storage,
     "inference-routing": inference_routing,
+    "gateway-references": gateway_references,
     "pinned": pinned,
     "quota-before-release": quota_before_release,
     "stack-names": stack_names,

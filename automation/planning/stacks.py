@@ -27,7 +27,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
-from components.args import ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, gateway_args
+from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, gateway_args,
+                             host_extras)
 from components.versions import pinned, project_version
 from fleet.memory import RecordedReplica
 from fleet.plan import Plan
@@ -71,16 +72,19 @@ class Named:
 @dataclass(frozen=True)
 class PlatformPayload:
     """What a platform stack's program runs: one cluster's typed arguments, the chart versions and, on the cluster
-    that hosts the fleet gateway, MetalLB's address pool. Decided here; the program reads only this."""
+    that hosts the fleet gateway, MetalLB's address pool and whether its Envoy Gateway counts global rate limits.
+    Decided here; the program reads only this."""
 
     cluster: ClusterArgs
     versions: dict[str, str]
     project: str
     metallb_pool: str | None = None
+    rate_limit: bool = False  # hosts an Envoy fleet gateway with per-team limits: a rate-limit store
 
     def fingerprinted(self) -> dict[str, Any]:
         return {"cluster": self.cluster.model_dump(), "versions": self.versions, "project": self.project,
-                **({"metallbPool": self.metallb_pool} if self.metallb_pool else {})}
+                **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
+                **({"rateLimit": True} if self.rate_limit else {})}
 
 
 @dataclass(frozen=True)
@@ -182,10 +186,11 @@ def endpoints_fingerprint(payload: WorkloadPayload, gateways: Gateways) -> str:
     one re-runs it."""
     def without_address(o: dict) -> dict:
         annotations = o["metadata"].get("annotations") or {}
-        if o["kind"] != "EndpointSlice" or GATEWAY_OF_ANNOTATION not in annotations:
+        if o["kind"] not in ("EndpointSlice", "Service") or GATEWAY_OF_ANNOTATION not in annotations:
             return o
         meta = {**o["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
-        return {**{k: v for k, v in o.items() if k not in ("endpoints", "addressType")}, "metadata": meta}
+        derived = ("endpoints", "addressType") if o["kind"] == "EndpointSlice" else ("spec",)
+        return {**{k: v for k, v in o.items() if k not in derived}, "metadata": meta}
 
     objects = {t: [without_address(o) for o in objs] for t, objs in payload.objects.items()}
     addresses = {c: gateways.clusters.get(c) for c in gateway_clusters(payload.objects)}
@@ -198,10 +203,9 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None)
     stacks: dict[str, StackSpec] = {}
     release = project_version()
     gateway = gateway_args(fleet, host)
-    # MetalLB belongs to the cluster that hosts the gateway: its own Gateway needs the address first
-    metallb = gateway.metallb_address_pool if gateway is not None else None
     for name, args in every_cluster_args(fleet).items():
-        platform = PlatformPayload(args, pinned(versions), release, metallb if name == host else None)
+        metallb, rate_limit = host_extras(gateway, name, host)
+        platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit)
         id = StackId.platform(name)
         stacks[str(id)] = StackSpec(id, fingerprint(platform.fingerprinted()), targets=[name], payload=platform)
     if gateway is not None:

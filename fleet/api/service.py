@@ -12,6 +12,9 @@ from fleet.api.common import Int, RequiredMatchLabels, Resource, Rule, Str, Stri
 class ServiceEndpoint(Strict):
     weight: Annotated[int, Int(1, 1_000_000)] = 1
     selector: RequiredMatchLabels
+    # An addition: 0 serves; 1 is overflow, used only when no priority-0 endpoint can take a request (every one
+    # unhealthy, or saturated: 429). Needs InferenceGateway backend Envoy (workloads/fleet_data_plane.py).
+    priority: Annotated[int, Int(0, 1)] = 0
 
 
 class ModelServiceSpec(Strict):
