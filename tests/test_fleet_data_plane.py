@@ -283,6 +283,26 @@ def test_a_team_over_its_token_budget_is_answered_429():
     assert '"io.modelplane.usage", "total_tokens"' in fleet_data_plane.TOKEN_COUNTER
 
 
+def test_a_team_not_listed_gets_the_default_limit_counted_per_team():
+    listed = [{"team": f"team-{i:02d}", "requestsPerMinute": 10} for i in range(20)]
+    gw = with_access(listed)
+    gw["spec"]["envoy"]["access"]["defaultLimit"] = {"requestsPerMinute": 60, "tokensPerHour": 100_000}
+    ig = InferenceGateway.model_validate(gw)
+    front = fleet_data_plane.front_door_objects(ig.envoy)
+    assert all(check(o) == [] for o in front)
+    rules = front[2]["spec"]["rateLimit"]["global"]["rules"]
+    defaults = [r for r in rules if r["clientSelectors"][0]["headers"][0]["type"] == "Distinct"]
+    assert [(r["limit"], "cost" in r, r["shared"]) for r in defaults] == [
+        ({"requests": 60, "unit": "Minute"}, False, True), ({"requests": 100_000, "unit": "Hour"}, True, True)]
+    # [EG] header matches in a selector and selectors in a rule are ANDed; Distinct counts per header value, and
+    # an inverted Exact match excludes one listed team: 20 teams spill into a second selector (16 per selector)
+    selectors = defaults[0]["clientSelectors"]
+    assert [len(s["headers"]) for s in selectors] == [16, 5]
+    excluded = [h["value"] for s in selectors for h in s["headers"] if h.get("invert")]
+    assert excluded == [f"team-{i:02d}" for i in range(20)]
+    assert front[3]["kind"] == "EnvoyExtensionPolicy"  # the default's token limit needs the counter too
+
+
 def test_a_revoked_key_is_refused_without_a_new_apply_and_no_key_is_ever_rendered():
     ig = InferenceGateway.model_validate(with_access())
     objects = fleet_data_plane.front_door_objects(ig.envoy)
@@ -336,6 +356,9 @@ def test_overflow_under_traefik_is_refused_naming_the_field():
                                                             {"team": "a", "requestsPerMinute": 2}]}}, "listed twice"),
     ({"access": {"apiKeys": {"secretName": "k"}, "limits": [{"team": "A", "requestsPerMinute": 1}]}}, "pattern"),
     ({"ejection": {"baseEjectionTime": "30 seconds"}}, "pattern"),
+    ({"access": {"apiKeys": {"secretName": "k"}, "defaultLimit": {}}}, "defaultLimit needs requestsPerMinute"),
+    ({"access": {"apiKeys": {"secretName": "k"}, "defaultLimit": {"requestsPerMinute": 1},
+                 "limits": [{"team": f"t{i}", "requestsPerMinute": 1} for i in range(128)]}}, "at most 127 teams"),
 ])
 def test_bad_access_and_policy_settings_are_refused_with_their_field(envoy, message):
     found = errors(envoy_gateway(**envoy))

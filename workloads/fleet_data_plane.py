@@ -223,7 +223,8 @@ def front_door_objects(envoy: Envoy, namespace: str = FLEET_GATEWAY["namespace"]
     if rules:
         objects.append({"apiVersion": EG, "kind": "BackendTrafficPolicy", "metadata": {"name": "modelplane-limits", **meta},
                         "spec": {"targetRefs": gateway_ref, "rateLimit": {"type": "Global", "global": {"rules": rules}}}})
-    if any(limit.tokensPerHour or any(m.tokensPerHour for m in limit.models) for limit in access.limits):
+    if any(limit.tokensPerHour or any(m.tokensPerHour for m in limit.models) for limit in access.limits) or (
+            access.defaultLimit is not None and access.defaultLimit.tokensPerHour):
         objects.append({"apiVersion": EG, "kind": "EnvoyExtensionPolicy", "metadata": {"name": "modelplane-usage", **meta},
                         "spec": {"targetRefs": gateway_ref, "lua": [{"type": "Inline", "inline": TOKEN_COUNTER}]}})
     return objects
@@ -262,6 +263,16 @@ def limit_rules(access: Access) -> list[dict]:
                             "response": {"from": "Metadata", "metadata": dict(USAGE_METADATA)}}
         rules.append(rule)
 
+    default = access.defaultLimit
+    if default is not None:
+        # one counter per team (Distinct), for every team but the listed ones (an inverted match excludes each)
+        others = [{"name": TEAM_HEADER, "type": "Exact", "value": limit.team, "invert": True} for limit in access.limits]
+        matches = [{"name": TEAM_HEADER, "type": "Distinct"}, *others]
+        selectors = [{"headers": matches[i:i + 16]} for i in range(0, len(matches), 16)]
+        if default.requestsPerMinute:
+            add(selectors, default.requestsPerMinute, "Minute", tokens=False, shared=True)
+        if default.tokensPerHour:
+            add(selectors, default.tokensPerHour, "Hour", tokens=True, shared=True)
     for limit in access.limits:
         if limit.requestsPerMinute:
             add([{"headers": [team(limit.team)]}], limit.requestsPerMinute, "Minute", tokens=False, shared=True)

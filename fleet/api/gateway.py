@@ -79,10 +79,22 @@ class Jwt(Strict):
     teamClaim: Annotated[str, Str(1, 253)] = "team"
 
 
+class DefaultLimit(Strict):
+    """Each team not listed in `limits`, counted per team (a team with its own entry has only its own)."""
+
+    requestsPerMinute: Annotated[int, Int(1, 4_294_967_295)] | None = None
+    tokensPerHour: Annotated[int, Int(1, 4_294_967_295)] | None = None
+
+
+# A rate-limit rule's selectors hold 8 x 16 header matches: the per-team one, and one exclusion per listed team.
+MAX_LISTED_WITH_DEFAULT = 8 * 16 - 1
+
+
 class Access(Strict):
     apiKeys: ApiKeys | None = None
     jwt: Jwt | None = None
     limits: list[TeamLimit] = []
+    defaultLimit: DefaultLimit | None = None
 
 
 class FrontDoorTls(Strict):
@@ -133,6 +145,13 @@ def inference_gateway_rules(ig: InferenceGateway) -> Rule:
         return
     if (access.apiKeys is None) == (access.jwt is None):
         yield ("spec", "envoy", "access"), "access needs exactly one of apiKeys and jwt (who the caller's team is)"
+    default = access.defaultLimit
+    if default is not None and default.requestsPerMinute is None and default.tokensPerHour is None:
+        yield ("spec", "envoy", "access", "defaultLimit"), "defaultLimit needs requestsPerMinute or tokensPerHour"
+    if default is not None and len(access.limits) > MAX_LISTED_WITH_DEFAULT:
+        yield ("spec", "envoy", "access", "defaultLimit"), (
+            f"with defaultLimit at most {MAX_LISTED_WITH_DEFAULT} teams can be listed (each is excluded from it by "
+            f"one header match of Envoy Gateway's 8 x 16)")
     seen: set[str] = set()
     for i, limit in enumerate(access.limits):
         if limit.team in seen:
