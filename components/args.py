@@ -109,6 +109,12 @@ class GatewayArgs(Args):
     front_door: list[dict] = []
     tls_secret: str | None = None
 
+    def fingerprinted(self) -> dict:
+        """What the gateway stack's fingerprint holds: a Traefik gateway's arguments as they were before backend
+        Envoy existed, so adding it re-ran no Traefik fleet's gateway stack."""
+        envoy_only = {"backend", "front_door", "tls_secret"} if self.backend == "Traefik" else set()
+        return self.model_dump(exclude=envoy_only)
+
     @property
     def rate_limit(self) -> bool:
         """The host's Envoy Gateway needs a rate-limit store: the front door has global rate limits."""

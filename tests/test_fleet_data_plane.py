@@ -157,13 +157,17 @@ def test_a_replica_service_follows_its_gateway_address_an_external_name_for_a_ho
     assert not find(result, "BackendTLSPolicy")  # the Backend carries TLS
 
 
-def test_an_external_endpoint_addressed_by_ip_has_no_hostname_or_sni():
-    """[EG] backend.go validateHostname refuses an IP as a Backend's hostname; SNI is never an IP (RFC 6066)."""
-    _, result = rendered(L4, cluster("a"), only_external("x"), external("x", "https://10.1.2.3:8443/v1"), envoy_gateway())
+def test_an_external_endpoint_addressed_by_ip_has_no_hostname_and_https_by_ip_is_refused():
+    """[EG] backend.go validateHostname refuses an IP as a Backend's hostname, and SNI then comes from the Host
+    (here the Service's cluster DNS name), which no certificate of an IP-addressed server has."""
+    _, result = rendered(L4, cluster("a"), only_external("x"), external("x", "http://10.1.2.3:8080/v1"), envoy_gateway())
     assert result.problems == []
     assert backends(result)["ep-x"] == {"endpoints": [{"fqdn": {"hostname": "ep-x.ml-team.svc.cluster.local",
-                                                                "port": 8443}}],
-                                        "tls": {"wellKnownCACertificates": "System"}}
+                                                                "port": 8080}}]}
+    _, result = rendered(L4, cluster("a"), only_external("x"), external("x", "https://10.1.2.3:8443/v1"),
+                         envoy_gateway())
+    [problem] = result.problems
+    assert problem.object == "ModelService/qwen" and "https by IP (10.1.2.3)" in problem.message
 
 
 def test_weights_split_traffic_within_each_priority():
@@ -359,10 +363,28 @@ def test_overflow_under_traefik_is_refused_naming_the_field():
     ({"access": {"apiKeys": {"secretName": "k"}, "defaultLimit": {}}}, "defaultLimit needs requestsPerMinute"),
     ({"access": {"apiKeys": {"secretName": "k"}, "defaultLimit": {"requestsPerMinute": 1},
                  "limits": [{"team": f"t{i}", "requestsPerMinute": 1} for i in range(128)]}}, "at most 127 teams"),
+    ({"access": {"apiKeys": {"secretName": "k"}, "defaultLimit": {"requestsPerMinute": 1, "tokensPerHour": 1},
+                 "limits": [{"team": f"t{i}", "requestsPerMinute": 1} for i in range(127)]}}, "make 129 rate-limit rules"),
 ])
 def test_bad_access_and_policy_settings_are_refused_with_their_field(envoy, message):
     found = errors(envoy_gateway(**envoy))
     assert any(message in e for e in found), found
+
+
+@pytest.mark.parametrize("access", [
+    {"defaultLimit": {"requestsPerMinute": 1, "tokensPerHour": 2},
+     "limits": [{"team": f"t{i:03d}", "requestsPerMinute": 3} for i in range(126)]},
+    {"limits": [{"team": f"t{i:02d}", "requestsPerMinute": 3, "tokensPerHour": 4,
+                 "models": [{"service": f"ns/s{i}", "tokensPerHour": 5}]} for i in range(42)]},
+])
+def test_the_most_limits_envoy_gateway_takes_count_as_the_rules_they_make(access):
+    """The rule count the validation checks is the rules' count, and a policy at the limit is one the CRD takes."""
+    ig = InferenceGateway.model_validate(envoy_gateway(access={"apiKeys": {"secretName": "k"}, **access}))
+    assert errors(envoy_gateway(access={"apiKeys": {"secretName": "k"}, **access})) == []
+    rules = fleet_data_plane.limit_rules(ig.envoy.access)
+    assert len(rules) == ig.envoy.access.rule_count() in (128, 126)
+    limits = next(o for o in fleet_data_plane.front_door_objects(ig.envoy) if o["kind"] == "BackendTrafficPolicy")
+    assert check(limits) == []
 
 
 def test_the_envoy_block_belongs_to_backend_envoy():
@@ -446,7 +468,8 @@ def test_the_envoy_front_door_is_its_own_gateway_on_the_hosts_envoy_gateway_with
     from tests.pulumi_mocks import inputs, of_type, registered
 
     fleet = _fleet(L4, cluster("a"), cluster("b"), with_access())
-    resources = registered(lambda: platform(fleet, pulumi.Config("modelplane")), "p",
+    exported: dict = {}
+    resources = registered(lambda: exported.update(platform(fleet, pulumi.Config("modelplane"))), "p",
                            {"modelplane:controlPlaneCluster": "a", "modelplane:a-kubeconfig": "k",
                             "modelplane:b-kubeconfig": "k"}, ["modelplane:a-kubeconfig", "modelplane:b-kubeconfig"])
     gateways = {inputs(g)["metadata"]["name"]: inputs(g)
@@ -462,6 +485,8 @@ def test_the_envoy_front_door_is_its_own_gateway_on_the_hosts_envoy_gateway_with
     assert services["modelplane-fleet"] != services["inference-gateway"]
     assert proxies["modelplane-fleet"]["metadata"]["namespace"] == front["metadata"]["namespace"]
     assert not [r for r in of_type(resources, "kubernetes:helm.sh/v3:Release") if inputs(r)["name"] == "mp-traefik"]
+    # every platform stack publishes its replica Services' spec for the operator's Programs
+    assert all("gatewayServiceSpec" in exported[c] for c in ("a", "b"))
     # the front door's access objects, applied after the Gateway
     groups = [inputs(g)["objs"] for g in of_type(resources, "kubernetes:yaml/v2:ConfigGroup")
               if any(o.get("kind") == "SecurityPolicy" for o in inputs(g)["objs"])]
@@ -604,3 +629,31 @@ def test_the_operators_programs_take_a_replica_services_spec_from_its_platform_s
         cluster = s["metadata"]["annotations"]["modelplane.ai/gateway-of"]
         assert s["spec"] == f'${{{cluster}-gateway.outputs["gatewayServiceSpec"]}}'
         assert f"{cluster}-gateway" in program["resources"]
+
+
+def test_turning_a_fleet_to_envoy_runs_its_platform_stacks_once_more_and_traefik_fleets_keep_theirs():
+    """The operator's Programs read `gatewayServiceSpec` from every platform stack an Envoy fleet's replicas are
+    on; a platform stack applied before that output existed must run again, and only then."""
+    from automation.planning.stacks import platform_specs
+
+    traefik = _fleet(L4, cluster("a"), cluster("b"), gateway())
+    envoy = _fleet(L4, cluster("a"), cluster("b"), envoy_gateway())
+    before, after = platform_specs(traefik, "a"), platform_specs(envoy, "a")
+    platforms = [name for name in before if name.startswith("platform-")]
+    assert platforms == ["platform-a", "platform-b"]
+    assert all(before[n].fingerprint != after[n].fingerprint for n in platforms)
+    assert all("frontDoor" not in before[n].payload.fingerprinted() for n in platforms)
+
+
+def test_traefik_fleets_keep_their_gateway_fingerprint_and_model_digests():
+    """Adding backend Envoy re-ran nothing of a Traefik fleet: its gateway arguments fingerprint as before, and its
+    model stacks' input digests carry no fleet-Host line (an Envoy fleet's do, so their routes get composed)."""
+    from components.args import gateway_args
+    from fleet.scheduler import schedule
+    from workloads.render import model_inputs
+
+    traefik = _fleet(L4, cluster("a"), deployment("qwen"), gateway())
+    envoy = _fleet(L4, cluster("a"), deployment("qwen"), envoy_gateway())
+    assert set(gateway_args(traefik, "a").fingerprinted()) == {
+        "name", "traefik_version", "metallb_address_pool", "load_balancer", "aggregated_api"}
+    assert model_inputs(traefik, schedule(traefik)) != model_inputs(envoy, schedule(envoy))

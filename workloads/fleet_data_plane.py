@@ -103,11 +103,16 @@ def tiers(service, groups: list[tuple[int, list[Endpoint]]]) -> list[Tiered]:
     return out
 
 
-def path_problems(service, tiered: list[Tiered]) -> list[tuple[str, str]]:
-    """(field, message) for what Envoy Gateway cannot express: a path rewrite that differs per endpoint."""
+def endpoint_problems(service, tiered: list[Tiered]) -> list[tuple[str, str]]:
+    """(field, message) for what Envoy Gateway cannot express: a path rewrite that differs per endpoint, and TLS
+    to an endpoint addressed by IP."""
     out = []
     for t in tiered:
         ep = t.endpoint
+        if not ep.composed and ep.tls and address_type(ep.host) != "FQDN":
+            out.append(("spec.endpoints", (
+                f"ModelEndpoint {ep.name} is https by IP ({ep.host}): Envoy Gateway takes SNI from a host name (an "
+                f"IP is refused as one), so no certificate would match; address it by a name its certificate has")))
         if not ep.composed and ep.rewrite_path != "/":
             has = f"rewritePath {ep.rewrite_path!r}" if ep.rewrite_path else "no rewritePath"
             out.append(("spec.endpoints", (

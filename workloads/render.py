@@ -192,7 +192,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         if envoy is not None:
             by_tier = fleet_data_plane.tiers(ms, select(ms, endpoints))
             out.problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
-                             for path, message in fleet_data_plane.path_problems(ms, by_tier)]
+                             for path, message in fleet_data_plane.endpoint_problems(ms, by_tier)]
             route = fleet_data_plane.route_objects(ms, by_tier, envoy)
             selected = [t.endpoint for t in by_tier]
             tiered.setdefault(ms.namespace, {}).update({t.backend_name: t for t in by_tier})
@@ -250,7 +250,7 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     Equal digests mean equal objects, so a stack whose digest did not change need not be composed again."""
     chosen = tenancy.mode(fleet)
     gateway = next(iter(fleet.of("InferenceGateway")), None)
-    front_door = gateway.spec.backend if gateway else ""  # Envoy adds each replica's fleet Host route
+    fleet_hosts = ["fleet-host"] if gateway is not None and gateway.envoy else []  # Envoy adds a fleet Host route
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     replicas: dict[tuple[str, str], list[str]] = {}
     for placed in plan.replicas:
@@ -261,7 +261,7 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     out = {}
     for key, placed_here in replicas.items():
         md = deployments[key]
-        text = "\n".join([md.model_dump_json(), tenancy.workload_namespace(md.namespace, chosen), front_door,
+        text = "\n".join([md.model_dump_json(), tenancy.workload_namespace(md.namespace, chosen), *fleet_hosts,
                           *sorted(placed_here)])
         out[model_stack(*key)] = hashlib.sha256(text.encode()).hexdigest()
     return out

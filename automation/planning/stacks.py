@@ -80,11 +80,15 @@ class PlatformPayload:
     project: str
     metallb_pool: str | None = None
     rate_limit: bool = False  # hosts an Envoy fleet gateway with per-team limits: a rate-limit store
+    # The fleet's front door is Envoy: the operator's Programs read this stack's `gatewayServiceSpec` output, so a
+    # platform stack applied before that output existed runs once more when a fleet turns to Envoy.
+    envoy_front_door: bool = False
 
     def fingerprinted(self) -> dict[str, Any]:
         return {"cluster": self.cluster.model_dump(), "versions": self.versions, "project": self.project,
                 **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
-                **({"rateLimit": True} if self.rate_limit else {})}
+                **({"rateLimit": True} if self.rate_limit else {}),
+                **({"frontDoor": "Envoy"} if self.envoy_front_door else {})}
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class GatewayPayload:
     project: str
 
     def fingerprinted(self) -> dict[str, Any]:
-        return {"gateway": self.gateway.model_dump(), "versions": self.versions, "host": self.host,
+        return {"gateway": self.gateway.fingerprinted(), "versions": self.versions, "host": self.host,
                 "project": self.project}
 
 
@@ -205,7 +209,8 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None)
     gateway = gateway_args(fleet, host)
     for name, args in every_cluster_args(fleet).items():
         metallb, rate_limit = host_extras(gateway, name, host)
-        platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit)
+        platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit,
+                                   envoy_front_door=gateway is not None and gateway.backend == "Envoy")
         id = StackId.platform(name)
         stacks[str(id)] = StackSpec(id, fingerprint(platform.fingerprinted()), targets=[name], payload=platform)
     if gateway is not None:

@@ -88,6 +88,7 @@ class DefaultLimit(Strict):
 
 # A rate-limit rule's selectors hold 8 x 16 header matches: the per-team one, and one exclusion per listed team.
 MAX_LISTED_WITH_DEFAULT = 8 * 16 - 1
+MAX_RULES = 128  # Envoy Gateway's global rate-limit rules per policy (its CRD's maxItems)
 
 
 class Access(Strict):
@@ -95,6 +96,12 @@ class Access(Strict):
     jwt: Jwt | None = None
     limits: list[TeamLimit] = []
     defaultLimit: DefaultLimit | None = None
+
+    def rule_count(self) -> int:
+        """The rate-limit rules these limits make (workloads/fleet_data_plane.py limit_rules): one per limit set."""
+        limits = [self.defaultLimit, *self.limits, *(m for t in self.limits for m in t.models)]
+        return sum((limit.requestsPerMinute is not None) + (limit.tokensPerHour is not None)
+                   for limit in limits if limit is not None)
 
 
 class FrontDoorTls(Strict):
@@ -152,6 +159,10 @@ def inference_gateway_rules(ig: InferenceGateway) -> Rule:
         yield ("spec", "envoy", "access", "defaultLimit"), (
             f"with defaultLimit at most {MAX_LISTED_WITH_DEFAULT} teams can be listed (each is excluded from it by "
             f"one header match of Envoy Gateway's 8 x 16)")
+    if access.rule_count() > MAX_RULES:
+        yield ("spec", "envoy", "access", "limits"), (
+            f"these limits make {access.rule_count()} rate-limit rules; Envoy Gateway takes at most {MAX_RULES} "
+            f"(one per requestsPerMinute or tokensPerHour set)")
     seen: set[str] = set()
     for i, limit in enumerate(access.limits):
         if limit.team in seen:
