@@ -33,11 +33,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fleet_gen import realistic  # noqa: E402
-from benchmarks.plan_bench import generate  # noqa: E402
+from benchmarks.fleet_scale import GENERATORS  # noqa: E402
 from tests import pulumi_double  # noqa: E402
 
-GENERATORS = {"plan_bench": generate, "fleet_gen": realistic}
 MODELPLANE = str(Path(sys.executable).parent / "modelplane")
 ENGINE_VERBS = ("up", "preview", "destroy", "refresh")
 

@@ -3,9 +3,10 @@
 Pulumi's provider SDKs load their submodules lazily (`pulumi._utils.lazy_import`, a copy of the standard library's
 LazyLoader), and that loader is not safe across threads before Python 3.12.3 (CPython gh-114763): the module is
 marked loaded before its body has run, so a second thread sees it empty. `up --parallel 8` of a 20-cluster fleet
-failed its first platform stacks with "module 'pulumi_kubernetes.core.v1' has no attribute 'Namespace'". Every road
-that runs inline programs in threads (PulumiRunner) loads these first; tests/test_lazy_modules.py fails when a
-program loads one not listed here.
+failed its first platform stacks with "module 'pulumi_kubernetes.core.v1' has no attribute 'Namespace'". PulumiRunner loads
+those of each stack's program (Kubernetes', and a platform stack's cloud's) under a lock before it runs, so
+only the clouds of the stacks that run cost their second of startup; tests/test_lazy_modules.py fails when a
+program loads a lazy module its stack was not given.
 """
 
 from __future__ import annotations

@@ -165,6 +165,27 @@ def test_the_control_plane_is_its_host_cluster_for_the_check():
     assert "service-t.new" not in around(specs, {"model-t.far"})
 
 
+def test_every_road_checks_the_whole_fleet_when_a_run_destroys_a_stack(monkeypatch):
+    """One rule for the CLI and the portal's worker (`undeployable` takes the changes): an update sees its
+    neighbourhood, a run that destroys anything (the portal turns an `up` of a stack no longer wanted into one)
+    sees every stack."""
+    from automation.execution import session
+    from automation.planning import deployability, offline_preview
+    from automation.planning.stacks import Change, StackChange, StackSpec
+    from fleet.stack_id import StackId
+
+    seen: list = []
+    monkeypatch.setattr(offline_preview, "all_stacks", lambda fleet, **kw: seen.append(kw["only"]) or [])
+    monkeypatch.setattr(deployability, "check_fleet", lambda fleet, previews: [])
+    specs = {s.name: s for s in [StackSpec(StackId.parse("platform-a"), "fp", [], ["a"]),
+                                 StackSpec(StackId.parse("platform-b"), "fp", [], ["b"])]}
+    session.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update)])
+    session.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update),
+                                       StackChange(StackId.parse("model-t.gone"), Change.delete)])
+    session.undeployable(None, specs, None)
+    assert seen == [{"platform-a"}, None, None]
+
+
 def test_streamed_json_is_the_one_document_json_dumps_writes():
     from hypothesis import given, settings
     from hypothesis import strategies as st

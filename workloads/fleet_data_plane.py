@@ -61,21 +61,22 @@ def backend_name(ep: Endpoint, priority: int) -> str:
     return bounded(f"overflow-{ep.name}" if priority else f"ep-{ep.name}", 63)
 
 
+def external_name(ep: Endpoint) -> str | None:
+    """An external endpoint's host name; None for a replica (its address is its cluster gateway's) or an IP."""
+    return ep.host if not ep.composed and address_type(ep.host) == "FQDN" else None
+
+
 def endpoint_host(ep: Endpoint) -> str | None:
     """The Host a request for this endpoint carries: what the replica's cluster gateway routes on, or the
     external endpoint's own host name (its server's virtual host and TLS name). None for an endpoint addressed
     by IP (Envoy Gateway refuses an IP as a Backend's hostname): its Host is then its Service's DNS name."""
-    if ep.composed:
-        return fleet_host(ep.namespace, ep.name)
-    return ep.host if address_type(ep.host) == "FQDN" else None
+    return fleet_host(ep.namespace, ep.name) if ep.composed else external_name(ep)
 
 
 def dns_name(ep: Endpoint) -> str:
     """The name Envoy resolves: the external host itself, or, for a replica or an IP address, the endpoint's
     Service in the cluster's DNS."""
-    if not ep.composed and address_type(ep.host) == "FQDN":
-        return ep.host
-    return f"{ep.service_name}.{ep.namespace}.svc.cluster.local"
+    return external_name(ep) or f"{ep.service_name}.{ep.namespace}.svc.cluster.local"
 
 
 def backend_object(tiered: Tiered) -> dict:
@@ -109,7 +110,7 @@ def endpoint_problems(service, tiered: list[Tiered]) -> list[tuple[str, str]]:
     out = []
     for t in tiered:
         ep = t.endpoint
-        if not ep.composed and ep.tls and address_type(ep.host) != "FQDN":
+        if not ep.composed and ep.tls and external_name(ep) is None:
             out.append(("spec.endpoints", (
                 f"ModelEndpoint {ep.name} is https by IP ({ep.host}): Envoy Gateway takes SNI from a host name (an "
                 f"IP is refused as one), so no certificate would match; address it by a name its certificate has")))

@@ -35,6 +35,7 @@ from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, backend_obj
                                        service_address)
 
 if TYPE_CHECKING:
+    from fleet.api.gateway import Envoy
     from fleet.validate import Fleet
 
 CONTROL_PLANE = "control-plane"
@@ -135,6 +136,12 @@ def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
+def envoy_front_door(fleet: Fleet) -> Envoy | None:
+    """The fleet data plane's settings when the InferenceGateway's backend is Envoy (workloads/fleet_data_plane.py)."""
+    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    return gateway.envoy if gateway is not None else None
+
+
 def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None,
            gateways: Gateways | None = None) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
@@ -153,7 +160,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     ready = _replica_ready(fleet)
     chosen = tenancy.mode(fleet)
     gateway = next(iter(fleet.of("InferenceGateway")), None)
-    envoy = gateway.envoy if gateway else None
+    envoy = envoy_front_door(fleet)
     endpoints: list[Endpoint] = []
     used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
@@ -249,8 +256,7 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     replicas by Host) (`compose_replica` reads nothing else).
     Equal digests mean equal objects, so a stack whose digest did not change need not be composed again."""
     chosen = tenancy.mode(fleet)
-    gateway = next(iter(fleet.of("InferenceGateway")), None)
-    fleet_hosts = ["fleet-host"] if gateway is not None and gateway.envoy else []  # Envoy adds a fleet Host route
+    fleet_hosts = ["fleet-host"] if envoy_front_door(fleet) else []  # Envoy adds each replica's fleet Host route
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     replicas: dict[tuple[str, str], list[str]] = {}
     for placed in plan.replicas:

@@ -123,8 +123,7 @@ def _selected_or_exit(prepared, run: StackRun, fleet) -> list:
                    "--yes-destroy-clusters to confirm", err=True)
         raise SystemExit(2)
     if run.check and operation in ("up", "preview") and items:
-        deletes = any(c.change == Change.delete for c in items)  # what a destroyed stack gave may be needed
-        _refuse_undeployable(fleet, prepared.specs, None if deletes else {c.name for c in items}, run.config)
+        _refuse_undeployable(fleet, prepared.specs, items, run.config)
     return items
 
 
@@ -346,12 +345,12 @@ def stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, 
     return out
 
 
-def _refuse_undeployable(fleet, specs, changed: set[str] | None, config: dict[str, str] | None = None) -> None:
+def _refuse_undeployable(fleet, specs, items, config: dict[str, str] | None = None) -> None:
     """The deployability check over the stacks about to run and every stack they meet (`undeployable`): what a
     real API server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
     from automation.execution.session import undeployable
 
-    violations = undeployable(fleet, specs, config, changed)
+    violations = undeployable(fleet, specs, items, config)
     if violations:
         for v in violations:
             click.echo(v, err=True)

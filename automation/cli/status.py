@@ -41,11 +41,12 @@ def _service_addresses(prepared, applied: dict) -> list[dict]:
     from workloads.service_routing import service_address
 
     gateway = ((applied.get("gateway") or {}).get("outputs") or {}).get("address")
+    tls = prepared.desired.rendered.front_door_tls  # the scheme render decided
     out = []
     for stack, rendered in sorted(prepared.addresses.items()):
         id = StackId.parse(stack)
-        if gateway:  # the scheme render decided (https for a TLS front door), the host the gateway stack output
-            address = service_address(gateway, str(id.namespace), str(id.name), rendered.startswith("https://"))
+        if gateway:  # the host the gateway stack output
+            address = service_address(gateway, str(id.namespace), str(id.name), tls)
             out.append({"name": f"{id.namespace}/{id.name}", "address": address, "pending": None})
         elif ".pending.modelplane.invalid" not in rendered:  # the InferenceGateway's observed status gives it
             out.append({"name": f"{id.namespace}/{id.name}", "address": rendered, "pending": None})

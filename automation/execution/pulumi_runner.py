@@ -168,6 +168,16 @@ def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], 
     return lines
 
 
+def program_sources(spec: StackSpec) -> frozenset[str]:
+    """The clouds whose SDK modules a stack's program uses besides Kubernetes': a platform stack's cluster's (any,
+    for one of a cluster no longer in the fleet, run from its record); none for every other stack."""
+    from components import lazy_modules
+
+    if isinstance(spec.payload, PlatformPayload):
+        return frozenset({spec.payload.cluster.source})
+    return frozenset(lazy_modules.BY_SOURCE) if spec.kind == "platform" else frozenset()
+
+
 class PulumiRunner:
     def __init__(self, root: Path, fleet: Fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
                  kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False,
@@ -192,10 +202,8 @@ class PulumiRunner:
         self.config = dict(config or {})  # `--config`, `--config-file`: settings for the platform programs
         self._stacks: dict[str, Any] = {}  # name -> automation.Stack
         self._lock = threading.Lock()
-        from components import lazy_modules
-
-        # before any program runs in a thread: the SDKs' lazy submodules are not safe to load from two at once
-        lazy_modules.load({ic.spec.cluster.source for ic in fleet.of("InferenceCluster")})
+        self._modules_lock = threading.Lock()
+        self._sources_loaded: set[str | None] = set()
 
     # ---- construction (checked in tests without running an engine) ----------------------------
 
@@ -243,8 +251,23 @@ class PulumiRunner:
 
     # ---- the StackRunner interface ---------------------------------------------------------------
 
+    def _load_modules(self, spec: StackSpec) -> None:
+        """Before a stack's program runs in its thread: the provider SDKs' lazy submodules it uses are loaded here,
+        one thread at a time (they are not safe to load from two at once, components/lazy_modules.py), and only
+        the clouds of the stacks that run (each costs about a second). A platform stack's program uses its
+        cluster's cloud; one of a cluster no longer in the fleet (run from its record) may use any."""
+        from components import lazy_modules
+
+        sources = program_sources(spec)
+        with self._modules_lock:
+            if sources | {None} <= self._sources_loaded:
+                return
+            lazy_modules.load(sources)  # Kubernetes' always
+            self._sources_loaded |= {None, *sources}
+
     def run(self, operation: Operation, spec: StackSpec, on_event: EventSink) -> RunResult:
         auto = self.auto
+        self._load_modules(spec)
 
         def forward(event) -> None:
             pre = getattr(event, "resource_pre_event", None)

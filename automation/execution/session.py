@@ -42,17 +42,19 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
                     desired.problems, dict(desired.rendered.addresses), desired, fingerprints)
 
 
-def undeployable(fleet: Fleet, specs: dict[str, StackSpec], config: dict[str, str] | None = None,
-                 changed: set[str] | None = None, jobs: int | None = None) -> list[str]:
+def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
+                 config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
     """The deployability check: what a real API server or cloud would refuse, one line each. Every road that
-    applies runs it first (the CLI, the portal's worker). `changed`: the stacks about to run, when none is to be
-    destroyed; the check then sees them and what they meet (`around`: their clusters' other stacks, their
-    dependents, what all of those need), not the stacks that neither change nor meet a changed one (they apply
-    as they did). None: every stack (a destroyed stack may be what an unchanged one needs). `jobs`: previewing
-    processes (forked; 1 in a long-lived process with threads of its own, the portal's)."""
+    applies runs it first (the CLI, the portal's worker). `items`: the changes about to run; the check then sees
+    them and what they meet (`around`: their clusters' other stacks, their dependents, what all of those need),
+    not the stacks that neither change nor meet a changed one (they apply as they did). Every stack when `items`
+    is None or destroys one (a destroyed stack may be what an unchanged one needs). `jobs`: previewing processes
+    (forked; 1 in a long-lived process with threads of its own, the portal's)."""
     from automation.planning.deployability import check_fleet
     from automation.planning.offline_preview import all_stacks, around
 
+    deletes = items is None or any(c.change == Change.delete for c in items)
+    changed = None if deletes else {c.name for c in items or ()}
     only = None if changed is None else around(specs, changed)
     if only is not None and not only:
         return []

@@ -60,11 +60,6 @@ class BaseSummary:
     fingerprints: dict[str, str]  # every stack
     known: dict[str, Known]  # model stacks: input digest and fingerprint
 
-    @property
-    def partial(self) -> bool:
-        """Some model stack was not composed (its fingerprint is `SAME` and its inputs' digest)."""
-        return any(f.startswith(SAME) for f in self.fingerprints.values())
-
     def completed_by(self, other: BaseSummary) -> BaseSummary:
         """This summary with the fingerprints it lacks taken from `other`, a summary of the same base."""
         fingerprints, known = dict(self.fingerprints), dict(self.known)

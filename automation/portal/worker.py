@@ -230,20 +230,19 @@ class Worker(threading.Thread):
             return self._fail_all(batch, finished, f"error: {exc}")
         self.sync(applied)
         desired = desired_state(fleet, reserved, gateways=applied.gateways())
-        # what `up` checks; in this process's own thread (it has threads of its own: it never forks)
-        running = None if any(run["operation"] != "up" for run in batch) else {run["stack"] for run in batch}
-        problems = desired.problems or undeployable(fleet, desired.specs, changed=running, jobs=1)
-        if problems:
-            return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
         specs = desired.specs
-        by_stack = {run["stack"]: run for run in batch}
         items = []
         for run in batch:
             spec = specs.get(run["stack"])
             if run["operation"] == "up" and spec is not None:
                 items.append(StackChange(spec.id, Change.update, tuple(spec.depends_on)))
-            else:
+            else:  # destroyed, or an `up` of a stack no longer wanted
                 items.append(StackChange(StackId.parse(run["stack"]), Change.delete))
+        # what `up` checks, by the same rule; in this process's own thread (it has threads of its own: never forks)
+        problems = desired.problems or undeployable(fleet, specs, items, jobs=1)
+        if problems:
+            return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
+        by_stack = {run["stack"]: run for run in batch}
         pending: dict[int, list[str]] = {}
         last_flush = [time.monotonic()]
         guard = threading.Lock()

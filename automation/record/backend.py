@@ -127,10 +127,13 @@ class PulumiRecord:
                         fresh[name] = entry
             # one CLI process per stack whose outputs changed since the cache (every stack on a fresh machine):
             # READERS at once, so a large fleet's first read is not thousands of processes one after another
-            with ThreadPoolExecutor(READERS) as pool:
+            pool = ThreadPoolExecutor(READERS)
+            try:
                 outputs = pool.map(lambda s: self._outputs(s[1], s[2]), stale)
                 for (name, _, _, stamp), values in zip(stale, outputs):
                     fresh[name] = {"lastUpdate": stamp, "outputs": values}
+            finally:  # a failed read is reported at once, not after every queued one has run its process
+                pool.shutdown(wait=True, cancel_futures=True)
         except auto.errors.CommandError as exc:
             raise AutomationError(f"could not read the record from the Pulumi backend {self.backend}: "
                                   f"{first_error(exc)}") from None
