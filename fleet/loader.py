@@ -8,8 +8,10 @@ files, YAML syntax errors, duplicate keys and junk bytes come back as problems.
 
 from __future__ import annotations
 
+import bisect
+import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -32,15 +34,20 @@ class Document:
     line: int
     data: Any
     lines: dict[Path_, int] = field(default_factory=dict)
+    offset: int = 0  # added to `lines`: a document read at another place in another file shares them (ParseMemo)
 
     def line_of(self, path: Iterable[Any]) -> int:
         """The line of the deepest part of `path` that exists in the source."""
         path = tuple(path)
         while path:
             if path in self.lines:
-                return self.lines[path]
+                return self.lines[path] + self.offset
             path = path[:-1]
         return self.line
+
+    def moved(self, source: str, lines: int) -> Document:
+        """The same document read `lines` further down in `source` (its data and line map shared, not copied)."""
+        return replace(self, source=source, line=self.line + lines, offset=self.offset + lines)
 
 
 def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: list, source: str) -> bool:
@@ -165,11 +172,99 @@ def _items(doc: Document) -> list[Document]:
     return out
 
 
-def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tuple[list[Document], list[Problem]]:
+# A line that starts a YAML document and holds nothing else. Without directives (%YAML, %TAG) nothing carries from
+# one document of a stream to the next, so the text between two such lines parses alone as it does in the stream
+# (`learn` still checks that every document read lies between two of them).
+_DOCUMENT_START = re.compile(r"^---[ \t]*(?:#[^\n]*)?(?:\n|\Z)", re.M)
+_DIRECTIVE = re.compile(r"^%", re.M)
+_START = "---\n"  # a document-start line, as put back between stretches parsed together
+
+
+@dataclass
+class ParseMemo:
+    """Documents read before in this process, by the text between two document-start lines: a comparison's base
+    and head share every document but those the change touched, and each is parsed once. Only text that parsed
+    without a problem is kept; what is reused is the same data and line map, placed at its new line."""
+
+    chunks: dict[str, tuple[int, list[Document]]] = field(default_factory=dict)  # text -> (first line, documents)
+
+    @staticmethod
+    def split(text: str) -> list[tuple[int, str]] | None:
+        """(first line, 0-based; text) of each stretch from a document-start line to the next, the start line
+        written as `---`, so that stretches alike but for a comment on that line are one; None when the text has
+        directives. The stretches written one after another read as the text does, line for line."""
+        if _DIRECTIVE.search(text):
+            return None
+        out, begin, line, start = [], 0, 0, ""
+        for marker in _DOCUMENT_START.finditer(text):
+            chunk = start + text[begin:marker.start()]
+            out.append((line, chunk))
+            line += chunk.count("\n")
+            begin, start = marker.end(), _START
+        out.append((line, start + text[begin:]))
+        return out
+
+    def learn(self, chunks: list[tuple[int, str]], spans: list[tuple[int, int, list[Document]]]) -> None:
+        """Keep each stretch whose documents were all read within it (`spans`: first and last line of each
+        document read from the stretches' text, with what it became)."""
+        firsts = [first for first, _ in chunks]
+        found: dict[int, list[Document]] = {i: [] for i in range(len(chunks))}
+        for first, last, documents in spans:
+            i = bisect.bisect_right(firsts, first) - 1
+            j = bisect.bisect_right(firsts, last) - 1
+            if i != j:
+                found.pop(i, None)  # a document across a start line: neither side is kept
+                found.pop(j, None)
+                continue
+            if i in found:
+                found[i] += documents
+        for i, documents in found.items():
+            first, chunk = chunks[i]
+            self.chunks.setdefault(chunk, (first, documents))
+
+
+def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED,
+               memo: ParseMemo | None = None) -> tuple[list[Document], list[Problem]]:
     """Parse multi-document YAML text into documents; never raises. A document whose aliases expand it beyond
-    `max_expanded` bytes is a problem, found before any of it is built."""
+    `max_expanded` bytes is a problem, found before any of it is built. `memo`: documents read before are
+    reused, not parsed again (the answer is the one parsing gives)."""
+    chunks = memo.split(text) if memo is not None else None
+    if memo is None or chunks is None:
+        return _parse(text, source, max_expanded)[:2]
+    known = [memo.chunks.get(chunk) for _, chunk in chunks]
+    if not any(known):
+        documents, problems, spans = _parse(text, source, max_expanded)
+        if not problems:
+            memo.learn(chunks, spans)
+        return documents, problems
+    documents = []
+    i = 0
+    while i < len(chunks):
+        if (found := known[i]) is not None:
+            was, reused = found
+            documents += [d.moved(source, chunks[i][0] - was) for d in reused]
+            i += 1
+            continue
+        j = i
+        while j < len(chunks) and known[j] is None:
+            j += 1
+        run = chunks[i:j]
+        parsed, problems, spans = _parse("".join(chunk for _, chunk in run), source, max_expanded)
+        if problems:  # the whole text, as without a memo: which problems a broken stream reports depends on it
+            return _parse(text, source, max_expanded)[:2]
+        start = run[0][0]
+        documents += [d.moved(source, start) for d in parsed]
+        memo.learn([(first - start, chunk) for first, chunk in run], spans)
+        i = j
+    return documents, []
+
+
+def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], list[Problem], list[tuple]]:
+    """`parse_text`'s documents and problems, and the span of each YAML document: (first line, last line, the
+    documents it became), lines 0-based."""
     problems: list[Problem] = []
     documents: list[Document] = []
+    spans: list[tuple[int, int, list[Document]]] = []
     scalars: dict = {}
     loader = None
     try:
@@ -196,7 +291,10 @@ def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tupl
                 data = loader.construct_document(node)
             else:
                 problems += found
-            documents += _items(Document(source, node.start_mark.line + 1, data, lines))
+            items = _items(Document(source, node.start_mark.line + 1, data, lines))
+            documents += items
+            end = node.end_mark
+            spans.append((node.start_mark.line, end.line - 1 if end.column == 0 and end.line else end.line, items))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -210,7 +308,7 @@ def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED) -> tupl
     finally:
         if loader is not None:
             loader.dispose()
-    return documents, problems
+    return documents, problems, spans
 
 
 def _one_line(exc: BaseException) -> str:
@@ -283,7 +381,7 @@ def read_sources(paths: Iterable[str], stdin: Any = None) -> list[Source]:
     return sources
 
 
-def parse_sources(sources: Iterable[Source]) -> tuple[list[Document], list[Problem]]:
+def parse_sources(sources: Iterable[Source], memo: ParseMemo | None = None) -> tuple[list[Document], list[Problem]]:
     documents: list[Document] = []
     problems: list[Problem] = []
     for source in sources:
@@ -293,12 +391,13 @@ def parse_sources(sources: Iterable[Source]) -> tuple[list[Document], list[Probl
         text, bad = _decode(source.raw, source.name)
         problems += bad
         if text is not None:
-            docs, bad = parse_text(text, source.name)
+            docs, bad = parse_text(text, source.name, memo=memo)
             documents += docs
             problems += bad
     return documents, problems
 
 
-def load_paths(paths: Iterable[str], stdin: Any = None) -> tuple[list[Document], list[Problem]]:
+def load_paths(paths: Iterable[str], stdin: Any = None,
+               memo: ParseMemo | None = None) -> tuple[list[Document], list[Problem]]:
     """Load every document under `paths` ("-" is standard input), in a stable order."""
-    return parse_sources(read_sources(paths, stdin))
+    return parse_sources(read_sources(paths, stdin), memo)

@@ -23,7 +23,7 @@ from fleet import cel
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
-from fleet.loader import Document, Source, load_paths, parse_sources
+from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
 from fleet.topology import nvlink_label, topology_conflicts
@@ -469,7 +469,19 @@ def _read_secret(doc: Document, fleet: Fleet, notes: list[str]) -> list[Problem]
     return []
 
 
-def validate_documents(documents: list[Document], secrets_dir: Path | None = None) -> Loaded:
+@dataclass
+class LoadMemo:
+    """What loading one fleet computed that loading another in the same command reuses: a comparison's base and
+    head (`plan --against`, `review`, `preview --changed-against`) share all but the documents the change touched.
+    A document's validation depends on its data alone; a document that validated with no problem and no note is
+    taken as validated when the same data (the same object, shared by `ParseMemo`) comes again."""
+
+    parsed: ParseMemo = field(default_factory=ParseMemo)
+    validated: dict[int, tuple[Any, Resource]] = field(default_factory=dict)  # id(data) -> (data, its object)
+
+
+def validate_documents(documents: list[Document], secrets_dir: Path | None = None,
+                       memo: LoadMemo | None = None) -> Loaded:
     fleet = Fleet(secrets=SecretStore(directory=secrets_dir))
     problems: list[Problem] = []
     notes: list[str] = []
@@ -477,8 +489,16 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
         if _is_secret(doc.data):
             problems += _read_secret(doc, fleet, notes)
             continue
+        known = memo.validated.get(id(doc.data)) if memo is not None else None
+        obj: Resource | None
+        found: list[Problem]
         try:
-            obj, found, note = validate_document(doc)
+            if known is not None:
+                obj, found, note = known[1], [], None
+            else:
+                obj, found, note = validate_document(doc)
+                if memo is not None and obj is not None and not found and note is None:
+                    memo.validated[id(doc.data)] = (doc.data, obj)  # the data kept alive: its id stays its own
         except Exception as exc:  # a bug of ours must still name the file and object
             obj, note = None, None
             label = _label(doc.data) if isinstance(doc.data, dict) else ""
@@ -508,9 +528,11 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
 
 
 def load_fleet(paths: Iterable[str], stdin: Any = None, secrets_dir: Path | None = None,
-               sources: list[Source] | None = None) -> Loaded:
-    """`sources`: the files under `paths` as already read (fleet.loader.read_sources), so they are not read again."""
-    documents, problems = parse_sources(sources) if sources is not None else load_paths(paths, stdin)
-    loaded = validate_documents(documents, secrets_dir)
+               sources: list[Source] | None = None, memo: LoadMemo | None = None) -> Loaded:
+    """`sources`: the files under `paths` as already read (fleet.loader.read_sources), so they are not read again.
+    `memo`: shared by the loads of one command (see LoadMemo)."""
+    parsed = memo.parsed if memo is not None else None
+    documents, problems = parse_sources(sources, parsed) if sources is not None else load_paths(paths, stdin, parsed)
+    loaded = validate_documents(documents, secrets_dir, memo)
     loaded.problems[:0] = problems
     return loaded

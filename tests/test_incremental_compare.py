@@ -224,7 +224,7 @@ def test_a_base_whose_files_are_unchanged_is_not_parsed_again(tmp_path, monkeypa
     head.write_text(yaml_text(EDITS["one deployment's image"](objects)))
     parsed: list[str] = []
     real = fleet.loader.parse_text
-    monkeypatch.setattr(fleet.loader, "parse_text", lambda text, source, *a: parsed.append(source) or real(text, source, *a))
+    monkeypatch.setattr(fleet.loader, "parse_text", lambda text, source, *a, **k: parsed.append(source) or real(text, source, *a, **k))
 
     def against(*extra: str) -> str:
         parsed.clear()

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from automation.planning.compare import Base
     from fleet.validate import Fleet
 
-from fleet.validate import Loaded, load_fleet
+from fleet.validate import LoadMemo, Loaded, load_fleet
 
 
 EXIT_INVALID = 1
@@ -132,13 +132,18 @@ def record_for_plan(state, backend, fleet_name, executor, operator_settings, fre
     return read_record(open_record(state, backend, fleet_name, executor, operator_settings, strict=False))
 
 
+def load_memo() -> LoadMemo:
+    """One per command: a comparison's base is loaded after its head and shares most of its documents."""
+    return click.get_current_context().meta.setdefault("load_memo", LoadMemo())
+
+
 def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
     """`sources`: the files under `paths` as already read, not read again."""
     from pathlib import Path
 
     secrets_dir = click.get_current_context().meta.get("secrets_dir")
     loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None,
-                        secrets_dir=Path(secrets_dir) if secrets_dir else None, sources=sources)
+                        secrets_dir=Path(secrets_dir) if secrets_dir else None, sources=sources, memo=load_memo())
     for note in loaded.notes:
         click.echo(f"note: {note}", err=True)
     for problem in loaded.problems:
