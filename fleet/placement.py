@@ -29,6 +29,7 @@ from fleet.shapes import EngineShape, MemberShape
 
 EMPTY_PROBE = ""  # the name of the pool an engine's fit on empty nodes is measured on (real pools have names)
 MAX_ASSIGNMENTS = 512  # complete engine->pool assignments compared per replica and cluster
+UNKNOWN: Any = object()  # a cache's "not computed yet" (None is a computed answer)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ class Placer:
         self._engines: dict[tuple, tuple] = {}
         self._replicas: dict[tuple, tuple] = {}
         self._static: dict[tuple, tuple] = {}  # (engines, pool layout, pinned) -> candidate pools, static reasons
-        self._layouts: dict[str, tuple] = {}
+        self._layouts: dict[str, tuple] = {}  # cluster -> its pools' names, kinds and problems
+        self._kinds: dict[str, frozenset[PoolKind]] = {}  # cluster -> its pools' kinds
         self._empty: dict[tuple, tuple[Score, int] | None] = {}  # (engine, pool kind) -> its fit on empty nodes
         self._problems: dict[tuple, str | None] = {}  # (engine, pool but its name, claims elsewhere) -> problem
         self._elsewhere: dict[tuple, tuple[bool, ...]] = {}  # (engine, the cluster's pool kinds) -> per member
@@ -142,10 +144,10 @@ class Placer:
 
     def _assign_on(self, member: MemberShape, kind: PoolKind, vector: tuple[int, ...]):
         key = (member, kind, vector)
-        if key not in self._assign:
-            m = self.match(member, kind)
-            self._assign[key] = assign(member, m.candidates, vector)
-        return self._assign[key]
+        found = self._assign.get(key, UNKNOWN)
+        if found is UNKNOWN:
+            found = self._assign[key] = assign(member, self.match(member, kind).candidates, vector)
+        return found
 
     def place_engine(self, engine: EngineShape, pool: PoolView, state: PoolState):
         """(EnginePlacement, new state nodes) or (None, reason). The given state is not changed."""
@@ -217,18 +219,24 @@ class Placer:
         """(score, nodes it takes) of the engine on empty nodes of this kind, None if no number of nodes fits it.
         The same on every pool of the kind with at least that many nodes: pods go tightest first either way."""
         key = (engine, kind)
-        if key not in self._empty:
+        found = self._empty.get(key, UNKNOWN)
+        if found is UNKNOWN:
             pods = sum(m.pods for m in engine.members) * engine.copies
             empty = PoolState(kind, max(pods, 1))
             placement, nodes = self.place_engine(engine, PoolView("", EMPTY_PROBE, max(pods, 1), kind), empty)
-            self._empty[key] = None if placement is None else (
+            found = self._empty[key] = None if placement is None else (
                 placement.score, sum(n for v, n in nodes.items() if v != kind.full))
-        return self._empty[key]
+        return found
 
     def empty_score(self, engine: EngineShape, pool: PoolView) -> tuple | None:
         """The engine's score key on the pool when empty (what ranks the pool for it), or None if it never fits."""
-        fit = self._empty_fit(engine, pool.kind)
-        return fit[0].key() if fit is not None and fit[1] <= pool.nodes else None
+        fit = self.empty_fit_key(engine, pool.kind)
+        return fit[0] if fit is not None and fit[1] <= pool.nodes else None
+
+    def empty_fit_key(self, engine: EngineShape, kind: PoolKind) -> tuple[tuple, int] | None:
+        """`_empty_fit` with the score as its key: (score key, nodes it takes) on empty nodes of the kind."""
+        fit = self._empty_fit(engine, kind)
+        return (fit[0].key(), fit[1]) if fit is not None else None
 
     def empty_replica_score(self, engines: tuple[EngineShape, ...], cluster: ClusterView) -> tuple | None:
         """A lower bound of the replica's score key on the cluster as it is, or None if it never fits there. A
@@ -387,9 +395,16 @@ class Placer:
             candidates[engine.name] = ok
         return candidates, tuple(reasons)
 
+    def cluster_kinds(self, cluster: ClusterView) -> frozenset[PoolKind]:
+        """The kinds of the cluster's pools (one object per cluster: a cluster's pools do not change in a plan)."""
+        kinds = self._kinds.get(cluster.name)
+        if kinds is None:
+            kinds = self._kinds[cluster.name] = frozenset(p.kind for p in cluster.pools)
+        return kinds
+
     def claims_elsewhere(self, engine: EngineShape, cluster: ClusterView) -> tuple[bool, ...]:
         """Per member, whether it claims a DRA device on some pool of the cluster (any pool, any order)."""
-        kinds = frozenset(p.kind for p in cluster.pools)
+        kinds = self.cluster_kinds(cluster)
         elsewhere = self._elsewhere.get((engine, kinds))
         if elsewhere is None:
             elsewhere = self._elsewhere[engine, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
@@ -399,9 +414,10 @@ class Placer:
     def pool_problem(self, engine: EngineShape, pool: PoolView, elsewhere: tuple[bool, ...]) -> str | None:
         """`static_problem`, cached on what it reads (the pool but its name and cluster)."""
         key = (engine, pool.kind, pool.problem, pool.class_name, elsewhere)
-        if key not in self._problems:
-            self._problems[key] = self.static_problem(engine, pool, elsewhere)
-        return self._problems[key]
+        found = self._problems.get(key, UNKNOWN)  # one lookup: the shapes' hash is a Python call
+        if found is UNKNOWN:
+            found = self._problems[key] = self.static_problem(engine, pool, elsewhere)
+        return found
 
     def _fits_alone(self, engine, cluster, states, candidates) -> bool:
         pools = {p.name: p for p in cluster.pools}

@@ -36,7 +36,7 @@ from fleet.inventory import ClusterView, build_clusters
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
 from fleet.ledger import PoolState
-from fleet.placement import MAX_ASSIGNMENTS, Placer, ReplicaPlacement, one_engine_replica
+from fleet.placement import MAX_ASSIGNMENTS, UNKNOWN, Placer, ReplicaPlacement, one_engine_replica
 from fleet.plan import Dropped, PlacedReplica, Plan, Unscheduled
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
@@ -161,18 +161,24 @@ class _Ranking:
         heap: list[tuple] = []
         if per_pool:
             engine = d.engines[0]
-            # bounds of alike pools, by what they are: the objects live through this loop, so ids are safe keys
-            # here, and hashing the shapes for each of thousands of pools was most of the ranking's cost
-            bounds: dict[tuple, tuple | None] = {}
+            # fits of alike pools, by what they are (a pool of the kind fits when it has the nodes the fit takes):
+            # the objects live through this loop, so ids are safe keys here, and hashing the shapes for each of
+            # thousands of pools was most of the ranking's cost
+            fits: dict[tuple, tuple | None] = {}
+            elsewhere_by_kinds: dict[int, tuple[bool, ...]] = {}
             for c in clusters:
-                elsewhere = placer.claims_elsewhere(engine, c)
+                kinds = placer.cluster_kinds(c)
+                elsewhere = elsewhere_by_kinds.get(id(kinds))
+                if elsewhere is None:
+                    elsewhere = elsewhere_by_kinds[id(kinds)] = placer.claims_elsewhere(engine, c)
                 for pool in c.pools:
-                    alike = (id(pool.kind), pool.problem, pool.class_name, pool.nodes, elsewhere)
-                    if alike not in bounds:
-                        problem = placer.pool_problem(engine, pool, elsewhere)
-                        bounds[alike] = None if problem else placer.empty_score(engine, pool)
-                    if (bound := bounds[alike]) is not None:
-                        heap.append((bound, c.name, pool.name, c))
+                    alike = (id(pool.kind), pool.problem, pool.class_name, id(elsewhere))
+                    fit = fits.get(alike, UNKNOWN)
+                    if fit is UNKNOWN:
+                        fit = fits[alike] = None if placer.pool_problem(engine, pool, elsewhere) else \
+                            placer.empty_fit_key(engine, pool.kind)
+                    if fit is not None and fit[1] <= pool.nodes:
+                        heap.append((fit[0], c.name, pool.name, c))
         else:
             for c in clusters:
                 bound = placer.empty_replica_score(d.engines, c)
@@ -304,6 +310,7 @@ class Scheduler:
         self.pool_views = {(c.name, p.name): p for c in self.clusters for p in c.pools}
         self._shape_ids: dict[tuple, tuple[int, tuple]] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
+        self._unselected_by: dict[tuple, dict[str, str]] = {}  # selector -> cluster -> why it is not selected
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
         built: dict[str, _Deployment] = {}
@@ -561,10 +568,21 @@ class Scheduler:
             ranking = rankings[key] = _Ranking(self, d, candidates, per_pool)
         return ranking
 
+    def _unselected(self, selector: dict[str, str]) -> dict[str, str]:
+        """Why each cluster the selector does not select is not, by cluster name (deployments of a team that does
+        not fit share their selector: each is told why for every cluster)."""
+        key = tuple(sorted(selector.items()))
+        found = self._unselected_by.get(key)
+        if found is None:
+            found = self._unselected_by[key] = {c.name: why for c in self.clusters
+                                                if not _selected(c, selector) and (why := _not_selected(c, selector))}
+        return found
+
     def _reasons(self, d: _Deployment) -> list[str]:
         found: list[tuple[str, str, str]] = []  # (cluster or cluster/pool, why, detail)
+        unselected = self._unselected(d.selector)
         for c in self.clusters:
-            if (why := _not_selected(c, d.selector)) is not None:
+            if (why := unselected.get(c.name)) is not None:
                 found.append((c.name, f"not selected ({why})", ""))
             elif not c.ready:
                 found.append((c.name, f"not ready ({c.not_ready})", ""))
