@@ -175,8 +175,9 @@ def _items(doc: Document) -> list[Document]:
 # A line that starts a YAML document and holds nothing else. Without directives (%YAML, %TAG) nothing carries from
 # one document of a stream to the next, so the text between two such lines parses alone as it does in the stream
 # (`learn` still checks that every document read lies between two of them).
-_DOCUMENT_START = re.compile(r"^---[ \t]*(?:#[^\n]*)?(?:\n|\Z)", re.M)
-_DIRECTIVE = re.compile(r"^%", re.M)
+_DOCUMENT_START = re.compile(r"^---[ \t]*(?:#[^\n]*)?\r?(?:\n|\Z)", re.M)
+# directives, and line breaks other than \n and \r\n (YAML counts NEL, LS, PS and a lone CR as lines too)
+_NOT_SPLIT = re.compile(r"^%|\r(?!\n)|[\x85\u2028\u2029]", re.M)
 _START = "---\n"  # a document-start line, as put back between stretches parsed together
 
 
@@ -192,8 +193,9 @@ class ParseMemo:
     def split(text: str) -> list[tuple[int, str]] | None:
         """(first line, 0-based; text) of each stretch from a document-start line to the next, the start line
         written as `---`, so that stretches alike but for a comment on that line are one; None when the text has
-        directives. The stretches written one after another read as the text does, line for line."""
-        if _DIRECTIVE.search(text):
+        directives or unusual line breaks. The stretches written one after another read as the text does, line for
+        line."""
+        if _NOT_SPLIT.search(text):
             return None
         out, begin, line, start = [], 0, 0, ""
         for marker in _DOCUMENT_START.finditer(text):

@@ -20,12 +20,13 @@ def seen(documents, problems) -> tuple[list, list]:
     return out, [str(p) for p in problems]
 
 
-SEPARATORS = ["---\n", "--- # next\n", "\n---\n", "# a comment\n---\n", "---   \n"]
+SEPARATORS = ["---\n", "--- # next\n", "\n---\n", "# a comment\n---\n", "---   \n", "---\r\n", "\r---\n"]
 pieces = st.one_of(
     data.map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
     data.map(lambda d: yaml.safe_dump(d, default_flow_style=True, allow_unicode=True)),
     st.sampled_from(list(UNUSUAL.values()) + ["a: |\n  x\n  ---\n  y\n", "- [1, 2\n", "a: 'x\n---\ny'\n", "",
-                                               "# only a comment\n", "--- |\nx\n---\ny\n"]),
+                                               "# only a comment\n", "--- |\nx\n---\ny\n", "a: 'x\x85y'\n",
+                                               "a: 1\r\nb: [2,\r\n  3]\r\n", "a: 'x\u2028y'\n"]),
 )
 
 
