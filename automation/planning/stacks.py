@@ -242,9 +242,9 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         if host and "control-plane" in targets:
             deps.append(str(StackId.platform(host)))
         id = StackId.parse(name)
-        digest = endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints" else \
-            fingerprint(payload.fingerprinted())
-        stacks[name] = StackSpec(id, known.get(name) or digest, deps, sorted(targets), payload)
+        digest = known.get(name) or (endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints"
+                                     else fingerprint(payload.fingerprinted()))
+        stacks[name] = StackSpec(id, digest, deps, sorted(targets), payload)
     _link(fleet, plan, stacks, host)
     return stacks
 
