@@ -160,31 +160,16 @@ class _Ranking:
             return
         heap: list[tuple] = []
         if per_pool:
-            engine = d.engines[0]
-            # fits of alike pools, by what they are (a pool of the kind fits when it has the nodes the fit takes):
-            # the objects live through this loop, so ids are safe keys here, and hashing the shapes for each of
-            # thousands of pools was most of the ranking's cost
-            fits: dict[tuple, tuple | None] = {}
-            elsewhere_by_kinds: dict[int, tuple[bool, ...]] = {}
-            for c in clusters:
-                kinds = placer.cluster_kinds(c)
-                elsewhere = elsewhere_by_kinds.get(id(kinds))
-                if elsewhere is None:
-                    elsewhere = elsewhere_by_kinds[id(kinds)] = placer.claims_elsewhere(engine, c)
-                for pool in c.pools:
-                    alike = (id(pool.kind), pool.problem, pool.class_name, id(elsewhere))
-                    fit = fits.get(alike, UNKNOWN)
-                    if fit is UNKNOWN:
-                        fit = fits[alike] = None if placer.pool_problem(engine, pool, elsewhere) else \
-                            placer.empty_fit_key(engine, pool.kind)
-                    if fit is not None and fit[1] <= pool.nodes:
-                        heap.append((fit[0], c.name, pool.name, c))
+            # the fleet's pools the engine fits, tightest first, cut to the candidates (a sorted list is a heap)
+            entries = scheduler.pool_entries(d)
+            wanted = {c.name for c in clusters}
+            heap = [e for e in entries if e[1] in wanted] if len(wanted) < len(scheduler.clusters) else list(entries)
         else:
             for c in clusters:
                 bound = placer.empty_replica_score(d.engines, c)
                 if bound is not None:
                     heap.append((bound, c.name, "", c))
-        heap.sort()  # a sorted list is a heap
+            heap.sort()  # a sorted list is a heap
         placer.rankings[key] = tuple(heap)
         self.heap = heap
 
@@ -311,6 +296,8 @@ class Scheduler:
         self._shape_ids: dict[tuple, tuple[int, tuple]] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         self._unselected_by: dict[tuple, dict[str, str]] = {}  # selector -> cluster -> why it is not selected
+        self._reasons_by: dict[tuple, list[str]] = {}  # see _reasons; keyed by interned ledger states
+        self._pool_entries: dict[int, list[tuple]] = {}  # shape of one engine -> see pool_entries (one fill)
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
         built: dict[str, _Deployment] = {}
@@ -374,6 +361,7 @@ class Scheduler:
         """The memo lets go of the ledger states it has seen; this scheduler's clusters are interned again."""
         assert self.memo is not None
         self.memo.forget_states()
+        self._reasons_by.clear()  # its keys hold state ids, which are numbered afresh
         self.state_id = {name: self._intern_state(name) for name in self.states}
 
     def _intern_state(self, cluster: str) -> int:
@@ -568,6 +556,36 @@ class Scheduler:
             ranking = rankings[key] = _Ranking(self, d, candidates, per_pool)
         return ranking
 
+    def pool_entries(self, d: _Deployment) -> list[tuple]:
+        """(score bound, cluster, pool, cluster view) of every pool of the fleet that a shape of one engine fits
+        when empty, tightest first: computed once per shape, then cut to each candidate set (teams' selectors
+        make many sets of one shape). Fits of alike pools are computed once, by what the pools are: a pool of a
+        kind fits when it has the nodes the kind's fit takes. The objects live through this loop, so ids are safe
+        keys here, and hashing the shapes for each of thousands of pools was most of a ranking's cost."""
+        found = self._pool_entries.get(d.shape_id)
+        if found is not None:
+            return found
+        placer, engine = self.placer, d.engines[0]
+        fits: dict[tuple, tuple | None] = {}
+        elsewhere_by_kinds: dict[int, tuple[bool, ...]] = {}
+        entries = []
+        for c in self.clusters:
+            kinds = placer.cluster_kinds(c)
+            elsewhere = elsewhere_by_kinds.get(id(kinds))
+            if elsewhere is None:
+                elsewhere = elsewhere_by_kinds[id(kinds)] = placer.claims_elsewhere(engine, c)
+            for pool in c.pools:
+                alike = (id(pool.kind), pool.problem, pool.class_name, id(elsewhere))
+                fit = fits.get(alike, UNKNOWN)
+                if fit is UNKNOWN:
+                    fit = fits[alike] = None if placer.pool_problem(engine, pool, elsewhere) else \
+                        placer.empty_fit_key(engine, pool.kind)
+                if fit is not None and fit[1] <= pool.nodes:
+                    entries.append((fit[0], c.name, pool.name, c))
+        entries.sort()
+        self._pool_entries[d.shape_id] = entries
+        return entries
+
     def _unselected(self, selector: dict[str, str]) -> dict[str, str]:
         """Why each cluster the selector does not select is not, by cluster name (deployments of a team that does
         not fit share their selector: each is told why for every cluster)."""
@@ -579,6 +597,17 @@ class Scheduler:
         return found
 
     def _reasons(self, d: _Deployment) -> list[str]:
+        """Why the deployment has no place on each cluster, summarised. The same for deployments of one shape, one
+        candidate set and one cache while the candidates' ledgers stay as they were: the deployments of a team
+        whose region is full are told once (at 10,000 x 2,000, this was a quarter of the plan)."""
+        candidates = self._candidates(d)
+        key = (d.shape_id, id(candidates), d.cache, tuple(self.state_id[c.name] for c in candidates))
+        found = self._reasons_by.get(key)
+        if found is None:
+            found = self._reasons_by[key] = self._reasons_now(d)
+        return list(found)
+
+    def _reasons_now(self, d: _Deployment) -> list[str]:
         found: list[tuple[str, str, str]] = []  # (cluster or cluster/pool, why, detail)
         unselected = self._unselected(d.selector)
         for c in self.clusters:
@@ -664,6 +693,7 @@ class Scheduler:
                 if need[d.key] > 0:
                     still.append(d)
             active = still
+        self._pool_entries.clear()  # the rankings hold what they took of them
         if self.memo:  # the next plan keeps the starting entries this one used, and lets go of the others
             self.placer.rankings = {r.key: self.placer.rankings[r.key] for r in rankings.values()}
 
