@@ -175,9 +175,21 @@ def _items(doc: Document) -> list[Document]:
 # A line that starts a YAML document and holds nothing else. Without directives (%YAML, %TAG) nothing carries from
 # one document of a stream to the next, so the text between two such lines parses alone as it does in the stream
 # (`learn` still checks that every document read lies between two of them).
-_DOCUMENT_START = re.compile(r"^---[ \t]*(?:#[^\n]*)?\r?(?:\n|\Z)", re.M)
-# directives, and line breaks other than \n and \r\n (YAML counts NEL, LS, PS and a lone CR as lines too)
-_NOT_SPLIT = re.compile(r"^%|\r(?!\n)|[\x85\u2028\u2029]", re.M)
+_DOCUMENT_START = re.compile(r"---[ \t]*(?:#[^\n]*)?\r?(?:\n|\Z)")  # matched at the start of a line
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def _line_start(text: str, after: int) -> int:
+    """Where the next line that begins with `---` begins, after `after`; -1 if none does."""
+    found = text.find("\n---", after)
+    return found + 1 if found >= 0 else -1
+
+
+def _not_split(text: str) -> bool:
+    """Directives, or line breaks other than \\n and \\r\\n (YAML counts NEL, LS, PS and a lone CR as lines too).
+    Plain substring tests: a regex with these alternatives took 25 ms on a 1.6 MB fleet."""
+    return (text.startswith("%") or "\n%" in text or "\x85" in text or "\u2028" in text or "\u2029" in text
+            or ("\r" in text and _LONE_CR.search(text) is not None))
 _START = "---\n"  # a document-start line, as put back between stretches parsed together
 
 
@@ -195,14 +207,18 @@ class ParseMemo:
         written as `---`, so that stretches alike but for a comment on that line are one; None when the text has
         directives or unusual line breaks. The stretches written one after another read as the text does, line for
         line."""
-        if _NOT_SPLIT.search(text):
+        if _not_split(text):
             return None
         out, begin, line, start = [], 0, 0, ""
-        for marker in _DOCUMENT_START.finditer(text):
-            chunk = start + text[begin:marker.start()]
-            out.append((line, chunk))
-            line += chunk.count("\n")
-            begin, start = marker.end(), _START
+        at = 0 if text.startswith("---") else _line_start(text, 0)
+        while at >= 0:
+            marker = _DOCUMENT_START.match(text, at)
+            if marker is not None:
+                chunk = start + text[begin:at]
+                out.append((line, chunk))
+                line += chunk.count("\n")
+                begin, start = marker.end(), _START
+            at = _line_start(text, at)
         out.append((line, start + text[begin:]))
         return out
 

@@ -26,7 +26,8 @@ pieces = st.one_of(
     data.map(lambda d: yaml.safe_dump(d, default_flow_style=True, allow_unicode=True)),
     st.sampled_from(list(UNUSUAL.values()) + ["a: |\n  x\n  ---\n  y\n", "- [1, 2\n", "a: 'x\n---\ny'\n", "",
                                                "# only a comment\n", "--- |\nx\n---\ny\n", "a: 'x\x85y'\n",
-                                               "a: 1\r\nb: [2,\r\n  3]\r\n", "a: 'x\u2028y'\n"]),
+                                               "a: 1\r\nb: [2,\r\n  3]\r\n", "a: 'x\u2028y'\n",
+                                               "----\nx: 1\n", "a: 1", "---", "%YAML 1.1\n---\na: 1\n"]),
 )
 
 

@@ -132,8 +132,9 @@ def record_for_plan(state, backend, fleet_name, executor, operator_settings, fre
     return read_record(open_record(state, backend, fleet_name, executor, operator_settings, strict=False))
 
 
-def load_memo() -> LoadMemo:
-    """One per command: a comparison's base is loaded after its head and shares most of its documents."""
+def comparing() -> LoadMemo:
+    """Called before its first load by a command that loads a base after its head: the two loads then share what
+    the files have in common (fleet.validate.LoadMemo). Other commands load once and keep nothing."""
     return click.get_current_context().meta.setdefault("load_memo", LoadMemo())
 
 
@@ -143,7 +144,8 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
 
     secrets_dir = click.get_current_context().meta.get("secrets_dir")
     loaded = load_fleet(paths, stdin=sys.stdin if "-" in paths else None,
-                        secrets_dir=Path(secrets_dir) if secrets_dir else None, sources=sources, memo=load_memo())
+                        secrets_dir=Path(secrets_dir) if secrets_dir else None, sources=sources,
+                        memo=click.get_current_context().meta.get("load_memo"))
     for note in loaded.notes:
         click.echo(f"note: {note}", err=True)
     for problem in loaded.problems:

@@ -15,6 +15,7 @@ from automation.cli.base import (
     EXIT_INVALID,
     EXIT_UNSCHEDULED,
     cli,
+    comparing,
     load,
     paths_option,
     record_for_plan,
@@ -46,6 +47,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
     Plans with the record of what is applied (the backend's, or the operator's), so the plan shows what `up` will do."""
+    if against:
+        comparing()
     loaded = load(paths)
     applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
     recorded = applied.placements()

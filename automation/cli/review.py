@@ -13,14 +13,14 @@ from pathlib import Path
 
 import click
 
-from automation.cli.base import EXIT_INVALID, cli, gateway_host, load_memo, paths_option, summarised_base
+from automation.cli.base import EXIT_INVALID, cli, gateway_host, comparing, paths_option, summarised_base
 
 
 def _errors(paths: tuple[str, ...]):
     from fleet.validate import load_fleet
 
     secrets_dir = click.get_current_context().meta.get("secrets_dir")
-    loaded = load_fleet(paths, secrets_dir=Path(secrets_dir) if secrets_dir else None, memo=load_memo())
+    loaded = load_fleet(paths, secrets_dir=Path(secrets_dir) if secrets_dir else None, memo=comparing())
     if not loaded.errors and not loaded.fleet.objects:
         return loaded, [f"no modelplane.ai objects found in {', '.join(paths)}"]
     return loaded, [str(p) for p in loaded.errors]  # in file and line order already (fleet.validate)

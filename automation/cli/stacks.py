@@ -15,6 +15,7 @@ from automation.cli.base import (
     EXIT_INVALID,
     FLEET,
     cli,
+    comparing,
     executor_options,
     gateway_host,
     load,
@@ -100,6 +101,8 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     from automation.planning.deployability import check_fleet
     from automation.planning.offline_preview import all_stacks
 
+    if changed_against:
+        comparing()
     loaded = load(run.paths)
     host = gateway_host(loaded.fleet, run.control_plane)
     # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
