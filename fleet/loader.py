@@ -175,7 +175,9 @@ def _items(doc: Document) -> list[Document]:
 # A line that starts a YAML document and holds nothing else. Without directives (%YAML, %TAG) nothing carries from
 # one document of a stream to the next, so the text between two such lines parses alone as it does in the stream
 # (`learn` still checks that every document read lies between two of them).
-_DOCUMENT_START = re.compile(r"---[ \t]*(?:#[^\n]*)?\r?(?:\n|\Z)")  # matched at the start of a line
+# matched at the start of a line: `---`, then the line's end or whitespace (a `#` starts a comment only after
+# whitespace: `---#x` is text)
+_DOCUMENT_START = re.compile(r"---(?:[ \t]+(?:#[^\n]*)?)?\r?(?:\n|\Z)")
 _LONE_CR = re.compile(r"\r(?!\n)")
 
 
@@ -230,9 +232,9 @@ class ParseMemo:
         for first, last, documents in spans:
             i = bisect.bisect_right(firsts, first) - 1
             j = bisect.bisect_right(firsts, last) - 1
-            if i != j:
-                found.pop(i, None)  # a document across a start line: neither side is kept
-                found.pop(j, None)
+            if i != j:  # across start lines, or an empty document: none of the stretches it may be in is kept
+                for k in range(min(i, j), max(i, j) + 1):
+                    found.pop(k, None)
                 continue
             if i in found:
                 found[i] += documents
@@ -311,8 +313,12 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
                 problems += found
             items = _items(Document(source, node.start_mark.line + 1, data, lines))
             documents += items
-            end = node.end_mark
-            spans.append((node.start_mark.line, end.line - 1 if end.column == 0 and end.line else end.line, items))
+            start, end = node.start_mark, node.end_mark
+            # an empty document's node has no length: it sits where the next token starts, maybe in the stretch
+            # after its own, so it is given no lines at all (`learn` keeps neither stretch)
+            last = start.line - 1 if end.index == start.index else \
+                end.line - 1 if end.column == 0 and end.line else end.line
+            spans.append((start.line, last, items))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1

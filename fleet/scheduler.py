@@ -220,6 +220,7 @@ class _Ranking:
 
 
 PLATFORM_KINDS = ("InferenceClass", "InferenceCluster", "ModelCache")  # what placement reads besides deployments
+REASONS_KEPT = 256  # answers of `Scheduler._reasons` kept (a plan of 10,000 x 2,000 computes about 60)
 MEMO_STATES_PER_CLUSTER = 40  # distinct cluster ledger states a memo keeps, per cluster, before it lets go of them
 MIN_MEMO_STATES = 20_000  # (and never fewer): one plan of 2,000 x 500 interns 5,000 to 10,000
 
@@ -604,6 +605,8 @@ class Scheduler:
         key = (d.shape_id, id(candidates), d.cache, tuple(self.state_id[c.name] for c in candidates))
         found = self._reasons_by.get(key)
         if found is None:
+            if len(self._reasons_by) >= REASONS_KEPT:  # a ledger that lives for months (the portal's) keeps few
+                self._reasons_by.clear()
             found = self._reasons_by[key] = self._reasons_now(d)
         return list(found)
 

@@ -20,7 +20,8 @@ def seen(documents, problems) -> tuple[list, list]:
     return out, [str(p) for p in problems]
 
 
-SEPARATORS = ["---\n", "--- # next\n", "\n---\n", "# a comment\n---\n", "---   \n", "---\r\n", "\r---\n"]
+SEPARATORS = ["---\n", "--- # next\n", "\n---\n", "# a comment\n---\n", "---   \n", "---\r\n", "\r---\n", "---#c\n",
+              "---\t\n"]
 pieces = st.one_of(
     data.map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
     data.map(lambda d: yaml.safe_dump(d, default_flow_style=True, allow_unicode=True)),
@@ -58,6 +59,20 @@ def test_the_base_shares_the_heads_documents_and_reports_its_own_problems():
     assert [(d.source, d.line, d.line_of(("c", "d"))) for d in base_docs[:1]] == [("base.yaml", 4, 4)]
     broken = "a: 1\n---\nb: [1,\n---\nc: {d: 3}\n"
     assert seen(*parse_text(broken, "base.yaml", memo=memo)) == seen(*parse_text(broken, "base.yaml"))
+
+
+def test_text_that_only_looks_like_a_start_line_is_not_split():
+    """`---#x` is text, not a start line; and a document across several start lines keeps none of them (both
+    found by review: a base with a broken separator loaded as valid, and a stretch inside one document was kept
+    as holding no document)."""
+    memo = ParseMemo()
+    parse_text("---\na: 1\n---\nb: 2\n", "head.yaml", memo=memo)
+    broken = "---\na: 1\n---#oops\nb: 2\n"
+    assert seen(*parse_text(broken, "base.yaml", memo=memo)) == seen(*parse_text(broken, "base.yaml"))
+    assert parse_text(broken, "base.yaml", memo=memo)[1]  # the syntax error is reported
+    memo = ParseMemo()
+    parse_text("foo\n---#a\nbar\n---#b\nbaz\n", "head.yaml", memo=memo)  # one plain scalar
+    assert seen(*parse_text("---\nbar\n", "base.yaml", memo=memo)) == seen(*parse_text("---\nbar\n", "base.yaml"))
 
 
 def test_a_shared_document_is_validated_once_and_its_problems_stay_the_bases(tmp_path):
