@@ -48,11 +48,16 @@ class ReplicaContext:
     @property
     def labels(self) -> dict[str, str]:
         """Managed labels on every object of the replica: users and tools select on these."""
-        return {"modelplane.ai/deployment": self.md.name, "modelplane.ai/cluster": self.cluster,
-                "modelplane.ai/replica-index": str(self.index), "modelplane.ai/replica": self.name}
+        return replica_labels(self.md.name, self.cluster, self.index, self.name)
 
     def engine(self, phase: str) -> EngineContext:
         return next(e for e in self.engines if e.spec.phase == phase)
+
+
+def replica_labels(deployment: str, cluster: str, index: int, replica: str) -> dict[str, str]:
+    """`ReplicaContext.labels`, for a replica whose objects are not composed (render reuses its stack's)."""
+    return {"modelplane.ai/deployment": deployment, "modelplane.ai/cluster": cluster,
+            "modelplane.ai/replica-index": str(index), "modelplane.ai/replica": replica}
 
 
 def cache_pvc_name(namespace: str, cache: str) -> str:

@@ -30,7 +30,7 @@ from workloads import autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, 
 from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
-from workloads.context import ReplicaContext, replica_context
+from workloads.context import ReplicaContext, replica_context, replica_labels
 from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, backend_objects, route_objects, select,
                                        service_address)
 
@@ -165,9 +165,12 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
         md = deployments[(placed.namespace, placed.deployment)]
-        ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
         stack = model_stack(md.namespace, md.name)
-        out.add(stack, placed.cluster, [] if stack in reuse else compose_replica(ctx))
+        if stack in reuse:  # its objects are known: only its endpoint and its team's devices are needed
+            out.add(stack, placed.cluster, [])
+        else:
+            ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
+            out.add(stack, placed.cluster, compose_replica(ctx))
         used.setdefault((md.namespace, placed.cluster), Counter()).update(replica_devices(placed))
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
@@ -176,7 +179,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         address = known or placeholder_address(cluster.name)
         placeholder = None if known else f"gateway address of {cluster.name}, known once its platform stack applies"
         labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
-                  **ctx.labels}
+                  **replica_labels(md.name, placed.cluster, placed.index, placed.name)}
         endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{routing.replica_path(md.namespace, placed.name)}v1",
                                   routing.replica_path(md.namespace, placed.name), labels, placeholder, composed=True,
                                   cluster=cluster.name))
