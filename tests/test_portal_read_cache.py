@@ -115,3 +115,43 @@ def test_readers_who_ask_at_once_share_one_composition(portal):
     assert [o["metadata"]["name"] for o in json.loads(answers[0].body)["items"]] == ["a"]
     asyncio.run(many())  # nothing changed: kept, not composed again
     assert len(composed) == 1
+
+
+def test_a_large_list_is_sent_gzipped_to_a_client_that_accepts_it(portal, monkeypatch):
+    """As the Kubernetes API server does for answers over 128 KiB: the kept list is gzipped once per revision and
+    sent so to clients that accept gzip (kubectl, client-go); it reads back as the plain answer."""
+    import gzip
+
+    from automation.portal import read_cache
+
+    with portal.client(TEAM_A) as team:
+        put(team, "a")
+        put(team, "b")
+        small = team.get(LIST, headers={"Accept-Encoding": "gzip"})
+        assert "content-encoding" not in small.headers  # under the size: as it is
+        monkeypatch.setattr(read_cache, "COMPRESS_FROM", 1)
+        put(team, "c")  # a new revision: composed again, now gzipped too
+        with team.stream("GET", LIST, headers={"Accept-Encoding": "gzip"}) as answer:
+            raw = b"".join(answer.iter_raw())
+            assert answer.headers["content-encoding"] == "gzip"
+            assert answer.headers["vary"] == "Accept-Encoding"
+        plain = team.get(LIST, headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in plain.headers
+        assert gzip.decompress(raw) == plain.content
+        assert [o["metadata"]["name"] for o in plain.json()["items"]] == ["a", "b", "c"]
+        refused = team.get(LIST, headers={"Accept-Encoding": "gzip;q=0, identity"})
+        assert "content-encoding" not in refused.headers and refused.content == plain.content
+        paged = team.get(LIST, params={"limit": "2"}, headers={"Accept-Encoding": "gzip"})
+        assert "content-encoding" not in paged.headers  # composed from the items, not the kept bytes
+        assert [o["metadata"]["name"] for o in paged.json()["items"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("header, accepted", [
+    ("gzip", True), ("gzip, deflate", True), ("deflate, GZIP;q=0.5", True), ("*", True), ("br;q=1, *;q=0.1", True),
+    ("", False), ("identity", False), ("gzip;q=0", False), ("gzip;q=0.0", False), ("x-gzip", False),
+    ("gzip;q=nonsense", False), ("deflate, br", False),
+])
+def test_accept_encoding_is_read_as_http_says(header, accepted):
+    from automation.portal.listing import accepts_gzip
+
+    assert accepts_gzip(header) is accepted

@@ -85,12 +85,16 @@ def list_document(kind: str, items: list[dict] | tuple[dict, ...], version: str)
 
 
 def answer_list(request: Request, query: ListQuery, kind: str, items: list[dict] | tuple[dict, ...],
-                version: str, body: bytes | None = None) -> Response:
+                version: str, body: bytes | None = None, gzipped: bytes | None = None) -> Response:
     """One page of the selected items, as a `<Kind>List` or a Table. `body`: the plain list already encoded (the
-    read cache's), served as it is when the query asks for the plain list."""
+    read cache's), served as it is when the query asks for the plain list; `gzipped`, the same gzipped, to a
+    client that accepts gzip (kubectl and client-go do)."""
     as_table = tables.table_version(request.headers.get("accept", ""))
     if body is not None and not as_table and plain(query):
-        return Response(body, media_type="application/json")
+        if gzipped is not None and accepts_gzip(request.headers.get("accept-encoding", "")):
+            return Response(gzipped, media_type="application/json",
+                            headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        return Response(body, media_type="application/json", headers={"Vary": "Accept-Encoding"} if gzipped else None)
     version = query.version or version
     chosen = sorted((o for o in items if query.matches(o)), key=key)
     if query.after is not None:
@@ -106,6 +110,19 @@ def answer_list(request: Request, query: ListQuery, kind: str, items: list[dict]
         include = tables.include_object(request.query_params.get("includeObject"))
         return JSONResponse(tables.table(kind, chosen, as_table, include, metadata))
     return JSONResponse({"apiVersion": API_VERSION, "kind": f"{kind}List", "metadata": metadata, "items": chosen})
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding header accepts gzip (`gzip`, `*`, or either with a q-value above 0)."""
+    for part in header.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower()
+            try:
+                return not q.startswith("q=") or float(q[2:]) > 0
+            except ValueError:
+                return False
+    return False
 
 
 def answer_object(request: Request, obj: dict) -> JSONResponse:

@@ -14,6 +14,7 @@ process keeps its own.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from dataclasses import dataclass
@@ -22,11 +23,15 @@ import orjson
 MAX_LISTS = 256  # (kind, namespace) lists kept for the current revision
 
 
+COMPRESS_FROM = 128 * 1024  # bytes: as the Kubernetes API server, a larger answer is sent gzipped when asked
+
+
 @dataclass(frozen=True)
 class CachedList:
     items: tuple[dict, ...]  # every object of the list with its status, in (namespace, name) order; never mutated
     version: str  # the store's resourceVersion the list was read at
     body: bytes  # the plain answer, `<Kind>List`, as JSON
+    gzipped: bytes | None = None  # the same, gzipped once when it is large (clients that accept gzip get it)
 
 
 def encode(document: dict) -> bytes:
@@ -52,7 +57,9 @@ class ReadCache:
     def keep(self, marker: int, kind: str, namespace: str | None, items: list[dict], version: str,
              document: dict) -> CachedList:
         """Keep a list composed in a read that began after `marker` was read; `document` is its plain answer."""
-        made = CachedList(tuple(items), version, encode(document))
+        body = encode(document)
+        made = CachedList(tuple(items), version, body,
+                          gzip.compress(body, compresslevel=1, mtime=0) if len(body) >= COMPRESS_FROM else None)
         with self._lock:
             if marker < self._marker:
                 return made  # an older marker than one already kept: served, not kept

@@ -40,7 +40,7 @@ async def list_namespaced(namespace: str, plural: str, request: Request, who: Wh
     if watch.watching(request):
         return watch.respond(portal, who, kind, namespace, request, query.matches)
     listed = await portal.listed(kind, namespace)
-    return answer_list(request, query, kind, listed.items, listed.version, listed.body)
+    return answer_list(request, query, kind, listed.items, listed.version, listed.body, listed.gzipped)
 
 
 @router.get("/namespaces/{namespace}/{plural}/{name}")
@@ -75,7 +75,7 @@ async def list_cluster(plural: str, request: Request, who: Who, portal: Objects)
     if served.namespaced and not who.admin:  # another caller's namespaces are not in its answer
         items = [o for o in listed.items if who.can_see(o["metadata"].get("namespace") or "")]
         return answer_list(request, query, kind, items, listed.version)
-    return answer_list(request, query, kind, listed.items, listed.version, listed.body)
+    return answer_list(request, query, kind, listed.items, listed.version, listed.body, listed.gzipped)
 
 
 @router.get("/{plural}/{name}")
