@@ -228,13 +228,9 @@ class Placer:
                 placement.score, sum(n for v, n in nodes.items() if v != kind.full))
         return found
 
-    def empty_score(self, engine: EngineShape, pool: PoolView) -> tuple | None:
-        """The engine's score key on the pool when empty (what ranks the pool for it), or None if it never fits."""
-        fit = self.empty_fit_key(engine, pool.kind)
-        return fit[0] if fit is not None and fit[1] <= pool.nodes else None
-
     def empty_fit_key(self, engine: EngineShape, kind: PoolKind) -> tuple[tuple, int] | None:
-        """`_empty_fit` with the score as its key: (score key, nodes it takes) on empty nodes of the kind."""
+        """`_empty_fit` with the score as its key: (score key, nodes it takes) on empty nodes of the kind, what
+        ranks a pool of the kind that has those nodes (Scheduler.pool_entries)."""
         fit = self._empty_fit(engine, kind)
         return (fit[0].key(), fit[1]) if fit is not None else None
 

@@ -594,7 +594,7 @@ class Scheduler:
         found = self._unselected_by.get(key)
         if found is None:
             found = self._unselected_by[key] = {c.name: why for c in self.clusters
-                                                if not _selected(c, selector) and (why := _not_selected(c, selector))}
+                                                if (why := _not_selected(c, selector)) is not None}
         return found
 
     def _reasons(self, d: _Deployment) -> list[str]:

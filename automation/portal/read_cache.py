@@ -21,8 +21,6 @@ from dataclasses import dataclass
 import orjson
 
 MAX_LISTS = 256  # (kind, namespace) lists kept for the current revision
-
-
 COMPRESS_FROM = 128 * 1024  # bytes: as the Kubernetes API server, a larger answer is sent gzipped when asked
 
 
