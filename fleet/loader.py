@@ -12,8 +12,9 @@ import bisect
 import re
 import sys
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 import yaml
 
@@ -25,7 +26,37 @@ MAX_BYTES = 16 * 1024 * 1024  # one manifest file; a fleet folder may hold many
 # that repeat a block are fine, a 1 KB document that expands to gigabytes is refused before it is built.
 MAX_EXPANDED = MAX_BYTES
 # libyaml's parser when PyYAML was built with it (about 10x faster); same nodes, same marks.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _no_path(*_: Any) -> None:
+    return None
+
+
+class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
+    """The safe loader, with each scalar's implicit tag looked up once per stream: the parser asks the resolver
+    (Python, a regex per candidate tag) for every node, and manifests repeat a few keys and values (a tenth of
+    composing a fleet). A tag depends only on the text and on whether it was quoted when no path resolver is
+    registered, as none is for the safe loader: then their hooks, called for every node, are skipped too."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        if self.yaml_path_resolvers:
+            return
+        tags: dict[tuple[str, tuple[bool, bool]], str] = {}
+        # resolving reads only the class's tables: given the class, the loader is not held by its own attribute
+        scalar, resolve = yaml.ScalarNode, partial(_SafeLoader.resolve, cast(Any, type(self)))
+
+        def resolve_once(kind: Any, value: Any, implicit: Any) -> str:
+            if kind is not scalar:
+                return resolve(kind, value, implicit)
+            tag = tags.get((value, implicit))
+            if tag is None:
+                tag = tags[(value, implicit)] = resolve(kind, value, implicit)
+            return tag
+
+        # the parser looks these up on the loader for every node: the instance's come first
+        self.resolve, self.descend_resolver, self.ascend_resolver = resolve_once, _no_path, _no_path
 
 
 @dataclass

@@ -23,7 +23,7 @@ class Problem:
             parts.append(self.path)
         message = f"warning: {self.message}" if self.warning else self.message
         line = ": ".join(parts + [message])
-        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+        return line if line.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
 
 
 def format_path(path: tuple) -> str:

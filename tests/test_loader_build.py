@@ -61,6 +61,9 @@ UNUSUAL = {
     "a scalar and an empty document": "just text\n---\n---\n- 1\n",
     "deep lists and maps": "a: [[[{b: [[c]]}]]]\n",
     "an unknown tag": "a: !custom x\n",
+    # the loader looks each scalar's tag up once per stream, by its text and whether it was quoted
+    "the same text plain, quoted and tagged": "a: yes\nb: 'yes'\nc: \"yes\"\nd: !!str yes\ne: [yes, '1', 1, 1.0, '~', ~]\n",
+    "a key repeated as a value": "true: true\n'true': 'true'\n? true\n: x\n",
 }
 
 
@@ -85,3 +88,12 @@ def test_plain_documents_take_the_one_walk(monkeypatch):
     assert [d.data for d in documents] == [{"kind": "A", "spec": {"n": 1, True: True, "list": ["a", None, 1.5]}},
                                            ["x"]]
     assert not problems
+
+
+def test_a_path_resolver_is_honoured(monkeypatch):
+    """A tag is looked up once per text only when no path resolver is registered; one registered on the safe
+    loader (an obscure, experimental PyYAML feature) still decides the tags of the paths it names."""
+    monkeypatch.setattr(yaml.CSafeLoader, "yaml_path_resolvers", {})
+    yaml.CSafeLoader.add_path_resolver("tag:yaml.org,2002:int", ["port"], yaml.ScalarNode)
+    documents, _ = parse_text("port: '80'\nother: '80'\n", "f.yaml")
+    assert documents[0].data == {"port": 80, "other": "80"}
