@@ -521,7 +521,8 @@ def validate_documents(documents: list[Document], secrets_dir: Path | None = Non
             continue
         fleet.origin[obj.ref] = doc
         fleet.objects.append(obj)
-    fleet.objects.sort(key=lambda o: (list(KINDS).index(o.kind), o.namespace, o.name))
+    rank = {kind: i for i, kind in enumerate(KINDS)}
+    fleet.objects.sort(key=lambda o: (rank[o.kind], o.namespace, o.name))
     problems += cross_object_problems(fleet)
     problems.sort(key=lambda p: (p.source, p.line))  # in file and line order, however the checks found them
     return Loaded(fleet, problems, notes)

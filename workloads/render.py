@@ -31,6 +31,7 @@ from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context, replica_labels
+from workloads.gateways import Gateways
 from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, backend_objects, route_objects, select,
                                        service_address)
 
@@ -121,15 +122,6 @@ def _replica_ready(fleet: Fleet) -> dict[tuple[str, str], bool]:
                 out[(mr.namespace, mr.name)] = conditions[kind] == "True"
                 break
     return out
-
-
-@dataclass(frozen=True)
-class Gateways:
-    """Gateway addresses the applied stacks output: per cluster (`platform-<cluster>`'s `gatewayAddress`) and the
-    fleet's front door (the `gateway` stack's `address`)."""
-
-    clusters: Mapping[str, str] = field(default_factory=dict)
-    front_door: str | None = None
 
 
 def placeholder_address(cluster: str) -> str:

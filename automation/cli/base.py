@@ -107,10 +107,10 @@ def read_record(record, fresh: bool = False):
     """Read the record (a plan: the cache stands in, and says so, when the backend cannot be read); say on stderr
     what was read. Exit 2 when it cannot be read and nothing may stand in."""
     from automation.record.applied import Applied
-    from automation.execution.runner import AutomationError
 
-    if fresh:
+    if fresh:  # nothing is read: what reads (the CLI runner, and what it runs) is not loaded
         return Applied({}, "nothing (--fresh)")
+    from automation.execution.runner import AutomationError
     try:
         applied = record.read()
     except AutomationError as exc:

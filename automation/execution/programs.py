@@ -22,7 +22,7 @@ from fleet.secrets import kubeconfig_ref
 from fleet.stack_id import StackId, backend_name
 from infra.program import cluster_stack
 from workloads.cache import secret_refs
-from workloads.render import Gateways
+from workloads.gateways import Gateways
 from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
                                        gateway_service_spec, slice_address_type)
 

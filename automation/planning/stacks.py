@@ -34,7 +34,8 @@ from fleet.memory import RecordedReplica
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.render import (Gateways, Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
+from workloads.gateways import Gateways
+from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
                               service_stack, team_stack)
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 

@@ -20,7 +20,8 @@ from fleet.loader import parse_text
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import PlanMemo
 from fleet.validate import Fleet, cross_object_problems, validate_document
-from workloads.render import Gateways, model_stack
+from workloads.gateways import Gateways
+from workloads.render import model_stack
 
 API = "/apis/modelplane.ai/v1alpha1"  # the group and version every manifest names
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard

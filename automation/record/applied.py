@@ -22,7 +22,7 @@ from typing import Any, Mapping, Protocol
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
 from fleet.stack_id import StackId, StackIdError
-from workloads.render import Gateways
+from workloads.gateways import Gateways
 
 RECORD_OUTPUT = "modelplane"  # the stack output every program exports: what this update applied
 

@@ -1,0 +1,18 @@
+"""The gateway addresses the applied stacks output: read from the record, rendered into endpoints.
+
+Its own module: the record carries it, and reading the record (or skipping it, `--fresh`) need not load what
+renders objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Gateways:
+    """Gateway addresses the applied stacks output: per cluster (`platform-<cluster>`'s `gatewayAddress`) and the
+    fleet's front door (the `gateway` stack's `address`)."""
+
+    clusters: Mapping[str, str] = field(default_factory=dict)
+    front_door: str | None = None
