@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import StrEnum
 
 import yaml
@@ -115,6 +116,7 @@ class StackId:
         return f"{self.kind}-{self.namespace}-{self.name}" if self.kind in ("cache", "model", "service") else None
 
     @classmethod
+    @lru_cache(maxsize=1 << 16)  # ids are immutable; a plan parses each stack's name several times
     def parse(cls, text: str) -> StackId:
         if text == "gateway":
             return cls.gateway()

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import workloads.render
 from automation.planning import compare as compare_module
+from automation.planning import stacks as stacks_module
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.compare import compare, markdown, to_dict
 from benchmarks.plan_bench import generate
@@ -131,6 +132,48 @@ def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeyp
     result = compare(base, other, cache=cache)
     assert planned == [other] and set(composed) == {names[7]}  # the summary now knows it
     assert [s.name for s in result.changed] == [f"model-team-7.{names[7]}"]
+
+
+def test_the_head_takes_the_bases_platform_stacks_when_their_inputs_are_the_same(monkeypatch):
+    """Cold, the platform and gateway stacks are computed once, for the base: a deployment's change does not touch
+    what they are computed from. A change to a cluster does, and both sides compute them."""
+    objects = generate(24, 6)
+    objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
+                    "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}})
+    computed: list[int] = []
+    real = stacks_module.platform_specs
+    monkeypatch.setattr(stacks_module, "platform_specs", lambda fleet, *a, **k: computed.append(1) or real(fleet, *a, **k))
+    base = fleet_of(objects)
+    result = compare(base, fleet_of(EDITS["one deployment gains a replica"](objects)))
+    assert len(computed) == 1 and "gateway" in {s.name for s in result.stacks}
+    computed.clear()
+    result = compare(base, fleet_of(EDITS["a pool shrinks"](objects)))
+    assert len(computed) == 2 and "platform-cluster-0000" in {s.name for s in result.changed}
+
+
+def test_the_platform_digest_follows_everything_platform_stacks_are_computed_from():
+    objects = generate(6, 3)
+    objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
+                    "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}})
+    base = fleet_of(objects)
+    digest = stacks_module.platform_inputs(base, "cluster-0000")
+
+    def streaming(d):
+        d["spec"]["template"]["spec"]["engines"][0]["capabilities"] = ["WeightStreaming"]
+        _engine_image(d, "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1")  # Dynamo streams weights
+
+    def gateway_version(g):
+        g["spec"]["traefik"]["version"] = "40.3.0"
+
+    same = [EDITS["one deployment gains a replica"], EDITS["one deployment's image"], EDITS["nothing"]]
+    different = [EDITS["a pool shrinks"], EDITS["a cluster removed"], EDITS["a class changes memory"],
+                 lambda o: _edit(o, "InferenceCluster", 1, lambda c: c["metadata"].update(labels={"tier": "gold"})),
+                 lambda o: _edit(o, "InferenceGateway", 0, gateway_version),
+                 lambda o: _edit(o, "ModelDeployment", 2, streaming)]
+    assert all(stacks_module.platform_inputs(fleet_of(edit(objects)), "cluster-0000") == digest for edit in same)
+    assert all(stacks_module.platform_inputs(fleet_of(edit(objects)), "cluster-0000") != digest for edit in different)
+    assert stacks_module.platform_inputs(base, "cluster-0001") != digest
+    assert stacks_module.platform_inputs(base, "cluster-0000", {"cert-manager": "v1.18.0"}) != digest
 
 
 def test_the_cache_key_follows_every_input(tmp_path):

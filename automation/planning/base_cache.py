@@ -79,7 +79,7 @@ class BaseSummary:
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "placements": [p.to_dict() for p in self.placements],
-                           "replicas": [asdict(r) for r in self.replicas], "fingerprints": self.fingerprints,
+                           "replicas": [{"name": r.name, "key": r.key, "cluster": r.cluster} for r in self.replicas], "fingerprints": self.fingerprints,
                            "known": {name: list(k) for name, k in self.known.items()}}, sort_keys=True)
 
     @classmethod

@@ -86,13 +86,15 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     base_inputs, head_inputs = model_inputs(fleet, base_plan), model_inputs(head_fleet, head_plan)
     same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.items()
             if base_inputs.get(name) == digest}
-    summary = BaseSummary.of(desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, plan=base_plan,
-                                           inputs=base_inputs))
+    base_state = desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, plan=base_plan,
+                               inputs=base_inputs)
+    summary = BaseSummary.of(base_state)
     if base.summary is not None:  # what the kept summary knew and this one did not: known from now on
         summary = summary.completed_by(base.summary)
-    # the head takes the base's fingerprint of each stack with the same inputs, whether computed or `SAME`
+    # the head takes the base's fingerprint of each stack with the same inputs, whether computed or `SAME`, and
+    # the base's platform and gateway stacks when what they are computed from is the same
     head = desired_state(head_fleet, recorded, explain=explain, known={name: summary.known[name] for name in same},
-                         memo=memo, plan=head_plan, inputs=head_inputs)
+                         memo=memo, plan=head_plan, inputs=head_inputs, platform=base_state.platform)
     base.summary = summary
     if base.cache is not None:
         base.cache.put(key(fleet), summary)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, gateway_args,
-                             host_extras)
+                             host_extras, weight_streaming)
 from components.versions import pinned, project_version
 from fleet.memory import RecordedReplica
 from fleet.plan import Plan
@@ -202,6 +202,25 @@ def endpoints_fingerprint(payload: WorkloadPayload, gateways: Gateways) -> str:
     return fingerprint({**payload.fingerprinted(), "objects": objects, "gateways": addresses})
 
 
+class KnownPlatform(NamedTuple):
+    """The platform and gateway stacks as computed before, and the digest of what they were computed from
+    (`platform_inputs`): a fleet with the same digest has the same platform and gateway stacks."""
+
+    inputs: str
+    specs: dict[str, StackSpec]
+
+
+def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None) -> str:
+    """A digest of everything `platform_specs` reads: every InferenceCluster, InferenceClass and InferenceGateway
+    whole, whether any deployment streams weights (the one thing it reads of deployments), the cluster that hosts
+    the control plane, the chart versions and this release. A deployment, service or cache changed: same digest."""
+    digest = hashlib.sha256(json.dumps([host, pinned(versions), project_version(), weight_streaming(fleet)]).encode())
+    for kind in ("InferenceCluster", "InferenceClass", "InferenceGateway"):
+        for obj in fleet.of(kind):
+            digest.update(obj.model_dump_json().encode() + b"\0")
+    return digest.hexdigest()
+
+
 def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None) -> dict[str, StackSpec]:
     """The platform stacks (one per cluster) and the gateway stack: what `modelplane up` and a laptop's
     `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint."""
@@ -224,12 +243,15 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None)
 
 def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
                    control_plane: str | None = None, known: Mapping[str, str] | None = None,
-                   gateways: Gateways | None = None) -> dict[str, StackSpec]:
+                   gateways: Gateways | None = None, platform: Mapping[str, StackSpec] | None = None) -> dict[str, StackSpec]:
     """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`).
-    `gateways`: the recorded gateway addresses (part of the endpoints stacks' fingerprints)."""
+    `gateways`: the recorded gateway addresses (part of the endpoints stacks' fingerprints). `platform`: this
+    fleet's platform and gateway stacks, when the caller has them (`KnownPlatform`)."""
     known = known or {}
     host = control_plane_cluster(fleet, control_plane)
-    stacks = platform_specs(fleet, host, versions)
+    # copies: linking sets each spec's dependencies, and the caller's specs stay as they were
+    stacks = {name: replace(spec, depends_on=list(spec.depends_on)) for name, spec in platform.items()} \
+        if platform is not None else platform_specs(fleet, host, versions)
     release = project_version()
     placed: dict[str, list[RecordedReplica]] = {}
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
@@ -299,6 +321,7 @@ class DesiredState:
     specs: dict[str, StackSpec]
     inputs: dict[str, str] = field(default_factory=dict)  # model stack -> digest of its inputs (when asked for)
     reused: dict[str, tuple] = field(default_factory=dict)  # model stacks from `known` (not composed): identities
+    platform: KnownPlatform | None = None  # the platform and gateway stacks with their inputs (when asked for)
 
     def known(self) -> dict[str, Known]:
         """Every model stack as `desired_state(known=...)` reuses it next time (needs `inputs`)."""
@@ -331,19 +354,29 @@ def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> lis
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
                   known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None,
                   gateways: Gateways | None = None, plan: Plan | None = None,
-                  inputs: Mapping[str, str] | None = None) -> DesiredState:
+                  inputs: Mapping[str, str] | None = None, platform: KnownPlatform | None = None) -> DesiredState:
     """`known`: model stacks computed before (e.g. for a pull request's base). A model stack whose inputs are
     the same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is
-    given. `memo`: what earlier plans in this process computed (fleet/scheduler.py). Both give the same
-    result as without them, only cheaper. `plan`: this fleet's plan with this record, and `inputs` its model stacks'
-    input digests, when the caller made them."""
+    given. `platform`: the platform and gateway stacks computed before, taken when this fleet's `platform_inputs`
+    are theirs; the state's own `platform` is filled whenever `known` or `platform` is given. `memo`: what
+    earlier plans in this process computed (fleet/scheduler.py). All of them give the same result as without
+    them, only cheaper. `plan`: this fleet's plan with this record, and `inputs` its model stacks' input digests,
+    when the caller made them."""
     plan = plan if plan is not None else schedule(fleet, list(recorded), explain=explain, memo=memo)
     inputs = dict(inputs) if inputs is not None else model_inputs(fleet, plan) if known is not None else {}
     reused = {s: known[s].objects for s, digest in inputs.items() if known and s in known and known[s].inputs == digest}
-    rendered = render(fleet, plan, control_plane_cluster(fleet, control_plane), reused, gateways)
+    host = control_plane_cluster(fleet, control_plane)
+    rendered = render(fleet, plan, host, reused, gateways)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
-    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints, gateways=gateways)
-    return DesiredState(plan, rendered, specs, inputs, reused)
+    platform_digest = platform_inputs(fleet, host) if known is not None or platform is not None else None
+    same = platform.specs if platform is not None and platform.inputs == platform_digest else None
+    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints, gateways=gateways,
+                           platform=same)
+    mine = None
+    if platform_digest is not None:
+        mine = platform if same is not None else KnownPlatform(platform_digest, {
+            name: spec for name, spec in specs.items() if spec.kind in ("platform", "gateway")})
+    return DesiredState(plan, rendered, specs, inputs, reused, mine)
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
