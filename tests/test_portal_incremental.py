@@ -12,6 +12,7 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from automation.planning import stacks
 from automation.portal import service
 from benchmarks.plan_bench import generate
 from tests.manifests import gateway
@@ -55,6 +56,9 @@ def test_a_sequence_of_writes_replans_as_from_nothing(monkeypatch):
     next(o for o in shared if o["kind"] == "InferenceGateway")["metadata"]["annotations"] = {
         "modelplane.ai/workload-namespaces": "Default"}
     sequence.append(shared)
+    shrunk = copy.deepcopy(shared)  # a cluster's pool: the platform stacks are computed again
+    next(o for o in shrunk if o["kind"] == "InferenceCluster")["spec"]["nodePools"][0]["nodeCount"] = 0
+    sequence += [shrunk, _one_deployment_edit(shrunk, rnd)]
     replay(sequence, monkeypatch)
 
 
@@ -80,9 +84,13 @@ def test_a_write_composes_only_the_deployment_it_changed(monkeypatch):
     composed: list[str] = []
     real = workloads.render.compose_replica
     monkeypatch.setattr(workloads.render, "compose_replica", lambda ctx: composed.append(ctx.md.name) or real(ctx))
+    platform: list[int] = []
+    real_platform = stacks.platform_specs
+    monkeypatch.setattr(stacks, "platform_specs", lambda *a, **k: platform.append(1) or real_platform(*a, **k))
     placements = "[" + ",".join(rows[0][1:-1] for rows in first["deployments"].values() if rows[0] != "[]") + "]"
     service.compute_replan(stored(changed), placements, first["fingerprints"], "{}", False)
     assert set(composed) == {target["metadata"]["name"]}
+    assert platform == [], "a deployment's write computed the platform stacks again"
 
 
 def test_a_write_answers_with_the_placement_the_background_replan_keeps(tmp_path):
