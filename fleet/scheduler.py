@@ -235,7 +235,7 @@ def platform_digest(fleet) -> str:
     digest = hashlib.sha256()
     for kind in PLATFORM_KINDS:
         for obj in fleet.of(kind):
-            digest.update(obj.model_dump_json().encode() + b"\0")
+            digest.update(fleet.text_of(obj).encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -303,7 +303,7 @@ class Scheduler:
         self.deployments: list[_Deployment] = []
         built: dict[str, _Deployment] = {}
         for md in fleet.of("ModelDeployment"):
-            source = md.model_dump_json() if self.memo else ""
+            source = fleet.text_of(md) if self.memo else ""
             d = self.memo.deployments.get(source) if self.memo else None
             if d is None:
                 d = self._deployment(md, caches)

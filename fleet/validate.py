@@ -45,6 +45,16 @@ class Fleet:
     # `of` answers from an index by kind, rebuilt when objects were added (they are read thousands of times a plan)
     _by_kind: dict[str, list[Resource]] = field(default_factory=dict, repr=False, compare=False)
     _indexed: int = field(default=-1, repr=False, compare=False)
+    # id(object) -> (the object, its JSON): shared by the fleets one command loads (LoadMemo), whose objects are shared
+    texts: dict[int, tuple[Resource, str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def text_of(self, obj: Resource) -> str:
+        """`obj.model_dump_json()`, computed once per object: the planner's memo, the model stacks' and platform
+        stacks' input digests and the base cache's key all hash objects by it (a validated object never changes)."""
+        kept = self.texts.get(id(obj))
+        if kept is None or kept[0] is not obj:  # the object is held with its text: its id is not reused meanwhile
+            kept = self.texts[id(obj)] = (obj, obj.model_dump_json())
+        return kept[1]
 
     @overload
     def of(self, kind: Literal["InferenceClass"]) -> list[InferenceClass]: ...
@@ -478,11 +488,12 @@ class LoadMemo:
 
     parsed: ParseMemo = field(default_factory=ParseMemo)
     validated: dict[int, tuple[Any, Resource]] = field(default_factory=dict)  # id(data) -> (data, its object)
+    texts: dict[int, tuple[Resource, str]] = field(default_factory=dict)  # Fleet.text_of, for every fleet loaded
 
 
 def validate_documents(documents: list[Document], secrets_dir: Path | None = None,
                        memo: LoadMemo | None = None) -> Loaded:
-    fleet = Fleet(secrets=SecretStore(directory=secrets_dir))
+    fleet = Fleet(secrets=SecretStore(directory=secrets_dir), texts=memo.texts if memo is not None else {})
     problems: list[Problem] = []
     notes: list[str] = []
     for doc in documents:

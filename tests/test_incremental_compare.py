@@ -134,18 +134,26 @@ def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeyp
     assert [s.name for s in result.changed] == [f"model-team-7.{names[7]}"]
 
 
-def test_the_head_takes_the_bases_platform_stacks_when_their_inputs_are_the_same(monkeypatch):
+def test_the_head_takes_the_bases_platform_stacks_when_their_inputs_are_the_same(monkeypatch, tmp_path):
     """Cold, the platform and gateway stacks are computed once, for the base: a deployment's change does not touch
-    what they are computed from. A change to a cluster does, and both sides compute them."""
+    what they are computed from; with the base's summary kept, not at all. A change to a cluster does: the head
+    computes its own (and, cold, the base its own)."""
     objects = generate(24, 6)
     objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
                     "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}})
     computed: list[int] = []
     real = stacks_module.platform_specs
     monkeypatch.setattr(stacks_module, "platform_specs", lambda fleet, *a, **k: computed.append(1) or real(fleet, *a, **k))
-    base = fleet_of(objects)
-    result = compare(base, fleet_of(EDITS["one deployment gains a replica"](objects)))
+    base, head = fleet_of(objects), fleet_of(EDITS["one deployment gains a replica"](objects))
+    cache = BaseCache(tmp_path)
+    result = compare(base, head, cache=cache)
     assert len(computed) == 1 and "gateway" in {s.name for s in result.stacks}
+    computed.clear()
+    assert outputs(compare(base, head, cache=cache)) == outputs(result)  # the summary knows them: none computed
+    assert computed == []
+    labelled = fleet_of(_edit(objects, "InferenceCluster", 1, lambda c: c["metadata"]["labels"].update(tier="gold")))
+    result = compare(base, labelled, cache=cache)
+    assert len(computed) == 1 and "platform-cluster-0001" in {s.name for s in result.changed}  # the head's only
     computed.clear()
     result = compare(base, fleet_of(EDITS["a pool shrinks"](objects)))
     assert len(computed) == 2 and "platform-cluster-0000" in {s.name for s in result.changed}

@@ -267,7 +267,7 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
     out = {}
     for key, placed_here in replicas.items():
         md = deployments[key]
-        text = "\n".join([md.model_dump_json(), tenancy.workload_namespace(md.namespace, chosen), *fleet_hosts,
+        text = "\n".join([fleet.text_of(md), tenancy.workload_namespace(md.namespace, chosen), *fleet_hosts,
                           *sorted(placed_here)])
         out[model_stack(*key)] = hashlib.sha256(text.encode()).hexdigest()
     return out

@@ -40,7 +40,7 @@ from fleet.disk_cache import DiskCache
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-FORMAT = 3
+FORMAT = 4
 SAME = "same-inputs:"  # the fingerprint of a model stack not composed: its inputs were those of the head it was planned with
 KEEP = 16
 _SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
@@ -59,6 +59,7 @@ class BaseSummary:
     replicas: list[BaseReplica]
     fingerprints: dict[str, str]  # every stack
     known: dict[str, Known]  # model stacks: input digest and fingerprint
+    platform: str | None = None  # the digest of what its platform and gateway stacks were computed from
 
     def completed_by(self, other: BaseSummary) -> BaseSummary:
         """This summary with the fingerprints it lacks taken from `other`, a summary of the same base."""
@@ -68,19 +69,20 @@ class BaseSummary:
             if fingerprint.startswith(SAME) and theirs is not None and not theirs.fingerprint.startswith(SAME) \
                     and theirs.inputs == known[name].inputs:
                 fingerprints[name], known[name] = theirs.fingerprint, theirs
-        return BaseSummary(self.placements, self.replicas, fingerprints, known)
+        return BaseSummary(self.placements, self.replicas, fingerprints, known, self.platform)
 
     @classmethod
     def of(cls, state: DesiredState) -> BaseSummary:
         return cls([r.recorded() for r in state.plan.replicas],
                    [BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
                    {name: spec.fingerprint for name, spec in state.specs.items()},
-                   state.known())
+                   state.known(), state.platform.inputs if state.platform is not None else None)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "placements": [p.to_dict() for p in self.placements],
                            "replicas": [{"name": r.name, "key": r.key, "cluster": r.cluster} for r in self.replicas], "fingerprints": self.fingerprints,
-                           "known": {name: list(k) for name, k in self.known.items()}}, sort_keys=True)
+                           "known": {name: list(k) for name, k in self.known.items()}, "platform": self.platform},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> BaseSummary:
@@ -89,7 +91,8 @@ class BaseSummary:
             raise ValueError(f"summary format {data.get('format')!r}, expected {FORMAT}")
         return cls([replica_from_dict(p) for p in data["placements"]],
                    [BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
-                   {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()})
+                   {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()},
+                   data["platform"])
 
 
 @lru_cache(maxsize=1)
@@ -109,7 +112,7 @@ def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str |
     digest = hashlib.sha256(code_digest().encode())
     digest.update(json.dumps(control_plane).encode())
     for obj in fleet.objects:
-        digest.update(obj.model_dump_json().encode() + b"\0")
+        digest.update(fleet.text_of(obj).encode() + b"\0")
     for r in sorted(recorded, key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
         digest.update(json.dumps(asdict(r), sort_keys=True).encode() + b"\0")
     return digest.hexdigest()

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from automation.planning.base_cache import SAME, BaseCache, BaseSummary, base_key
-from automation.planning.stacks import DesiredState, Known, StackChange, StackSpec, changes, desired_state
+from automation.planning.stacks import (DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
+                                        desired_state)
+from components.args import control_plane_cluster
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from workloads.render import model_inputs
@@ -73,7 +75,11 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     if base.summary is None and base.cache is not None and base.fleet is not None:
         base.summary = base.cache.get(key(base.fleet))
     if base.summary is not None:
-        head = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo)
+        # the head takes the summary's platform and gateway stacks if what they are computed from is the same
+        platform = KnownPlatform.fingerprinted(base.summary.platform, base.summary.fingerprints,
+                                               control_plane_cluster(head_fleet)) if base.summary.platform else None
+        head = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo,
+                             platform=platform)
         if _known_changes(head.specs, head.inputs, base.summary) is not None:
             if base.cache is not None and base.sources_key and base.fleet is not None:
                 base.cache.remember_sources(base.sources_key, key(base.fleet))

@@ -133,7 +133,8 @@ class StackSpec(Named):
     fingerprint: str
     depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
     targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
-    payload: Payload | None = field(default=None, repr=False)  # what the stack's program needs (None: a deletion)
+    # what the stack's program needs (None: a deletion, or a stack known from a kept summary, never run)
+    payload: Payload | None = field(default=None, repr=False)
 
     @classmethod
     def for_deletion(cls, id: StackId) -> StackSpec:
@@ -209,6 +210,21 @@ class KnownPlatform(NamedTuple):
     inputs: str
     specs: dict[str, StackSpec]
 
+    @classmethod
+    def fingerprinted(cls, inputs: str, fingerprints: Mapping[str, str], host: str | None) -> KnownPlatform:
+        """The platform and gateway stacks of a kept summary (of a fleet whose platform inputs were `inputs`, with
+        the control plane on `host`), known by their fingerprints alone: a head is compared with them, and they
+        are never run (they have no payload)."""
+        specs = {}
+        for name, digest in fingerprints.items():
+            if name == "gateway":
+                specs[name] = StackSpec(StackId.gateway(), digest, [str(StackId.platform(host))] if host else [],
+                                        ["control-plane"])
+            elif name.startswith("platform-"):
+                id = StackId.parse(name)
+                specs[name] = StackSpec(id, digest, targets=[str(id.cluster)])
+        return cls(inputs, specs)
+
 
 def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None) -> str:
     """A digest of everything `platform_specs` reads: every InferenceCluster, InferenceClass and InferenceGateway
@@ -217,7 +233,7 @@ def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None
     digest = hashlib.sha256(json.dumps([host, pinned(versions), project_version(), weight_streaming(fleet)]).encode())
     for kind in ("InferenceCluster", "InferenceClass", "InferenceGateway"):
         for obj in fleet.of(kind):
-            digest.update(obj.model_dump_json().encode() + b"\0")
+            digest.update(fleet.text_of(obj).encode() + b"\0")
     return digest.hexdigest()
 
 
