@@ -218,7 +218,7 @@ def test_an_unreadable_summary_is_recomputed_and_replaced(tmp_path):
 def test_the_cache_keeps_only_the_newest_summaries(tmp_path, monkeypatch):
     monkeypatch.setattr("automation.planning.base_cache.KEEP", 3)
     cache = BaseCache(tmp_path)
-    summary = BaseSummary([], [], {}, {})
+    summary = BaseSummary([], {}, {})
     for i in range(5):
         cache.put(f"{i:064x}", summary)
     assert len(list((tmp_path / "plans").glob("*.json"))) == 3

@@ -140,8 +140,8 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
 
     # the base's summary as `plan --against` makes it (with its own gateway host: the head's may be a cluster it
     # adds), knowing the fingerprint of every stack whose inputs differ from the head's
-    summary, _ = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
-                              applied.placements())
+    summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
+                           applied.placements()).summary
     compared = changed_stacks(desired.specs, model_inputs(fleet, desired.plan), summary)
     changes = {c.name: c.change for c in compared if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})

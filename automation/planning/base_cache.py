@@ -1,9 +1,8 @@
 """What a pull request's base planned to, kept by the content hash of everything it was computed from.
 
 `plan --against BASE` in CI plans the base (the target branch) for every pull request, though the base
-rarely changes between them. The first comparison stores the base's summary: its placements (the memory
-the head is planned with), its replicas, each model stack's input digest, and the fingerprint of every stack
-it composed: a model stack whose inputs were the same in the head it was compared with was not composed, and
+rarely changes between them. The first comparison stores the base's summary: its replicas, each model
+stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of every stack it composed: a model stack whose inputs were the same in the head it was compared with was not composed, and
 its fingerprint is `SAME` and its inputs (automation/planning/compare.py). Later comparisons against the same
 base read it back instead of planning the base again, and compose only the head's model stacks whose inputs
 differ from the base's; one that needs a fingerprint the summary lacks plans the base once more, and the
@@ -32,7 +31,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automation.record.applied import replica_from_dict
 from automation.planning.stacks import DesiredState, Known
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import DiskCache
@@ -55,7 +53,6 @@ class BaseReplica:
 
 @dataclass
 class BaseSummary:
-    placements: list[RecordedReplica]  # the base's replicas as `up` would record them: the head's memory
     replicas: list[BaseReplica]
     fingerprints: dict[str, str]  # every stack
     known: dict[str, Known]  # model stacks: input digest and fingerprint
@@ -69,17 +66,16 @@ class BaseSummary:
             if fingerprint.startswith(SAME) and theirs is not None and not theirs.fingerprint.startswith(SAME) \
                     and theirs.inputs == known[name].inputs:
                 fingerprints[name], known[name] = theirs.fingerprint, theirs
-        return BaseSummary(self.placements, self.replicas, fingerprints, known, self.platform)
+        return BaseSummary(self.replicas, fingerprints, known, self.platform)
 
     @classmethod
     def of(cls, state: DesiredState) -> BaseSummary:
-        return cls([r.recorded() for r in state.plan.replicas],
-                   [BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
+        return cls([BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
                    {name: spec.fingerprint for name, spec in state.specs.items()},
                    state.known(), state.platform.inputs if state.platform is not None else None)
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "placements": [p.to_dict() for p in self.placements],
+        return json.dumps({"format": FORMAT,
                            "replicas": [{"name": r.name, "key": r.key, "cluster": r.cluster} for r in self.replicas], "fingerprints": self.fingerprints,
                            "known": {name: list(k) for name, k in self.known.items()}, "platform": self.platform},
                           sort_keys=True)
@@ -89,8 +85,7 @@ class BaseSummary:
         data = json.loads(text)
         if data.get("format") != FORMAT:
             raise ValueError(f"summary format {data.get('format')!r}, expected {FORMAT}")
-        return cls([replica_from_dict(p) for p in data["placements"]],
-                   [BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
+        return cls([BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
                    {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()},
                    data["platform"])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from automation.planning.base_cache import SAME, BaseCache, BaseSummary, base_key
 from automation.planning.stacks import (DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
@@ -57,10 +57,16 @@ class Base:
     control_plane: str | None = None
 
 
+class Sides(NamedTuple):
+    summary: BaseSummary
+    head: DesiredState
+    changes: list[StackChange]  # every head stack's change against the summary (`changed_stacks`)
+
+
 def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
-                 memo: PlanMemo | None = None) -> tuple[BaseSummary, DesiredState]:
-    """The base's summary and the head's desired state, composing (on both sides) only the model stacks whose
-    inputs differ: one whose inputs are the same on both sides has the same objects, so it is neither composed
+                 memo: PlanMemo | None = None) -> Sides:
+    """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
+    model stacks whose inputs differ: one whose inputs are the same on both sides has the same objects, so it is neither composed
     nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
     needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
     and it lacks is computed then)."""
@@ -80,10 +86,10 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
                                                control_plane_cluster(head_fleet)) if base.summary.platform else None
         head = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo,
                              platform=platform)
-        if _known_changes(head.specs, head.inputs, base.summary) is not None:
+        if (found := _known_changes(head.specs, head.inputs, base.summary)) is not None:
             if base.cache is not None and base.sources_key and base.fleet is not None:
                 base.cache.remember_sources(base.sources_key, key(base.fleet))
-            return base.summary, head
+            return Sides(base.summary, head, found)
     fleet = base.fleet or (base.load() if base.load is not None else None)
     if fleet is None:
         raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
@@ -106,7 +112,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         base.cache.put(key(fleet), summary)
         if base.sources_key:
             base.cache.remember_sources(base.sources_key, key(fleet))
-    return summary, head
+    return Sides(summary, head, changed_stacks(head.specs, head.inputs, summary))
 
 
 def _known_changes(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
@@ -146,8 +152,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     recorded = recorded or []
     if incremental:
         base = base or Base(fleet=base_fleet, cache=cache)
-        summary, head = side_by_side(base, head_fleet, recorded, explain, memo)
-        stack_changes = changed_stacks(head.specs, head.inputs, summary)
+        summary, head, stack_changes = side_by_side(base, head_fleet, recorded, explain, memo)
     else:
         if base_fleet is None:
             raise ValueError("a full comparison needs the base's fleet")
