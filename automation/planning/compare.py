@@ -80,22 +80,24 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
 
     if base.summary is None and base.cache is not None and base.fleet is not None:
         base.summary = base.cache.get(key(base.fleet))
+    tried = None  # the head against a kept summary that lacked a fingerprint: its plan stands
     if base.summary is not None:
         # the head takes the summary's platform and gateway stacks if what they are computed from is the same
         platform = KnownPlatform.fingerprinted(base.summary.platform, base.summary.fingerprints,
                                                control_plane_cluster(head_fleet)) if base.summary.platform else None
-        head = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo,
-                             platform=platform)
-        if (found := _known_changes(head.specs, head.inputs, base.summary)) is not None:
+        tried = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo,
+                              platform=platform)
+        if (found := _known_changes(tried.specs, tried.inputs, base.summary)) is not None:
             if base.cache is not None and base.sources_key and base.fleet is not None:
                 base.cache.remember_sources(base.sources_key, key(base.fleet))
-            return Sides(base.summary, head, found)
+            return Sides(base.summary, tried, found)
     fleet = base.fleet or (base.load() if base.load is not None else None)
     if fleet is None:
         raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
     base_plan = schedule(fleet, recorded, memo=memo)
-    head_plan = schedule(head_fleet, recorded, explain=explain, memo=memo)
-    base_inputs, head_inputs = model_inputs(fleet, base_plan), model_inputs(head_fleet, head_plan)
+    head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
+    base_inputs = model_inputs(fleet, base_plan)
+    head_inputs = tried.inputs if tried is not None else model_inputs(head_fleet, head_plan)
     same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.items()
             if base_inputs.get(name) == digest}
     base_state = desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, plan=base_plan,
