@@ -233,8 +233,10 @@ def caught_up(folder: Path, limit: float = 300.0) -> float:
     return time.perf_counter() - started
 
 
-def print_memory(deployments: int, clusters: int, writes: int) -> None:
-    objects = generate(deployments, clusters)
+def print_memory(deployments: int, clusters: int, writes: int, generator: str = "plan_bench") -> None:
+    from benchmarks.fleet_gen import realistic
+
+    objects = {"plan_bench": generate, "fleet_gen": realistic}[generator](deployments, clusters)
     with serving(objects) as (url, folder, process, mine):
         curve = memory_curve(url, folder, process.pid, mine, writes)
     print(f"{deployments} deployments on {clusters} clusters: resident memory (MB) after 200 warm-up writes and then")
@@ -248,11 +250,13 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=2000)
     parser.add_argument("--clusters", type=int, default=500)
     parser.add_argument("--writes", type=int, default=20)
+    parser.add_argument("--generator", choices=["plan_bench", "fleet_gen"], default="plan_bench",
+                        help="the fleet's generator (with --memory-writes)")
     parser.add_argument("--memory-writes", type=int, default=0,
                         help="instead: the portal's and its replan worker's memory over this many writes")
     args = parser.parse_args()
     if args.memory_writes:
-        print_memory(args.deployments, args.clusters, args.memory_writes)
+        print_memory(args.deployments, args.clusters, args.memory_writes, args.generator)
         return
     f = measure(args.deployments, args.clusters, args.writes)
     rest = f["writes"]

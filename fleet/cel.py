@@ -14,7 +14,8 @@ the budget stops and is a non-match. A cost unit here is one step of celpy's eva
 
 Each distinct expression is compiled once, and each (expression, device kind) pair is
 evaluated once per evaluator, so a fleet of thousands of pools with a handful of device
-kinds costs a handful of evaluations.
+kinds costs a handful of evaluations; fleet/selectors.py keeps the answers on disk, so a
+command that has seen them all does not load this module at all.
 """
 
 from __future__ import annotations
@@ -39,23 +40,13 @@ from fleet.disk_cache import DiskCache
 from fleet.errors import ModelplaneError
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
+# what a selector sees of a device and the dialect's limits, apart from the interpreter (which validation and the
+# planner load only for what fleet/selectors.py has not kept)
+from fleet.selectors import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
 
 
 class CelCompileError(ModelplaneError, ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What a selector can see of one device kind: hashable, so results can be cached.
-
-    attributes: ((key, (type, value)), ...) with type one of string|version|bool|int.
-    capacity:   ((key, quantity string), ...)
-    """
-
-    driver: str
-    attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
-    capacity: tuple[tuple[str, str], ...] = ()
 
 
 # ---- functions of the dialect -------------------------------------------------------
@@ -225,8 +216,6 @@ def _called_functions(tree: lark.Tree) -> Iterable[str]:
 # at the 10 KiB length cap (a list of 5,000 literals is about 51,000), and far below the 55 million of the
 # 200-character nested-map selector that held a portal write for minutes.
 
-MAX_COST = 100_000  # evaluator steps, for the static estimate and the evaluation budget alike
-MAX_LENGTH = 10_240  # characters, as Kubernetes' CELSelectorExpressionMaxLength (also the API's field cap)
 _SATURATED = 10**18  # estimates stop growing here, so a deep nesting does not print a 300-digit number
 _COMPREHENSIONS = frozenset({"map", "filter", "all", "exists", "exists_one"})
 # Size bounds of what `device` holds (the estimate multiplies by them): the largest of Kubernetes' DRA
@@ -419,9 +408,6 @@ def cost_problem(tree: lark.Tree, limit: int = MAX_COST) -> str | None:
     return (f"the selector is too costly: its estimated cost is {shown}, over the limit of {limit:,} "
             "(map, filter, all, exists and exists_one multiply their body's cost by the size of what they "
             "iterate over)")
-
-
-MAX_OBJECT_COST = MAX_COST  # the sum over one object's selectors: one object costs at most about a second a device
 
 
 @lru_cache(maxsize=4096)

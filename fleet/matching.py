@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.cel import CelEvaluator
+from fleet.selectors import SelectorEvaluator
 from fleet.inventory import PoolKind
 from fleet.shapes import MemberShape
 
@@ -41,7 +41,7 @@ def _selector_text(selectors: tuple[str, ...]) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
-def match_member(member: MemberShape, kind: PoolKind, cel: CelEvaluator) -> MemberMatch:
+def match_member(member: MemberShape, kind: PoolKind, cel: SelectorEvaluator) -> MemberMatch:
     candidates = []
     for request in member.requests:
         matching = [i for i, d in enumerate(kind.devices) if cel.matches_all(request.selectors, d.facts)]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet.backends import NVIDIA_DRIVER
-from fleet.cel import CelEvaluator
+from fleet.selectors import SelectorEvaluator
 from fleet.inventory import ClusterView, PoolKind, PoolView
 from fleet.ledger import ZERO, PoolState, Score, pod_score
 from fleet.matching import MemberMatch, assign, claims, demand, match_member
@@ -75,7 +75,7 @@ class Rejection:
 class Placer:
     """Placement with caches that live for one plan."""
 
-    def __init__(self, cel: CelEvaluator):
+    def __init__(self, cel: SelectorEvaluator):
         self.cel = cel
         self._matches: dict[tuple[MemberShape, PoolKind], MemberMatch] = {}
         self._assign: dict[tuple, tuple | None] = {}

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from fleet.api.deployment import ModelDeployment
 from fleet.backends import BACKEND_ANNOTATION, NVIDIA_DRIVER, dynamo_framework, on_dynamo_stack
-from fleet.cel import CelEvaluator
+from fleet.selectors import KeptEvaluator, SelectorEvaluator
 from fleet.inventory import ClusterView, build_clusters
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
@@ -257,10 +257,10 @@ class PlanMemo:
     retained: dict[tuple, tuple] = field(default_factory=dict)  # (JSON, its recorded replicas) -> kept, dropped
     charged: dict[tuple, tuple] = field(default_factory=dict)  # (cluster, its kept replicas in order) -> ledger
 
-    def start(self, fleet, cel: CelEvaluator | None) -> None:
+    def start(self, fleet, cel: SelectorEvaluator | None) -> None:
         platform = platform_digest(fleet)
         if platform != self.platform or len(self.state_ids) > memo_state_limit(len(self.clusters)):
-            fresh = PlanMemo(platform, build_clusters(fleet), Placer(cel or CelEvaluator()))
+            fresh = PlanMemo(platform, build_clusters(fleet), Placer(cel or KeptEvaluator()))
             self.__dict__.update(fresh.__dict__)
 
     def forget_states(self) -> None:
@@ -272,7 +272,7 @@ class PlanMemo:
 
 
 class Scheduler:
-    def __init__(self, fleet, recorded: list[RecordedReplica] | None = None, cel: CelEvaluator | None = None,
+    def __init__(self, fleet, recorded: list[RecordedReplica] | None = None, cel: SelectorEvaluator | None = None,
                  explain: bool = False, memo: PlanMemo | None = None):
         """`memo`: reuse what earlier plans in this process computed (not with `explain`, which notes every step)."""
         self.fleet = fleet
@@ -284,7 +284,7 @@ class Scheduler:
             self.placer = self.memo.placer
             self.clusters = self.memo.clusters
         else:
-            self.placer = Placer(cel or CelEvaluator())
+            self.placer = Placer(cel or KeptEvaluator())
             self.clusters = build_clusters(fleet)
         self.by_name = {c.name: c for c in self.clusters}
         self.states: dict[str, dict[str, PoolState]] = {
@@ -735,5 +735,5 @@ class Scheduler:
 
 
 def schedule(fleet: Fleet, recorded: list[RecordedReplica] | None = None, explain: bool = False,
-             cel: CelEvaluator | None = None, memo: PlanMemo | None = None) -> Plan:
+             cel: SelectorEvaluator | None = None, memo: PlanMemo | None = None) -> Plan:
     return Scheduler(fleet, recorded, cel, explain, memo).run()

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Literal, overload
 
 from pydantic import ValidationError
 
-from fleet import cel
+from fleet import selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
@@ -196,15 +196,15 @@ def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
     budget, would otherwise hold a portal write for minutes."""
     total, first = 0, None
     for path, expression in _selectors(obj):
-        if error := cel.check_expression(expression):
+        if error := selectors.check_expression(expression):
             yield path, error
             continue
-        total += cel.selector_cost(expression)
+        total += selectors.selector_cost(expression)
         first = first or path
-    if first is not None and total > cel.MAX_OBJECT_COST:
+    if first is not None and total > selectors.MAX_OBJECT_COST:
         yield first[:4] if isinstance(obj, ModelDeployment) else first[:2], (
             f"its device selectors together are too costly: estimated {total:,} steps a device, over the limit "
-            f"of {cel.MAX_OBJECT_COST:,} for one object")
+            f"of {selectors.MAX_OBJECT_COST:,} for one object")
 
 
 def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], str | None]:
@@ -292,9 +292,9 @@ def _selector_warnings(fleet: Fleet, classes: dict) -> list[Problem]:
                     for s, selector in enumerate(request.selectors):
                         path = ("spec", "template", "spec", "engines", i, "members", j, "nodeSelector", "devices", k,
                                 "selectors", s, "cel")
-                        for message in cel.literal_problems(selector.cel):
+                        for message in selectors.literal_problems(selector.cel):
                             out.append(fleet.problem(md, path, message, warning=True))
-                        for name in sorted(cel.referenced_attributes(selector.cel)) if classes else []:
+                        for name in sorted(selectors.referenced_attributes(selector.cel)) if classes else []:
                             if name not in published and name.split("/", 1)[-1] not in ids:
                                 attribute = name.split("/", 1)[-1]
                                 out.append(fleet.problem(md, path, f"no InferenceClass publishes the attribute "

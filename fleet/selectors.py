@@ -1,0 +1,229 @@
+"""Device selectors as validation and the planner ask about them, answered once per content and kept on disk.
+
+What a selector can see of a device kind (`DeviceFacts`) and the dialect's limits live here, apart from the
+interpreter (fleet/cel.py, on celpy, Lark and pendulum: about a tenth of a command's start-up). Two kinds of
+answer are kept: validation's of an expression (its compile error, its static cost, its literals that never
+parse, the attributes it reads) and a selector's on a device kind (whether it matches, and why not when its
+evaluation failed). Each is a function of its inputs and of the dialect's code alone, so they are kept in one
+entry of the cache folder, keyed by a digest of that code (fleet/cel.py, fleet/quantity.py, fleet/semver.py,
+and the installed celpy and Lark, by their files' sizes and times) and read and written as fleet/disk_cache.py
+says: only in the user's own folder, authenticated. A command whose selectors and device kinds were all seen
+before never loads the interpreter; a miss asks it (loading it then), and what was learnt is written back when
+the process ends. A planner given an interpreter of its own (other limits: tests, benchmarks) asks it directly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol
+
+from fleet.disk_cache import DiskCache
+
+if TYPE_CHECKING:
+    from fleet.cel import CelEvaluator
+
+MAX_COST = 100_000  # evaluator steps, for the static estimate and the evaluation budget alike
+MAX_LENGTH = 10_240  # characters, as Kubernetes' CELSelectorExpressionMaxLength (also the API's field cap)
+MAX_OBJECT_COST = MAX_COST  # the sum over one object's selectors: one object costs at most about a second a device
+
+ENTRY = "cel-answers.json"
+KEPT = 20_000  # answers of each kind the entry keeps; past it, a process keeps only what it asked
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a selector can see of one device kind: hashable, so results can be cached.
+
+    attributes: ((key, (type, value)), ...) with type one of string|version|bool|int.
+    capacity:   ((key, quantity string), ...)
+    """
+
+    driver: str
+    attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()
+
+
+class ExpressionFacts(NamedTuple):
+    """Validation's answers about one expression."""
+
+    error: str | None  # why it does not compile (None: it does)
+    cost: int  # its static cost estimate (0 when it does not parse)
+    literal_problems: tuple[str, ...]  # quantity("...") and semver("...") literals that never parse
+    attributes: frozenset[str]  # the attributes it reads, as <domain>/<id> (or a bare id)
+
+
+class SelectorEvaluator(Protocol):
+    """What the planner asks of selectors (fleet/matching.py)."""
+
+    evaluations: int
+
+    def matches_all(self, expressions: Iterable[str], device: DeviceFacts) -> bool: ...
+
+    def error(self, expressions: Iterable[str], device: DeviceFacts) -> str | None: ...
+
+
+def _code_digest() -> str:
+    """The dialect's code: this project's CEL modules by content, celpy's and Lark's files by size and time."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(sys.version.encode())
+    for name in ("cel.py", "quantity.py", "semver.py", "selectors.py"):
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    for package in ("celpy", "lark"):
+        spec = importlib.util.find_spec(package)  # found, not imported
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        for folder in folders:
+            for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+                if entry.name.endswith((".py", ".lark")):
+                    info = entry.stat()
+                    digest.update(f"{package}/{entry.name} {info.st_size} {info.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
+
+
+def _device_key(expression: str, device: DeviceFacts) -> str:
+    return json.dumps([expression, device.driver, device.attributes, device.capacity])
+
+
+class _Answers:
+    """The process's answers, read from the cache folder on first use and written back at exit when it learnt
+    something. Answers are pure, so two processes writing at once only lose each other's new entries."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loaded = False
+        self.digest = ""
+        self.expressions: dict[str, ExpressionFacts] = {}
+        self.results: dict[str, tuple[bool, str | None]] = {}
+        self.learnt = False
+        self.engine: CelEvaluator | None = None
+
+    def load(self) -> None:
+        if self.loaded:
+            return
+        with self.lock:
+            if self.loaded:
+                return
+            self.digest = _code_digest()
+            self.expressions, self.results = self._read()
+            self.loaded = True
+
+    def _read(self) -> tuple[dict[str, ExpressionFacts], dict[str, tuple[bool, str | None]]]:
+        content = DiskCache().read(ENTRY)
+        try:
+            data = json.loads(content) if content is not None else {}
+            if not isinstance(data, dict) or data.get("code") != self.digest:
+                return {}, {}
+            expressions = {e: ExpressionFacts(f[0], int(f[1]), tuple(f[2]), frozenset(f[3]))
+                           for e, f in data["expressions"].items()}
+            results = {k: (bool(r[0]), r[1]) for k, r in data["results"].items()}
+            return expressions, results
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):  # another shape: start afresh
+            return {}, {}
+
+    def interpreter(self) -> CelEvaluator:
+        with self.lock:
+            if self.engine is None:
+                from fleet.cel import CelEvaluator  # loads celpy: only when an answer is missing
+
+                self.engine = CelEvaluator()
+                if not self.learnt:
+                    atexit.register(self.save)
+                self.learnt = True
+            return self.engine
+
+    def save(self) -> None:
+        """Best effort: merged with what another process wrote meanwhile, capped, authenticated."""
+        with self.lock:
+            expressions, results = self._read()
+            if len(expressions) + len(self.expressions) > KEPT or len(results) + len(self.results) > KEPT:
+                expressions, results = {}, {}
+            expressions.update(self.expressions)
+            results.update(self.results)
+            DiskCache().write(ENTRY, json.dumps({
+                "code": self.digest,
+                "expressions": {e: [f.error, f.cost, list(f.literal_problems), sorted(f.attributes)]
+                                for e, f in expressions.items()},
+                "results": {k: list(r) for k, r in results.items()}}))
+
+
+ANSWERS = _Answers()
+
+
+def expression_facts(expression: str) -> ExpressionFacts:
+    ANSWERS.load()
+    found = ANSWERS.expressions.get(expression)
+    if found is None:
+        ANSWERS.interpreter()
+        from fleet import cel
+
+        error = cel.check_expression(expression)
+        found = ExpressionFacts(error, cel.selector_cost(expression), cel.literal_problems(expression),
+                                cel.referenced_attributes(expression))
+        if len(expression) <= MAX_LENGTH:  # a longer one is refused by its length: nothing worth keeping
+            ANSWERS.expressions[expression] = found
+    return found
+
+
+def check_expression(expression: str) -> str | None:
+    """A compile error message, or None if the expression compiles."""
+    return expression_facts(expression).error
+
+
+def selector_cost(expression: str) -> int:
+    """The static estimate of one selector (0 for one that does not parse: that is its own error)."""
+    return expression_facts(expression).cost
+
+
+def literal_problems(expression: str) -> tuple[str, ...]:
+    return expression_facts(expression).literal_problems
+
+
+def referenced_attributes(expression: str) -> frozenset[str]:
+    return expression_facts(expression).attributes
+
+
+class KeptEvaluator:
+    """The planner's selectors, answered from what was kept (`ANSWERS`), else by the interpreter: the same answers
+    as fleet/cel.py's CelEvaluator with its default limits, and the same errors told (`error` tells those of the
+    selectors `matches_all` asked, as the interpreter's evaluator does of those it evaluated: each list stops
+    at its first non-match). `evaluations`: those the interpreter ran for it."""
+
+    def __init__(self) -> None:
+        self.evaluations = 0
+        self.asked: set[tuple[str, DeviceFacts]] = set()
+
+    def _result(self, expression: str, device: DeviceFacts) -> tuple[bool, str | None]:
+        try:
+            key = _device_key(expression, device)
+        except TypeError:  # an attribute value JSON cannot hold: asked, never kept
+            key = None
+        found = ANSWERS.results.get(key) if key is not None else None
+        if found is None:
+            engine = ANSWERS.interpreter()
+            before = engine.evaluations
+            matched = engine.matches(expression, device)
+            self.evaluations += engine.evaluations - before
+            found = (matched, engine.error([expression], device))
+            if key is not None:
+                ANSWERS.results[key] = found
+        return found
+
+    def matches_all(self, expressions: Iterable[str], device: DeviceFacts) -> bool:
+        ANSWERS.load()
+        for expression in expressions:
+            self.asked.add((expression, device))
+            if not self._result(expression, device)[0]:
+                return False
+        return True
+
+    def error(self, expressions: Iterable[str], device: DeviceFacts) -> str | None:
+        """Why the selectors could not be evaluated on this device (None: they were, and did not match)."""
+        return next((error for e in expressions
+                     if (e, device) in self.asked and (error := self._result(e, device)[1]) is not None), None)
