@@ -9,7 +9,7 @@ machine's speed moves within minutes: a floor measured minutes apart from its co
 median runs shown; the floor column is the floor's median in the same minutes. Floors and targets (issue 31):
 
 - `plan`: within 2x its floor, parsing the same manifests with PyYAML's C loader in a fresh interpreter; as a user
-  runs it again (the cache folder holds the analysed CEL grammar and the selectors' answers: fleet/selectors.py),
+  runs it again (the cache folder holds the analysed CEL grammar and the selectors' answers: fleet/device_selectors.py),
   and with an empty cache folder, as on a fresh CI runner;
 - `plan --against` (one deployment changed) with no cached base, as on every fresh CI runner: within 1.3x plan;
   then as every later pull request against the same base runs it (cached);

@@ -14,7 +14,7 @@ the budget stops and is a non-match. A cost unit here is one step of celpy's eva
 
 Each distinct expression is compiled once, and each (expression, device kind) pair is
 evaluated once per evaluator, so a fleet of thousands of pools with a handful of device
-kinds costs a handful of evaluations; fleet/selectors.py keeps the answers on disk, so a
+kinds costs a handful of evaluations; fleet/device_selectors.py keeps the answers on disk, so a
 command that has seen them all does not load this module at all.
 """
 
@@ -41,8 +41,8 @@ from fleet.errors import ModelplaneError
 from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
 # what a selector sees of a device and the dialect's limits, apart from the interpreter (which validation and the
-# planner load only for what fleet/selectors.py has not kept)
-from fleet.selectors import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
+# planner load only for what fleet/device_selectors.py has not kept)
+from fleet.device_selectors import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
 
 
 class CelCompileError(ModelplaneError, ValueError):

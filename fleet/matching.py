@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.selectors import SelectorEvaluator
+from fleet.device_selectors import SelectorEvaluator
 from fleet.inventory import PoolKind
 from fleet.shapes import MemberShape
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet.backends import NVIDIA_DRIVER
-from fleet.selectors import SelectorEvaluator
+from fleet.device_selectors import SelectorEvaluator
 from fleet.inventory import ClusterView, PoolKind, PoolView
 from fleet.ledger import ZERO, PoolState, Score, pod_score
 from fleet.matching import MemberMatch, assign, claims, demand, match_member

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from fleet.api.deployment import ModelDeployment
 from fleet.backends import BACKEND_ANNOTATION, NVIDIA_DRIVER, dynamo_framework, on_dynamo_stack
-from fleet.selectors import KeptEvaluator, SelectorEvaluator
+from fleet.device_selectors import KeptEvaluator, SelectorEvaluator
 from fleet.inventory import ClusterView, build_clusters
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Literal, overload
 
 from pydantic import ValidationError
 
-from fleet import selectors
+from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
@@ -196,15 +196,15 @@ def _cel_problems(obj: Resource) -> Iterable[tuple[tuple, str]]:
     budget, would otherwise hold a portal write for minutes."""
     total, first = 0, None
     for path, expression in _selectors(obj):
-        if error := selectors.check_expression(expression):
+        if error := device_selectors.check_expression(expression):
             yield path, error
             continue
-        total += selectors.selector_cost(expression)
+        total += device_selectors.selector_cost(expression)
         first = first or path
-    if first is not None and total > selectors.MAX_OBJECT_COST:
+    if first is not None and total > device_selectors.MAX_OBJECT_COST:
         yield first[:4] if isinstance(obj, ModelDeployment) else first[:2], (
             f"its device selectors together are too costly: estimated {total:,} steps a device, over the limit "
-            f"of {selectors.MAX_OBJECT_COST:,} for one object")
+            f"of {device_selectors.MAX_OBJECT_COST:,} for one object")
 
 
 def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], str | None]:
@@ -292,9 +292,9 @@ def _selector_warnings(fleet: Fleet, classes: dict) -> list[Problem]:
                     for s, selector in enumerate(request.selectors):
                         path = ("spec", "template", "spec", "engines", i, "members", j, "nodeSelector", "devices", k,
                                 "selectors", s, "cel")
-                        for message in selectors.literal_problems(selector.cel):
+                        for message in device_selectors.literal_problems(selector.cel):
                             out.append(fleet.problem(md, path, message, warning=True))
-                        for name in sorted(selectors.referenced_attributes(selector.cel)) if classes else []:
+                        for name in sorted(device_selectors.referenced_attributes(selector.cel)) if classes else []:
                             if name not in published and name.split("/", 1)[-1] not in ids:
                                 attribute = name.split("/", 1)[-1]
                                 out.append(fleet.problem(md, path, f"no InferenceClass publishes the attribute "

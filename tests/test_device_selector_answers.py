@@ -1,4 +1,4 @@
-"""Selectors' answers kept on disk (fleet/selectors.py): the same answers as the interpreter's, from a cold cache
+"""Selectors' answers kept on disk (fleet/device_selectors.py): the same answers as the interpreter's, from a cold cache
 and from a warm one; a command that has seen every selector does not load the interpreter; an entry kept by other
 code is not used."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet import cel, selectors
+from fleet import cel, device_selectors
 from fleet.disk_cache import DiskCache
 from tests.test_cel import BAD_VERSION, CASES, L4
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPRESSIONS = sorted({e for e, _, _ in CASES}) + [
-    "device.capacity[", "", "   ", "quantiti('1Gi')", 'quantity("10GB").sign() == 1', "x" * (selectors.MAX_LENGTH + 1),
+    "device.capacity[", "", "   ", "quantiti('1Gi')", 'quantity("10GB").sign() == 1', "x" * (device_selectors.MAX_LENGTH + 1),
     '[1, 2, 3].map(x, [1, 2, 3].map(y, [1, 2, 3].map(z, x * y * z))).size() > 0',
     'device.attributes["gpu.nvidia.com"].productName == "L4" && semver("1.2") == semver("1.2.0")']
 COMPILING = [e for e in EXPRESSIONS if cel.check_expression(e) is None]  # validation refuses the others
@@ -27,8 +27,8 @@ COMPILING = [e for e in EXPRESSIONS if cel.check_expression(e) is None]  # valid
 @pytest.fixture
 def fresh(monkeypatch):
     """A process's answers as if it had just started (what it keeps is read from this test's cache folder)."""
-    monkeypatch.setattr(selectors, "ANSWERS", selectors._Answers())
-    return lambda: monkeypatch.setattr(selectors, "ANSWERS", selectors._Answers())
+    monkeypatch.setattr(device_selectors, "ANSWERS", device_selectors._Answers())
+    return lambda: monkeypatch.setattr(device_selectors, "ANSWERS", device_selectors._Answers())
 
 
 def interpreter_answers() -> list:
@@ -40,8 +40,8 @@ def interpreter_answers() -> list:
 
 
 def kept_answers() -> list:
-    evaluator = selectors.KeptEvaluator()
-    facts = [tuple(selectors.expression_facts(e)) for e in EXPRESSIONS]
+    evaluator = device_selectors.KeptEvaluator()
+    facts = [tuple(device_selectors.expression_facts(e)) for e in EXPRESSIONS]
     results = [(evaluator.matches_all([e], d), evaluator.error([e], d)) for e in COMPILING for d in (L4, BAD_VERSION)]
     return [facts, results]
 
@@ -49,14 +49,14 @@ def kept_answers() -> list:
 def test_kept_answers_are_the_interpreters_cold_and_warm(fresh):
     expected = interpreter_answers()
     assert kept_answers() == expected  # cold: every answer asked of the interpreter
-    selectors.ANSWERS.save()
+    device_selectors.ANSWERS.save()
     fresh()
-    selectors.ANSWERS.load()
-    assert selectors.ANSWERS.results and selectors.ANSWERS.expressions
-    assert selectors.ANSWERS.engine is None
+    device_selectors.ANSWERS.load()
+    assert device_selectors.ANSWERS.results and device_selectors.ANSWERS.expressions
+    assert device_selectors.ANSWERS.engine is None
     assert kept_answers() == expected  # warm: from the entry
-    long = "x" * (selectors.MAX_LENGTH + 1)
-    assert long not in selectors.ANSWERS.expressions  # refused by its length: not kept
+    long = "x" * (device_selectors.MAX_LENGTH + 1)
+    assert long not in device_selectors.ANSWERS.expressions  # refused by its length: not kept
 
 
 def test_errors_are_told_of_the_selectors_asked_as_the_interpreter_tells_them(fresh):
@@ -64,7 +64,7 @@ def test_errors_are_told_of_the_selectors_asked_as_the_interpreter_tells_them(fr
     error is not told, unless another list asked it."""
     failing = 'device.attributes["x.io"].y == 1'
     first, later = ['device.driver == "other"', failing], [failing]
-    for make in (cel.CelEvaluator, selectors.KeptEvaluator):
+    for make in (cel.CelEvaluator, device_selectors.KeptEvaluator):
         evaluator = make()
         assert not evaluator.matches_all(first, L4)
         told_before = evaluator.error(first, L4)
@@ -75,18 +75,18 @@ def test_errors_are_told_of_the_selectors_asked_as_the_interpreter_tells_them(fr
 
 def test_an_entry_of_other_code_is_not_used(fresh):
     expression = 'device.driver == "gpu.nvidia.com"'
-    assert selectors.KeptEvaluator().matches_all([expression], L4)
-    selectors.ANSWERS.save()
-    entry = json.loads(DiskCache().read(selectors.ENTRY))
+    assert device_selectors.KeptEvaluator().matches_all([expression], L4)
+    device_selectors.ANSWERS.save()
+    entry = json.loads(DiskCache().read(device_selectors.ENTRY))
     key = next(iter(entry["results"]))
     entry["results"][key] = [False, None]  # what other code might have answered
-    DiskCache().write(selectors.ENTRY, json.dumps(entry))
+    DiskCache().write(device_selectors.ENTRY, json.dumps(entry))
     fresh()
-    assert not selectors.KeptEvaluator().matches_all([expression], L4)  # the same code: the entry is trusted
+    assert not device_selectors.KeptEvaluator().matches_all([expression], L4)  # the same code: the entry is trusted
     entry["code"] = "0" * 64
-    DiskCache().write(selectors.ENTRY, json.dumps(entry))
+    DiskCache().write(device_selectors.ENTRY, json.dumps(entry))
     fresh()
-    assert selectors.KeptEvaluator().matches_all([expression], L4)  # other code: asked again
+    assert device_selectors.KeptEvaluator().matches_all([expression], L4)  # other code: asked again
 
 
 def test_a_command_that_has_seen_every_selector_does_not_load_the_interpreter(tmp_path):

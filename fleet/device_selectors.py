@@ -74,7 +74,7 @@ def _code_digest() -> str:
     """The dialect's code: this project's CEL modules by content, celpy's and Lark's files by size and time."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(sys.version.encode())
-    for name in ("cel.py", "quantity.py", "semver.py", "selectors.py"):
+    for name in ("cel.py", "quantity.py", "semver.py", "device_selectors.py"):
         digest.update(name.encode() + b"\0" + (here / name).read_bytes())
     for package in ("celpy", "lark"):
         spec = importlib.util.find_spec(package)  # found, not imported
