@@ -42,7 +42,7 @@ from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
 # what a selector sees of a device and the dialect's limits, apart from the interpreter (which validation and the
 # planner load only for what fleet/device_selectors.py has not kept)
-from fleet.device_selectors import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
+from fleet.device_facts import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
 
 
 class CelCompileError(ModelplaneError, ValueError):

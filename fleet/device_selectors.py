@@ -1,15 +1,15 @@
 """Device selectors as validation and the planner ask about them, answered once per content and kept on disk.
 
-What a selector can see of a device kind (`DeviceFacts`) and the dialect's limits live here, apart from the
-interpreter (fleet/cel.py, on celpy, Lark and pendulum: about a tenth of a command's start-up). Two kinds of
-answer are kept: validation's of an expression (its compile error, its static cost, its literals that never
-parse, the attributes it reads) and a selector's on a device kind (whether it matches, and why not when its
-evaluation failed). Each is a function of its inputs and of the dialect's code alone, so they are kept in one
-entry of the cache folder, keyed by a digest of that code (fleet/cel.py, fleet/quantity.py, fleet/semver.py,
-and the installed celpy and Lark, by their files' sizes and times) and read and written as fleet/disk_cache.py
-says: only in the user's own folder, authenticated. A command whose selectors and device kinds were all seen
-before never loads the interpreter; a miss asks it (loading it then), and what was learnt is written back when
-the process ends. A planner given an interpreter of its own (other limits: tests, benchmarks) asks it directly.
+The interpreter (fleet/cel.py, on celpy, Lark and pendulum) is about a tenth of a command's start-up. Two kinds
+of answer are kept: validation's of an expression (its compile error, its static cost, its literals that never
+parse, the attributes it reads) and a selector's on a device kind (fleet/device_facts.py: whether it matches,
+and why not when its evaluation failed). Each is a function of its inputs and of the dialect's code alone, so
+they are kept in one entry of the cache folder, keyed by a digest of that code (fleet/cel.py,
+fleet/device_facts.py, fleet/quantity.py, fleet/semver.py, this module, and the installed celpy and Lark by their
+files' sizes and times) and read and written as fleet/disk_cache.py says: only in the user's own folder,
+authenticated. A command whose selectors and device kinds were all seen before never loads the interpreter; a
+miss asks it (loading it then), and what was learnt is written back when the process ends. A planner given an
+interpreter of its own (other limits: tests, benchmarks) asks it directly.
 """
 
 from __future__ import annotations
@@ -21,34 +21,17 @@ import json
 import os
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Protocol
 
+from fleet.device_facts import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
 from fleet.disk_cache import DiskCache
 
 if TYPE_CHECKING:
     from fleet.cel import CelEvaluator
 
-MAX_COST = 100_000  # evaluator steps, for the static estimate and the evaluation budget alike
-MAX_LENGTH = 10_240  # characters, as Kubernetes' CELSelectorExpressionMaxLength (also the API's field cap)
-MAX_OBJECT_COST = MAX_COST  # the sum over one object's selectors: one object costs at most about a second a device
-
 ENTRY = "cel-answers.json"
 KEPT = 20_000  # answers of each kind the entry keeps; past it, a process keeps only what it asked
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What a selector can see of one device kind: hashable, so results can be cached.
-
-    attributes: ((key, (type, value)), ...) with type one of string|version|bool|int.
-    capacity:   ((key, quantity string), ...)
-    """
-
-    driver: str
-    attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
-    capacity: tuple[tuple[str, str], ...] = ()
 
 
 class ExpressionFacts(NamedTuple):
@@ -74,7 +57,7 @@ def _code_digest() -> str:
     """The dialect's code: this project's CEL modules by content, celpy's and Lark's files by size and time."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(sys.version.encode())
-    for name in ("cel.py", "quantity.py", "semver.py", "device_selectors.py"):
+    for name in ("cel.py", "device_facts.py", "quantity.py", "semver.py", "device_selectors.py"):
         digest.update(name.encode() + b"\0" + (here / name).read_bytes())
     for package in ("celpy", "lark"):
         spec = importlib.util.find_spec(package)  # found, not imported

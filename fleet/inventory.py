@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
 
-from fleet.device_selectors import DeviceFacts
+from fleet.device_facts import DeviceFacts
 from fleet.quantity import QuantityError, parse_quantity
 from fleet.shapes import HashedOnce, hash_once
 from fleet.topology import nvlink_label
