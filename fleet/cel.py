@@ -42,7 +42,7 @@ from fleet.quantity import Quantity, QuantityError, is_quantity, parse_quantity
 from fleet.semver import Semver, SemverError, is_semver, parse_semver
 # what a selector sees of a device and the dialect's limits, apart from the interpreter (which validation and the
 # planner load only for what fleet/device_selectors.py has not kept)
-from fleet.device_facts import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts  # noqa: F401
+from fleet.device_facts import MAX_COST, MAX_LENGTH, MAX_OBJECT_COST, DeviceFacts, depth_bound  # noqa: F401
 
 
 class CelCompileError(ModelplaneError, ValueError):
@@ -543,8 +543,10 @@ class CelEvaluator:
         cached = self.results.get(key)
         if cached is not None:
             return cached
+        self.errors.pop(key, None)  # one left by an evaluation that ran out of stack
         result = self._evaluate(expression, device)
-        self.results[key] = result
+        if not depth_bound(self.errors.get(key)):  # out of stack where it was asked: asked again next time
+            self.results[key] = result
         return result
 
     def matches_all(self, expressions: Iterable[str], device: DeviceFacts) -> bool:

@@ -22,3 +22,9 @@ class DeviceFacts:
     driver: str
     attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
     capacity: tuple[tuple[str, str], ...] = ()
+
+
+def depth_bound(error: str | None) -> bool:
+    """Whether a selector's error says the interpreter ran out of stack (celpy recurses per node): an answer of
+    where it was asked from, not of the selector, so neither the interpreter nor the kept answers remember it."""
+    return error is not None and ("recursion" in error or "nested too deeply" in error)

@@ -109,3 +109,72 @@ def test_a_command_that_has_seen_every_selector_does_not_load_the_interpreter(tm
     assert loaded == "True" and json.loads(first)["replicas"]
     second, loaded = run()
     assert loaded == "False" and second == first
+
+
+def test_facts_json_cannot_hold_are_asked_not_kept(fresh):
+    """An int attribute of more digits than Python turns into text (YAML hex allows it) is asked of the
+    interpreter each time, as before, and never crashes the planner."""
+    huge = device_selectors.DeviceFacts("gpu.nvidia.com", (("sm", ("int", 16 ** 4000)),))
+    expression = 'device.attributes["gpu.nvidia.com"].sm > 50'
+    interpreter = cel.CelEvaluator()
+    kept = device_selectors.KeptEvaluator()
+    assert kept.matches_all([expression], huge) == interpreter.matches(expression, huge)
+    assert kept.error([expression], huge) == interpreter.error([expression], huge)
+    assert not device_selectors.ANSWERS.results
+
+
+def test_answers_that_depend_on_the_stack_are_not_kept(fresh):
+    """celpy recurses per node: a deep selector that evaluates here fails further down the stack (the limit,
+    not the selector). Such a failure is not kept for other callers."""
+    n = 20
+    while cel.CelEvaluator().matches("!" * (n + 20) + "true", L4) and n < 2000:
+        n += 20  # the deepest nesting that still evaluates from here
+    deep = "!" * n + "true"
+    assert cel.CelEvaluator().matches(deep, L4)
+
+    def at_depth(frames):
+        return at_depth(frames - 1) if frames else device_selectors.KeptEvaluator().matches_all([deep], L4)
+
+    assert not at_depth(300)  # deeper: the interpreter fails for the stack
+    assert not device_selectors.ANSWERS.results  # and that answer is not kept
+    assert device_selectors.KeptEvaluator().matches_all([deep], L4)  # asked again, from here
+
+
+def test_the_entry_keeps_at_most_kept_answers(fresh, monkeypatch):
+    monkeypatch.setattr(device_selectors, "KEPT", 50)
+    sizes = []
+    for process in range(4):  # four processes, each learning 30 answers the others did not
+        fresh()
+        evaluator = device_selectors.KeptEvaluator()
+        for i in range(30):
+            evaluator.matches_all([f"device.driver == 'd{process}-{i}'"], L4)
+        device_selectors.ANSWERS.save()
+        sizes.append(len(json.loads(DiskCache().read(device_selectors.ENTRY))["results"]))
+    assert sizes == [30, 30, 30, 30], sizes  # 30 + 30 would be over 50: each process's own answers only
+
+
+def test_an_entry_of_the_wrong_shape_is_not_used(fresh):
+    """Authenticated (the user's own key) but not of the shape written: read as nothing, never a crash."""
+    expression = 'device.driver == "gpu.nvidia.com"'
+    device_selectors.KeptEvaluator().matches_all([expression], L4)
+    device_selectors.expression_facts(expression)
+    device_selectors.ANSWERS.save()
+    entry = json.loads(DiskCache().read(device_selectors.ENTRY))
+    for bad in ({**entry, "expressions": {expression: [12345, 1, [], []]}},
+                {**entry, "results": {k: ["yes", None] for k in entry["results"]}},
+                {**entry, "expressions": [1, 2]}):
+        DiskCache().write(device_selectors.ENTRY, json.dumps(bad))
+        fresh()
+        device_selectors.ANSWERS.load()
+        assert not device_selectors.ANSWERS.expressions and not device_selectors.ANSWERS.results
+        assert device_selectors.check_expression(expression) is None
+        assert device_selectors.KeptEvaluator().matches_all([expression], L4)
+
+
+def test_answers_go_back_to_the_folder_they_were_read_from(fresh, monkeypatch, tmp_path):
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / "first"))
+    device_selectors.KeptEvaluator().matches_all(['device.driver == "x"'], L4)
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / "second"))
+    device_selectors.ANSWERS.save()
+    assert DiskCache(tmp_path / "first").read(device_selectors.ENTRY) is not None
+    assert not (tmp_path / "second").exists()
