@@ -149,15 +149,21 @@ class _Answers:
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # another shape: start afresh
             return {}, {}
 
+    def learning(self) -> None:
+        """An answer is being asked of the interpreter: what is learnt is written back at exit."""
+        with self.lock:
+            if not self.saving:
+                atexit.register(self.save)
+                self.saving = True
+
     def interpreter(self) -> CelEvaluator:
+        """The planner's interpreter (validation's questions go to fleet/cel.py's own)."""
+        self.learning()
         with self.lock:
             if self.engine is None:
                 from fleet.cel import CelEvaluator  # loads celpy: only when an answer is missing
 
                 self.engine = CelEvaluator()
-            if not self.saving:
-                atexit.register(self.save)
-                self.saving = True
             return self.engine
 
     def keep_facts(self, expression: str, facts: ExpressionFacts) -> None:
@@ -207,8 +213,8 @@ def expression_facts(expression: str) -> ExpressionFacts:
     ANSWERS.load()
     found = ANSWERS.expressions.get(expression)
     if found is None:
-        ANSWERS.interpreter()
-        from fleet import cel
+        ANSWERS.learning()
+        from fleet import cel  # loads celpy: only when an answer is missing
 
         error = cel.check_expression(expression)
         found = ExpressionFacts(error, cel.selector_cost(expression), cel.literal_problems(expression),
