@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import http.client
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -58,11 +60,26 @@ def seed(folder: Path, objects: list[dict]) -> float:
 
 
 def reader(url: str, token: str, stop: threading.Event, out: list[float]) -> None:
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as client:
+    """One client listing the team's ModelDeployments on one kept-alive connection, reading each whole answer.
+
+    The standard library's client, not httpx: the readers share this process's interpreter and this machine's
+    cores with the portal, and httpx's pure-Python HTTP parsing took 2.1 ms of CPU per 1 MB list (fleet_gen's team)
+    against the portal's 0.7 ms, so 20 httpx readers measured themselves (p50 36 ms, where http.client's readers
+    see 11 ms of the same portal)."""
+    address = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
         while not stop.is_set():
             started = time.perf_counter()
-            client.get(f"{API}/namespaces/{TEAM}/modeldeployments").raise_for_status()
+            connection.request("GET", f"{API}/namespaces/{TEAM}/modeldeployments", headers=headers)
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200 or not body:
+                raise RuntimeError(f"list answered {response.status}")
             out.append(time.perf_counter() - started)
+    finally:
+        connection.close()
 
 
 def reads_for(url: str, token: str, seconds: float) -> list[float]:
