@@ -155,3 +155,96 @@ def test_accept_encoding_is_read_as_http_says(header, accepted):
     from automation.portal.listing import accepts_gzip
 
     assert accepts_gzip(header) is accepted
+
+
+def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(portal, tmp_path):
+    """After a write, a list reuses what its last composition decoded and encoded: an object whose stored text and
+    status are the same keeps its item (and its bytes), one whose status alone moved is not decoded again, one that
+    was written is decoded and encoded afresh; the answer is byte for byte the answer composed from nothing."""
+    from automation.portal.read_cache import ReadCache
+
+    served = portal.app.state.portal
+    with portal.client(TEAM_A) as team:
+        for name in ("a", "b", "c"):
+            put(team, name)
+        portal.settle()
+        listed(team)
+        before = dict(served.lists.items.of("ModelDeployment", "team-a"))
+        put(team, "b", replicas=2)
+        portal.settle()
+        other = Store(f"sqlite:///{tmp_path / 'portal.db'}")
+        with other.write() as conn:  # c's status moves (a run is queued for its stack); its stored text does not
+            other.enqueue(conn, str(StackId.model("team-a", "c")), "up", "f1")
+        kept = team.get(LIST).content
+        after = served.lists.items.of("ModelDeployment", "team-a")
+        assert after[("team-a", "a")] is before[("team-a", "a")]
+        assert after[("team-a", "b")].text != before[("team-a", "b")].text
+        assert after[("team-a", "b")].item["spec"]["replicas"] == 2
+        assert after[("team-a", "c")] is not before[("team-a", "c")]
+        assert after[("team-a", "c")].body is before[("team-a", "c")].body  # not decoded again
+        assert after[("team-a", "c")].item["status"]["stack"]["lastRun"]["status"] == "queued"
+        served.lists = ReadCache()  # nothing kept, nothing remembered
+        assert served._listed_now("ModelDeployment", "team-a", None).body == kept
+        assert json.loads(kept)["items"] == json.loads(served._listed_now("ModelDeployment", "team-a", None).body)["items"]
+
+
+def test_the_items_spliced_into_a_list_are_what_encoding_the_whole_list_writes():
+    from automation.portal.listing import list_document
+    from automation.portal.read_cache import encode, list_body
+
+    items = [{"metadata": {"name": "ä-1", "namespace": "t"}, "spec": {"n": 2**70, "f": 0.5, "s": "x\ny\"z"}},
+             {"metadata": {"name": "b"}, "spec": {"list": [1, None, True, {}]}, "status": {"u": "\u2028"}}]
+    document = list_document("ModelDeployment", items, "42")
+    spliced = list_body(list_document("ModelDeployment", [], "42"), [encode(i) for i in items])
+    assert json.loads(spliced) == json.loads(encode(document)) == json.loads(json.dumps(document))
+    assert list_body(list_document("ModelDeployment", [], "7"), []) == encode(list_document("ModelDeployment", [], "7"))
+
+
+def test_an_item_is_decoded_and_encoded_again_only_when_its_text_or_status_moved():
+    from automation.portal.read_cache import reuse
+
+    def composing(status: dict):
+        calls = []
+
+        def compose(body: dict) -> dict:
+            calls.append(body)
+            return {**body, "status": status}
+        return compose, calls
+
+    text = json.dumps({"metadata": {"name": "a"}, "spec": {"replicas": 1}})
+    compose, calls = composing({"ready": 0})
+    first = reuse(None, text, compose)
+    assert first.item == {"metadata": {"name": "a"}, "spec": {"replicas": 1}, "status": {"ready": 0}}
+    assert json.loads(first.encoded) == first.item
+    same = reuse(first, text, compose)
+    assert same is first and calls[-1] is first.body  # the status is always composed, from the body kept
+    compose, _ = composing({"ready": 1})
+    moved = reuse(first, text, compose)
+    assert moved is not first and moved.body is first.body and json.loads(moved.encoded)["status"] == {"ready": 1}
+    written = reuse(moved, text.replace("1}", "2}"), compose)
+    assert written.body is not moved.body and written.item["spec"]["replicas"] == 2
+
+
+def test_the_items_of_few_lists_are_remembered(monkeypatch):
+    from automation.portal import read_cache
+
+    monkeypatch.setattr(read_cache, "MAX_REMEMBERED", 2)
+    items = read_cache.Items()
+    for namespace in ("a", "b", "c"):
+        items.remember("ModelDeployment", namespace, {(namespace, "x"): None})  # type: ignore[dict-item]
+    assert items.of("ModelDeployment", "a") == {}
+    assert set(items.of("ModelDeployment", "c")) == {("c", "x")}
+
+
+def test_a_list_is_gzipped_once_and_only_when_asked(monkeypatch):
+    import gzip
+
+    from automation.portal import read_cache
+
+    body = b'{"items":[' + b",".join([b'{"a":1}'] * 100) + b"]}"
+    small = read_cache.CachedList((), "1", body)
+    assert small.gzipped is None
+    monkeypatch.setattr(read_cache, "COMPRESS_FROM", 10)
+    large = read_cache.CachedList((), "1", body)
+    assert large._gzipped is None  # nothing compressed until a client that accepts gzip asks
+    assert gzip.decompress(large.gzipped) == body and large.gzipped is large.gzipped

@@ -24,7 +24,7 @@ from automation.portal.guard import Caller
 from automation.portal import listing, patches
 from automation.portal.overlay import PendingOverlay
 from automation.portal.placing import Placing
-from automation.portal.read_cache import CachedList, ReadCache
+from automation.portal.read_cache import CachedList, Item, ReadCache, encode, list_body, reuse
 from automation.portal.replanner import Replanner
 from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
                                       quota_problem)
@@ -166,13 +166,19 @@ class Portal:
             if found is not None:
                 return found
             known = self.observation(conn)  # read once per list, not once per object
-            items = [] if kind == "ModelReplica" else [self.with_status(b, conn, known)
-                                                       for b in self.store.list(conn, kind, namespace)]
+            before = self.lists.items.of(kind, namespace)  # what the last composition decoded and encoded
+            stored: dict[tuple[str, str], Item] = {}
+            for ns, name, text in [] if kind == "ModelReplica" else self.store.list_stored(conn, kind, namespace):
+                stored[(ns, name)] = reuse(before.get((ns, name)), text, lambda b: self.with_status(b, conn, known))
+            pairs = [(entry.item, entry.encoded) for entry in stored.values()]
             if kind in ("ModelReplica", "ModelEndpoint"):  # the replicas and their endpoints, composed as the reference
-                items += [o for o in conditions.composed(namespace, known[0], known[1]) if o["kind"] == kind]
-            items.sort(key=listing.key)
+                pairs += [(o, encode(o)) for o in conditions.composed(namespace, known[0], known[1])
+                          if o["kind"] == kind]
+            pairs.sort(key=lambda pair: listing.key(pair[0]))
             version = self.store.get_state(conn, "resourceVersion") or "0"
-        return self.lists.keep(marker, kind, namespace, items, version, listing.list_document(kind, items, version))
+        self.lists.items.remember(kind, namespace, stored)
+        body = list_body(listing.list_document(kind, [], version), [encoded for _, encoded in pairs])
+        return self.lists.keep(marker, kind, namespace, [item for item, _ in pairs], version, body)
 
     def composed_in(self, namespace: str, kind: str, conn, known: tuple | None = None) -> list[dict]:
         snap, observed, _ = known or self.observation(conn)

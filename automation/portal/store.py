@@ -251,6 +251,16 @@ class Store:
         return [_object(r) for r in conn.execute(query).mappings()]
 
     @staticmethod
+    def list_stored(conn: Connection, kind: str, namespace: str | None = None) -> builtins.list[tuple[str, str, str]]:
+        """(namespace, name, stored JSON text) of each `kind` in `namespace` (None: all), in (namespace, name) order:
+        for a reader that decodes only what changed (the read cache)."""
+        query = select(objects.c.namespace, objects.c.name, objects.c.body).where(objects.c.kind == kind) \
+            .order_by(objects.c.namespace, objects.c.name)
+        if namespace is not None:
+            query = query.where(objects.c.namespace == namespace)
+        return [(row[0], row[1], row[2]) for row in conn.execute(query)]
+
+    @staticmethod
     def list_texts(conn: Connection) -> builtins.list[str]:
         """Every object as its stored JSON text (for a process that decodes them itself)."""
         query = select(objects.c.body).order_by(objects.c.kind, objects.c.namespace, objects.c.name)
