@@ -53,7 +53,7 @@ class PoolState:
     def key(self) -> tuple:
         """Hashable state: equal pools of equal kinds place identically."""
         if self._key is None:
-            self._key = (self.kind, tuple(sorted((v, n) for v, n in self.nodes.items() if n > 0)))
+            self._key = (self.kind.uid, tuple(sorted((v, n) for v, n in self.nodes.items() if n > 0)))
         return self._key
 
     def vectors(self) -> list[tuple[int, ...]]:

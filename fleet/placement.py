@@ -77,12 +77,13 @@ class Placer:
 
     def __init__(self, cel: SelectorEvaluator):
         self.cel = cel
-        self._matches: dict[tuple[MemberShape, PoolKind], MemberMatch] = {}
+        self._matches: dict[tuple[int, int], MemberMatch] = {}  # (member, pool kind) by uid
         self._assign: dict[tuple, tuple | None] = {}
         self._engines: dict[tuple, tuple] = {}
         self._replicas: dict[tuple, tuple] = {}
         self._static: dict[tuple, tuple] = {}  # (engines, pool layout, pinned) -> candidate pools, static reasons
-        self._layouts: dict[str, tuple] = {}  # cluster -> its pools' names, kinds and problems
+        self._layouts: dict[str, int] = {}  # cluster -> its pools' names, kinds and problems, numbered
+        self._layout_ids: dict[tuple, int] = {}
         self._kinds: dict[str, frozenset[PoolKind]] = {}  # cluster -> its pools' kinds
         self._empty: dict[tuple, tuple[Score, int] | None] = {}  # (engine, pool kind) -> its fit on empty nodes
         self._problems: dict[tuple, str | None] = {}  # (engine, pool but its name, claims elsewhere) -> problem
@@ -101,7 +102,7 @@ class Placer:
     # ---- static matching -------------------------------------------------------------
 
     def match(self, member: MemberShape, kind: PoolKind) -> MemberMatch:
-        key = (member, kind)
+        key = (member.uid, kind.uid)
         found = self._matches.get(key)
         if found is None:
             found = self._matches[key] = match_member(member, kind, self.cel)
@@ -143,7 +144,7 @@ class Placer:
     # ---- one engine on one pool -----------------------------------------------------------
 
     def _assign_on(self, member: MemberShape, kind: PoolKind, vector: tuple[int, ...]):
-        key = (member, kind, vector)
+        key = (member.uid, kind.uid, vector)
         found = self._assign.get(key, UNKNOWN)
         if found is UNKNOWN:
             found = self._assign[key] = assign(member, self.match(member, kind).candidates, vector)
@@ -151,7 +152,7 @@ class Placer:
 
     def place_engine(self, engine: EngineShape, pool: PoolView, state: PoolState):
         """(EnginePlacement, new state nodes) or (None, reason). The given state is not changed."""
-        key = (engine, pool.name, state.key())
+        key = (engine.uid, pool.name, state.key())
         cached = self._engines.get(key)
         if cached is not None:
             return cached
@@ -218,7 +219,7 @@ class Placer:
     def _empty_fit(self, engine: EngineShape, kind: PoolKind) -> tuple[Score, int] | None:
         """(score, nodes it takes) of the engine on empty nodes of this kind, None if no number of nodes fits it.
         The same on every pool of the kind with at least that many nodes: pods go tightest first either way."""
-        key = (engine, kind)
+        key = (engine.uid, kind.uid)
         found = self._empty.get(key, UNKNOWN)
         if found is UNKNOWN:
             pods = sum(m.pods for m in engine.members) * engine.copies
@@ -355,17 +356,19 @@ class Placer:
         return self._static_for(engines, cluster, None)[0]
 
     def _static_for(self, engines: tuple[EngineShape, ...], cluster: ClusterView, pinned: dict[str, str] | None):
-        key = (engines, self._layout(cluster), tuple(sorted((pinned or {}).items())))
+        key = (tuple(e.uid for e in engines), self._layout(cluster), tuple(sorted((pinned or {}).items())))
         static = self._static.get(key)
         if static is None:
             static = self._static[key] = self._static_candidates(engines, cluster, pinned)
         return static
 
-    def _layout(self, cluster: ClusterView) -> tuple:
-        """The cluster's pools without its name: what static matching depends on, shared by alike clusters."""
+    def _layout(self, cluster: ClusterView) -> int:
+        """The cluster's pools without its name (what static matching depends on, shared by alike clusters), as a
+        number: a key of names, kinds and problems was hashed again on every lookup."""
         layout = self._layouts.get(cluster.name)
         if layout is None:
-            layout = self._layouts[cluster.name] = tuple((p.name, p.kind, p.problem) for p in cluster.pools)
+            pools = tuple((p.name, p.kind.uid, p.problem) for p in cluster.pools)
+            layout = self._layouts[cluster.name] = self._layout_ids.setdefault(pools, len(self._layout_ids))
         return layout
 
     def _static_candidates(self, engines: tuple[EngineShape, ...], cluster: ClusterView,
@@ -401,15 +404,15 @@ class Placer:
     def claims_elsewhere(self, engine: EngineShape, cluster: ClusterView) -> tuple[bool, ...]:
         """Per member, whether it claims a DRA device on some pool of the cluster (any pool, any order)."""
         kinds = self.cluster_kinds(cluster)
-        elsewhere = self._elsewhere.get((engine, kinds))
+        elsewhere = self._elsewhere.get((engine.uid, kinds))
         if elsewhere is None:
-            elsewhere = self._elsewhere[engine, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
+            elsewhere = self._elsewhere[engine.uid, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
                                                                for m in engine.members)
         return elsewhere
 
     def pool_problem(self, engine: EngineShape, pool: PoolView, elsewhere: tuple[bool, ...]) -> str | None:
         """`static_problem`, cached on what it reads (the pool but its name and cluster)."""
-        key = (engine, pool.kind, pool.problem, pool.class_name, elsewhere)
+        key = (engine.uid, pool.kind.uid, pool.problem, pool.class_name, elsewhere)
         found = self._problems.get(key, UNKNOWN)  # one lookup: the shapes' hash is a Python call
         if found is UNKNOWN:
             found = self._problems[key] = self.static_problem(engine, pool, elsewhere)

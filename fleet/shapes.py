@@ -6,16 +6,28 @@ two deployments that ask for the same thing share the work.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 
 class HashedOnce:
-    """A frozen dataclass that keys the placement caches: its nested tuples are hashed once, not on every lookup.
-    A subclass sets `__hash__ = hash_once` in its body (dataclass replaces an inherited one). The hash is left out
-    when pickled: another interpreter hashes strings differently."""
+    """A frozen dataclass that keys the placement caches: its nested tuples are hashed once, not on every lookup,
+    and it carries `uid`, an integer that equal values share (interned by value, process-wide), for the hottest
+    keys: hashing an object is a Python call each time, an integer's is not. A subclass sets `__hash__ = hash_once`
+    in its body (dataclass replaces an inherited one). Neither the hash nor the uid is pickled: another interpreter
+    hashes strings differently and numbers its values itself."""
+
+    uid: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uid", _intern(self))
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "uid")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "uid", _intern(self))
 
 
 def hash_once(self) -> int:
@@ -24,6 +36,22 @@ def hash_once(self) -> int:
         cached = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
         object.__setattr__(self, "_hash", cached)
     return cached
+
+
+_UIDS: dict[HashedOnce, int] = {}
+_NEXT_UID = itertools.count()
+MAX_INTERNED = 100_000  # values a process keeps numbers for; past it they are numbered afresh (a long-lived portal)
+
+
+def _intern(value: HashedOnce) -> int:
+    """The number of `value`'s value: the same for equal values while they are kept, never one of another value's
+    (numbers are never reused, so a value numbered afresh only misses cache entries, it never takes another's)."""
+    found = _UIDS.get(value)
+    if found is None:
+        if len(_UIDS) >= MAX_INTERNED:
+            _UIDS.clear()
+        found = _UIDS[value] = next(_NEXT_UID)
+    return found
 
 
 @dataclass(frozen=True)
