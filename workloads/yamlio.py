@@ -99,36 +99,48 @@ class _Unusual(Exception):
 
 def _mapping(data: dict, indent: int, out: list[str], first: str | None) -> None:
     """`first`: what starts the first key's line (a sequence item's dash), else the indent."""
+    pad = " " * indent
+    start = pad if first is None else first
+    append = out.append
     for key, value in data.items():
-        start = " " * indent if first is None else first
-        first = None
         if type(key) is not str:
             raise _Unusual
-        name = _key(key)
-        if type(value) is dict and value:
-            out.append(f"{start}{name}:\n")
+        kind = type(value)
+        if kind is str:  # most values: looked up in the strings' cache directly
+            head, body = _string(value)
+            append(f"{start}{_key(key)}: {head}\n")
+            if body:
+                _body(body, indent, out)
+        elif kind is dict and value:
+            append(f"{start}{_key(key)}:\n")
             _mapping(value, indent + 2, out, None)
-        elif type(value) is list and value:
-            out.append(f"{start}{name}:\n")
+        elif kind is list and value:
+            append(f"{start}{_key(key)}:\n")
             _sequence(value, indent, out, None)  # a sequence in a mapping is not indented, as libyaml writes it
         else:
             head, body = _scalar(value)
-            out.append(f"{start}{name}: {head}\n")
-            _body(body, indent, out)
+            append(f"{start}{_key(key)}: {head}\n")
+            if body:
+                _body(body, indent, out)
+        start = pad
 
 
 def _sequence(items: list, indent: int, out: list[str], first: str | None) -> None:
+    dash = " " * indent + "- "
+    start = dash if first is None else first + "- "
+    append = out.append
     for item in items:
-        dash = (" " * indent if first is None else first) + "- "
-        first = None
-        if type(item) is dict and item:
-            _mapping(item, indent + 2, out, dash)
-        elif type(item) is list and item:
-            _sequence(item, indent + 2, out, dash)
+        kind = type(item)
+        if kind is dict and item:
+            _mapping(item, indent + 2, out, start)
+        elif kind is list and item:
+            _sequence(item, indent + 2, out, start)
         else:
-            head, body = _scalar(item)
-            out.append(f"{dash}{head}\n")
-            _body(body, indent, out)
+            head, body = _string(item) if kind is str else _scalar(item)
+            append(f"{start}{head}\n")
+            if body:
+                _body(body, indent, out)
+        start = dash
 
 
 def _body(lines: tuple[str, ...], indent: int, out: list[str]) -> None:
