@@ -280,12 +280,12 @@ def _published_attributes(classes: dict) -> set[str]:
     return out
 
 
-def _selector_warnings(fleet: Fleet, classes: dict) -> list[Problem]:
+def _selector_warnings(fleet: Fleet, classes: dict, subjects: Fleet) -> list[Problem]:
     """Selectors that validate but can never match as written: bad literals, attributes no class publishes."""
     published = _published_attributes(classes)
     ids = {key.split("/", 1)[1] for key in published}
     out = []
-    for md in fleet.of("ModelDeployment"):
+    for md in subjects.of("ModelDeployment"):
         for i, engine in enumerate(md.spec.template.spec.engines):
             for j, member in enumerate(engine.members):
                 for k, request in enumerate(member.nodeSelector.devices if member.nodeSelector else []):
@@ -303,10 +303,19 @@ def _selector_warnings(fleet: Fleet, classes: dict) -> list[Problem]:
     return out
 
 
-def cross_object_problems(fleet: Fleet) -> list[Problem]:
+def _subjects(fleet: Fleet, about: Resource | None) -> Fleet:
+    """What problems are reported about: the whole fleet, or `about` alone (the rest of the fleet is only read)."""
+    return fleet if about is None else Fleet(objects=[about])
+
+
+def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[Problem]:
+    """Problems that take more than one object to see. `about`: only those about this object (a portal write asks
+    for its deployment's, seen with 500 clusters it need not check again): the same problems, in the same order, as
+    the whole fleet's about it."""
     out: list[Problem] = []
+    subjects = _subjects(fleet, about)
     classes = {c.name: c for c in fleet.of("InferenceClass")}
-    for ic in fleet.of("InferenceCluster"):
+    for ic in subjects.of("InferenceCluster"):
         source = ic.spec.cluster.source
         if source in UNPROVISIONED:
             out.append(fleet.problem(ic, ("spec", "cluster", "source"), UNPROVISIONED[source], warning=True))
@@ -339,13 +348,13 @@ def cross_object_problems(fleet: Fleet) -> list[Problem]:
                                              f"{prov.provider}, but this cluster's source is {source}"))
         for message in topology_conflicts(ic, classes):
             out.append(fleet.problem(ic, ("spec", "nodePools"), message))
-    out += _nvlink_problems(fleet, classes)
-    out += _service_warnings(fleet)
-    out += _selector_warnings(fleet, classes)
-    out += _tenancy_problems(fleet)
-    out += _secret_warnings(fleet)
+    out += _nvlink_problems(fleet, classes, subjects)
+    out += _service_warnings(fleet, subjects)
+    out += _selector_warnings(fleet, classes, subjects)
+    out += _tenancy_problems(fleet, subjects)
+    out += _secret_warnings(fleet, subjects)
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
-    for md in fleet.of("ModelDeployment"):
+    for md in subjects.of("ModelDeployment"):
         ref = md.spec.template.spec.modelCacheRef
         if ref is None:
             for i, engine in enumerate(md.spec.template.spec.engines):
@@ -370,7 +379,7 @@ CLOUD_CREDENTIALS = {"gke": "gcloud application default credentials", "eks": "th
 PLACEMENT_LABELS = ("modelplane.ai/cluster", "modelplane.ai/replica-index", "modelplane.ai/replica")
 
 
-def _service_warnings(fleet: Fleet) -> list[Problem]:
+def _service_warnings(fleet: Fleet, subjects: Fleet) -> list[Problem]:
     """A ModelService entry whose selector matches no ModelEndpoint and no deployment's replicas routes nothing."""
     out = []
     candidates: dict[str, list[dict[str, str]]] = {}
@@ -380,7 +389,7 @@ def _service_warnings(fleet: Fleet) -> list[Problem]:
         meta = md.spec.template.metadata
         candidates.setdefault(md.namespace, []).append(
             {**((meta.labels if meta else None) or {}), "modelplane.ai/deployment": md.name})
-    for ms in fleet.of("ModelService"):
+    for ms in subjects.of("ModelService"):
         for i, entry in enumerate(ms.spec.endpoints):
             wanted = {k: v for k, v in entry.selector.matchLabels.items() if k not in PLACEMENT_LABELS}
             if not any(all(labels.get(k) == v for k, v in wanted.items()) for labels in candidates.get(ms.namespace, [])):
@@ -391,29 +400,27 @@ def _service_warnings(fleet: Fleet) -> list[Problem]:
     return out
 
 
-def _nvlink_problems(fleet: Fleet, classes: dict) -> list[Problem]:
+def _nvlink_problems(fleet: Fleet, classes: dict, subjects: Fleet) -> list[Problem]:
     """An engine packed into an NVLink domain needs a pool whose class names the NVLink-domain label."""
+    packed = [(md, i, engine) for md in subjects.of("ModelDeployment")
+              for i, engine in enumerate(md.spec.template.spec.engines) if "NVLinkDomain" in (engine.capabilities or [])]
+    if not packed:  # most fleets: the fleet's pools need not be listed
+        return []
     pools = [(ic.name, p.name, p.className) for ic in fleet.of("InferenceCluster") for p in ic.spec.nodePools]
     if any(nvlink_label(classes.get(c)) for _, _, c in pools):
         return []  # placement keeps such engines on those pools, and says why per pool
-    out = []
-    for md in fleet.of("ModelDeployment"):
-        for i, engine in enumerate(md.spec.template.spec.engines):
-            if "NVLinkDomain" in (engine.capabilities or []):
-                named = ", ".join(f"{c}/{p} (class {k})" for c, p, k in pools[:5]) + (" ..." if len(pools) > 5 else "")
-                out.append(fleet.problem(md, ("spec", "template", "spec", "engines", i, "capabilities"),
-                                         f"engine {engine.name} is packed into one NVLink domain (NVLinkDomain), but "
-                                         f"no pool's class declares one: {named or 'the fleet has no pools'} (set "
-                                         "spec.topology.nvlinkDomainLabel on the InferenceClass, e.g. "
-                                         "nvidia.com/gpu.clique)"))
-    return out
+    named = ", ".join(f"{c}/{p} (class {k})" for c, p, k in pools[:5]) + (" ..." if len(pools) > 5 else "")
+    return [fleet.problem(md, ("spec", "template", "spec", "engines", i, "capabilities"),
+                          f"engine {engine.name} is packed into one NVLink domain (NVLinkDomain), but no pool's class "
+                          f"declares one: {named or 'the fleet has no pools'} (set spec.topology.nvlinkDomainLabel on "
+                          "the InferenceClass, e.g. nvidia.com/gpu.clique)") for md, i, engine in packed]
 
 
-def _secret_warnings(fleet: Fleet) -> list[Problem]:
+def _secret_warnings(fleet: Fleet, subjects: Fleet) -> list[Problem]:
     """Fields naming secrets or credentials that this project does not act on. (A secret whose value is not given
     is not a warning here: pull-request checks never have values; `up` refuses it before applying anything.)"""
     out: list[Problem] = []
-    for ic in fleet.of("InferenceCluster"):
+    for ic in subjects.of("InferenceCluster"):
         source = ic.spec.cluster
         if source.existing is not None and source.existing.identitySecretRef is not None:
             out.append(fleet.problem(ic, ("spec", "cluster", "existing", "identitySecretRef"), (
@@ -428,12 +435,12 @@ def _secret_warnings(fleet: Fleet) -> list[Problem]:
     return out
 
 
-def _tenancy_problems(fleet: Fleet) -> list[Problem]:
+def _tenancy_problems(fleet: Fleet, subjects: Fleet) -> list[Problem]:
     """The workload-namespace switch, and team namespaces that would land in a system namespace of the clusters."""
     from fleet import tenancy
 
     out: list[Problem] = []
-    for gateway in fleet.of("InferenceGateway"):
+    for gateway in subjects.of("InferenceGateway"):
         value = (gateway.metadata.annotations or {}).get(tenancy.ANNOTATION)
         if value is not None and value not in tenancy.MODES:
             out.append(fleet.problem(gateway, ("metadata", "annotations", tenancy.ANNOTATION),
@@ -443,7 +450,7 @@ def _tenancy_problems(fleet: Fleet) -> list[Problem]:
     if tenancy.mode(fleet) == tenancy.PER_TEAM:
         kinds += ["ModelDeployment", "ModelCache"]
     for kind in kinds:
-        for obj in fleet.of(kind):
+        for obj in subjects.of(kind):
             if obj.namespace != "default" and (obj.namespace in tenancy.RESERVED or obj.namespace.startswith("kube-")):
                 out.append(fleet.problem(obj, ("metadata", "namespace"), (
                     f"{obj.namespace!r} is a system namespace of the fleet's clusters, where each team's objects get a "

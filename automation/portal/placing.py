@@ -166,7 +166,7 @@ class Placing:
         problems = rendered_problems(rendered, changed)
         everything = Fleet(objects=platform + [md])
         subject = f"ModelDeployment/{md.name}"
-        warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(everything)
+        warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(everything, about=md)
                     if p.warning and p.object == subject]
         return Placed(plan, problems, warnings)
 
