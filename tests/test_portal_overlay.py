@@ -111,3 +111,19 @@ def test_a_write_between_the_two_reads_of_the_pending_rows_is_read_whole(tmp_pat
         made = PendingOverlay().over(snap, raced, conn)
     assert [len(conditions.by_deployment(made)[d][0]) for d in (DEPLOYMENTS[0], DEPLOYMENTS[2])] == [1, 1]
     assert len(made["replicas"]) == 2
+
+
+def test_a_replans_rows_are_stored_whole_and_none_pending(tmp_path):
+    """`Store.store_planned` (one statement for a replan's updates, one for its inserts) leaves the rows as storing
+    each with `set_reservation(pending=False)` did."""
+    store = _store(tmp_path)
+    _pend(store, DEPLOYMENTS[0], 7, 1)
+    _pend(store, DEPLOYMENTS[1], 8, 2)
+    with store.write() as conn:
+        existing = store.reservation_rows(conn)
+        store.store_planned(conn, {DEPLOYMENTS[0]: ('["a"]', "{}"), DEPLOYMENTS[2]: ('["b"]', '{"x": 1}')}, existing)
+    with store.read() as conn:
+        rows = store.reservation_rows(conn)
+        assert rows[DEPLOYMENTS[0]] == ('["a"]', "{}") and rows[DEPLOYMENTS[2]] == ('["b"]', '{"x": 1}')
+        assert rows[DEPLOYMENTS[1]] == existing[DEPLOYMENTS[1]]  # not given: left as it was
+        assert store.pending_versions(conn) == [(DEPLOYMENTS[1], 8)]  # the stored rows are no longer pending

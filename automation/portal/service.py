@@ -242,9 +242,8 @@ def commit(store, conn, result: dict, planned_at: int | None = None) -> dict[str
         store.set_state(conn, key, result[key])
     store.set_state(conn, "snapshotVersion", str(int(store.get_state(conn, "snapshotVersion") or "0") + 1))
     store.set_state(conn, "desired", result["fingerprints"])
-    for deployment, (replicas, part) in mine.items():
-        if rows.get(deployment) != (replicas, part):
-            store.set_reservation(conn, deployment, replicas, part, pending=False)
+    store.store_planned(conn, {deployment: (replicas, part) for deployment, (replicas, part) in mine.items()
+                               if rows.get(deployment) != (replicas, part)}, rows)
     for deployment in gone:
         store.delete_reservation(conn, deployment)
     store.settle_pending(conn, planned_at)

@@ -19,10 +19,10 @@ import threading
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, Collection, Mapping
 
-from sqlalchemy import (Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, create_engine,
-                        event, func, select, text)
+from sqlalchemy import (Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, bindparam,
+                        create_engine, event, func, select, text)
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
@@ -360,6 +360,20 @@ class Store:
         values = {"replicas": replicas, "plan": plan, "pending": int(pending), "version": version}
         if conn.execute(reservations.update().where(reservations.c.deployment == deployment).values(**values)).rowcount == 0:
             conn.execute(reservations.insert().values(deployment=deployment, **values))
+
+    @staticmethod
+    def store_planned(conn: Connection, rows: Mapping[str, tuple[str, str]], existing: Collection[str]) -> None:
+        """A replan's rows, none pending: (replicas, plan part) by deployment; `existing`: the deployments that have
+        a row. One statement each for the updates and the inserts, executed for every row (a replan that changed
+        hundreds of rows compiled a statement per row, a tenth of a busy portal's CPU)."""
+        updates = [{"key": d, "replicas": r, "plan": p} for d, (r, p) in rows.items() if d in existing]
+        inserts = [{"deployment": d, "replicas": r, "plan": p, "pending": 0, "version": 0}
+                   for d, (r, p) in rows.items() if d not in existing]
+        if updates:
+            conn.execute(reservations.update().where(reservations.c.deployment == bindparam("key"))
+                         .values(replicas=bindparam("replicas"), plan=bindparam("plan"), pending=0, version=0), updates)
+        if inserts:
+            conn.execute(reservations.insert(), inserts)
 
     @staticmethod
     def delete_reservation(conn: Connection, deployment: str) -> None:
