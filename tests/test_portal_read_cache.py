@@ -98,13 +98,13 @@ def test_readers_who_ask_at_once_share_one_composition(portal):
         put(team, "a")
     served = portal.app.state.portal
     composed = []
-    real = served.observation
+    real = served._observed
 
     def counting(conn):
         composed.append(1)
         return real(conn)
 
-    served.observation = counting
+    served._observed = counting
 
     async def many() -> list:
         return await asyncio.gather(*(served.listed("ModelDeployment", "team-a") for _ in range(12)))
@@ -169,14 +169,14 @@ def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(po
             put(team, name)
         portal.settle()
         listed(team)
-        before = dict(served.lists.items.of("ModelDeployment", "team-a"))
+        before = dict(served.lists.items.of("ModelDeployment", "team-a")[0])
         put(team, "b", replicas=2)
         portal.settle()
         other = Store(f"sqlite:///{tmp_path / 'portal.db'}")
         with other.write() as conn:  # c's status moves (a run is queued for its stack); its stored text does not
             other.enqueue(conn, str(StackId.model("team-a", "c")), "up", "f1")
         kept = team.get(LIST).content
-        after = served.lists.items.of("ModelDeployment", "team-a")
+        after = served.lists.items.of("ModelDeployment", "team-a")[0]
         assert after[("team-a", "a")] is before[("team-a", "a")]
         assert after[("team-a", "b")].text != before[("team-a", "b")].text
         assert after[("team-a", "b")].item["spec"]["replicas"] == 2
@@ -218,11 +218,19 @@ def test_an_item_is_decoded_and_encoded_again_only_when_its_text_or_status_moved
     assert json.loads(first.encoded) == first.item
     same = reuse(first, text, compose)
     assert same is first and calls[-1] is first.body  # the status is always composed, from the body kept
-    compose, _ = composing({"ready": 1})
+    compose, calls = composing({"ready": 1})
     moved = reuse(first, text, compose)
     assert moved is not first and moved.body is first.body and json.loads(moved.encoded)["status"] == {"ready": 1}
     written = reuse(moved, text.replace("1}", "2}"), compose)
     assert written.body is not moved.body and written.item["spec"]["replicas"] == 2
+    # nothing else a status reads changed: an object whose part of the plan is the same is not composed at all
+    placed = reuse(written, written.text, compose, part=(["r0"], None))
+    count = len(calls)
+    assert reuse(placed, placed.text, compose, unchanged=True, part=(["r0"], None)) is placed and len(calls) == count
+    replaced = reuse(placed, placed.text, compose, unchanged=True, part=(["r1"], None))
+    assert len(calls) == count + 1 and replaced.part == (["r1"], None) and replaced.encoded == placed.encoded
+    assert reuse(placed, placed.text.replace("2}", "3}"), compose, unchanged=True, part=placed.part).item["spec"] == \
+        {"replicas": 3}
 
 
 def test_the_items_of_few_lists_are_remembered(monkeypatch):
@@ -230,10 +238,11 @@ def test_the_items_of_few_lists_are_remembered(monkeypatch):
 
     monkeypatch.setattr(read_cache, "MAX_REMEMBERED", 2)
     items = read_cache.Items()
+    stamp = read_cache.Stamp({}, {}, {}, [])
     for namespace in ("a", "b", "c"):
-        items.remember("ModelDeployment", namespace, {(namespace, "x"): None})  # type: ignore[dict-item]
-    assert items.of("ModelDeployment", "a") == {}
-    assert set(items.of("ModelDeployment", "c")) == {("c", "x")}
+        items.remember("ModelDeployment", namespace, {(namespace, "x"): None}, stamp)  # type: ignore[dict-item]
+    assert items.of("ModelDeployment", "a") == ({}, None)
+    assert set(items.of("ModelDeployment", "c")[0]) == {("c", "x")}
 
 
 def test_a_list_is_gzipped_once_and_only_when_asked(monkeypatch):
@@ -248,3 +257,39 @@ def test_a_list_is_gzipped_once_and_only_when_asked(monkeypatch):
     large = read_cache.CachedList((), "1", body)
     assert large._gzipped is None  # nothing compressed until a client that accepts gzip asks
     assert gzip.decompress(large.gzipped) == body and large.gzipped is large.gzipped
+
+
+def test_after_a_write_only_the_written_objects_status_is_composed_again(portal):
+    """Between two replans a write changes its object and its deployment's part of the plan, nothing else a status
+    reads (`Stamp`): the list composed after it composes that one status again and keeps every other item."""
+    from automation.portal.read_cache import ReadCache
+    from automation.portal.replanner import GATHER
+
+    served = portal.app.state.portal
+    with portal.client(TEAM_A) as team:
+        for name in ("a", "b", "c"):
+            put(team, name)
+        portal.settle()
+        listed(team)
+        composed: list[str] = []
+        real = served.with_status
+
+        def counting(body, conn, known=None):
+            composed.append(body["metadata"]["name"])
+            return real(body, conn, known)
+
+        served.with_status = counting
+        portal.replanner._gather = 5.0  # the write stays pending (placed, not yet replanned) while the list is read
+        try:
+            put(team, "b", replicas=2)
+            composed.clear()
+            kept = team.get(LIST).content
+            assert composed == ["b"]
+            assert json.loads(kept)["items"][1]["status"]["replicas"]["placed"] == 2
+            served.with_status = real
+            served.lists = ReadCache()
+            assert served._listed_now("ModelDeployment", "team-a", None).body == kept
+        finally:
+            served.with_status = real
+            portal.replanner._gather = GATHER
+            portal.settle()

@@ -24,7 +24,7 @@ from automation.portal.guard import Caller
 from automation.portal import listing, patches
 from automation.portal.overlay import PendingOverlay
 from automation.portal.placing import Placing
-from automation.portal.read_cache import CachedList, Item, ReadCache, encode, list_body, reuse
+from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, encode, list_body, reuse
 from automation.portal.replanner import Replanner
 from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
                                       quota_problem)
@@ -113,8 +113,15 @@ class Portal:
     def observation(self, conn) -> tuple[dict, Observed, list[dict]]:
         """The last replan's snapshot (with the writes placed since), how its stacks stand (the record the worker
         copied, latest runs), the gateways."""
+        return self._observed(conn)[0]
+
+    def _observed(self, conn) -> tuple[tuple[dict, Observed, list[dict]], Stamp]:
+        """`observation`, and what a status reads besides its object and its deployment's part of the plan: the
+        stored snapshot it was laid over (compared by identity: parsed once per replan), the record and the runs,
+        and the gateways."""
         store = self.store
-        snap = self.pending.over(self.parsed_snapshot(conn), store, conn)
+        base = self.parsed_snapshot(conn)
+        snap = self.pending.over(base, store, conn)
         applied = json.loads(store.get_state(conn, "applied") or "{}")
         details = json.loads(store.get_state(conn, "appliedDetails") or "{}")
         latest: dict[str, dict] = {}
@@ -122,7 +129,8 @@ class Portal:
             latest[run["stack"]] = run
         observed = Observed({stack: {"fingerprint": fp, **details.get(stack, {})} for stack, fp in applied.items()},
                             latest)
-        return snap, observed, store.list(conn, "InferenceGateway")
+        gateways = store.list(conn, "InferenceGateway")
+        return (snap, observed, gateways), Stamp(base, observed.applied, observed.runs, gateways)
 
     def with_status(self, body: dict, conn, known: tuple | None = None) -> dict:
         """The object with its status; `known` is observation() already read for this request."""
@@ -165,18 +173,21 @@ class Portal:
             found = self.lists.peek(marker, kind, namespace)
             if found is not None:
                 return found
-            known = self.observation(conn)  # read once per list, not once per object
-            before = self.lists.items.of(kind, namespace)  # what the last composition decoded and encoded
+            known, stamp = self._observed(conn)  # read once per list, not once per object
+            before, then = self.lists.items.of(kind, namespace)  # what the last composition decoded and encoded
+            unchanged = then is not None and then.same(stamp)  # statuses then change only with their own part
+            index = conditions.by_deployment(known[0]) if kind == "ModelDeployment" else {}
             stored: dict[tuple[str, str], Item] = {}
             for ns, name, text in [] if kind == "ModelReplica" else self.store.list_stored(conn, kind, namespace):
-                stored[(ns, name)] = reuse(before.get((ns, name)), text, lambda b: self.with_status(b, conn, known))
+                stored[(ns, name)] = reuse(before.get((ns, name)), text, lambda b: self.with_status(b, conn, known),
+                                           unchanged, index.get(f"{ns}/{name}"))
             pairs = [(entry.item, entry.encoded) for entry in stored.values()]
             if kind in ("ModelReplica", "ModelEndpoint"):  # the replicas and their endpoints, composed as the reference
                 pairs += [(o, encode(o)) for o in conditions.composed(namespace, known[0], known[1])
                           if o["kind"] == kind]
             pairs.sort(key=lambda pair: listing.key(pair[0]))
             version = self.store.get_state(conn, "resourceVersion") or "0"
-        self.lists.items.remember(kind, namespace, stored)
+        self.lists.items.remember(kind, namespace, stored, stamp)
         body = list_body(listing.list_document(kind, [], version), [encoded for _, encoded in pairs])
         return self.lists.keep(marker, kind, namespace, [item for item, _ in pairs], version, body)
 

@@ -25,6 +25,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, Callable
 import orjson
 
 MAX_LISTS = 256  # (kind, namespace) lists kept for the current revision
@@ -74,44 +75,72 @@ def list_body(document: dict, encoded_items: list[bytes]) -> bytes:
 
 
 @dataclass(frozen=True)
+class Stamp:
+    """What every item's status reads besides its own object and its deployment's part of the plan
+    (automation/planning/conditions.py, `with_status`): the stored snapshot, kept by identity (parsed once per
+    replan and never changed), the stacks' record and latest runs, and the gateways."""
+
+    snapshot: dict
+    applied: dict
+    runs: dict
+    gateways: list
+
+    def same(self, other: Stamp) -> bool:
+        return (self.snapshot is other.snapshot and self.applied == other.applied and self.runs == other.runs
+                and self.gateways == other.gateways)
+
+
+@dataclass(frozen=True)
 class Item:
     """One stored object of a list as last composed: its stored text, that text decoded (never mutated), the object
-    with its status, and that item's JSON."""
+    with its status, that item's JSON, and (a ModelDeployment's) its part of the plan the status was read from."""
 
     text: str
     body: dict
     item: dict
     encoded: bytes
+    part: Any = None
 
 
 class Items:
-    """The items each list had when last composed, by (kind, namespace) and then by (namespace, name). Each
-    composition replaces its list's entry whole (compositions of one list may overlap on two threads)."""
+    """The items each list had when last composed, by (kind, namespace) and then by (namespace, name), with the
+    stamp they were composed at. Each composition replaces its list's entry whole (compositions of one list may
+    overlap on two threads)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._lists: OrderedDict[tuple[str, str | None], dict[tuple[str, str], Item]] = OrderedDict()
+        self._lists: OrderedDict[tuple[str, str | None], tuple[dict[tuple[str, str], Item], Stamp]] = OrderedDict()
 
-    def of(self, kind: str, namespace: str | None) -> dict[tuple[str, str], Item]:
+    def of(self, kind: str, namespace: str | None) -> tuple[dict[tuple[str, str], Item], Stamp | None]:
         with self._lock:
-            return self._lists.get((kind, namespace), {})
+            return self._lists.get((kind, namespace), ({}, None))
 
-    def remember(self, kind: str, namespace: str | None, items: dict[tuple[str, str], Item]) -> None:
+    def remember(self, kind: str, namespace: str | None, items: dict[tuple[str, str], Item], stamp: Stamp) -> None:
         with self._lock:
-            self._lists[(kind, namespace)] = items
+            self._lists[(kind, namespace)] = (items, stamp)
             self._lists.move_to_end((kind, namespace))
             while len(self._lists) > MAX_REMEMBERED:
                 self._lists.popitem(last=False)
 
 
-def reuse(before: Item | None, text: str, compose) -> Item:
+def reuse(before: Item | None, text: str, compose: Callable[[dict], dict], unchanged: bool = False,
+          part: Any = None) -> Item:
     """The item of the object stored as `text`: `before` when its text and status are the same, else composed
-    (`compose(body)`: the object with its status) and encoded, decoding the text only if it changed."""
+    (`compose(body)`: the object with its status) and encoded, decoding the text only if it changed.
+
+    `unchanged`: nothing a status reads besides its object and its deployment's part of the plan (`part`) has
+    changed since `before` was composed (`Stamp.same`): an object whose text and part are the same then keeps its
+    item without its status being composed again."""
     body = before.body if before is not None and before.text == text else json.loads(text)
+    if before is not None and before.body is body:
+        if unchanged and before.part == part:
+            return before
+        item = compose(body)
+        if before.item["status"] == item["status"]:
+            return before if before.part == part else Item(text, body, before.item, before.encoded, part)
+        return Item(text, body, item, encode(item), part)
     item = compose(body)
-    if before is not None and before.body is body and before.item["status"] == item["status"]:
-        return before
-    return Item(text, body, item, encode(item))
+    return Item(text, body, item, encode(item), part)
 
 
 class ReadCache:
