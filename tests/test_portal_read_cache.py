@@ -157,6 +157,14 @@ def test_accept_encoding_is_read_as_http_says(header, accepted):
     assert accepts_gzip(header) is accepted
 
 
+def composed_once(portal, team) -> None:
+    """Deployments a, b and c stored, planned, and their list composed once (its items remembered)."""
+    for name in ("a", "b", "c"):
+        put(team, name)
+    portal.settle()
+    listed(team)
+
+
 def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(portal, tmp_path):
     """After a write, a list reuses what its last composition decoded and encoded: an object whose stored text and
     status are the same keeps its item (and its bytes), one whose status alone moved is not decoded again, one that
@@ -165,10 +173,7 @@ def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(po
 
     served = portal.app.state.portal
     with portal.client(TEAM_A) as team:
-        for name in ("a", "b", "c"):
-            put(team, name)
-        portal.settle()
-        listed(team)
+        composed_once(portal, team)
         before = dict(served.lists.items.of("ModelDeployment", "team-a")[0])
         put(team, "b", replicas=2)
         portal.settle()
@@ -267,10 +272,7 @@ def test_after_a_write_only_the_written_objects_status_is_composed_again(portal)
 
     served = portal.app.state.portal
     with portal.client(TEAM_A) as team:
-        for name in ("a", "b", "c"):
-            put(team, name)
-        portal.settle()
-        listed(team)
+        composed_once(portal, team)
         composed: list[str] = []
         real = served.with_status
 
