@@ -31,70 +31,81 @@ class Expression(ValueError):
 
 
 def parse_interpolation(value: str) -> list[tuple[str, list | None]]:
-    """The parts of a string: (literal text before, the property access or None for trailing text)."""
+    """The parts of a string: (literal text before, the property access or None for trailing text). Read from left
+    to right as the parser reads it, jumping from one `$` to the next (a Program holds strings of megabytes: CRDs,
+    config files)."""
     parts: list[tuple[str, list | None]] = []
     text: list[str] = []
-    while value:
-        if value.startswith("$$"):
+    i, end = 0, len(value)
+    while i < end:
+        dollar = value.find("$", i)
+        if dollar == -1:
+            text.append(value[i:])
+            break
+        text.append(value[i:dollar])
+        if value.startswith("$$", dollar):
             text.append("$")
-            value = value[2:]
-        elif value.startswith("${"):
-            value, access = _property_access(value[2:])
+            i = dollar + 2
+        elif value.startswith("${", dollar):
+            i, access = _property_access(value, dollar + 2)
             parts.append(("".join(text), access))
             text = []
         else:
-            text.append(value[0])
-            value = value[1:]
-    if text:
-        parts.append(("".join(text), None))
+            text.append("$")
+            i = dollar + 1
+    trailing = "".join(text)
+    if trailing:
+        parts.append((trailing, None))
     return parts
 
 
-def _property_access(access: str) -> tuple[str, list]:
+def _property_access(value: str, start: int) -> tuple[int, list]:
+    """The accessors of the access starting at `value[start]` (after its `${`), and where the text after its `}`
+    starts."""
     accessors: list = []
-    while access:
-        head = access[0]
+    i, end = start, len(value)
+    while i < end:
+        head = value[i]
         if head == "}":
-            return access[1:], accessors
+            return i + 1, accessors
         if head == ".":
-            access = access[1:]
+            i += 1
         elif head == "[":
-            if len(access) > 1 and access[1] == '"':
-                key, i = [], 2
+            if i + 1 < end and value[i + 1] == '"':
+                key, i = [], i + 2
                 while True:
-                    if i >= len(access):
+                    if i >= end:
                         raise Malformed("missing closing quote in property name")
-                    if access[i] == '"':
+                    if value[i] == '"':
                         i += 1
                         break
-                    if access[i] == "\\" and i + 1 < len(access) and access[i + 1] == '"':
+                    if value[i] == "\\" and i + 1 < end and value[i + 1] == '"':
                         key.append('"')
                         i += 2
                     else:
-                        key.append(access[i])
+                        key.append(value[i])
                         i += 1
-                if i >= len(access) or access[i] != "]":
+                if i >= end or value[i] != "]":
                     raise Malformed("missing closing bracket in property access")
                 accessors.append("".join(key))
-                access = access[i + 1:]
+                i += 1
             else:
-                close = access.find("]")
+                close = value.find("]", i)
                 if close == -1:
                     raise Malformed("missing closing bracket in list index")
                 try:
-                    index = int(access[1:close], 10)
+                    index = int(value[i + 1:close], 10)
                 except ValueError:
                     raise Malformed("invalid list index") from None
                 if not accessors:
                     raise Malformed("the root property must be a string subscript or a name")
                 accessors.append(index)
-                access = access[close + 1:]
+                i = close + 1
         else:
-            i = 0
-            while i < len(access) and access[i] not in ".[}":
+            name = i
+            while i < end and value[i] not in ".[}":
                 i += 1
-            accessors.append(access[:i])
-            access = access[i:]
+            accessors.append(value[name:i])
     raise Malformed("unterminated interpolation")
 
 
@@ -131,21 +142,29 @@ class NotLiteral(ValueError):
     """A value that no escaping can make literal (a key starting `Fn::`)."""
 
 
+_SCALARS = (int, float, bool, type(None))  # written as they are
+
+
 def escaped(value):
     """`value` as a Program must hold it to mean exactly `value`: every `$` doubled (`$$` reads as `$`, so no `${`
     is left to start an access), in keys too, which are expressions as well. A `Fn::` key would be read as a
-    built-in (Fn::ReadFile, Fn::StackReference, ...) whatever is done to it, so it is refused."""
+    built-in (Fn::ReadFile, Fn::StackReference, ...) whatever is done to it, so it is refused. (Leaves are handled
+    in their container's loop: a Program holds millions of them at fleet scale.)"""
     if isinstance(value, str):
         return value.replace("$", "$$")
     if isinstance(value, list):
-        return [escaped(v) for v in value]
+        return [item.replace("$", "$$") if type(item) is str else item if type(item) in _SCALARS else escaped(item)
+                for item in value]
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if isinstance(key, str) and key.startswith(RESERVED):
-                raise NotLiteral(f"the key {key[:80]!r}: Pulumi YAML reads a key starting {RESERVED!r} as a "
-                                 "function, so it cannot be written into a Program")
-            out[escaped(key) if isinstance(key, str) else key] = escaped(item)
+            if isinstance(key, str):
+                if key.startswith(RESERVED):
+                    raise NotLiteral(f"the key {key[:80]!r}: Pulumi YAML reads a key starting {RESERVED!r} as a "
+                                     "function, so it cannot be written into a Program")
+                key = key.replace("$", "$$")
+            kind = type(item)
+            out[key] = item.replace("$", "$$") if kind is str else item if kind in _SCALARS else escaped(item)
         return out
     return value
 
@@ -153,14 +172,21 @@ def escaped(value):
 def references(value) -> set[str]:
     """The root names a value's interpolations read (`${name.outputs["x"]}` reads `name`); raises Malformed."""
     found: set[str] = set()
-    if isinstance(value, str):
-        for _, access in parse_interpolation(value):
-            if access:
-                found.add(str(access[0]))
-    elif isinstance(value, list):
-        for v in value:
-            found |= references(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            found |= references(k) | references(v)
+    _references(value, found)
     return found
+
+
+def _references(value, found: set[str]) -> None:
+    if isinstance(value, str):
+        if "$" in value:  # most strings: nothing to read
+            found.update(str(access[0]) for _, access in parse_interpolation(value) if access)
+    elif isinstance(value, list):
+        for item in value:
+            if type(item) is not str or "$" in item:
+                _references(item, found)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str or "$" in key:
+                _references(key, found)
+            if type(item) is not str or "$" in item:
+                _references(item, found)
