@@ -257,3 +257,33 @@ def test_a_crd_file_is_parsed_once_per_content_then_read_back_from_the_cache(tmp
     assert crds_in(changed, tmp_path) != parsed and len(list((tmp_path / "crds").glob("*.json"))) == 2
     (tmp_path / "a-file").write_text("")  # a cache folder that cannot be made, even by root: only slower
     assert crds_in(source, tmp_path / "a-file") == parsed
+
+
+@pytest.mark.parametrize("rules, fields", [
+    (("size(self.metadata.name) <= 42",), {"metadata"}),
+    (("self.spec.x == 1 || has(self.status)", "self.spec.y != 'z'"), {"spec", "status"}),
+    (("self.spec.y != 'self'",), None),  # a literal that says `self`: the whole object, to be safe
+    (("size(self) > 1",), None),  # `self` whole
+    (("self.all(k, k != 'x')",), None),  # a macro on `self`
+    (("self.exists (k, true)",), None),
+    (("self.metadata.name != ''", "self == self"), None),
+])
+def test_a_rule_is_evaluated_on_the_fields_it_reads(rules, fields):
+    """The root rules are given only the top-level fields they read (`self.<field>`), unless they read `self`
+    otherwise; either way every verdict is the one on the whole object."""
+    from workloads import schemas
+
+    assert schemas._fields_read(rules) == (frozenset(fields) if fields is not None else None)
+    objects = [{"metadata": {"name": "n" * length}, "spec": {"x": x, "y": "self"}, **extra}
+               for length in (3, 43) for x in (1, 2) for extra in ({}, {"status": {}})]
+    messages = [(rule, f"broke {i}") for i, rule in enumerate(rules)]
+    for obj in objects:
+        projected = schemas._rule_failures(obj, messages)
+        schemas._fields_read.cache_clear()
+        original = schemas._fields_read
+        try:
+            schemas._fields_read = lambda rules: None  # type: ignore[assignment]
+            whole = schemas._rule_failures(obj, messages)
+        finally:
+            schemas._fields_read = original
+        assert projected == whole

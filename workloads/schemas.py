@@ -190,6 +190,24 @@ def _cel_program(rule: str):
     return env.program(env.compile(rule))
 
 
+_SELF = re.compile(r"\bself\b")
+_SELF_FIELD = re.compile(r"\bself\.([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()")
+
+
+@lru_cache(maxsize=None)
+def _fields_read(rules: tuple[str, ...]) -> frozenset[str] | None:
+    """The top-level fields the rules read, when they read `self` only as `self.<field>` (not a macro such as
+    `self.all(...)`, not `self` whole); else None. Only those fields need turning into CEL values: the operator's
+    Stack rule reads `self.metadata.name`, and converting each whole Stack was most of checking it."""
+    fields: set[str] = set()
+    for rule in rules:
+        found = _SELF_FIELD.findall(rule)
+        if len(found) != len(_SELF.findall(rule)):
+            return None
+        fields.update(found)
+    return frozenset(fields)
+
+
 def _rule_failures(data: dict, rules: list[tuple[str, str]]) -> list[str]:
     """The messages of the root rules `data` breaks, as the API server reports them."""
     import celpy
@@ -197,7 +215,8 @@ def _rule_failures(data: dict, rules: list[tuple[str, str]]) -> list[str]:
 
     if not rules:
         return []
-    activation = {"self": celpy.json_to_cel(data)}
+    fields = _fields_read(tuple(rule for rule, _ in rules))
+    activation = {"self": celpy.json_to_cel(data if fields is None else {k: v for k, v in data.items() if k in fields})}
     out = []
     for rule, message in rules:
         try:
