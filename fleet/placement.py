@@ -78,7 +78,8 @@ class Placer:
     def __init__(self, cel: SelectorEvaluator):
         self.cel = cel
         self._matches: dict[tuple[int, int], MemberMatch] = {}  # (member, pool kind) by uid
-        self._assign: dict[tuple, tuple | None] = {}
+        self._choices: dict[tuple, tuple | None] = {}  # (member, kind, free vector) -> its pod's choice there
+        self._members: dict[tuple, tuple] = {}  # (engine, kind) -> its members as placed (`_members_on`)
         self._engines: dict[tuple, tuple] = {}
         self._replicas: dict[tuple, tuple] = {}
         self._static: dict[tuple, tuple] = {}  # (engines, pool layout, pinned) -> candidate pools, static reasons
@@ -95,7 +96,7 @@ class Placer:
     def forget_states(self) -> None:
         """Let go of what was computed for particular ledger states (pool states, interned state ids); what holds
         for shapes and pool kinds stays. A long-lived memo calls this when it has seen too many states."""
-        self._assign.clear()
+        self._choices.clear()
         self._engines.clear()
         self._replicas.clear()
 
@@ -143,11 +144,38 @@ class Placer:
 
     # ---- one engine on one pool -----------------------------------------------------------
 
-    def _assign_on(self, member: MemberShape, kind: PoolKind, vector: tuple[int, ...]):
+    def _pod_choice(self, member: MemberShape, kind: PoolKind, vector: tuple[int, ...]) -> tuple | None:
+        """(score key, devices taken, score) of one pod of the member on a node with `vector` free, or None when it
+        does not fit there: what a pod's node is chosen by, the same each time the node is seen."""
         key = (member.uid, kind.uid, vector)
-        found = self._assign.get(key, UNKNOWN)
+        found = self._choices.get(key, UNKNOWN)
         if found is UNKNOWN:
-            found = self._assign[key] = assign(member, self.match(member, kind).candidates, vector)
+            a = assign(member, self.match(member, kind).candidates, vector)
+            if a is None:
+                found = None
+            else:
+                used = demand(member, kind, a)
+                score = pod_score(kind, vector, used)
+                found = (score.key(), used, score)
+            self._choices[key] = found
+        return found
+
+    def _members_on(self, engine: EngineShape, kind: PoolKind) -> tuple:
+        """Per member, in the order they are placed (the most devices per pod first, then written order): (its
+        index, its match, its claimed and placement-only requests, whether it claims a device). What placing the
+        engine on a pool of the kind reads before its nodes."""
+        key = (engine.uid, kind.uid)
+        found = self._members.get(key)
+        if found is None:
+            rows = []
+            for i, member in enumerate(engine.members):
+                m = self.match(member, kind)
+                dra = tuple((r.name, kind.devices[e].device_class or "", r.count)
+                            for r, e in zip(member.requests, m.node) if kind.devices[e].claimable)
+                synthetic = tuple((r.name, r.count) for r, e in zip(member.requests, m.node)
+                                  if not kind.devices[e].claimable)
+                rows.append((-sum(demand(member, kind, m.node)), i, m, dra, synthetic, claims(member, kind, m.node)))
+            found = self._members[key] = tuple(row[1:] for row in sorted(rows, key=lambda row: row[:2]))
         return found
 
     def place_engine(self, engine: EngineShape, pool: PoolView, state: PoolState):
@@ -161,33 +189,20 @@ class Placer:
         trial = state.copy()
         total = ZERO
         placed: dict[int, MemberPlacement] = {}
-        order = sorted(
-            range(len(engine.members)),
-            key=lambda i: (-sum(demand(engine.members[i], kind, self.match(engine.members[i], kind).node)), i),
-        )
         result: tuple[EnginePlacement | None, Any] | None = None
-        for i in order:
+        choice = self._pod_choice
+        for i, m, dra, synthetic, claiming in self._members_on(engine, kind):
             member = engine.members[i]
-            m = self.match(member, kind)
             pods = member.pods * engine.copies
-            dra = tuple((r.name, kind.devices[e].device_class or "", r.count)
-                        for r, e in zip(member.requests, m.node) if kind.devices[e].claimable)
-            synthetic = tuple((r.name, r.count) for r, e in zip(member.requests, m.node)
-                              if not kind.devices[e].claimable)
-            if not claims(member, kind, m.node):
+            if not claiming:
                 placed[i] = MemberPlacement(member.role, pods, (), synthetic)
                 continue
             for n in range(pods):
-                best = None
+                best = None  # (score key, vector, devices taken, score): the tightest node, then the lowest vector
                 for vector in trial.vectors():
-                    a = self._assign_on(member, kind, vector)
-                    if a is None:
-                        continue
-                    used = demand(member, kind, a)
-                    score = pod_score(kind, vector, used)
-                    candidate = (score.key(), vector, used, score)
-                    if best is None or candidate[:2] < best[:2]:
-                        best = candidate
+                    found = choice(member, kind, vector)
+                    if found is not None and (best is None or (found[0], vector) < (best[0], best[1])):
+                        best = (found[0], vector, found[1], found[2])
                 if best is None:
                     need = ", ".join(f"{c} {kind.devices[e].name}" for c, e in
                                      _per_entry(member, kind, m.node))
