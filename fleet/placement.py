@@ -90,7 +90,7 @@ class Placer:
         self._problems: dict[tuple, str | None] = {}  # (engine, pool but its name, claims elsewhere) -> problem
         self._elsewhere: dict[tuple, tuple[bool, ...]] = {}  # (engine, the cluster's pool kinds) -> per member
         # the scheduler's rankings as they start, per (engines, per pool?, candidate clusters): fleet/scheduler.py
-        self.rankings: dict[tuple, tuple] = {}
+        self.rankings: dict[tuple, Any] = {}
         self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
 
     def forget_states(self) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from fleet.api.deployment import ModelDeployment
 from fleet.backends import BACKEND_ANNOTATION, NVIDIA_DRIVER, dynamo_framework, on_dynamo_stack
 from fleet.device_selectors import KeptEvaluator, SelectorEvaluator
-from fleet.inventory import ClusterView, build_clusters
+from fleet.inventory import ClusterView, PoolView, build_clusters
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
 from fleet.ledger import PoolState
@@ -131,6 +131,24 @@ def summarise(found: list[tuple[str, str, str]]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+class _PoolSource:
+    """A shape of one engine's places on the fleet's pools, tightest first: buckets of (fit key, [(nodes the fit
+    takes, places of a group of alike pools)]) in fit order, each listed (pools with those nodes, by cluster and
+    pool name) the first time a ranking reaches it, then kept: the entries of `_Ranking`."""
+
+    def __init__(self, buckets: list[tuple[tuple, list[tuple[int, list[tuple]]]]]):
+        self.buckets = buckets
+        self._listed: dict[int, list[tuple]] = {}
+
+    def bucket(self, i: int) -> list[tuple]:
+        listed = self._listed.get(i)
+        if listed is None:
+            fit, groups = self.buckets[i]
+            listed = self._listed[i] = sorted((fit, name, pool, cluster) for need, places in groups
+                                              for nodes, name, pool, cluster in places if nodes >= need)
+        return listed
+
+
 class _Ranking:
     """The feasible places for deployments of one shape and the same candidate clusters, tightest fit first.
 
@@ -143,7 +161,9 @@ class _Ranking:
 
     A shape of one engine is ranked per pool (`per_pool`): one engine runs on one pool, so a replica's placement
     on a cluster is its tightest candidate pool, then the pool's name, and ordering (score, cluster, pool) entries
-    orders clusters as their best pools do. Other shapes are ranked per cluster (pool "").
+    orders clusters as their best pools do; its places come from the shape's `_PoolSource` one bucket of equal
+    fit at a time, as the heap runs out (a fill takes a few of a shape's thousands of places). Other shapes are
+    ranked per cluster (pool "").
 
     Entries are (score bound, cluster name, pool, cluster).
     """
@@ -154,24 +174,41 @@ class _Ranking:
         # the bounds are static: a plan of the same platform in this process (the head after the base, the
         # portal's next replan) starts from the same entries
         self.key = key = (d.engines, per_pool, tuple(c.name for c in clusters))
+        self.heap: list[tuple] = []
+        self.source: _PoolSource | None = None
+        self.wanted: set[str] | None = None
+        self.taken = 0  # the source's buckets moved into the heap so far
         found = placer.rankings.get(key)
+        if per_pool:
+            # the fleet's pools the engine fits, tightest first, cut to the candidates as the fill reaches them
+            self.source = found if found is not None else scheduler.pool_source(d)
+            self.wanted = {c.name for c in clusters} if len(clusters) < len(scheduler.clusters) else None
+            placer.rankings[key] = self.source
+            return
         if found is not None:
             self.heap = list(found)
             return
-        heap: list[tuple] = []
-        if per_pool:
-            # the fleet's pools the engine fits, tightest first, cut to the candidates (a sorted list is a heap)
-            entries = scheduler.pool_entries(d)
-            wanted = {c.name for c in clusters}
-            heap = [e for e in entries if e[1] in wanted] if len(wanted) < len(scheduler.clusters) else list(entries)
-        else:
-            for c in clusters:
-                bound = placer.empty_replica_score(d.engines, c)
-                if bound is not None:
-                    heap.append((bound, c.name, "", c))
-            heap.sort()  # a sorted list is a heap
-        placer.rankings[key] = tuple(heap)
-        self.heap = heap
+        for c in clusters:
+            bound = placer.empty_replica_score(d.engines, c)
+            if bound is not None:
+                self.heap.append((bound, c.name, "", c))
+        self.heap.sort()  # a sorted list is a heap
+        placer.rankings[key] = tuple(self.heap)
+
+    def _more(self) -> bool:
+        """Move the source's next bucket of places that are candidates into the (empty) heap; False when none is
+        left. Every place of a later bucket ranks after every place taken before, so a sorted bucket keeps the heap
+        a heap."""
+        source = self.source
+        while source is not None and self.taken < len(source.buckets):
+            entries = source.bucket(self.taken)
+            self.taken += 1
+            if self.wanted is not None:
+                entries = [e for e in entries if e[1] in self.wanted]
+            if entries:
+                self.heap.extend(entries)
+                return True
+        return False
 
     def _current(self, cluster: ClusterView, pool: str):
         """(placement, nodes) on the ledger as it is, or None when it does not fit there."""
@@ -188,7 +225,7 @@ class _Ranking:
         heap = self.heap
         loaded = []
         found = None
-        while heap:
+        while heap or self._more():
             bound, name, pool, cluster = heap[0]
             if load[name]:
                 loaded.append(heapq.heappop(heap))
@@ -298,7 +335,8 @@ class Scheduler:
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         self._unselected_by: dict[tuple, dict[str, str]] = {}  # selector -> cluster -> why it is not selected
         self._reasons_by: dict[tuple, list[str]] = {}  # see _reasons; keyed by interned ledger states
-        self._pool_entries: dict[int, list[tuple]] = {}  # shape of one engine -> see pool_entries (one fill)
+        self._pool_sources: dict[int, _PoolSource] = {}  # shape of one engine -> see pool_source (one fill)
+        self._groups: dict[tuple, tuple[ClusterView, PoolView, list[tuple]]] | None = None  # see _pool_groups
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
         built: dict[str, _Deployment] = {}
@@ -557,35 +595,46 @@ class Scheduler:
             ranking = rankings[key] = _Ranking(self, d, candidates, per_pool)
         return ranking
 
-    def pool_entries(self, d: _Deployment) -> list[tuple]:
-        """(score bound, cluster, pool, cluster view) of every pool of the fleet that a shape of one engine fits
-        when empty, tightest first: computed once per shape, then cut to each candidate set (teams' selectors
-        make many sets of one shape). Fits of alike pools are computed once, by what the pools are: a pool of a
-        kind fits when it has the nodes the kind's fit takes. The objects live through this loop, so ids are safe
-        keys here, and hashing the shapes for each of thousands of pools was most of a ranking's cost."""
-        found = self._pool_entries.get(d.shape_id)
+    def pool_source(self, d: _Deployment) -> _PoolSource:
+        """The places of every pool of the fleet that a shape of one engine fits when empty, tightest first, in
+        buckets of one fit (`_PoolSource`): computed once per shape, then cut to each candidate set (teams' selectors
+        make many sets of one shape). A fit is computed once per group of alike pools (`_pool_groups`): a pool of
+        a group fits when it has the nodes the fit takes. Only the buckets a fill reaches are ever listed: most
+        shapes place a few replicas on their tightest pools."""
+        found = self._pool_sources.get(d.shape_id)
         if found is not None:
             return found
         placer, engine = self.placer, d.engines[0]
         fits: dict[tuple, tuple | None] = {}
-        elsewhere_by_kinds: dict[int, tuple[bool, ...]] = {}
-        entries = []
-        for c in self.clusters:
-            kinds = placer.cluster_kinds(c)
-            elsewhere = elsewhere_by_kinds.get(id(kinds))
+        elsewhere_by_kinds: dict[frozenset, tuple[bool, ...]] = {}
+        buckets: dict[tuple, list[tuple[int, list[tuple]]]] = {}
+        for (kind, problem, class_name, kinds), (cluster, pool, places) in self._pool_groups().items():
+            elsewhere = elsewhere_by_kinds.get(kinds)
             if elsewhere is None:
-                elsewhere = elsewhere_by_kinds[id(kinds)] = placer.claims_elsewhere(engine, c)
-            for pool in c.pools:
-                alike = (id(pool.kind), pool.problem, pool.class_name, id(elsewhere))
-                fit = fits.get(alike, UNKNOWN)
-                if fit is UNKNOWN:
-                    fit = fits[alike] = None if placer.pool_problem(engine, pool, elsewhere) else \
-                        placer.empty_fit_key(engine, pool.kind)
-                if fit is not None and fit[1] <= pool.nodes:
-                    entries.append((fit[0], c.name, pool.name, c))
-        entries.sort()
-        self._pool_entries[d.shape_id] = entries
-        return entries
+                elsewhere = elsewhere_by_kinds[kinds] = placer.claims_elsewhere(engine, cluster)
+            alike = (kind.uid, problem, class_name, elsewhere)
+            fit = fits.get(alike, UNKNOWN)
+            if fit is UNKNOWN:
+                fit = fits[alike] = None if placer.pool_problem(engine, pool, elsewhere) else \
+                    placer.empty_fit_key(engine, kind)
+            if fit is not None:
+                buckets.setdefault(fit[0], []).append((fit[1], places))
+        found = self._pool_sources[d.shape_id] = _PoolSource(sorted(buckets.items()))
+        return found
+
+    def _pool_groups(self) -> dict[tuple, tuple[ClusterView, PoolView, list[tuple]]]:
+        """The fleet's pools grouped by what an engine's fit on them reads: (kind, problem, class, the kinds of the
+        cluster's pools) -> (one cluster and pool of the group, and every place of it as (nodes, cluster name,
+        pool name, cluster))."""
+        if self._groups is None:
+            groups: dict[tuple, tuple[ClusterView, PoolView, list[tuple]]] = {}
+            for c in self.clusters:
+                kinds = self.placer.cluster_kinds(c)
+                for pool in c.pools:
+                    group = groups.setdefault((pool.kind, pool.problem, pool.class_name, kinds), (c, pool, []))
+                    group[2].append((pool.nodes, c.name, pool.name, c))
+            self._groups = groups
+        return self._groups
 
     def _unselected(self, selector: dict[str, str]) -> dict[str, str]:
         """Why each cluster the selector does not select is not, by cluster name (deployments of a team that does
@@ -696,7 +745,7 @@ class Scheduler:
                 if need[d.key] > 0:
                     still.append(d)
             active = still
-        self._pool_entries.clear()  # the rankings hold what they took of them
+        self._pool_sources.clear()  # the rankings hold the ones they took
         if self.memo:  # the next plan keeps the starting entries this one used, and lets go of the others
             self.placer.rankings = {r.key: self.placer.rankings[r.key] for r in rankings.values()}
 
