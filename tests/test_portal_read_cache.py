@@ -295,3 +295,18 @@ def test_after_a_write_only_the_written_objects_status_is_composed_again(portal)
             served.with_status = real
             portal.replanner._gather = GATHER
             portal.settle()
+
+
+def test_only_the_latest_stamp_is_kept():
+    """A list composed at an older stamp (an older snapshot: megabytes) is given no stamp, so nothing keeps that
+    snapshot alive and its statuses are composed again."""
+    from automation.portal.read_cache import Items, Stamp
+
+    items = Items()
+    old, new = Stamp({"v": 1}, {}, {}, []), Stamp({"v": 2}, {}, {}, [])
+    items.remember("ModelDeployment", "a", {}, old)
+    assert items.of("ModelDeployment", "a")[1] is old
+    items.remember("ModelDeployment", "b", {}, new)
+    assert items.of("ModelDeployment", "a")[1] is None and items.of("ModelDeployment", "b")[1] is new
+    items.remember("ModelDeployment", "a", {}, Stamp(new.snapshot, {}, {}, []))  # the same as the latest
+    assert items.of("ModelDeployment", "a")[1] is new and items.of("ModelDeployment", "b")[1] is new

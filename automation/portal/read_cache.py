@@ -74,7 +74,7 @@ def list_body(document: dict, encoded_items: list[bytes]) -> bytes:
     return b"".join((empty[:-2], b",".join(encoded_items), b"]}"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared with `same`: the snapshot by identity
 class Stamp:
     """What every item's status reads besides its own object and its deployment's part of the plan
     (automation/planning/conditions.py, `with_status`): the stored snapshot, kept by identity (parsed once per
@@ -103,21 +103,32 @@ class Item:
 
 
 class Items:
-    """The items each list had when last composed, by (kind, namespace) and then by (namespace, name), with the
-    stamp they were composed at. Each composition replaces its list's entry whole (compositions of one list may
-    overlap on two threads)."""
+    """The items each list had when last composed, by (kind, namespace) and then by (namespace, name). Each
+    composition replaces its list's entry whole (compositions of one list may overlap on two threads).
+
+    Only the latest stamp is kept (it holds the parsed snapshot, megabytes at fleet scale): a list composed at an
+    older one is given no stamp, so its statuses are composed again, and no old snapshot stays alive for it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._lists: OrderedDict[tuple[str, str | None], tuple[dict[tuple[str, str], Item], Stamp]] = OrderedDict()
+        self._lists: OrderedDict[tuple[str, str | None], tuple[dict[tuple[str, str], Item], int]] = OrderedDict()
+        self._stamp: Stamp | None = None
+        self._generation = 0  # moves on with each new stamp
 
     def of(self, kind: str, namespace: str | None) -> tuple[dict[tuple[str, str], Item], Stamp | None]:
+        """The list's items, and the stamp they were composed at if it is the latest."""
         with self._lock:
-            return self._lists.get((kind, namespace), ({}, None))
+            found = self._lists.get((kind, namespace))
+            if found is None:
+                return {}, None
+            items, generation = found
+            return items, self._stamp if generation == self._generation else None
 
     def remember(self, kind: str, namespace: str | None, items: dict[tuple[str, str], Item], stamp: Stamp) -> None:
         with self._lock:
-            self._lists[(kind, namespace)] = (items, stamp)
+            if self._stamp is None or not (stamp is self._stamp or stamp.same(self._stamp)):
+                self._stamp, self._generation = stamp, self._generation + 1
+            self._lists[(kind, namespace)] = (items, self._generation)
             self._lists.move_to_end((kind, namespace))
             while len(self._lists) > MAX_REMEMBERED:
                 self._lists.popitem(last=False)
