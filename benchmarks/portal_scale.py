@@ -60,12 +60,15 @@ def seed(folder: Path, objects: list[dict]) -> float:
 
 
 def reader(url: str, token: str, stop: threading.Event, out: list[float]) -> None:
-    """One client listing the team's ModelDeployments on one kept-alive connection, reading each whole answer.
+    """One client listing the team's ModelDeployments on one kept-alive connection, reading each whole answer, plain
+    (as curl asks by default).
 
     The standard library's client, not httpx: the readers share this process's interpreter and this machine's
-    cores with the portal, and httpx's pure-Python HTTP parsing took 2.1 ms of CPU per 1 MB list (fleet_gen's team)
-    against the portal's 0.7 ms, so 20 httpx readers measured themselves (p50 36 ms, where http.client's readers
-    see 11 ms of the same portal)."""
+    cores with the portal, and httpx (which also asked for gzip and unzipped each answer, in Python) took 2.1 ms of
+    CPU per 1 MB list (fleet_gen's team) against the portal's 0.7 ms to serve it, so 20 httpx readers measured
+    themselves (p50 36 ms, where these readers see 10-13 ms of the same portal). Plain, not gzip: unzipping a
+    megabyte per answer in this one process needs more CPU than the portal spends (asking for gzip, the readers
+    took 1.1 cores and the portal 0.6, p50 21 ms); kubectl unzips in processes of its own."""
     address = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
     headers = {"Authorization": f"Bearer {token}"}
@@ -75,7 +78,7 @@ def reader(url: str, token: str, stop: threading.Event, out: list[float]) -> Non
             connection.request("GET", f"{API}/namespaces/{TEAM}/modeldeployments", headers=headers)
             response = connection.getresponse()
             body = response.read()
-            if response.status != 200 or not body:
+            if response.status != 200 or not body.startswith(b"{"):
                 raise RuntimeError(f"list answered {response.status}")
             out.append(time.perf_counter() - started)
     finally:

@@ -195,14 +195,19 @@ def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(po
 
 def test_the_items_spliced_into_a_list_are_what_encoding_the_whole_list_writes():
     from automation.portal.listing import list_document
-    from automation.portal.read_cache import encode, list_body
+    from automation.portal.read_cache import encode, exact, list_body
 
-    items = [{"metadata": {"name": "ä-1", "namespace": "t"}, "spec": {"n": 2**70, "f": 0.5, "s": "x\ny\"z"}},
+    items = [{"metadata": {"name": "ä-1", "namespace": "t"}, "spec": {"f": 1e-7, "s": "x\ny\"z"}},
              {"metadata": {"name": "b"}, "spec": {"list": [1, None, True, {}]}, "status": {"u": "\u2028"}}]
     document = list_document("ModelDeployment", items, "42")
-    spliced = list_body(list_document("ModelDeployment", [], "42"), [encode(i) for i in items])
-    assert json.loads(spliced) == json.loads(encode(document)) == json.loads(json.dumps(document))
+    assert list_body(document, [exact(i) for i in items]) == encode(document)  # byte for byte
     assert list_body(list_document("ModelDeployment", [], "7"), []) == encode(list_document("ModelDeployment", [], "7"))
+    # an item orjson cannot write (an integer beyond 64 bits): the whole list is encoded by json, as it was
+    wide = [*items, {"metadata": {"name": "c"}, "spec": {"n": 2**70}}]
+    document = list_document("ModelDeployment", wide, "43")
+    assert exact(wide[2]) is None
+    assert list_body(document, [exact(i) for i in wide]) == encode(document)
+    assert json.loads(encode(document))["items"][2]["spec"]["n"] == 2**70
 
 
 def test_an_item_is_decoded_and_encoded_again_only_when_its_text_or_status_moved():
@@ -233,9 +238,13 @@ def test_an_item_is_decoded_and_encoded_again_only_when_its_text_or_status_moved
     count = len(calls)
     assert reuse(placed, placed.text, compose, unchanged=True, part=(["r0"], None)) is placed and len(calls) == count
     replaced = reuse(placed, placed.text, compose, unchanged=True, part=(["r1"], None))
-    assert len(calls) == count + 1 and replaced.part == (["r1"], None) and replaced.encoded == placed.encoded
-    assert reuse(placed, placed.text.replace("2}", "3}"), compose, unchanged=True, part=placed.part).item["spec"] == \
-        {"replicas": 3}
+    assert len(calls) == count + 1 and replaced.part == b'[["r1"],null]' and replaced.encoded == placed.encoded
+    assert reuse(placed, placed.text.replace("2}", "3}"), compose, unchanged=True, part=(["r0"], None)).item["spec"] \
+        == {"replicas": 3}
+    # 1, 1.0 and true are three statuses, as they are three answers
+    compose, _ = composing({"ready": 1.0})
+    floated = reuse(placed, placed.text, compose, part=(["r0"], None))
+    assert floated is not placed and b'"ready":1.0' in floated.encoded
 
 
 def test_the_items_of_few_lists_are_remembered(monkeypatch):
@@ -310,3 +319,30 @@ def test_only_the_latest_stamp_is_kept():
     assert items.of("ModelDeployment", "a")[1] is None and items.of("ModelDeployment", "b")[1] is new
     items.remember("ModelDeployment", "a", {}, Stamp(new.snapshot, {}, {}, []))  # the same as the latest
     assert items.of("ModelDeployment", "a")[1] is new and items.of("ModelDeployment", "b")[1] is new
+
+
+def test_a_large_list_is_gzipped_only_for_a_client_that_asks(portal, monkeypatch):
+    """The gzipped answer is made (once per revision) when the first client that accepts gzip asks for the plain
+    list; a client that does not, or that asks for a page, never has it made."""
+    import gzip
+
+    from automation.portal import read_cache
+
+    made = []
+    real = gzip.compress
+
+    def counting(data, *args, **kwargs):
+        made.append(len(data))
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(read_cache, "COMPRESS_FROM", 1)
+    monkeypatch.setattr(read_cache.gzip, "compress", counting)
+    with portal.client(TEAM_A) as team:
+        put(team, "a")
+        plain = team.get(LIST, headers={"Accept-Encoding": "identity"})
+        team.get(LIST, params={"limit": "1"}, headers={"Accept-Encoding": "gzip"})
+        assert made == [] and plain.headers["vary"] == "Accept-Encoding"
+        for _ in range(2):
+            with team.stream("GET", LIST, headers={"Accept-Encoding": "gzip"}) as answer:
+                assert gzip.decompress(b"".join(answer.iter_raw())) == plain.content
+        assert made == [len(plain.content)]  # once for the revision

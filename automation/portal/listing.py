@@ -17,6 +17,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from automation.portal import tables
+from automation.portal.read_cache import CachedList
 from automation.portal.resources import GROUP, VERSION
 from automation.portal.selectors import Match, matcher
 from automation.portal.service import ApiError
@@ -84,17 +85,29 @@ def list_document(kind: str, items: list[dict] | tuple[dict, ...], version: str)
             "items": list(items)}
 
 
+def kept_answer(request: Request, query: ListQuery) -> bool:
+    """Whether the read cache's bytes answer the request: the plain list, not a selection, a page or a Table."""
+    return plain(query) and not tables.table_version(request.headers.get("accept", ""))
+
+
+def wants_gzip(request: Request, query: ListQuery, kept: CachedList) -> bool:
+    """Whether the answer is the kept list sent gzipped: large, asked for plain, by a client that accepts gzip."""
+    return kept.compressible and kept_answer(request, query) and \
+        accepts_gzip(request.headers.get("accept-encoding", ""))
+
+
 def answer_list(request: Request, query: ListQuery, kind: str, items: list[dict] | tuple[dict, ...],
-                version: str, body: bytes | None = None, gzipped: bytes | None = None) -> Response:
-    """One page of the selected items, as a `<Kind>List` or a Table. `body`: the plain list already encoded (the
-    read cache's), served as it is when the query asks for the plain list; `gzipped`, the same gzipped, to a
-    client that accepts gzip (kubectl and client-go do)."""
-    as_table = tables.table_version(request.headers.get("accept", ""))
-    if body is not None and not as_table and plain(query):
-        if gzipped is not None and accepts_gzip(request.headers.get("accept-encoding", "")):
+                version: str, kept: CachedList | None = None, gzipped: bytes | None = None) -> Response:
+    """One page of the selected items, as a `<Kind>List` or a Table. `kept`: the read cache's list, whose bytes
+    are the answer when the query asks for the plain list; `gzipped`, the same gzipped (`wants_gzip`: the caller
+    makes it, off the event loop), to a client that accepts gzip (kubectl and client-go do)."""
+    if kept is not None and kept_answer(request, query):
+        if gzipped is not None:
             return Response(gzipped, media_type="application/json",
                             headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
-        return Response(body, media_type="application/json", headers={"Vary": "Accept-Encoding"} if gzipped else None)
+        return Response(kept.body, media_type="application/json",
+                        headers={"Vary": "Accept-Encoding"} if kept.compressible else None)
+    as_table = tables.table_version(request.headers.get("accept", ""))
     version = query.version or version
     chosen = sorted((o for o in items if query.matches(o)), key=key)
     if query.after is not None:

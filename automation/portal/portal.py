@@ -24,7 +24,7 @@ from automation.portal.guard import Caller
 from automation.portal import listing, patches
 from automation.portal.overlay import PendingOverlay
 from automation.portal.placing import Placing
-from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, encode, list_body, reuse
+from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, exact, list_body, reuse
 from automation.portal.replanner import Replanner
 from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
                                       quota_problem)
@@ -122,15 +122,15 @@ class Portal:
         store = self.store
         base = self.parsed_snapshot(conn)
         snap = self.pending.over(base, store, conn)
-        applied = json.loads(store.get_state(conn, "applied") or "{}")
-        details = json.loads(store.get_state(conn, "appliedDetails") or "{}")
+        texts = (store.get_state(conn, "applied") or "{}", store.get_state(conn, "appliedDetails") or "{}")
+        applied, details = json.loads(texts[0]), json.loads(texts[1])
         latest: dict[str, dict] = {}
         for run in reversed(store.list_runs(conn, 1000)):
             latest[run["stack"]] = run
         observed = Observed({stack: {"fingerprint": fp, **details.get(stack, {})} for stack, fp in applied.items()},
                             latest)
         gateways = store.list(conn, "InferenceGateway")
-        return (snap, observed, gateways), Stamp(base, observed.applied, observed.runs, gateways)
+        return (snap, observed, gateways), Stamp(base, texts, observed.runs, gateways)
 
     def with_status(self, body: dict, conn, known: tuple | None = None) -> dict:
         """The object with its status; `known` is observation() already read for this request."""
@@ -183,13 +183,14 @@ class Portal:
                                            unchanged, index.get(f"{ns}/{name}"))
             pairs = [(entry.item, entry.encoded) for entry in stored.values()]
             if kind in ("ModelReplica", "ModelEndpoint"):  # the replicas and their endpoints, composed as the reference
-                pairs += [(o, encode(o)) for o in conditions.composed(namespace, known[0], known[1])
+                pairs += [(o, exact(o)) for o in conditions.composed(namespace, known[0], known[1])
                           if o["kind"] == kind]
             pairs.sort(key=lambda pair: listing.key(pair[0]))
             version = self.store.get_state(conn, "resourceVersion") or "0"
         self.lists.items.remember(kind, namespace, stored, stamp)
-        body = list_body(listing.list_document(kind, [], version), [encoded for _, encoded in pairs])
-        return self.lists.keep(marker, kind, namespace, [item for item, _ in pairs], version, body)
+        items = [item for item, _ in pairs]
+        body = list_body(listing.list_document(kind, items, version), [encoded for _, encoded in pairs])
+        return self.lists.keep(marker, kind, namespace, items, version, body)
 
     def composed_in(self, namespace: str, kind: str, conn, known: tuple | None = None) -> list[dict]:
         snap, observed, _ = known or self.observation(conn)

@@ -46,9 +46,15 @@ class CachedList:
         self._lock = threading.Lock()
 
     @property
+    def compressible(self) -> bool:
+        """Large enough to send gzipped to a client that accepts it."""
+        return len(self.body) >= COMPRESS_FROM
+
+    @property
     def gzipped(self) -> bytes | None:
-        """None when the answer is small enough to send as it is."""
-        if len(self.body) < COMPRESS_FROM:
+        """None when the answer is small enough to send as it is. Made on first use: a caller on the event loop asks
+        for it on a worker thread."""
+        if not self.compressible:
             return None
         with self._lock:
             if self._gzipped is None:
@@ -65,13 +71,15 @@ def encode(document) -> bytes:
         return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def list_body(document: dict, encoded_items: list[bytes]) -> bytes:
-    """`document` (a `<Kind>List` whose `items` come last, still empty) with the items' JSON spliced in: what
-    encoding the whole document writes, without encoding the items again."""
-    assert not document["items"] and list(document)[-1] == "items"
-    empty = encode(document)
+def list_body(document: dict, encoded_items: list[bytes | None]) -> bytes:
+    """`document` (a `<Kind>List` whose `items` come last) as JSON, its items' JSON spliced in when orjson wrote each
+    of them (what encoding the whole document writes, without encoding the items again); else encoded whole."""
+    if any(encoded is None for encoded in encoded_items):
+        return encode(document)
+    assert list(document)[-1] == "items"
+    empty = encode({**document, "items": []})
     assert empty.endswith(b"[]}")
-    return b"".join((empty[:-2], b",".join(encoded_items), b"]}"))
+    return b"".join((empty[:-2], b",".join(encoded_items), b"]}"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, eq=False)  # compared with `same`: the snapshot by identity
@@ -81,7 +89,7 @@ class Stamp:
     replan and never changed), the stacks' record and latest runs, and the gateways."""
 
     snapshot: dict
-    applied: dict
+    applied: tuple[str, str]  # the record as stored (its fingerprints and details): compared as text
     runs: dict
     gateways: list
 
@@ -93,13 +101,24 @@ class Stamp:
 @dataclass(frozen=True)
 class Item:
     """One stored object of a list as last composed: its stored text, that text decoded (never mutated), the object
-    with its status, that item's JSON, and (a ModelDeployment's) its part of the plan the status was read from."""
+    with its status, that item's JSON (None when orjson cannot write it: the list is then encoded whole), and (a
+    ModelDeployment's) its part of the plan the status was read from. Statuses and parts are compared as orjson
+    writes them, so 1, 1.0 and true are three values, as in the answer."""
 
     text: str
     body: dict
     item: dict
-    encoded: bytes
-    part: Any = None
+    encoded: bytes | None
+    status: bytes | None = None
+    part: bytes | None = None
+
+
+def exact(value) -> bytes | None:
+    """`value` as orjson writes it, or None when it cannot (an integer beyond 64 bits): then never equal."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return None
 
 
 class Items:
@@ -143,15 +162,18 @@ def reuse(before: Item | None, text: str, compose: Callable[[dict], dict], uncha
     changed since `before` was composed (`Stamp.same`): an object whose text and part are the same then keeps its
     item without its status being composed again."""
     body = before.body if before is not None and before.text == text else json.loads(text)
+    exact_part = exact(part)
     if before is not None and before.body is body:
-        if unchanged and before.part == part:
+        if unchanged and exact_part is not None and before.part == exact_part:
             return before
         item = compose(body)
-        if before.item["status"] == item["status"]:
-            return before if before.part == part else Item(text, body, before.item, before.encoded, part)
-        return Item(text, body, item, encode(item), part)
+        status = exact(item["status"])
+        if status is not None and before.status == status:
+            return before if before.part == exact_part else \
+                Item(text, body, before.item, before.encoded, status, exact_part)
+        return Item(text, body, item, exact(item), status, exact_part)
     item = compose(body)
-    return Item(text, body, item, encode(item), part)
+    return Item(text, body, item, exact(item), exact(item["status"]), exact_part)
 
 
 class ReadCache:
