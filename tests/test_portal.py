@@ -313,6 +313,20 @@ def test_validation_warnings_come_back_as_warning_headers(portal):
         assert again.status_code == 200 and "warning" not in again.headers
 
 
+def test_a_write_is_warned_about_its_own_object_not_a_same_named_one_in_another_namespace(portal):
+    """A ModelService whose selector matches nothing is warned about; team-b's service of the same name, which does
+    match, gets no warning of team-a's (warnings were picked by kind and name alone)."""
+    with portal.client(ADMIN) as admin:
+        lonely = admin.put(f"{API}/namespaces/team-a/modelservices/chat",
+                           json=service("chat", namespace="team-a", deployment_name="nothing"))
+        assert lonely.status_code == 201 and "matches no ModelEndpoint" in lonely.headers["warning"]
+        assert admin.put(f"{API}/namespaces/team-b/modeldeployments/qwen",
+                         json=deployment("qwen", namespace="team-b")).status_code == 201
+        matched = admin.put(f"{API}/namespaces/team-b/modelservices/chat",
+                            json=service("chat", namespace="team-b", deployment_name="qwen"))
+        assert matched.status_code == 201 and "warning" not in matched.headers
+
+
 def test_apply_pushes_manifests_to_a_portal(portal, tmp_path, monkeypatch, capsys):
     from automation.cli import main
 

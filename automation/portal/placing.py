@@ -165,9 +165,7 @@ class Placing:
         changed = {model_stack(md.namespace, md.name)} | {str(StackId.team(md.namespace, cluster)) for cluster in on}
         problems = rendered_problems(rendered, changed)
         everything = Fleet(objects=platform + [md])
-        subject = f"ModelDeployment/{md.name}"
-        warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(everything, about=md)
-                    if p.warning and p.object == subject]
+        warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(everything, about=md) if p.warning]
         return Placed(plan, problems, warnings)
 
 

@@ -421,7 +421,7 @@ class Portal:
                                    [{"message": p} for p in placed.problems[:20]])
                 warnings = placed.warnings
             else:
-                warnings = self._replan_now(conn, kind, namespace or "", name, saved, subject=(kind, name))
+                warnings = self._replan_now(conn, kind, namespace or "", name, saved, subject=(kind, namespace or "", name))
             answer = (self.with_status(saved, conn), (200 if existing else 201), warnings)
             if dry_run:  # the version it would have had is not one the object has
                 answer[0]["metadata"]["resourceVersion"] = (existing or {}).get("metadata", {}).get("resourceVersion", "")

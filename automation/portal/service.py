@@ -154,7 +154,7 @@ WARM = Warm()
 
 
 def compute_replan(stored: list[str], placements: str, desired_before: str, applied: str, apply: bool,
-                   subject: tuple[str, str] | None = None, gateways: str = "{}") -> dict:
+                   subject: tuple[str, str, str] | None = None, gateways: str = "{}") -> dict:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
     answers reads). `gateways`: the clusters' gateway addresses as the record says (the worker's copy), so an
@@ -181,9 +181,11 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
                 runs.append((change.name, "up", fingerprints[change.name]))
             elif change.change == "delete":
                 runs.append((change.name, "destroy", ""))
-    # the validation warnings about the written object (`subject`: kind, name), seen with the whole fleet
-    warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet)
-                if p.warning and p.object == f"{subject[0]}/{subject[1]}"] if subject else []
+    # the validation warnings about the written object (`subject`: kind, namespace, name), seen with the whole fleet
+    written = next((o for o in fleet.of(subject[0]) if o.name == subject[2] and (o.namespace or "") == subject[1]),
+                   None) if subject else None
+    warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet, about=written)
+                if p.warning] if written is not None else []
     whole = plan_to_dict(plan)
     # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
     return {"deployments": _rows(fleet, plan, whole), "plan": json.dumps(whole), "fingerprints": json.dumps(fingerprints),
@@ -210,12 +212,12 @@ def replan(store, conn, apply: bool) -> None:
     commit(store, conn, compute_for(store, conn, apply))
 
 
-def replan_inputs(store, conn, apply: bool, subject: tuple[str, str] | None = None) -> tuple:
+def replan_inputs(store, conn, apply: bool, subject: tuple[str, str, str] | None = None) -> tuple:
     return (store.list_texts(conn), store.reservations_text(conn), store.get_state(conn, "desired") or "{}",
             store.get_state(conn, "applied") or "{}", apply, subject, store.get_state(conn, "clusterGateways") or "{}")
 
 
-def compute_for(store, conn, apply: bool, compute=None, subject: tuple[str, str] | None = None) -> dict:
+def compute_for(store, conn, apply: bool, compute=None, subject: tuple[str, str, str] | None = None) -> dict:
     inputs = replan_inputs(store, conn, apply, subject)
     return compute(*inputs) if compute else compute_replan(*inputs)
 
