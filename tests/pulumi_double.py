@@ -393,8 +393,9 @@ class Double:
                 entry = {"name": name, "current": False,
                          "updateInProgress": any(self.backend.lock_dir(self.project, name).glob("*.json")),
                          "resourceCount": len(content["checkpoint"]["latest"]["resources"])}
-                if content["history"]:
-                    entry["lastUpdate"] = content["history"][-1]["endTime"]
+                manifest_time = (content["checkpoint"]["latest"].get("manifest") or {}).get("time")
+                if manifest_time:
+                    entry["lastUpdate"] = manifest_time
                 listed.append(entry)
             return json.dumps(listed), 0
         if args[:2] == ["stack", "history"]:
@@ -465,6 +466,7 @@ class Double:
         config, secret_keys = self.program_config(name) if verb in ("up", "preview") else ({}, [])
         events = Events(_flag(args, "--event-log"))
         lock = self.backend.lock(self.project, name) if not preview_only else None
+        self.began = time.time()  # the update's start in its history: once it holds the stack's lock
         _release_global_lock()  # other stacks' commands go on while this one runs its program
         try:
             events.emit({"preludeEvent": {"config": {k: "[secret]" if k in secret_keys else v
@@ -494,8 +496,12 @@ class Double:
         """Write the checkpoint as it is after the operation (read afresh: other stacks' commands ran meanwhile)."""
         content = self.backend.load(self.project, name)
         content["checkpoint"]["latest"]["resources"] = resources
-        content["history"].append({"kind": kind, "startTime": _now(), "message": "", "environment": {}, "config": {},
-                                   "result": "succeeded" if ok else "failed", "endTime": _now(),
+        # as the DIY backend: the checkpoint's manifest time (milliseconds) is its `stack ls` lastUpdate, written
+        # before the history entry, whose start and end are whole seconds
+        content["checkpoint"]["latest"].setdefault("manifest", {})["time"] = _stamp(time.time())
+        content["history"].append({"kind": kind, "startTime": _stamp(self.began, whole=True), "message": "",
+                                   "environment": {}, "config": {}, "result": "succeeded" if ok else "failed",
+                                   "endTime": _stamp(time.time(), whole=True),
                                    "resourceChanges": changes, "version": len(content["history"]) + 1})
         self.backend.save(self.project, name, content)
         if retained:  # deleted from the stack, left in the cloud
@@ -616,8 +622,10 @@ class Events:
             f.write(line + "\n")
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+def _stamp(when: float, whole: bool = False) -> str:
+    """A time as the CLI prints it in JSON: UTC, milliseconds (whole seconds for history, kept as unix seconds)."""
+    millis = 0 if whole else int(when * 1000) % 1000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(when))) + f".{millis:03d}Z"
 
 
 _LOCK = None  # the double's own lock: one command at a time reads and writes the backend's files

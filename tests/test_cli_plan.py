@@ -164,6 +164,7 @@ def test_plan_and_render_read_what_up_recorded_unless_fresh(tmp_path, monkeypatc
         "urn": "urn:pulumi:model-ml-team.qwen::modelplane-workloads::pulumi:pulumi:Stack::"
                "modelplane-workloads-model-ml-team.qwen", "type": "pulumi:pulumi:Stack", "custom": False,
         "outputs": {"modelplane": record_output("fingerprint", [kept])}}]
+    content["checkpoint"]["latest"]["manifest"] = {"time": "2026-12-01T00:00:00.250Z"}
     content["history"].append({"kind": "update", "result": "succeeded", "endTime": "2026-12-01T00:00:00.000Z"})
     backend.save("modelplane-workloads", "model-ml-team.qwen", content)
     assert main(["plan", "-f", str(path), "-o", "json"]) == 0

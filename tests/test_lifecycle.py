@@ -572,7 +572,9 @@ def set_gateway_address(backend: pathlib.Path, cluster: str, address: str) -> No
     content = store.load("modelplane", f"platform-{cluster}")
     root = next(r for r in content["checkpoint"]["latest"]["resources"] if r["type"] == "pulumi:pulumi:Stack")
     root["outputs"]["gatewayAddress"] = address
-    content["history"].append({**content["history"][-1], "endTime": "2099-01-01T00:00:00.000Z"})
+    content["checkpoint"]["latest"]["manifest"] = {"time": "2099-01-01T00:00:00.123Z"}  # `stack ls`'s lastUpdate
+    content["history"].append({**content["history"][-1], "startTime": "2099-01-01T00:00:00.000Z",
+                               "endTime": "2099-01-01T00:00:00.000Z"})
     store.save("modelplane", f"platform-{cluster}", content)
 
 

@@ -32,7 +32,7 @@ class MemoryRecord:
     def read(self) -> Applied:
         return Applied({name: AppliedStack.from_outputs(o) for name, o in self.outputs.items()}, "memory")
 
-    def applied(self, stack, outputs):
+    def applied(self, stack, outputs, window=None):
         self.outputs[stack] = dict(outputs)
 
     def destroyed(self, stack):

@@ -12,6 +12,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
 import yaml
@@ -135,8 +136,43 @@ def test_a_laptop_pulumi_up_and_modelplane_up_operate_the_same_platform_stack(ap
     assert content["history"][-1]["resourceChanges"].get("create", 0) == 0  # no second cluster
     assert content["history"][-1]["resourceChanges"].get("delete", 0) == 0
     assert not (backend / ".pulumi" / "stacks" / "modelplane-platform").exists()
-    # and what the laptop applied is what `modelplane up` would: nothing left to do
+    # and what the laptop applied is what `modelplane up` would: nothing left to do. The stack the laptop updated
+    # is read back from the backend; the others are this machine's own updates, known by their update's window
     assert applied.up() == 0 and applied.ran("up") == []
+    assert _outputs_read(applied) == ["platform-byo-eu"]
+
+
+def _outputs_read(driver) -> list[str]:
+    """The stacks whose outputs the record read back from the backend since the driver's last `up` began: not
+    the automation API's own reads after each `pulumi up` (a masked and a `--show-secrets` read, as a pair)."""
+    reads = [c for c in driver.calls()[driver.mark:] if [a for a in c["argv"] if a != "--non-interactive"][:2]
+             == ["stack", "output"]]
+    masked = Counter(c["stack"] for c in reads if "--show-secrets" not in c["argv"])
+    return sorted((masked - Counter(c["stack"] for c in reads if "--show-secrets" in c["argv"])).elements())
+
+
+def test_a_no_op_up_right_after_an_up_reads_no_stack_back_and_a_stack_changed_since_is_read(applied, capsys):
+    """Issue 31: the outputs an `up` returned are the record of the stacks it ran, so the next read takes them
+    without `stack output` when the backend's stamp is of that update; any later update (a laptop's, another
+    machine's, a refresh) has a stamp outside the window, and that stack is read again."""
+    assert applied.up() == 0 and applied.ran("up") == []
+    assert _outputs_read(applied) == []  # every stack is the fixture's own `up`
+    engine = applied.deployment("qwen3-8b")["spec"]["template"]["spec"]["engines"][0]
+    engine["members"][0]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.11.1"
+    assert applied.up() == 0 and applied.ran("up") == ["model-ml-team.qwen3-8b"]
+    assert _outputs_read(applied) == []
+    assert applied.up() == 0 and applied.ran("up") == [] and _outputs_read(applied) == []
+    # updated once more here, then refreshed from elsewhere, in the same second, before this machine reads the
+    # record again: the refresh is a later write of the stack's checkpoint, so its outputs are read back
+    engine["members"][0]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.11.2"
+    assert applied.up() == 0 and applied.ran("up") == ["model-ml-team.qwen3-8b"]
+    work = applied.work / ".modelplane" / "stacks" / "model-ml-team.qwen3-8b"
+    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{applied.work / '.modelplane' / 'backend'}"}
+    done = subprocess.run(["pulumi", "refresh", "--stack", "model-ml-team.qwen3-8b", "--yes", "--non-interactive"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert applied.up() == 0 and applied.ran("up") == [] and _outputs_read(applied) == ["model-ml-team.qwen3-8b"]
+    assert applied.up() == 0 and _outputs_read(applied) == []
 
 
 def test_platform_stacks_of_the_old_project_move_into_the_one_project(applied, capsys):

@@ -84,7 +84,7 @@ class Orchestrator:
             self.on_event({"stack": change.name, "type": status, "error": result.error})
             return Outcome(change.name, status, result, result.error)
         if self.record is not None and op == "up" and spec is not None:
-            self.record.applied(spec.name, result.outputs)
+            self.record.applied(spec.name, result.outputs, result.window)
         elif self.record is not None and op == "destroy":
             self.record.destroyed(change.name)
         self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes,

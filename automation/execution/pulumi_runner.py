@@ -23,7 +23,7 @@ import pulumi
 from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
 from automation.record.backend import default_backend
-from automation.record.applied import RECORD_OUTPUT
+from automation.record.applied import RECORD_OUTPUT, UpdateWindow, utc_now
 from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
 from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
@@ -288,8 +288,10 @@ class PulumiRunner:
                 result = stack.preview_destroy(on_event=forward, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.change_summary))
             if operation == "up":
+                began = utc_now()
                 result = stack.up(on_event=forward, parallel=self.parallel, color="never", refresh=self.refresh or None)
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes), _plain(result.outputs))
+                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes),
+                                 _plain(result.outputs), window=UpdateWindow.of(result.summary, began, utc_now()))
             if operation == "destroy":
                 if self.unprotect and spec.kind == "platform":
                     self.lift_protection(stack, spec, forward)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
 from automation.planning.stacks import StackSpec
+from automation.record.applied import UpdateWindow
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId
 
@@ -29,6 +30,7 @@ class RunResult:
     outputs: dict = field(default_factory=dict)  # plain (non-secret) stack outputs
     error: str | None = None
     summary: str | None = None  # what happened, when there are no per-resource counts (the operator executor)
+    window: UpdateWindow | None = None  # when an `up` ran, as the backend stamps it (the local executor)
 
 
 # the interpreter modelplane runs in (its virtual environment's), which has the Pulumi SDK: not whatever `python` is

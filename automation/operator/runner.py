@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 from automation.execution.kube import KubeAPI, KubeError, describe
 from automation.operator.export import (FINGERPRINT_ANNOTATION, KIND_LABEL, PLACEMENTS_ANNOTATION, STACK_ANNOTATION,
                                  ExportOptions, shared_objects, stack_objects)
-from automation.record.applied import Applied, AppliedStack, replica_from_dict
+from automation.record.applied import Applied, AppliedStack, UpdateWindow, replica_from_dict
 from automation.execution.runner import AutomationError, EventSink, Operation, RunResult
 from automation.planning.stacks import StackSpec
 from fleet.stack_id import StackId, StackIdError
@@ -136,7 +136,7 @@ class OperatorRecord:
             stacks[name] = AppliedStack(applied_fingerprint(stack), placements, outputs, applied_at=when)
         return Applied(stacks, f"the Stack objects in namespace {self.options.namespace} of the control-plane cluster")
 
-    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None:
+    def applied(self, stack: str, outputs: Mapping[str, Any], window: UpdateWindow | None = None) -> None:
         pass  # the Stack is the record
 
     def destroyed(self, stack: str) -> None:

@@ -17,6 +17,7 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -107,13 +108,62 @@ class Applied:
         return Gateways(clusters, front_door)
 
 
+def utc_now() -> datetime:
+    """This machine's clock, as the automation API gives the backend's times: naive, in UTC."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@dataclass(frozen=True)
+class UpdateWindow:
+    """When this process's update of a stack ran, so the next read can tell the backend's `lastUpdate` stamp of
+    that update from anyone else's without reading the stack's outputs back.
+
+    `start`, `end`: the update's own times in the backend's history (whole seconds); `seen`: this machine's clock
+    once the automation API had read the stack's outputs and history after it. A stamp is this update's when it
+    lies in [start, end + 1 s) and is no later than `seen`: the update held the stack's lock from before `end`
+    was written, so another update's stamp can only fall in the window if that whole update (lock, program,
+    checkpoint) ran between the two commands the automation API runs right after `pulumi up`. A stamp outside
+    it, a skewed clock included, means the stack is read again, as before."""
+
+    start: datetime
+    end: datetime
+    seen: datetime
+
+    @classmethod
+    def of(cls, summary: Any, began: datetime, seen: datetime) -> UpdateWindow | None:
+        """From the automation API's summary of an `up` (its history's latest entry) and this machine's clock
+        around the call; None unless that entry is a succeeded update that ran inside the call."""
+        start, end = getattr(summary, "start_time", None), getattr(summary, "end_time", None)
+        if getattr(summary, "kind", None) != "update" or getattr(summary, "result", None) != "succeeded":
+            return None
+        if not isinstance(start, datetime) or not isinstance(end, datetime):
+            return None
+        if not (began.replace(microsecond=0) <= start <= end <= seen):
+            return None  # someone else's entry, or clocks that disagree: the next read reads the stack again
+        return cls(start, end, seen)
+
+    def holds(self, stamp: datetime) -> bool:
+        return self.start <= stamp < self.end + timedelta(seconds=1) and stamp <= self.seen
+
+    def to_json(self) -> list[str]:
+        return [self.start.isoformat(), self.end.isoformat(), self.seen.isoformat()]
+
+    @classmethod
+    def from_json(cls, value: Any) -> UpdateWindow | None:
+        try:
+            start, end, seen = (datetime.fromisoformat(v) for v in value)
+        except (TypeError, ValueError):
+            return None
+        return cls(start, end, seen)
+
+
 class Record(Protocol):
     """The record of one executor. Applying a stack writes it (the stack's program, or the operator's Stack);
     `applied`/`destroyed` only tell the record what this process just did, so a cache can follow."""
 
     def read(self) -> Applied: ...
 
-    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None: ...
+    def applied(self, stack: str, outputs: Mapping[str, Any], window: UpdateWindow | None = None) -> None: ...
 
     def destroyed(self, stack: str) -> None: ...
 
@@ -127,7 +177,7 @@ class Nothing:
     def read(self) -> Applied:
         return Applied({}, self.why, guessed=True)
 
-    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None:
+    def applied(self, stack: str, outputs: Mapping[str, Any], window: UpdateWindow | None = None) -> None:
         pass
 
     def destroyed(self, stack: str) -> None:
@@ -144,7 +194,8 @@ class RecordCache:
         self._mutex = threading.Lock()  # stacks finish in parallel threads
 
     def load(self) -> dict[str, dict]:
-        """stack -> {"lastUpdate": str | None, "outputs": {...}}; empty when the cache is of another backend."""
+        """stack -> {"lastUpdate": str | None, "outputs": {...}, "window": [...] (after this machine applied it)};
+        empty when the cache is of another backend."""
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -162,14 +213,16 @@ class RecordCache:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def put(self, stack: str, outputs: Mapping[str, Any] | None) -> None:
-        """After this process applied (outputs) or destroyed (None) a stack: re-read from the backend next time."""
+    def put(self, stack: str, outputs: Mapping[str, Any] | None, window: UpdateWindow | None = None) -> None:
+        """After this process applied (outputs) or destroyed (None) a stack: the next read takes these outputs if
+        the backend's stamp of the stack is of the update in `window`, else it reads the stack again."""
         with self._mutex:
             stacks = self.load()
             if outputs is None:
                 stacks.pop(stack, None)
             else:
-                stacks[stack] = {"lastUpdate": None, "outputs": dict(outputs)}
+                stacks[stack] = {"lastUpdate": None, "outputs": dict(outputs),
+                                 **({"window": window.to_json()} if window else {})}
             self.save(stacks)
 
     def applied_from_cache(self, source: str) -> Applied:

@@ -4,7 +4,8 @@ Each stack's program exports what its update applied (`automation/record/applied
 the checkpoint of that update, so the record cannot disagree with what the backend holds. Reading it is
 `pulumi stack ls --json` per project and `pulumi stack output --json` per stack whose `lastUpdate` differs
 from the local cache's (`<state>/record.json`), READERS at a time: on a fresh machine every stack is read once,
-after that only what changed. Secret outputs (kubeconfigs) are never asked for: `stack output` without
+after that only what changed. A stack this machine applied is cached with its update's window (`UpdateWindow`):
+if the backend's stamp is of that update, the outputs the update returned are the record, and nothing is read. Secret outputs (kubeconfigs) are never asked for: `stack output` without
 `--show-secrets` prints them as "[secret]", and those are dropped.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-from automation.record.applied import Applied, AppliedStack, RecordCache, replica_from_dict
+from automation.record.applied import Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
 from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
 
@@ -120,6 +121,10 @@ class PulumiRecord:
                         continue
                     stamp = summary.last_update.isoformat() if summary.last_update else None
                     entry = cached.get(name)
+                    if entry is not None and stamp is not None and entry.get("lastUpdate") is None:
+                        window = UpdateWindow.from_json(entry.get("window"))
+                        if window is not None and window.holds(summary.last_update):  # this machine's own update
+                            entry = {"lastUpdate": stamp, "outputs": entry.get("outputs") or {}}
                     if entry is None or stamp is None or entry.get("lastUpdate") != stamp:
                         stale.append((name, workspace, summary.name, stamp))
                         fresh[name] = {}
@@ -142,8 +147,8 @@ class PulumiRecord:
         return Applied({name: seeded(name, stack, self.root) for name, stack in stacks.items()},
                        f"the Pulumi backend {self.backend}")
 
-    def applied(self, stack: str, outputs: Mapping[str, Any]) -> None:
-        self.cache.put(stack, outputs)
+    def applied(self, stack: str, outputs: Mapping[str, Any], window: UpdateWindow | None = None) -> None:
+        self.cache.put(stack, outputs, window)
 
     def destroyed(self, stack: str) -> None:
         self.cache.put(stack, None)
