@@ -72,7 +72,8 @@ def test_a_fresh_clone_with_only_the_backend_plans_the_applied_placements(applie
     assert capsys.readouterr().out == in_ci.out
     # the local folder is a cache: deleting it changes no result
     shutil.rmtree(applied.work / ".modelplane" / "stacks")
-    (applied.work / ".modelplane" / "record.json").unlink()
+    for cached in (applied.work / ".modelplane").glob("record.*"):  # record.json and its journal
+        cached.unlink()
     again = _plan(["-f", applied.fleet(), "--backend", f"file://{backend}"], capsys)
     assert _placements(again) == _placements(here)
 
@@ -257,7 +258,8 @@ def test_stacks_applied_before_the_record_keep_their_replicas_and_record_them_at
         backend.save("modelplane-workloads", name, content)
         old_state["stacks"][name] = {"fingerprint": before[name]["fingerprint"], "outputs": {},
                                      "placements": before[name]["placements"]}
-    (applied.work / ".modelplane" / "record.json").unlink()
+    for cached in (applied.work / ".modelplane").glob("record.*"):  # record.json and its journal
+        cached.unlink()
     (applied.work / ".modelplane" / "state.json").write_text(json.dumps(old_state))
     # a new cluster first by name would attract replicas planned without memory
     extra = {**next(d for d in applied.docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "eks-us-west")}

@@ -60,3 +60,22 @@ def test_the_window_travels_through_the_cache_file(tmp_path):
     assert UpdateWindow.from_json(entries["model-a.b"]["window"]) == WINDOW and entries["model-a.b"]["lastUpdate"] is None
     assert "window" not in entries["model-a.c"]
     assert UpdateWindow.from_json(["not a time", 1, None]) is None and UpdateWindow.from_json(None) is None
+
+
+def test_the_cache_journal_holds_each_put_in_order_and_a_read_folds_it_into_the_file(tmp_path):
+    cache = RecordCache(tmp_path, "file:///backend")
+    cache.save({"model-a.old": {"lastUpdate": "2026-12-01T00:00:00", "outputs": {"x": 0}},
+                "model-a.gone": {"lastUpdate": "2026-12-01T00:00:00", "outputs": {"x": 9}}})
+    cache.put("model-a.b", {"x": 1}, WINDOW)
+    cache.put("model-a.b", {"x": 3}, WINDOW)  # the later line wins
+    cache.put("model-a.gone", None)  # destroyed here
+    RecordCache(tmp_path, "file:///other").put("model-a.c", {"x": 2})  # another backend's line is not this one's
+    with open(tmp_path / "record.journal", "ab") as f:
+        f.write(b'{"backend": "file:///backend", "stack": "model-a.torn", "ent')  # cut off by a crash
+    entries = RecordCache(tmp_path, "file:///backend").load()
+    assert {name: e["outputs"] for name, e in entries.items()} == {"model-a.old": {"x": 0}, "model-a.b": {"x": 3}}
+    assert UpdateWindow.from_json(entries["model-a.b"]["window"]) == WINDOW
+    cache.save(entries)  # what a read does: the file holds it all, the journal is gone
+    assert not (tmp_path / "record.journal").exists()
+    assert RecordCache(tmp_path, "file:///backend").load() == entries
+    assert RecordCache(tmp_path, "file:///other").load() == {}
