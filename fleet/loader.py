@@ -118,24 +118,38 @@ _PLAIN_SCALARS = frozenset({"tag:yaml.org,2002:null", "tag:yaml.org,2002:bool", 
 
 
 class _Unusual(Exception):
-    """The document needs PyYAML's own constructor: an alias, a merge key, or a tag other than str, int, float,
-    bool, null, map and seq."""
+    """The document needs PyYAML's own constructor: a merge key, a tag other than str, int, float, bool, null, map
+    and seq, or an alias inside the node it repeats (a recursive document)."""
 
 
-def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, seen: set, problems: list, source: str,
+class _Built(dict):
+    """id(node) -> what `_build` made of it, so an alias is the same object, as PyYAML's constructor makes it
+    (`_BUILDING` while a map or list is being filled); `aliased` once an alias repeated one."""
+
+    aliased = False
+
+
+_BUILDING = object()
+
+
+def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, built: _Built, problems: list, source: str,
            scalars: dict) -> Any:
     """The document's data, as PyYAML's safe constructor builds it, with each field's line and duplicate keys
-    recorded on the way (what `_walk_lines` records): one walk instead of two, for documents of plain maps,
-    lists and scalars. Anything else raises `_Unusual`. `scalars` keeps each converted scalar (an int, a bool)
-    by its tag and text: manifests repeat a few."""
-    if id(node) in seen:  # an alias
-        raise _Unusual
-    seen.add(id(node))
+    recorded on the way (what `_walk_lines` records, which also records nothing under an alias): one walk instead
+    of two, for documents of plain maps, lists, scalars and aliases of them. Anything else raises `_Unusual`.
+    `scalars` keeps each converted scalar (an int, a bool) by its tag and text: manifests repeat a few."""
+    known = built.get(id(node), built)
+    if known is not built:  # an alias: the same object (a document Python's yaml.dump wrote repeats shared ones)
+        if known is _BUILDING:
+            raise _Unusual
+        built.aliased = True
+        return known
     cls = node.__class__
     if cls is yaml.ScalarNode:
         tag = node.tag
         if tag == _STR:
-            return node.value
+            value = built[id(node)] = node.value
+            return value
         if tag not in _PLAIN_SCALARS:
             raise _Unusual
         key = (tag, node.value)
@@ -145,24 +159,29 @@ def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, seen: set, pr
                 value = scalars[key] = loader.yaml_constructors[tag](loader, node)
             except (ValueError, TypeError, OverflowError):
                 raise _Unusual from None  # PyYAML's path reports it
+        built[id(node)] = value
         return value
     if cls is yaml.MappingNode and node.tag == _MAP:
+        built[id(node)] = _BUILDING
         mapping: dict = {}
         keys: set = set()
         for key_node, value_node in node.value:
             if key_node.__class__ is not yaml.ScalarNode:
                 raise _Unusual
             here = _note_key(key_node, path, keys, lines, problems, source)
-            key = key_node.value if key_node.tag == _STR else _build(loader, key_node, path, lines, seen, problems, source,
-                                                          scalars)
-            mapping[key] = _build(loader, value_node, here, lines, seen, problems, source, scalars)
+            key = key_node.value if key_node.tag == _STR else _build(loader, key_node, path, lines, built, problems,
+                                                                     source, scalars)
+            mapping[key] = _build(loader, value_node, here, lines, built, problems, source, scalars)
+        built[id(node)] = mapping
         return mapping
     if cls is yaml.SequenceNode and node.tag == _SEQ:
+        built[id(node)] = _BUILDING
         sequence = []
         for index, item in enumerate(node.value):
             here = path + (index,)
             lines.setdefault(here, item.start_mark.line + 1)
-            sequence.append(_build(loader, item, here, lines, seen, problems, source, scalars))
+            sequence.append(_build(loader, item, here, lines, built, problems, source, scalars))
+        built[id(node)] = sequence
         return sequence
     raise _Unusual
 
@@ -277,7 +296,7 @@ class ParseMemo:
 def parse_text(text: str, source: str, max_expanded: int = MAX_EXPANDED,
                memo: ParseMemo | None = None) -> tuple[list[Document], list[Problem]]:
     """Parse multi-document YAML text into documents; never raises. A document whose aliases expand it beyond
-    `max_expanded` bytes is a problem, found before any of it is built. `memo`: documents read before are
+    `max_expanded` bytes is a problem, found before anything expands it. `memo`: documents read before are
     reused, not parsed again (the answer is the one parsing gives)."""
     chunks = memo.split(text) if memo is not None else None
     if memo is None or chunks is None:
@@ -326,21 +345,24 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
                 continue
             lines: dict[Path_, int] = {}
             found: list[Problem] = []
+            built = _Built()
             try:
-                data = _build(loader, node, (), lines, set(), found, source, scalars)
+                data = _build(loader, node, (), lines, built, found, source, scalars)
             except _Unusual:
                 lines, found = {}, []
                 # the walk visits each node once, aliases or not; only a document with aliases can expand beyond
                 # its text (bounded by MAX_BYTES), so only such a document is measured, before any of it is built
                 if _walk_lines(node, (), lines, set(), found, source) and \
-                        (size := expanded_size(node, {})) > max_expanded:
-                    problems.append(Problem(source, node.start_mark.line + 1, "", "",
-                                            f"the document expands to about {size:,} bytes through YAML aliases "
-                                            f"(at most {max_expanded:,}): refused"))
+                        (refused := _expands_too_far(node, source, max_expanded)) is not None:
+                    problems.append(refused)
                     continue
                 problems += found
                 data = loader.construct_document(node)
             else:
+                # built with each alias as one shared object, never expanded: measured before anything expands it
+                if built.aliased and (refused := _expands_too_far(node, source, max_expanded)) is not None:
+                    problems.append(refused)
+                    continue
                 problems += found
             items = _items(Document(source, node.start_mark.line + 1, data, lines))
             documents += items
@@ -364,6 +386,15 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
         if loader is not None:
             loader.dispose()
     return documents, problems, spans
+
+
+def _expands_too_far(node: yaml.Node, source: str, max_expanded: int) -> Problem | None:
+    size = expanded_size(node, {})
+    if size <= max_expanded:
+        return None
+    return Problem(source, node.start_mark.line + 1, "", "",
+                   f"the document expands to about {size:,} bytes through YAML aliases (at most {max_expanded:,}): "
+                   "refused")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -97,3 +97,34 @@ def test_a_path_resolver_is_honoured(monkeypatch):
     yaml.CSafeLoader.add_path_resolver("tag:yaml.org,2002:int", ["port"], yaml.ScalarNode)
     documents, _ = parse_text("port: '80'\nother: '80'\n", "f.yaml")
     assert documents[0].data == {"port": 80, "other": "80"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(data, min_size=1, max_size=3), st.lists(st.integers(0, 2), min_size=1, max_size=4),
+       st.sampled_from([None, False, True]))
+def test_shared_parts_written_as_aliases_load_as_the_two_walks_load_them(parts, uses, flow):
+    """What Python's yaml.dump writes for objects used twice (anchors and aliases, as benchmarks/fleet_gen's fleet
+    has) is built in the one walk, each alias the same object PyYAML's constructor makes it."""
+    shared = [{"part": p} for p in parts]  # containers: only they are written as anchors
+    document = {"spec": [shared[i % len(shared)] for i in uses], "again": shared}
+    text = yaml.safe_dump(document, default_flow_style=flow, allow_unicode=True)
+    assert loaded(text) == reference(text)
+    built = parse_text(text, "f.yaml")[0][0].data
+    assert built["spec"][0] is built["again"][uses[0] % len(shared)]
+
+
+def test_aliased_documents_take_the_one_walk_and_a_bomb_is_still_measured(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("PyYAML's constructor was used for a document of plain aliases")
+
+    monkeypatch.setattr(yaml.CSafeLoader, "construct_document", refuse)
+    documents, problems = parse_text("a: &x {n: [1, 2]}\nb: *x\nc: [*x, *x]\n", "f.yaml")
+    assert not problems and documents[0].data == {"a": {"n": [1, 2]}, "b": {"n": [1, 2]}, "c": [{"n": [1, 2]}] * 2}
+    assert documents[0].lines == {("a",): 1, ("a", "n"): 1, ("a", "n", 0): 1, ("a", "n", 1): 1, ("b",): 2, ("c",): 3,
+                                  ("c", 0): 1, ("c", 1): 1}  # an alias's lines are where its anchor is
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 8)]
+    text = "kind: A\n" + "\n".join(lines) + "\n---\nkind: B\n"
+    documents, problems = parse_text(text, "f.yaml", max_expanded=1_000_000)
+    assert [d.data["kind"] for d in documents] == ["B"]
+    assert len(problems) == 1 and "expands to about" in problems[0].message and problems[0].line == 1
