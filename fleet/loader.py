@@ -93,6 +93,9 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, seen: set, problems: 
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
             here = _note_key(key_node, path, keys, lines, problems, source)
+            if id(key_node) in seen:  # a key that is an alias: each use is its whole text again once written out
+                aliased = True
+            seen.add(id(key_node))
             aliased = _walk_lines(value_node, here, lines, seen, problems, source) or aliased
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
@@ -124,9 +127,11 @@ class _Unusual(Exception):
 
 class _Built(dict):
     """id(node) -> what `_build` made of it, so an alias is the same object, as PyYAML's constructor makes it
-    (`_BUILDING` while a map or list is being filled); `aliased` once an alias repeated one."""
+    (`_BUILDING` while a map or list is being filled); `aliases`: the node each alias repeated, keys included."""
 
-    aliased = False
+    def __init__(self) -> None:
+        super().__init__()
+        self.aliases: list[yaml.Node] = []
 
 
 _BUILDING = object()
@@ -142,7 +147,7 @@ def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, built: _Built
     if known is not built:  # an alias: the same object (a document Python's yaml.dump wrote repeats shared ones)
         if known is _BUILDING:
             raise _Unusual
-        built.aliased = True
+        built.aliases.append(node)
         return known
     cls = node.__class__
     if cls is yaml.ScalarNode:
@@ -169,8 +174,13 @@ def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, built: _Built
             if key_node.__class__ is not yaml.ScalarNode:
                 raise _Unusual
             here = _note_key(key_node, path, keys, lines, problems, source)
-            key = key_node.value if key_node.tag == _STR else _build(loader, key_node, path, lines, built, problems,
-                                                                     source, scalars)
+            if key_node.tag == _STR:
+                key = key_node.value
+                if id(key_node) in built:  # an alias as a key: measured as any alias is
+                    built.aliases.append(key_node)
+                built[id(key_node)] = key
+            else:
+                key = _build(loader, key_node, path, lines, built, problems, source, scalars)
             mapping[key] = _build(loader, value_node, here, lines, built, problems, source, scalars)
         built[id(node)] = mapping
         return mapping
@@ -360,7 +370,7 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
                 data = loader.construct_document(node)
             else:
                 # built with each alias as one shared object, never expanded: measured before anything expands it
-                if built.aliased and (refused := _expands_too_far(node, source, max_expanded)) is not None:
+                if built.aliases and (refused := _expands_too_far(node, source, max_expanded, built.aliases)) is not None:
                     problems.append(refused)
                     continue
                 problems += found
@@ -388,8 +398,23 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
     return documents, problems, spans
 
 
-def _expands_too_far(node: yaml.Node, source: str, max_expanded: int) -> Problem | None:
-    size = expanded_size(node, {})
+# Written out, a document's nodes other than its aliases take at most this many bytes per character of its text
+# (a scalar its value and 2, never more than its text; an entry 2, a list item 1, a container 2: `{a: }` is 5
+# characters, 2 + 3 + 2 + 2 bytes); 4 would do.
+_BYTES_PER_CHARACTER = 8
+
+
+def _expands_too_far(node: yaml.Node, source: str, max_expanded: int,
+                     aliases: list[yaml.Node] | None = None) -> Problem | None:
+    """A problem when the document's size once every alias is expanded (`expanded_size`) is beyond `max_expanded`.
+    `aliases` (each node an alias repeated, as `_build` met them): when the document's own text and what its
+    aliases add are surely within the bound, it is not measured node by node."""
+    sizes: dict[int, int] = {}
+    if aliases is not None:
+        own = _BYTES_PER_CHARACTER * (node.end_mark.index - node.start_mark.index) + 16
+        if own + sum(expanded_size(n, sizes) for n in aliases) <= max_expanded:
+            return None
+    size = expanded_size(node, sizes)
     if size <= max_expanded:
         return None
     return Problem(source, node.start_mark.line + 1, "", "",

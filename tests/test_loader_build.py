@@ -128,3 +128,29 @@ def test_aliased_documents_take_the_one_walk_and_a_bomb_is_still_measured(monkey
     documents, problems = parse_text(text, "f.yaml", max_expanded=1_000_000)
     assert [d.data["kind"] for d in documents] == ["B"]
     assert len(problems) == 1 and "expands to about" in problems[0].message and problems[0].line == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(data, min_size=1, max_size=3), st.lists(st.integers(0, 2), min_size=1, max_size=4),
+       st.integers(-40, 40), st.sampled_from([None, False, True]))
+def test_a_document_with_aliases_is_refused_exactly_when_its_expanded_size_is_beyond_the_bound(parts, uses, slack,
+                                                                                                flow):
+    """The loader skips measuring node by node when the text and what the aliases add are surely within the
+    bound: the answer must be the measured one, at the bound and on either side of it."""
+    shared = [{"part": p} for p in parts]
+    text = yaml.safe_dump({"spec": [shared[i % len(shared)] for i in uses], "again": shared}, default_flow_style=flow)
+    size = loader.expanded_size(yaml.compose(text, Loader=yaml.CSafeLoader), {})
+    documents, problems = parse_text(text, "f.yaml", max_expanded=max(0, size + slack))
+    refused = [p for p in problems if "expands to about" in p.message]
+    assert bool(refused) is (size > size + slack) and len(documents) == (0 if refused else 1)
+
+
+KEY_ALIASES = "a: {&k " + "x" * 1000 + ": 1}\nb: [" + ",".join(["{*k: 1}"] * 2000) + "]\n"  # 17 KB, 2 MB written out
+
+
+def test_aliases_used_as_keys_count_towards_the_bound():
+    for text in (KEY_ALIASES, KEY_ALIASES.replace("\nb:", "\nm: {<<: {z: 1}}\nb:")):  # the one walk, then PyYAML's
+        documents, problems = parse_text(text, "f.yaml", max_expanded=100_000)
+        assert not documents and len(problems) == 1 and "expands to about 2,0" in problems[0].message
+    documents, problems = parse_text(KEY_ALIASES, "f.yaml", max_expanded=3_000_000)
+    assert not problems and documents[0].data["b"][0] == {"x" * 1000: 1}
