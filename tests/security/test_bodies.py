@@ -63,6 +63,17 @@ def test_an_alias_bomb_is_refused_fast_and_small(portal):
             __import__("os").path.getsize(portal.store.engine.url.database) < 1024 * 1024)
 
 
+def test_aliases_used_as_keys_are_measured_too(portal):
+    """100 KB whose keys repeat a 1,000-character anchor 12,000 times: 12 MB once stored as JSON."""
+    fields = "      a: {&k " + "x" * 1000 + ": 1}\n      b: [" + ",".join(["{*k: 1}"] * 12000) + "]\n"
+    body = alias_bomb(1).replace('      a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n', fields)
+    assert len(body) < 100 * 1024 and "*k" in body
+    with portal.client(TEAM_A) as team:
+        response = team.put(OBJ.format(name="bomb"), content=body, headers={"Content-Type": "application/yaml"})
+        assert response.status_code == 400 and "expands to about" in response.json()["message"]
+        assert team.get(OBJ.format(name="bomb")).status_code == 404
+
+
 def test_a_modest_alias_is_still_accepted(portal):
     from tests.test_portal import seed_fleet
 
