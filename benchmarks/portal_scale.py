@@ -149,23 +149,26 @@ def write_one(admin: httpx.Client, mine: list[dict], i: int) -> None:
     admin.put(f"{API}/namespaces/{TEAM}/modeldeployments/{body['metadata']['name']}", json=body).raise_for_status()
 
 
-def children(pid: int) -> list[int]:
-    """The processes `pid` started (the portal's replan worker)."""
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs: the portal's writer (automation/portal/writer.py, with the ledger and
+    the background replanner), the writer's replan worker, multiprocessing's resource tracker."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
+        for child in (task / "children").read_text().split():
+            found += [int(child), *descendants(int(child))]
     return found
 
 
 def memory_curve(url: str, folder: Path, pid: int, mine: list[dict], writes: int) -> dict[str, list[tuple[int, float]]]:
-    """Resident memory of the portal and of its replan worker, MB, after 200 warm-up writes and then every tenth
-    of `writes` more, each once the background replan has caught up: (writes so far, MB) per sample."""
-    curve: dict[str, list[tuple[int, float]]] = {"portal": [], "worker": []}
+    """Resident memory of the portal (the process that serves) and of its workers together (the writer and its
+    replan worker), MB, after 200 warm-up writes and then every tenth of `writes` more, each once the background
+    replan has caught up: (writes so far, MB) per sample."""
+    curve: dict[str, list[tuple[int, float]]] = {"portal": [], "workers": []}
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
         def sample(done: int) -> None:
             caught_up(folder)
             curve["portal"].append((done, rss_mb(pid)))
-            curve["worker"].append((done, sum(rss_mb(child) for child in children(pid))))
+            curve["workers"].append((done, sum(rss_mb(child) for child in descendants(pid))))
 
         step = max(1, writes // 10)
         for i in range(200 + writes):
@@ -260,8 +263,8 @@ def print_memory(deployments: int, clusters: int, writes: int, generator: str = 
     with serving(objects) as (url, folder, process, mine):
         curve = memory_curve(url, folder, process.pid, mine, writes)
     print(f"{deployments} deployments on {clusters} clusters: resident memory (MB) after 200 warm-up writes and then")
-    print(f"{'writes':>8} {'portal':>8} {'worker':>8}")
-    for (done, portal), (_, worker) in zip(curve["portal"], curve["worker"]):
+    print(f"{'writes':>8} {'portal':>8} {'workers':>8}")
+    for (done, portal), (_, worker) in zip(curve["portal"], curve["workers"]):
         print(f"{done:>8} {portal:8.0f} {worker:8.0f}")
 
 

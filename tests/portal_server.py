@@ -147,3 +147,12 @@ def put_retrying(client: httpx.Client, url: str, body: dict) -> httpx.Response:
             return response
         assert response.json()["kind"] == "Status" and "Retry-After" in response.headers
         time.sleep(float(response.headers["Retry-After"]) / 10)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may never be reaped in a container); reads /proc."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
+    except FileNotFoundError:
+        return False

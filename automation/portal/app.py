@@ -3,7 +3,9 @@
 Security model (docs/portal.md has it in full): every unsafe request passes `guard.Guard` first (same
 origin, authenticated before its body is read, bodies capped); browsers hold a server-side session id in
 an HttpOnly SameSite=Strict cookie and send a CSRF token with every form; every error is a Kubernetes
-`Status`; database work and the fleet replan run on worker threads, so reads never wait on writes.
+`Status`; database work runs on worker threads, so reads never wait on writes, and `serve` runs the writes (with
+the capacity ledger and the background replan) in a process of their own (writer.py), so they never hold the
+interpreter that serves reads.
 Handlers return a JSONResponse of what they read rather than a dict: FastAPI would walk a returned dict through
 `jsonable_encoder`, on the event loop, which was 88% of a read of a 100-deployment namespace.
 """
@@ -23,6 +25,7 @@ from automation.portal.guard import Guard, SignInLimiter
 from automation.portal.portal import Portal
 from automation.portal.routes import authz, composed, discovery, health, objects, openapi, page, runs, verbs
 from automation.portal.store import Store
+from automation.portal.writer import WriteWorker
 from fleet.errors import ModelplaneError
 
 log = logging.getLogger("modelplane.portal")
@@ -76,9 +79,6 @@ def fewer_collections() -> None:
 def _import_planner(parent: int) -> None:
     """`parent`: the portal's pid, given by the portal itself (read here, it could already be init's, when the
     portal died while this process started)."""
-    import threading
-    import time
-
     import automation.portal.service  # noqa: F401  (the planner's imports, paid once per worker process)
 
     fewer_collections()
@@ -86,25 +86,35 @@ def _import_planner(parent: int) -> None:
         os.nice(BACKGROUND_NICENESS)
     except OSError:
         pass
+    watch_parent(parent, "replan-worker-parent-watch")
 
-    def exit_with_parent() -> None:  # a portal killed without its shutdown (SIGKILL, a crash) leaves no orphan
+
+def watch_parent(parent: int, name: str) -> None:
+    """A portal killed without its shutdown (SIGKILL, a crash) leaves no orphan: this process exits when `parent`
+    is gone."""
+    import threading
+    import time
+
+    def exit_with_parent() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
         os._exit(0)
 
-    threading.Thread(target=exit_with_parent, daemon=True, name="replan-worker-parent-watch").start()
+    threading.Thread(target=exit_with_parent, daemon=True, name=name).start()
 
 
 def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
                limiter: SignInLimiter | None = None, replan_worker: ReplanWorker | None = None,
-               front_proxy: FrontProxySettings | None = None) -> FastAPI:
-    """The portal: one `Portal` (what every route shares), the guard in front, the routers behind it."""
+               front_proxy: FrontProxySettings | None = None, writer: WriteWorker | None = None) -> FastAPI:
+    """The portal: one `Portal` (what every route shares), the guard in front, the routers behind it. `writer`: the
+    writes run in that process (writer.py), with the ledger and the background replanner; else in this one."""
     app = FastAPI(title="modelplane portal", version="v1alpha1", docs_url=None, redoc_url=None,  # CDN scripts: routes/health.py
                   description="Submit ModelDeployments and ModelServices, watch them land. Kubernetes-shaped API.")
-    portal = Portal(store, tokens, apply, replan_worker)
+    portal = Portal(store, tokens, apply, replan_worker, writer=writer)
     app.state.portal = portal
     app.state.replanner = portal.replanner
-    app.router.on_shutdown.append(portal.replanner.stop)
+    if portal.replanner is not None:
+        app.router.on_shutdown.append(portal.replanner.stop)
     app.add_middleware(Guard, authenticate=portal.authenticate, limiter=limiter)
     if front_proxy is not None:  # added last, so it runs before the guard
         app.add_middleware(FrontProxy, ca_file=front_proxy.ca_file, allowed_names=front_proxy.allowed_names,
@@ -169,7 +179,8 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
     tokens = TokensFile(tokens_file)
     try:
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        store = Store(database or f"sqlite:///{(data_dir / 'portal.db').resolve()}")
+        url = database or f"sqlite:///{(data_dir / 'portal.db').resolve()}"
+        store = Store(url)
     except (OSError, StoreError) as exc:
         raise StartupError(str(exc)) from None
     if tls is not None:
@@ -177,11 +188,15 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
     sock = listening_socket(host, port)
     if announce is not None:
         announce()
+    fewer_collections()  # this process holds the parsed snapshot and the composed lists (megabytes at fleet scale)
+    # the writes, the fleet's capacity ledger and the background replanner in a process of their own (writer.py)
+    writer = WriteWorker(url, tokens_file, apply)
     if hasattr(signal, "SIGHUP"):  # `kill -HUP` reloads the tokens file (a revoked token stops working at once)
-        signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
-    fewer_collections()  # the portal's own process holds the fleet and its capacity ledger (placing.py)
-    replanner = ReplanWorker()
-    app = create_app(store, tokens, apply, replan_worker=replanner, front_proxy=front_proxy)
+        def reload(*_: object) -> None:
+            tokens.reload()
+            writer.reload_tokens()  # its quotas
+        signal.signal(signal.SIGHUP, reload)
+    app = create_app(store, tokens, apply, front_proxy=front_proxy, writer=writer)
     worker = (Worker(store, state_dir, interval=worker_interval, runner=runner or pulumi_runner(backend),
                      parallel=parallel) if apply else None)
     if worker:
@@ -194,6 +209,6 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
                                       ssl_keyfile=tls[1] if tls else None,
                                       **(front_proxy.uvicorn() if front_proxy else {}))).run(sockets=[sock])
     finally:
-        replanner.close()
+        writer.close()
         if worker:
             worker.stop()

@@ -11,8 +11,8 @@ import asyncio
 import json
 import re
 import secrets
-from functools import partial
-from typing import Callable
+from functools import partial, wraps
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -35,6 +35,11 @@ from fleet.api import KINDS
 from fleet.loader import parse_text
 from fleet.stack_id import StackId, StackIdError
 from fleet.validate import Fleet
+
+if TYPE_CHECKING:
+    from automation.portal.writer import WriteWorker
+
+T = TypeVar("T")
 
 COOKIE = "modelplane_session"  # a random session id; the token itself never leaves the sign-in form
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -65,11 +70,24 @@ def checked_names(namespace: str | None, name: str) -> None:
         raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
 
 
+def forwarded(verb: Callable[..., T]) -> Callable[..., T]:
+    """A write verb: run in the writer process when the portal has one (writer.py), else here."""
+    @wraps(verb)
+    def run(self: Portal, *args: Any, **kwargs: Any) -> T:
+        if self.writer is not None:
+            return self.writer.call(verb.__name__, args, kwargs)
+        return verb(self, *args, **kwargs)
+    return run
+
+
 class Portal:
-    def __init__(self, store: Store, tokens: Tokens | TokensFile, apply: bool, replan_worker=None):
+    def __init__(self, store: Store, tokens: Tokens | TokensFile, apply: bool, replan_worker=None,
+                 writer: WriteWorker | None = None):
         self.store, self.tokens, self.apply, self.replan_worker = store, tokens, apply, replan_worker
+        self.writer = writer  # writes run there (with the ledger and the replanner), or here when None
         self.placing = Placing()  # a ModelDeployment write is placed in its request against the ledger kept here
-        self.replanner = Replanner(store, apply, self.placing, replan_worker)  # and the fleet is planned after it
+        # and the fleet is planned after it, in the background, where the writes run
+        self.replanner = Replanner(store, apply, self.placing, replan_worker) if writer is None else None
         self.pending = PendingOverlay()
         self.lists = ReadCache()  # lists composed at the store's current marker (read_cache.py)
         self._composing: dict[tuple[str, str | None], tuple[int, asyncio.Future]] = {}  # on the event loop only
@@ -204,6 +222,7 @@ class Portal:
 
     # ---- writes --------------------------------------------------------------------------------------------
 
+    @forwarded
     def put(self, kind: str, namespace: str | None, name: str, raw: bytes, manager: str = "modelplane-portal",
             dry_run: bool = False) -> tuple[dict, int, list[str]]:
         """Validate, store, check the team's quota, place (a ModelDeployment) or replan; one transaction.
@@ -213,6 +232,7 @@ class Portal:
         sent_version = body["metadata"].pop("resourceVersion", None)
         return self._write(kind, namespace, name, lambda _existing: body, sent_version, manager, dry_run)
 
+    @forwarded
     def create(self, kind: str, namespace: str | None, raw: bytes, manager: str,
                dry_run: bool = False) -> tuple[dict, int, list[str]]:
         """POST: a new object named by its body, or by `generateName` and five random characters (tried again on
@@ -236,6 +256,7 @@ class Portal:
                     raise
         raise AssertionError("unreachable")
 
+    @forwarded
     def patch(self, kind: str, namespace: str | None, name: str, raw: bytes, content_type: str, manager: str | None,
               force: bool, dry_run: bool = False) -> tuple[dict, int, list[str]]:
         """PATCH (merge, JSON or apply patch), applied to the object as stored inside the write transaction; a
@@ -284,6 +305,7 @@ class Portal:
             raise stale(sent)
         return parse_body(json.dumps(result).encode(), kind, namespace, name)
 
+    @forwarded
     def scale(self, namespace: str, name: str, replicas: int | None, sent_version, raw: bytes = b"",
               content_type: str = "", manager: str = "modelplane-portal") -> dict:
         """`kubectl scale`: spec.replicas set on the deployment as stored once this write holds the write lock, so a
@@ -334,9 +356,10 @@ class Portal:
             answer, alone = self._put(kind, namespace, name, build, sent_version, manager, dry_run, applied)
         except DryRun as run:  # validated, placed and checked, then rolled back: nothing is stored
             return run.answer
-        self.replanner.want() if alone else self.replanner.planned()
+        self._replanned(alone)
         return answer
 
+    @forwarded
     def delete(self, kind: str, namespace: str, name: str, preconditions: dict | None = None,
                dry_run: bool = False) -> dict:
         """DELETE; `preconditions` (DeleteOptions'): the object's uid and resourceVersion must still be these (409).
@@ -367,8 +390,14 @@ class Portal:
                     raise DryRun((answer, 200, []))
         except DryRun as dry:
             return dry.answer[0]
-        self.replanner.want() if one_deployment else self.replanner.planned()
+        self._replanned(one_deployment)
         return answer
+
+    def _replanned(self, alone: bool) -> None:
+        """After a committed write: one deployment placed alone wants the fleet planned after it; a write replanned
+        in full has been."""
+        assert self.replanner is not None  # writes run where the replanner is
+        self.replanner.want() if alone else self.replanner.planned()
 
     def _placed_alone(self, conn, kind: str) -> bool:
         """A ModelDeployment write is placed alone, and the fleet planned after it in the background, unless teams

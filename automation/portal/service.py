@@ -41,12 +41,23 @@ class ApiError(ModelplaneError):
         self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
         self.headers = headers
 
+    def __reduce__(self):
+        """Raised in the writer process and answered by the serving one (writer.py): pickled whole, subclasses too."""
+        return _restored, (type(self), self.args, self.__dict__)
+
     def status(self) -> dict:
         out = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": self.message,
                "reason": self.reason, "code": self.code}
         if self.causes:
             out["details"] = {"causes": self.causes}
         return out
+
+
+def _restored(cls: type[ApiError], args: tuple, state: dict) -> ApiError:
+    error = Exception.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine
 
 from automation.portal import store as store_module
 from tests.manifests import deployment
-from tests.portal_server import ADMIN, API, TEAM_A, ThreadServer, free_port, write_tokens
+from tests.portal_server import ADMIN, API, TEAM_A, ThreadServer, free_port, running, write_tokens
 from tests.test_portal import seed_fleet
 
 OBJ = API + "/namespaces/team-a/modeldeployments/{name}"
@@ -173,15 +173,6 @@ def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_
         worker.close()
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie may never be reaped in a container)."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to see the worker process")
 def test_a_killed_portal_leaves_no_replan_worker_behind():
     script = ("from automation.portal.app import ReplanWorker\nimport time\nw = ReplanWorker()\n"
@@ -189,13 +180,13 @@ def test_a_killed_portal_leaves_no_replan_worker_behind():
     portal = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     worker = int(portal.stdout.readline())
-    assert _running(worker)
+    assert running(worker)
     portal.kill()  # no shutdown at all: SIGKILL, an OOM kill, a crash
     portal.wait(10)
     deadline = time.monotonic() + 10
-    while _running(worker) and time.monotonic() < deadline:
+    while running(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _running(worker)
+    assert not running(worker)
 
 
 def test_a_replan_worker_whose_portal_died_before_it_started_exits_too(monkeypatch):

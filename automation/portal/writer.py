@@ -1,0 +1,81 @@
+"""The portal's writes in a process of their own, so that their CPU never holds the interpreter that serves reads.
+
+A write is mostly Python: validating the body, placing the deployment against the fleet's capacity ledger,
+composing and checking its stacks (about 10 ms at 2,000 deployments). In the process that answers reads it took
+a third of the interpreter under a stream of writes, and reads slowed 2.6x. `serve` therefore starts one writer
+process that holds the ledger (`placing.py`) and the background replanner (`replanner.py`, which plans in a process
+of its own, `app.ReplanWorker`); the portal's write verbs are called there with the request's plain arguments, one
+at a time (the write queue, `writes.py`, already serializes them), and answer or raise as they would here. Reads
+stay in the serving process and see each write as soon as it commits: both open the same database, and the read
+cache watches its marker (`Store.marker`), which moves with any connection's commit.
+
+A writer that dies is replaced; the write it was running is answered 503 (its transaction was not committed, or
+committed just before: the client reads the object back, as after any lost answer).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from automation.portal.service import ApiError
+
+log = logging.getLogger("modelplane.portal")
+
+_portal: Any = None  # in the writer process: the Portal whose write verbs run there
+
+
+class WriteWorker:
+    """The serving process's handle on the writer process."""
+
+    def __init__(self, database: str, tokens_file: Path, apply: bool):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawned, not forked: the serving process has threads (a fork could copy a lock held by one of them)
+        self._new = lambda: ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_start, initargs=(database, str(tokens_file), apply,
+                                                                              os.getpid()))
+        self._pool = self._new()
+        self._pool.submit(int).result()  # started (imports, the replanner) before the portal listens
+
+    def call(self, verb: str, args: tuple, kwargs: dict) -> Any:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(_write, verb, args, kwargs).result()
+        except BrokenProcessPool:
+            log.error("the writer process died; starting another")
+            self._pool = self._new()
+            raise ApiError(503, "ServiceUnavailable", "the portal's writer stopped during this write; it may or may "
+                                                      "not have been stored: read the object back, then retry",
+                           headers={"Retry-After": "1"}) from None
+
+    def reload_tokens(self) -> None:
+        """The tokens file changed (SIGHUP): the writer reads its quotas again."""
+        self._pool.submit(_reload_tokens)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start(database: str, tokens_file: str, apply: bool, parent: int) -> None:
+    global _portal
+    from automation.portal.app import ReplanWorker, fewer_collections, watch_parent
+    from automation.portal.auth import TokensFile
+    from automation.portal.portal import Portal
+    from automation.portal.store import Store
+
+    watch_parent(parent, "writer-parent-watch")
+    fewer_collections()  # this process holds the fleet and its capacity ledger
+    _portal = Portal(Store(database), TokensFile(Path(tokens_file)), apply, ReplanWorker())
+
+
+def _write(verb: str, args: tuple, kwargs: dict) -> Any:
+    return getattr(_portal, verb)(*args, **kwargs)
+
+
+def _reload_tokens() -> None:
+    _portal.tokens.reload()
