@@ -12,7 +12,7 @@ import json
 import re
 import secrets
 from functools import partial, wraps
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -36,10 +36,13 @@ from fleet.loader import parse_text
 from fleet.stack_id import StackId, StackIdError
 from fleet.validate import Fleet
 
-if TYPE_CHECKING:
-    from automation.portal.writer import WriteWorker
-
 T = TypeVar("T")
+
+
+class Writer(Protocol):
+    """Where the write verbs run when not in this process (automation/portal/writer.py's `WriteWorker`)."""
+
+    def call(self, verb: str, args: tuple, kwargs: dict) -> Any: ...
 
 COOKIE = "modelplane_session"  # a random session id; the token itself never leaves the sign-in form
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -82,7 +85,7 @@ def forwarded(verb: Callable[..., T]) -> Callable[..., T]:
 
 class Portal:
     def __init__(self, store: Store, tokens: Tokens | TokensFile, apply: bool, replan_worker=None,
-                 writer: WriteWorker | None = None):
+                 writer: Writer | None = None):
         self.store, self.tokens, self.apply, self.replan_worker = store, tokens, apply, replan_worker
         self.writer = writer  # writes run there (with the ledger and the replanner), or here when None
         self.placing = Placing()  # a ModelDeployment write is placed in its request against the ledger kept here

@@ -4,7 +4,7 @@ A write is mostly Python: validating the body, placing the deployment against th
 composing and checking its stacks (about 10 ms at 2,000 deployments). In the process that answers reads it took
 a third of the interpreter under a stream of writes, and reads slowed 2.6x. `serve` therefore starts one writer
 process that holds the ledger (`placing.py`) and the background replanner (`replanner.py`, which plans in a process
-of its own, `app.ReplanWorker`); the portal's write verbs are called there with the request's plain arguments, one
+of its own, `replan_worker.py`); the portal's write verbs are called there with the request's plain arguments, one
 at a time (the write queue, `writes.py`, already serializes them), and answer or raise as they would here. Reads
 stay in the serving process and see each write as soon as it commits: both open the same database, and the read
 cache watches its marker (`Store.marker`), which moves with any connection's commit.
@@ -63,7 +63,7 @@ class WriteWorker:
 
 def _start(database: str, tokens_file: str, apply: bool, parent: int) -> None:
     global _portal
-    from automation.portal.app import ReplanWorker, fewer_collections, watch_parent
+    from automation.portal.replan_worker import ReplanWorker, fewer_collections, watch_parent
     from automation.portal.auth import TokensFile
     from automation.portal.portal import Portal
     from automation.portal.store import Store

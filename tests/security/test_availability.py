@@ -152,7 +152,7 @@ def test_the_data_folder_and_database_are_readable_by_the_owner_only(tmp_path):
 def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_death(portal):
     import signal
 
-    from automation.portal.app import ReplanWorker
+    from automation.portal.replan_worker import ReplanWorker
     from automation.portal.service import compute_replan, replan_inputs
 
     seed_fleet(portal)
@@ -175,7 +175,7 @@ def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to see the worker process")
 def test_a_killed_portal_leaves_no_replan_worker_behind():
-    script = ("from automation.portal.app import ReplanWorker\nimport time\nw = ReplanWorker()\n"
+    script = ("from automation.portal.replan_worker import ReplanWorker\nimport time\nw = ReplanWorker()\n"
               "w._pool.submit(int).result()\nprint(next(iter(w._pool._processes)), flush=True)\ntime.sleep(120)\n")
     portal = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -191,16 +191,16 @@ def test_a_killed_portal_leaves_no_replan_worker_behind():
 
 def test_a_replan_worker_whose_portal_died_before_it_started_exits_too(monkeypatch):
     """The portal's pid is handed to the worker: read in the worker, it could already be init's."""
-    import automation.portal.app as app
+    import automation.portal.replan_worker as replan_worker
 
     exits = []
-    monkeypatch.setattr(app.os, "_exit", lambda code: exits.append(code))
-    monkeypatch.setattr(app.os, "getppid", lambda: 1)  # reparented: the portal is gone
+    monkeypatch.setattr(replan_worker.os, "_exit", lambda code: exits.append(code))
+    monkeypatch.setattr(replan_worker.os, "getppid", lambda: 1)  # reparented: the portal is gone
     niceness: list[int] = []
-    monkeypatch.setattr(app.os, "nice", niceness.append)  # not this test process's priority
+    monkeypatch.setattr(replan_worker.os, "nice", niceness.append)  # not this test process's priority
     threads_before = set(threading.enumerate())
-    app._import_planner(parent=os.getpid())
+    replan_worker._import_planner(parent=os.getpid())
     for thread in set(threading.enumerate()) - threads_before:
         thread.join(5)
     assert exits == [0]
-    assert niceness == [app.BACKGROUND_NICENESS]  # the replan is background work: requests come first
+    assert niceness == [replan_worker.BACKGROUND_NICENESS]  # the replan is background work: requests come first
