@@ -109,3 +109,21 @@ def test_an_error_raised_in_the_writer_arrives_whole():
         back = pickle.loads(pickle.dumps(error))
         assert type(back) is type(error) and back.status() == error.status() and back.headers == error.headers
         assert str(back) == str(error)
+
+
+def test_a_writer_that_cannot_start_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from concurrent.futures.process import BrokenProcessPool
+
+    import automation.portal.app as app
+    from automation.cli import main
+    from tests.portal_server import write_tokens
+
+    def broken(*args, **kwargs):
+        raise BrokenProcessPool("A child process terminated abruptly")
+
+    monkeypatch.setattr(app, "WriteWorker", broken)
+    code = main(["serve", "--port", str(free_port()), "--tokens", str(write_tokens(tmp_path)), "--no-apply",
+                 "--data-dir", str(tmp_path / "data"), "--state", str(tmp_path / "state")])
+    said = capsys.readouterr()
+    assert code == 2 and "Traceback" not in said.err
+    assert said.err.strip().splitlines()[-1] == "error: the portal's writer process did not start (see the lines above)"

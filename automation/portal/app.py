@@ -98,6 +98,7 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
     `tls`: (certificate, key) files to serve https with (kubectl sends a bearer token over TLS only).
     `front_proxy`: believe the API server's front proxy (an aggregated API, front_proxy.py); needs `tls`."""
     import signal
+    from concurrent.futures.process import BrokenProcessPool
 
     import uvicorn
 
@@ -118,7 +119,10 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
         announce()
     fewer_collections()  # this process holds the parsed snapshot and the composed lists (megabytes at fleet scale)
     # the writes, the fleet's capacity ledger and the background replanner in a process of their own (writer.py)
-    writer = WriteWorker(url, tokens_file, apply)
+    try:
+        writer = WriteWorker(url, tokens_file, apply)
+    except BrokenProcessPool:
+        raise StartupError("the portal's writer process did not start (see the lines above)") from None
     if hasattr(signal, "SIGHUP"):  # `kill -HUP` reloads the tokens file (a revoked token stops working at once)
         def reload(*_: object) -> None:
             tokens.reload()
