@@ -83,6 +83,9 @@ def test_a_writer_that_dies_is_replaced_and_the_write_it_lost_is_a_503(served):
     deadline = time.monotonic() + 10
     while running(writer) and time.monotonic() < deadline:
         time.sleep(0.1)
+    os.kill(process.pid, signal.SIGHUP)  # a tokens reload while the writer is gone: the portal stays up
+    time.sleep(0.5)
+    assert process.poll() is None
     lost = team.put(OBJ.format(name="web"), json=deployment("web", namespace="team-a"))
     assert lost.status_code == 503 and lost.headers.get("retry-after") == "1"
     assert lost.json()["kind"] == "Status" and "read the object back" in lost.json()["message"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +41,32 @@ class WriteWorker:
                                                 initializer=_start, initargs=(database, str(tokens_file), apply,
                                                                               os.getpid()))
         self._pool = self._new()
+        self._replacing = threading.Lock()
         self._pool.submit(int).result()  # started (imports, the replanner) before the portal listens
 
     def call(self, verb: str, args: tuple, kwargs: dict) -> Any:
-        from concurrent.futures.process import BrokenProcessPool
-
+        pool = self._pool
         try:
-            return self._pool.submit(_write, verb, args, kwargs).result()
+            return pool.submit(_write, verb, args, kwargs).result()
         except BrokenProcessPool:
-            log.error("the writer process died; starting another")
-            self._pool = self._new()
+            self._replace(pool)
             raise ApiError(503, "ServiceUnavailable", "the portal's writer stopped during this write; it may or may "
                                                       "not have been stored: read the object back, then retry",
                            headers={"Retry-After": "1"}) from None
 
+    def _replace(self, broken: Any) -> None:
+        with self._replacing:
+            if self._pool is broken:  # not already replaced by another caller
+                log.error("the writer process died; starting another")
+                self._pool = self._new()
+
     def reload_tokens(self) -> None:
-        """The tokens file changed (SIGHUP): the writer reads its quotas again."""
-        self._pool.submit(_reload_tokens)
+        """The tokens file changed (SIGHUP): the writer reads its quotas again. Called from a signal handler, so it
+        never raises: a writer that is gone reads the file afresh when it is replaced."""
+        try:
+            self._pool.submit(_reload_tokens)
+        except (BrokenProcessPool, RuntimeError):  # dead, or shut down while the portal stops
+            pass
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
