@@ -88,7 +88,9 @@ class Portal:
                  writer: Writer | None = None):
         self.store, self.tokens, self.apply, self.replan_worker = store, tokens, apply, replan_worker
         self.writer = writer  # writes run there (with the ledger and the replanner), or here when None
-        self.placing = Placing()  # a ModelDeployment write is placed in its request against the ledger kept here
+        # a ModelDeployment write is placed in its request against the ledger kept here (left empty in a serving
+        # process whose writes run in a writer: writer.py)
+        self.placing = Placing()
         # and the fleet is planned after it, in the background, where the writes run
         self.replanner = Replanner(store, apply, self.placing, replan_worker) if writer is None else None
         self.pending = PendingOverlay()
