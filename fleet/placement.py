@@ -89,6 +89,7 @@ class Placer:
         self._empty: dict[tuple, tuple[Score, int] | None] = {}  # (engine, pool kind) -> its fit on empty nodes
         self._problems: dict[tuple, str | None] = {}  # (engine, pool but its name, claims elsewhere) -> problem
         self._elsewhere: dict[tuple, tuple[bool, ...]] = {}  # (engine, the cluster's pool kinds) -> per member
+        self._reads_elsewhere: dict[tuple[int, int], bool] = {}  # (engine, pool kind) by uid -> see reads_elsewhere
         # the scheduler's rankings as they start, per (engines, per pool?, candidate clusters): fleet/scheduler.py
         self.rankings: dict[tuple, Any] = {}
         self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
@@ -179,10 +180,17 @@ class Placer:
         return found
 
     def place_engine(self, engine: EngineShape, pool: PoolView, state: PoolState):
-        """(EnginePlacement, new state nodes) or (None, reason). The given state is not changed."""
-        key = (engine.uid, pool.name, state.key())
+        """(EnginePlacement, new state nodes) or (None, reason). The given state is not changed.
+
+        Computed once per engine and pool state (the state holds the pool's kind): pools of one kind in one state,
+        whatever their names, place an engine alike (a third of fleet_gen's evaluations were such repeats), and
+        the answer is said of this pool."""
+        key = (engine.uid, state.key(), pool.name == EMPTY_PROBE)
         cached = self._engines.get(key)
         if cached is not None:
+            placement = cached[0]
+            if placement is not None and placement.pool != pool.name:
+                return EnginePlacement(placement.engine, pool.name, placement.members, placement.score), cached[1]
             return cached
         self.stats["engine_evaluations"] += 1
         kind = pool.kind
@@ -424,6 +432,18 @@ class Placer:
             elsewhere = self._elsewhere[engine.uid, kinds] = tuple(any(self.member_claims(m, k) for k in kinds)
                                                                for m in engine.members)
         return elsewhere
+
+    def reads_elsewhere(self, engine: EngineShape, kind: PoolKind) -> bool:
+        """Whether the engine's `static_problem` on a pool of this kind can depend on the other pools of its cluster
+        (`claims_elsewhere`): only through a member that matches here, claims no device here and has requests.
+        When it cannot, the answer is the same for the kind's pools on every cluster."""
+        key = (engine.uid, kind.uid)
+        found = self._reads_elsewhere.get(key)
+        if found is None:
+            found = self._reads_elsewhere[key] = any(
+                member.requests and (m := self.match(member, kind)).fits and not claims(member, kind, m.node)
+                for member in engine.members)
+        return found
 
     def pool_problem(self, engine: EngineShape, pool: PoolView, elsewhere: tuple[bool, ...]) -> str | None:
         """`static_problem`, cached on what it reads (the pool but its name and cluster)."""

@@ -149,6 +149,18 @@ class _PoolSource:
         return listed
 
 
+@dataclass
+class _PoolGroup:
+    """The fleet's pools of one kind, problem and class (Scheduler._pool_groups): one cluster and pool of them, the
+    places of them all as (nodes, cluster name, pool name, cluster), and the same split by the kinds of their
+    cluster's pools (kinds -> one cluster and pool, and their places)."""
+
+    cluster: ClusterView
+    pool: PoolView
+    places: list[tuple]
+    by_kinds: dict[frozenset, tuple[ClusterView, PoolView, list[tuple]]]
+
+
 class _Ranking:
     """The feasible places for deployments of one shape and the same candidate clusters, tightest fit first.
 
@@ -336,7 +348,7 @@ class Scheduler:
         self._unselected_by: dict[tuple, dict[str, str]] = {}  # selector -> cluster -> why it is not selected
         self._reasons_by: dict[tuple, list[str]] = {}  # see _reasons; keyed by interned ledger states
         self._pool_sources: dict[int, _PoolSource] = {}  # shape of one engine -> see pool_source (one fill)
-        self._groups: dict[tuple, tuple[ClusterView, PoolView, list[tuple]]] | None = None  # see _pool_groups
+        self._groups: dict[tuple, _PoolGroup] | None = None  # see _pool_groups
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.deployments: list[_Deployment] = []
         built: dict[str, _Deployment] = {}
@@ -608,31 +620,43 @@ class Scheduler:
         fits: dict[tuple, tuple | None] = {}
         elsewhere_by_kinds: dict[frozenset, tuple[bool, ...]] = {}
         buckets: dict[tuple, list[tuple[int, list[tuple]]]] = {}
-        for (kind, problem, class_name, kinds), (cluster, pool, places) in self._pool_groups().items():
+
+        def fit_on(kinds: frozenset, cluster: ClusterView, pool: PoolView) -> tuple | None:
             elsewhere = elsewhere_by_kinds.get(kinds)
             if elsewhere is None:
                 elsewhere = elsewhere_by_kinds[kinds] = placer.claims_elsewhere(engine, cluster)
-            alike = (kind.uid, problem, class_name, elsewhere)
+            alike = (pool.kind.uid, pool.problem, pool.class_name, elsewhere)
             fit = fits.get(alike, UNKNOWN)
             if fit is UNKNOWN:
                 fit = fits[alike] = None if placer.pool_problem(engine, pool, elsewhere) else \
-                    placer.empty_fit_key(engine, kind)
-            if fit is not None:
-                buckets.setdefault(fit[0], []).append((fit[1], places))
+                    placer.empty_fit_key(engine, pool.kind)
+            return fit
+
+        for (kind, _, _), group in self._pool_groups().items():
+            # one fit for the kind's pools on every cluster, unless the engine's fit reads the cluster's other pools
+            parts = group.by_kinds.items() if placer.reads_elsewhere(engine, kind) else \
+                [(next(iter(group.by_kinds)), (group.cluster, group.pool, group.places))]
+            for kinds, (cluster, pool, places) in parts:
+                fit = fit_on(kinds, cluster, pool)
+                if fit is not None:
+                    buckets.setdefault(fit[0], []).append((fit[1], places))
         found = self._pool_sources[d.shape_id] = _PoolSource(sorted(buckets.items()))
         return found
 
-    def _pool_groups(self) -> dict[tuple, tuple[ClusterView, PoolView, list[tuple]]]:
-        """The fleet's pools grouped by what an engine's fit on them reads: (kind, problem, class, the kinds of the
-        cluster's pools) -> (one cluster and pool of the group, and every place of it as (nodes, cluster name,
-        pool name, cluster))."""
+    def _pool_groups(self) -> dict[tuple, _PoolGroup]:
+        """The fleet's pools grouped by what an engine's fit on them reads: its kind, problem and class, then the
+        kinds of its cluster's pools (which only some engines' fits read: Placer.reads_elsewhere)."""
         if self._groups is None:
-            groups: dict[tuple, tuple[ClusterView, PoolView, list[tuple]]] = {}
+            groups: dict[tuple, _PoolGroup] = {}
             for c in self.clusters:
                 kinds = self.placer.cluster_kinds(c)
                 for pool in c.pools:
-                    group = groups.setdefault((pool.kind, pool.problem, pool.class_name, kinds), (c, pool, []))
-                    group[2].append((pool.nodes, c.name, pool.name, c))
+                    group = groups.get((pool.kind, pool.problem, pool.class_name))
+                    if group is None:
+                        group = groups[(pool.kind, pool.problem, pool.class_name)] = _PoolGroup(c, pool, [], {})
+                    place = (pool.nodes, c.name, pool.name, c)
+                    group.places.append(place)
+                    group.by_kinds.setdefault(kinds, (c, pool, []))[2].append(place)
             self._groups = groups
         return self._groups
 

@@ -73,6 +73,11 @@ CASES = [
     Case("pack when forced, ties by cluster name", [L4X8, c("a", ("gpu", "l4x8", 1)), c("b", ("gpu", "l4x8", 1)), md(replicas=3)],
          ["m@a:gpu", "m@a:gpu", "m@b:gpu"]),
     Case("ties broken by cluster name", [L4, c("b"), c("a"), md()], ["m@a:gpu"]),
+    # a pool's answer is computed once per kind and state and said of each pool: names are never mixed up
+    Case("alike pools of one cluster are told apart", [L4X8, c("a", ("p1", "l4x8", 1), ("p2", "l4x8", 1)),
+         md(gpus=8, replicas=2)], ["m@a:p1", "m@a:p2"]),
+    Case("alike pools of two clusters are told apart", [L4X8, c("a", ("x", "l4x8", 1)), c("b", ("y", "l4x8", 1)),
+         md(gpus=8, replicas=2)], ["m@a:x", "m@b:y"]),
     Case("no clusters at all", [L4, md()], [], {"m": 1}, ["the fleet has no InferenceCluster"]),
     Case("partial placement reports the shortfall", [L4, c("a"), md(replicas=3)], ["m@a:gpu"], {"m": 2},
          ["a/gpu: engine e needs 1 standalone pod(s) with 1 gpu on one node each; 0 fit"]),
@@ -126,6 +131,11 @@ CASES = [
     Case("a GPU member is not stranded on a NIC-only pool", [NICS_ONLY, H100, c("a", ("n", "nics", 2), ("h", "h100", 1)),
          gang(cel='device.driver == "infiniband" || device.driver == "gpu.nvidia.com"', gpus=8)], [], {"g": 1},
          ["a/n: engine e, leader: matches only placement-only devices here, but claims GPUs on another pool"]),
+    Case("a pool kind's fit that reads the cluster's other pools is not shared across clusters",
+         [H100_IB, L4X8, c("a", ("ib", "h100ib", 2), ("l4", "l4x8", 1)), c("b", ("ib", "h100ib", 2)),
+          md("g", engines=[{"name": "e", "members": [
+              member("Leader", gpus=8, cel='device.driver == "infiniband" || ' + arch("Ada Lovelace")),
+              member("Worker", gpus=8, cel=arch("Hopper"), nodes=1)]}])], ["g@b:ib"]),
     # ---- taints and tolerations ------------------------------------------------------------------------
     Case("NoSchedule taint blocks new replicas", [L4, c("a", taints=RESEARCH), md()], [], {"m": 1},
          ["a: taint dedicated=research:NoSchedule is not tolerated"]),
