@@ -90,6 +90,7 @@ class Placer:
         self._problems: dict[tuple, str | None] = {}  # (engine, pool but its name, claims elsewhere) -> problem
         self._elsewhere: dict[tuple, tuple[bool, ...]] = {}  # (engine, the cluster's pool kinds) -> per member
         self._reads_elsewhere: dict[tuple[int, int], bool] = {}  # (engine, pool kind) by uid -> see reads_elsewhere
+        self._empty_options: dict[tuple, tuple] = {}  # (engines, pool layout) -> see _empty_options_for
         # the scheduler's rankings as they start, per (engines, per pool?, candidate clusters): fleet/scheduler.py
         self.rankings: dict[tuple, Any] = {}
         self.stats = {"engine_evaluations": 0, "replica_evaluations": 0}
@@ -262,16 +263,33 @@ class Placer:
         """A lower bound of the replica's score key on the cluster as it is, or None if it never fits there. A
         placement's score is the sum of its engines' fits on their pools when empty, so the bound is each engine's
         best pool's, taken alone (its best assignment there may be taken, or engines may not fit together)."""
+        key = (tuple(e.uid for e in engines), self._layout(cluster))
+        options = self._empty_options.get(key)
+        if options is None:
+            options = self._empty_options[key] = self._empty_options_for(engines, cluster)
         total = ZERO
-        pools = {p.name: p for p in cluster.pools}
+        pools = cluster.pools
+        for fits in options:
+            for score, nodes, i in fits:  # the tightest fit the pool has the nodes for
+                if pools[i].nodes >= nodes:
+                    total = total + score
+                    break
+            else:
+                return None
+        return total.key()
+
+    def _empty_options_for(self, engines: tuple[EngineShape, ...], cluster: ClusterView) -> tuple:
+        """Per engine, its fits on the candidate pools of clusters of this layout, tightest first: (score, nodes the
+        fit takes, the pool's index in the cluster's pools). What `empty_replica_score` reads besides the pools'
+        node counts, which differ between clusters of one layout."""
+        index = {p.name: i for i, p in enumerate(cluster.pools)}
+        options = []
         for engine, names in self.candidate_pools(engines, cluster).items():
             shape = self._engine(engines, engine)
-            fits = [fit for fit, nodes in ((self._empty_fit(shape, pools[n].kind), pools[n].nodes) for n in names)
-                    if fit is not None and fit[1] <= nodes]
-            if not fits:
-                return None
-            total = total + min(fits, key=lambda fit: fit[0].key())[0]
-        return total.key()
+            fits = [(fit[0], fit[1], index[n]) for n in names
+                    if (fit := self._empty_fit(shape, cluster.pools[index[n]].kind)) is not None]
+            options.append(tuple(sorted(fits, key=lambda fit: fit[0].key())))
+        return tuple(options)
 
     @staticmethod
     def _engine(engines: tuple[EngineShape, ...], name: str) -> EngineShape:
