@@ -12,6 +12,7 @@ import json
 import re
 import secrets
 from functools import partial, wraps
+from operator import itemgetter
 from typing import Any, Callable, Protocol, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -24,7 +25,7 @@ from automation.portal.guard import Caller
 from automation.portal import listing, patches
 from automation.portal.overlay import PendingOverlay
 from automation.portal.placing import Placing
-from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, exact, list_body, reuse
+from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, exact, list_body, loads, reuse
 from automation.portal.replanner import Replanner
 from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
                                       quota_problem)
@@ -129,7 +130,7 @@ class Portal:
         version = self.store.get_state(conn, "snapshotVersion") or ""
         last_version, last = self._parsed
         if version != last_version or not version:
-            last = json.loads(self.store.get_state(conn, "snapshot") or "{}")
+            last = loads(self.store.get_state(conn, "snapshot") or "{}")
             self._parsed = (version, last)
         return last
 
@@ -204,15 +205,16 @@ class Portal:
             for ns, name, text in [] if kind == "ModelReplica" else self.store.list_stored(conn, kind, namespace):
                 stored[(ns, name)] = reuse(before.get((ns, name)), text, lambda b: self.with_status(b, conn, known),
                                            unchanged, index.get(f"{ns}/{name}"))
-            pairs = [(entry.item, entry.encoded) for entry in stored.values()]
+            # (listing.key, item, its JSON): a stored object's key is its row's (namespace, name), not read again
+            rows = [(key, entry.item, entry.encoded) for key, entry in stored.items()]
             if kind in ("ModelReplica", "ModelEndpoint"):  # the replicas and their endpoints, composed as the reference
-                pairs += [(o, exact(o)) for o in conditions.composed(namespace, known[0], known[1])
-                          if o["kind"] == kind]
-            pairs.sort(key=lambda pair: listing.key(pair[0]))
+                rows += [(listing.key(o), o, exact(o)) for o in conditions.composed(namespace, known[0], known[1])
+                         if o["kind"] == kind]
+            rows.sort(key=itemgetter(0))
             version = self.store.get_state(conn, "resourceVersion") or "0"
         self.lists.items.remember(kind, namespace, stored, stamp)
-        items = [item for item, _ in pairs]
-        body = list_body(listing.list_document(kind, items, version), [encoded for _, encoded in pairs])
+        items = [item for _, item, _ in rows]
+        body = list_body(listing.list_document(kind, items, version), [encoded for _, _, encoded in rows])
         return self.lists.keep(marker, kind, namespace, items, version, body)
 
     def composed_in(self, namespace: str, kind: str, conn, known: tuple | None = None) -> list[dict]:
