@@ -4,9 +4,10 @@ Each figure is one `modelplane` command run in a subprocess, so interpreter star
 for users, on fleets from two generators written apart: `plan_bench` (benchmarks/plan_bench.py: 4 classes, every
 cluster the same 4 pools, capacity to spare) and `fleet_gen` (benchmarks/fleet_gen.py: 14 classes over two
 vendors, uneven pools, mixed engines, per-team selectors, full regions). The quick commands (and the first
-`plan --against`, each time with an empty cache) are each run three times, in turn with their floor's runs (this
+`plan --against`, each time with an empty cache) are each run five times, in turn with their floor's runs (this
 machine's speed moves within minutes: a floor measured minutes apart from its command skewed the ratio), and the
-median runs shown; the floor column is the floor's median in the same minutes. Floors and targets (issue 31):
+median runs shown; the floor column is the floor's median in the same minutes, and the ratio the median of the
+five ratios of a run to the floor's run just before it. Floors and targets (issue 31):
 
 - `plan`: within 2x its floor, parsing the same manifests with PyYAML's C loader in a fresh interpreter; as a user
   runs it again (the cache folder holds the analysed CEL grammar and the selectors' answers: fleet/device_selectors.py),
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -76,25 +78,34 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     return time.perf_counter() - start, usage.ru_maxrss / 1024, process.returncode
 
 
-RUNS = 3  # the quick commands are run this many times and their median run is shown: one run moves by 10-30% here
+RUNS = 5  # the quick commands are run this many times and their median run is shown: one run moves by 10-30% here
 
 
-def paired(floor: list[str], argv: list[str], env: dict[str, str] | None = None,
-           before=None) -> tuple[tuple[float, float, int], tuple[float, float, int]]:
-    """The median runs of a floor and of a command, run in turn (floor, command, floor, ...): this machine's speed
-    moves by 10-30% within minutes, and a ratio of runs minutes apart measured the machine as much as the command.
-    `before()` is called before each run of the command."""
+class Paired(NamedTuple):
+    """A floor's and a command's median runs (seconds, peak MB, exit code), and the median of the ratios of runs
+    made one after the other: the machine's speed drifts over the minutes of a measure, and a ratio of two runs
+    made seconds apart drifts far less than the ratio of two medians."""
+
+    floor: tuple[float, float, int]
+    run: tuple[float, float, int]
+    ratio: float
+
+
+def paired(floor: list[str], argv: list[str], env: dict[str, str] | None = None, before=None) -> Paired:
+    """A floor and a command run in turn (floor, command, floor, ...). `before()` is called before each run of
+    the command."""
     floors, runs = [], []
     for _ in range(RUNS):
         floors.append(measure(floor, env))
         if before is not None:
             before()
         runs.append(measure(argv, env))
-    return sorted(floors)[RUNS // 2], sorted(runs)[RUNS // 2]
+    ratios = sorted(run[0] / base[0] for base, run in zip(floors, runs))
+    return Paired(sorted(floors)[RUNS // 2], sorted(runs)[RUNS // 2], ratios[RUNS // 2])
 
 
 def rows(objects: list[dict], folder: Path, preview: bool, out_dir: Path) -> list[tuple]:
-    """(command, its median run, its floor's median run in the same minutes, target ratio)."""
+    """(command, its median run, its pairing with its floor (`Paired`) or None, target ratio)."""
     head, base = folder / "head.yaml", folder / "base.yaml"
     base.write_text(yaml.safe_dump_all(objects, sort_keys=False))
     changed = next(o for o in objects if o["kind"] == "ModelDeployment")
@@ -103,43 +114,45 @@ def rows(objects: list[dict], folder: Path, preview: bool, out_dir: Path) -> lis
     cli = [str(BIN / "modelplane")]
     plan_argv = [*cli, "plan", "-f", str(head), "-o", "json", "--fresh"]
     parse_argv = [sys.executable, "-c", PARSE, str(head)]
-    parse, plan = paired(parse_argv, plan_argv)
+    plan = paired(parse_argv, plan_argv)
     # as on a fresh CI runner: nothing in the cache folder (no analysed CEL grammar, no kept selector answers)
     empty = folder / "empty-cache"
-    parse_empty, plan_empty = paired(parse_argv, plan_argv, {"MODELPLANE_CACHE_DIR": str(empty)},
-                                     before=lambda: shutil.rmtree(empty, ignore_errors=True))
+    plan_empty = paired(parse_argv, plan_argv, {"MODELPLANE_CACHE_DIR": str(empty)},
+                        before=lambda: shutil.rmtree(empty, ignore_errors=True))
     # the first comparison against a base plans it in full and caches its summary; later ones (every other pull
     # request against the same base) read it back and compose only the changed stacks
     cache = {"MODELPLANE_CACHE_DIR": str(folder / "cache")}
     against_argv = [*cli, "plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"]
-    plan_cold, against_cold = paired(plan_argv, against_argv, cache,
-                                     before=lambda: shutil.rmtree(folder / "cache" / "plans", ignore_errors=True))
-    plan_cached, against = paired(plan_argv, against_argv, cache)  # the last cold run kept the base's summary
+    against_cold = paired(plan_argv, against_argv, cache,
+                          before=lambda: shutil.rmtree(folder / "cache" / "plans", ignore_errors=True))
+    against = paired(plan_argv, against_argv, cache)  # the last cold run kept the base's summary
     rendered = out_dir / "render"
-    plan_render, render = paired(plan_argv, [*cli, "render", "-f", str(head), "--out", str(rendered), "--fresh"],
-                                 before=lambda: shutil.rmtree(rendered, ignore_errors=True))  # a new folder each time
+    render = paired(plan_argv, [*cli, "render", "-f", str(head), "--out", str(rendered), "--fresh"],
+                    before=lambda: shutil.rmtree(rendered, ignore_errors=True))  # a new folder each time
     export = measure([*cli, "operator", "export", "-f", str(head), "--out", str(folder / "operator"), "--fresh",
                       "--backend", "s3://bucket/fleet", "--git-url", "https://github.com/acme/fleet",
                       "--git-ref", "0" * 40])  # a commit: resolving a branch needs the network
-    out = [("parse (C loader)", parse, None, None),
-           ("plan -o json", plan, parse, 2.0),
-           ("plan, empty cache folder", plan_empty, parse_empty, 2.0),
-           ("plan --against, no cache", against_cold, plan_cold, 1.3),
-           ("plan --against, cached", against, plan_cached, 1.3),
-           ("render --out", render, plan_render, 2.5),
-           ("operator export", export, None, None)]
+    out: list[tuple] = [("parse (C loader)", plan.floor, None, None),
+                        ("plan -o json", plan.run, plan, 2.0),
+                        ("plan, empty cache folder", plan_empty.run, plan_empty, 2.0),
+                        ("plan --against, no cache", against_cold.run, against_cold, 1.3),
+                        ("plan --against, cached", against.run, against, 1.3),
+                        ("render --out", render.run, render, 2.5),
+                        ("operator export", export, None, None)]
     if preview:
         full = measure([*cli, "preview", "--offline", "-f", str(head), "-o", "json"])
         out.append(("preview --offline", full, None, None))
-        out.append(("preview --changed-against", measure([*cli, "preview", "--offline", "-f", str(head),
-                                                          "--changed-against", str(base), "-o", "json"], cache),
-                    full, None))
+        changed = measure([*cli, "preview", "--offline", "-f", str(head), "--changed-against", str(base), "-o", "json"],
+                          cache)
+        out.append(("preview --changed-against", changed, Paired(full, changed, changed[0] / full[0]), None))
     return out
 
 
 def line(generator: str, size: str, name: str, seconds: float, peak: float | str, floor: float | None,
-         target: str, code: int | str = 0) -> None:
-    ratio = f"{seconds / floor:6.2f}" if floor else f"{'':>6}"
+         target: str, code: int | str = 0, ratio_of: float | None = None) -> None:
+    """`ratio_of`: the ratio to show (a median of paired runs' ratios); else seconds / floor."""
+    value = ratio_of if ratio_of is not None else seconds / floor if floor else None
+    ratio = f"{value:6.2f}" if value is not None else f"{'':>6}"
     peak_text = f"{peak:8.0f}" if isinstance(peak, float) else f"{peak:>8}"
     print(f"{generator:<10} {size:>10} {name:<30} {seconds:8.3f} {peak_text} "
           f"{(f'{floor:8.3f}' if floor else ''):>8} {ratio} {target:>8} {code:>4}")
@@ -177,10 +190,10 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as folder:
                 out_dir = Path(tempfile.mkdtemp(dir=args.out_dir)) if args.out_dir else Path(folder)
                 objects = GENERATORS[name](deployments, args.clusters)
-                for command, (seconds, peak, code), floor, target in rows(objects, Path(folder),
-                                                                          deployments <= args.preview_up_to, out_dir):
-                    line(name, size, command, seconds, peak, floor[0] if floor else None,
-                         f"<={target}x" if target else "", code)
+                for command, (seconds, peak, code), pair, target in rows(objects, Path(folder),
+                                                                         deployments <= args.preview_up_to, out_dir):
+                    line(name, size, command, seconds, peak, pair.floor[0] if pair else None,
+                         f"<={target}x" if target else "", code, pair.ratio if pair else None)
                 if args.out_dir:
                     shutil.rmtree(out_dir, ignore_errors=True)
         if args.large:
@@ -190,11 +203,11 @@ def main() -> None:
                 fleet.write_text(yaml.safe_dump_all(GENERATORS[name](deployments, clusters), sort_keys=False))
                 # the parse floor too: the 3 s target was set on a machine about 3x faster than this one, where
                 # the C loader alone now takes 2 s or more on this fleet
-                parse, (seconds, peak, code) = paired([sys.executable, "-c", PARSE, str(fleet)],
-                                                      [str(BIN / "modelplane"), "plan", "-f", str(fleet), "-o", "json",
-                                                       "--fresh"])
-                line(name, args.large, "parse (C loader)", parse[0], parse[1], None, "", parse[2])
-                line(name, args.large, "plan -o json", seconds, peak, parse[0], "<=3s", code)
+                large = paired([sys.executable, "-c", PARSE, str(fleet)],
+                               [str(BIN / "modelplane"), "plan", "-f", str(fleet), "-o", "json", "--fresh"])
+                line(name, args.large, "parse (C loader)", *large.floor[:2], None, "", large.floor[2])
+                seconds, peak, code = large.run
+                line(name, args.large, "plan -o json", seconds, peak, large.floor[0], "<=3s", code, large.ratio)
     if args.up:
         from benchmarks import up_scale
 
