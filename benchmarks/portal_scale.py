@@ -205,22 +205,35 @@ def serving(objects: list[dict]) -> Iterator[tuple[str, Path, subprocess.Popen, 
             process.wait(30)
 
 
-def concurrency(objects: list[dict], readers: int, writers: int, seconds: float, memory_writes: int) -> dict:
+def concurrency(objects: list[dict], readers: int, writers: int, seconds: float, memory_writes: int,
+                elsewhere: bool = False) -> dict:
     """Reads by `readers` clients alone, then while `writers` clients write back to back; then the portal's
-    resident memory and its replan worker's over `memory_writes` more writes (memory_curve)."""
-    with serving(objects) as (url, folder, process, mine):
-        readers_for(url, readers, 2)  # warm-up: first reads fill caches
-        quiet = readers_for(url, readers, seconds)
+    resident memory and its replan worker's over `memory_writes` more writes (memory_curve).
+
+    `elsewhere`: also read while the same writers write to a second portal of the same fleet, which shares
+    nothing with the one read but this machine's CPUs (its process, writer, replan worker, and the writing
+    clients): how much of the slowdown under writes is the machine's, not the portal's."""
+    def during_writes(url: str, mine: list[dict], target: str) -> tuple[list[float], list[float]]:
         stop, writes = threading.Event(), []
-        threads = [threading.Thread(target=writer, args=(url, mine, w, stop, writes)) for w in range(writers)]
+        threads = [threading.Thread(target=writer, args=(target, mine, w, stop, writes)) for w in range(writers)]
         for thread in threads:
             thread.start()
-        during = readers_for(url, readers, seconds)
+        reads = readers_for(url, readers, seconds)
         stop.set()
         for thread in threads:
             thread.join()
-        memory = memory_curve(url, folder, process.pid, mine, memory_writes) if memory_writes else {}
-    return {"quiet": quiet, "during": during, "writes": writes, "memory": memory}
+        return reads, writes
+
+    with serving(objects) as (url, folder, process, mine):
+        readers_for(url, readers, 2)  # warm-up: first reads fill caches
+        quiet = readers_for(url, readers, seconds)
+        found: dict = {"quiet": quiet}
+        if elsewhere:
+            with serving(objects) as (other, _, _, _):
+                found["elsewhere"], _ = during_writes(url, mine, other)
+        found["during"], found["writes"] = during_writes(url, mine, url)
+        found["memory"] = memory_curve(url, folder, process.pid, mine, memory_writes) if memory_writes else {}
+    return found
 
 
 PACE = 5.0  # writes a second for the paced phase: a busy team's rate, not a load generator's

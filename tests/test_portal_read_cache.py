@@ -281,7 +281,7 @@ def test_the_items_of_few_lists_are_remembered(monkeypatch):
     stamp = read_cache.Stamp({}, {}, {}, [])
     for namespace in ("a", "b", "c"):
         items.remember("ModelDeployment", namespace, {(namespace, "x"): None}, stamp)  # type: ignore[dict-item]
-    assert items.of("ModelDeployment", "a") == ({}, None)
+    assert items.of("ModelDeployment", "a") == ({}, None, None)
     assert set(items.of("ModelDeployment", "c")[0]) == {("c", "x")}
 
 
@@ -399,3 +399,41 @@ def test_the_snapshot_is_read_as_json_reads_it():
         assert repr(read) == repr(expected)  # NaN == NaN is false: compared as written
 
     check()
+
+
+def test_a_list_after_writes_lays_the_logged_writes_over_its_last_texts(portal, monkeypatch):
+    """After writes (a changed, d created, b deleted) a list takes its stored texts from its last composition and
+    the change log, not from reading every stored object again, and says what a list composed from nothing says."""
+    from automation.portal.read_cache import ReadCache
+
+    served = portal.app.state.portal
+    with portal.client(TEAM_A) as team:
+        composed_once(portal, team)
+        put(team, "a", replicas=2)
+        put(team, "d")
+        assert team.delete(f"{LIST}/b").status_code == 200
+        read_whole = []
+        real = served.store.list_stored
+        monkeypatch.setattr(served.store, "list_stored", lambda *args: read_whole.append(args) or real(*args))
+        patched = team.get(LIST).content
+        assert read_whole == []  # the texts came from the last composition and the log
+        assert replicas(json.loads(patched)) == {"a": 2, "c": 1, "d": 1}
+        served.lists = ReadCache()  # nothing kept, nothing remembered: read whole
+        assert served._listed_now("ModelDeployment", "team-a", None).body == patched
+        assert len(read_whole) == 1
+
+
+def test_a_list_whose_writes_left_the_change_log_is_read_whole(portal, monkeypatch):
+    """The change log keeps a window of writes (for watches): a list last composed before its start is read whole."""
+    served = portal.app.state.portal
+    with portal.client(TEAM_A) as team:
+        composed_once(portal, team)
+        monkeypatch.setattr(served.store, "watch_window", 2)
+        put(team, "b", replicas=2)  # then three writes of c: the log keeps the last two, b's write is gone from it
+        for replicas_now in (3, 1, 2):
+            put(team, "c", replicas=replicas_now)
+        read_whole = []
+        real = served.store.list_stored
+        monkeypatch.setattr(served.store, "list_stored", lambda *args: read_whole.append(args) or real(*args))
+        assert replicas(listed(team)) == {"a": 1, "b": 2, "c": 2}
+        assert len(read_whole) == 1

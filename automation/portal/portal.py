@@ -40,6 +40,9 @@ from fleet.validate import Fleet
 T = TypeVar("T")
 
 
+PATCHED_CHANGES = 200  # writes since a list's last composition that are laid over its texts; beyond, it is read whole
+
+
 class Writer(Protocol):
     """Where the write verbs run when not in this process (automation/portal/writer.py's `WriteWorker`)."""
 
@@ -198,13 +201,16 @@ class Portal:
             if found is not None:
                 return found
             known, stamp = self._observed(conn)  # read once per list, not once per object
-            before, then = self.lists.items.of(kind, namespace)  # what the last composition decoded and encoded
+            before, then, since = self.lists.items.of(kind, namespace)  # what the last composition read and made
             unchanged = then is not None and then.same(stamp)  # statuses then change only with their own part
             index = conditions.by_deployment(known[0]) if kind == "ModelDeployment" else {}
             stored: dict[tuple[str, str], Item] = {}
-            for ns, name, text in [] if kind == "ModelReplica" else self.store.list_stored(conn, kind, namespace):
-                stored[(ns, name)] = reuse(before.get((ns, name)), text, lambda b: self.with_status(b, conn, known),
-                                           unchanged, index.get(f"{ns}/{name}"))
+
+            def compose(body: dict) -> dict:
+                return self.with_status(body, conn, known)
+
+            for ns, name, text in [] if kind == "ModelReplica" else self._stored(conn, kind, namespace, before, since):
+                stored[(ns, name)] = reuse(before.get((ns, name)), text, compose, unchanged, index.get(f"{ns}/{name}"))
             # (listing.key, item, its JSON): a stored object's key is its row's (namespace, name), not read again
             rows = [(key, entry.item, entry.encoded) for key, entry in stored.items()]
             if kind in ("ModelReplica", "ModelEndpoint"):  # the replicas and their endpoints, composed as the reference
@@ -212,10 +218,30 @@ class Portal:
                          if o["kind"] == kind]
             rows.sort(key=itemgetter(0))
             version = self.store.get_state(conn, "resourceVersion") or "0"
-        self.lists.items.remember(kind, namespace, stored, stamp)
+        self.lists.items.remember(kind, namespace, stored, stamp, int(version))
         items = [item for _, item, _ in rows]
         body = list_body(listing.list_document(kind, items, version), [encoded for _, _, encoded in rows])
         return self.lists.keep(marker, kind, namespace, items, version, body)
+
+    def _stored(self, conn, kind: str, namespace: str | None, before: dict[tuple[str, str], Item],
+                since: int | None) -> list[tuple[str, str, str]]:
+        """(namespace, name, stored text) of each `kind` in `namespace` (None: all): the texts of the last composition
+        (`before`, read at resourceVersion `since`) with the writes logged after it, when the change log still holds
+        them all; else read whole. Reading a team's 463 stored texts again after each write was a third of composing
+        its list. SQLite only: its read transaction is one snapshot, so `since` and the texts read with it agree
+        (PostgreSQL's read committed statements need not)."""
+        if since is None or not self.store.sqlite:
+            return self.store.list_stored(conn, kind, namespace)
+        oldest, _, rows = self.store.changes_since(conn, since, kind, namespace, limit=PATCHED_CHANGES)
+        if since < oldest or len(rows) >= PATCHED_CHANGES:  # pruned from the log, or too many to patch in
+            return self.store.list_stored(conn, kind, namespace)
+        texts = {key: item.text for key, item in before.items()}
+        for row in rows:
+            if row["type"] == "DELETED":
+                texts.pop((row["namespace"], row["name"]), None)
+            else:
+                texts[(row["namespace"], row["name"])] = row["body"]
+        return [(ns, name, text) for (ns, name), text in texts.items()]
 
     def composed_in(self, namespace: str, kind: str, conn, known: tuple | None = None) -> list[dict]:
         snap, observed, _ = known or self.observation(conn)

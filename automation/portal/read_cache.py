@@ -26,7 +26,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 import orjson
 
 MAX_LISTS = 256  # (kind, namespace) lists kept for the current revision
@@ -146,6 +146,12 @@ def exact(value) -> bytes | None:
         return None
 
 
+class Remembered(NamedTuple):
+    items: dict[tuple[str, str], Item]
+    stamp: Stamp | None  # None: composed at an older stamp (its statuses are composed again)
+    version: int | None  # the store's resourceVersion its texts were read at (None: not known)
+
+
 class Items:
     """The items each list had when last composed, by (kind, namespace) and then by (namespace, name). Each
     composition replaces its list's entry whole (compositions of one list may overlap on two threads).
@@ -155,24 +161,28 @@ class Items:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._lists: OrderedDict[tuple[str, str | None], tuple[dict[tuple[str, str], Item], int]] = OrderedDict()
+        # (kind, namespace) -> (items, the stamp's generation, the resourceVersion they were read at)
+        self._lists: OrderedDict[tuple[str, str | None], tuple[dict[tuple[str, str], Item], int, int | None]] = \
+            OrderedDict()
         self._stamp: Stamp | None = None
         self._generation = 0  # moves on with each new stamp
 
-    def of(self, kind: str, namespace: str | None) -> tuple[dict[tuple[str, str], Item], Stamp | None]:
-        """The list's items, and the stamp they were composed at if it is the latest."""
+    def of(self, kind: str, namespace: str | None) -> Remembered:
+        """The list's items, the stamp they were composed at if it is the latest, and the resourceVersion they were
+        read at: read together, as one composition left them."""
         with self._lock:
             found = self._lists.get((kind, namespace))
             if found is None:
-                return {}, None
-            items, generation = found
-            return items, self._stamp if generation == self._generation else None
+                return Remembered({}, None, None)
+            items, generation, version = found
+            return Remembered(items, self._stamp if generation == self._generation else None, version)
 
-    def remember(self, kind: str, namespace: str | None, items: dict[tuple[str, str], Item], stamp: Stamp) -> None:
+    def remember(self, kind: str, namespace: str | None, items: dict[tuple[str, str], Item], stamp: Stamp,
+                 version: int | None = None) -> None:
         with self._lock:
             if self._stamp is None or not (stamp is self._stamp or stamp.same(self._stamp)):
                 self._stamp, self._generation = stamp, self._generation + 1
-            self._lists[(kind, namespace)] = (items, self._generation)
+            self._lists[(kind, namespace)] = (items, self._generation, version)
             self._lists.move_to_end((kind, namespace))
             while len(self._lists) > MAX_REMEMBERED:
                 self._lists.popitem(last=False)

@@ -321,14 +321,16 @@ class Store:
     def changes_since(self, conn: Connection, version: int, kind: str, namespace: str | None,
                       limit: int = 500) -> tuple[int, int, builtins.list[dict]]:
         """(the oldest version a watch may start from, the current version, the changes after `version` up to it
-        of `kind`, in `namespace` unless None: each {type, namespace, body text})."""
+        of `kind`, in `namespace` unless None: each {resourceVersion, type, namespace, name, body text}; an ADDED or
+        MODIFIED change's text is the text stored by that write)."""
         current = int(self.get_state(conn, "resourceVersion") or "0")  # read first: every change up to it is committed
         since = int(self.get_state(conn, "changesFrom") or "0")
-        query = select(changes.c.resource_version, changes.c.type, changes.c.namespace, changes.c.body).where(
+        query = select(changes.c.resource_version, changes.c.type, changes.c.namespace, changes.c.body,
+                       changes.c.name).where(
             changes.c.resource_version > version, changes.c.resource_version <= current, changes.c.kind == kind)
         if namespace is not None:
             query = query.where(changes.c.namespace == namespace)
-        rows = [{"resourceVersion": r[0], "type": r[1], "namespace": r[2], "body": r[3]}
+        rows = [{"resourceVersion": r[0], "type": r[1], "namespace": r[2], "body": r[3], "name": r[4]}
                 for r in conn.execute(query.order_by(changes.c.resource_version).limit(limit))]
         if len(rows) == limit:  # the rest on the next poll: up to the last one given, no further
             current = rows[-1]["resourceVersion"]
