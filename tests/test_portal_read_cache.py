@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from automation.portal.read_cache import Item
 from automation.portal.store import Store
 from fleet.stack_id import StackId
 from tests.manifests import deployment
@@ -437,3 +438,23 @@ def test_a_list_whose_writes_left_the_change_log_is_read_whole(portal, monkeypat
         monkeypatch.setattr(served.store, "list_stored", lambda *args: read_whole.append(args) or real(*args))
         assert replicas(listed(team)) == {"a": 1, "b": 2, "c": 2}
         assert len(read_whole) == 1
+
+
+def test_a_read_older_than_the_last_composition_reads_its_own_texts(portal):
+    """Two threads compose one list: one whose read began before a write may find in memory the composition of one
+    that began after it. Its texts are then newer than its snapshot: it reads its own, whole."""
+    from automation.portal.store import Store
+
+    served = portal.app.state.portal
+    with portal.client(TEAM_A) as team:
+        composed_once(portal, team)
+        store: Store = served.store
+        with store.read() as old:
+            old_texts = store.list_stored(old, "ModelDeployment", "team-a")  # this read's snapshot begins here
+            put(team, "a", replicas=2)
+            put(team, "d")
+            with store.read() as new:
+                newer = {(ns, name): Item(text, {}, {}, None) for ns, name, text in
+                         store.list_stored(new, "ModelDeployment", "team-a")}
+                version = int(store.get_state(new, "resourceVersion"))
+            assert served._stored(old, "ModelDeployment", "team-a", newer, version) == old_texts

@@ -228,12 +228,13 @@ class Portal:
         """(namespace, name, stored text) of each `kind` in `namespace` (None: all): the texts of the last composition
         (`before`, read at resourceVersion `since`) with the writes logged after it, when the change log still holds
         them all; else read whole. Reading a team's 463 stored texts again after each write was a third of composing
-        its list. SQLite only: its read transaction is one snapshot, so `since` and the texts read with it agree
-        (PostgreSQL's read committed statements need not)."""
+        its list. SQLite only: its read transaction is one snapshot, so this read's changes and its texts agree
+        (PostgreSQL's read committed statements need not). The last composition may be newer than this read's
+        snapshot (another thread composed and remembered it since this read began): then it is read whole too."""
         if since is None or not self.store.sqlite:
             return self.store.list_stored(conn, kind, namespace)
-        oldest, _, rows = self.store.changes_since(conn, since, kind, namespace, limit=PATCHED_CHANGES)
-        if since < oldest or len(rows) >= PATCHED_CHANGES:  # pruned from the log, or too many to patch in
+        oldest, current, rows = self.store.changes_since(conn, since, kind, namespace, limit=PATCHED_CHANGES)
+        if since < oldest or since > current or len(rows) >= PATCHED_CHANGES:  # pruned, newer, or too many
             return self.store.list_stored(conn, kind, namespace)
         texts = {key: item.text for key, item in before.items()}
         for row in rows:
