@@ -213,6 +213,12 @@ def concurrency(objects: list[dict], readers: int, writers: int, seconds: float,
     `elsewhere`: also read while the same writers write to a second portal of the same fleet, which shares
     nothing with the one read but this machine's CPUs (its process, writer, replan worker, and the writing
     clients): how much of the slowdown under writes is the machine's, not the portal's."""
+    def warm(target: str) -> None:
+        """A portal's first writes load its ledger and its writer's imports: made before either write phase."""
+        with httpx.Client(base_url=target, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=300) as admin:
+            for i in range(writers):
+                write_one(admin, mine, i)
+
     def during_writes(url: str, mine: list[dict], target: str) -> tuple[list[float], list[float]]:
         stop, writes = threading.Event(), []
         threads = [threading.Thread(target=writer, args=(target, mine, w, stop, writes)) for w in range(writers)]
@@ -230,7 +236,9 @@ def concurrency(objects: list[dict], readers: int, writers: int, seconds: float,
         found: dict = {"quiet": quiet}
         if elsewhere:
             with serving(objects) as (other, _, _, _):
+                warm(other)
                 found["elsewhere"], _ = during_writes(url, mine, other)
+        warm(url)
         found["during"], found["writes"] = during_writes(url, mine, url)
         found["memory"] = memory_curve(url, folder, process.pid, mine, memory_writes) if memory_writes else {}
     return found
