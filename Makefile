@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/cel_bench.py
 	$(BIN)/python benchmarks/plan_bench.py --scaling
 	$(BIN)/python benchmarks/portal_load.py
+	$(BIN)/python benchmarks/portal_compose.py
 	$(BIN)/python benchmarks/operator_export.py
 	$(BIN)/python benchmarks/fleet_scale.py
 
