@@ -282,12 +282,12 @@ class Placer:
         """Per engine, its fits on the candidate pools of clusters of this layout, tightest first: (score, nodes the
         fit takes, the pool's index in the cluster's pools). What `empty_replica_score` reads besides the pools'
         node counts, which differ between clusters of one layout."""
-        index = {p.name: i for i, p in enumerate(cluster.pools)}
+        pools = {p.name: (i, p.kind) for i, p in enumerate(cluster.pools)}
         options = []
         for engine, names in self.candidate_pools(engines, cluster).items():
             shape = self._engine(engines, engine)
-            fits = [(fit[0], fit[1], index[n]) for n in names
-                    if (fit := self._empty_fit(shape, cluster.pools[index[n]].kind)) is not None]
+            fits = [(fit[0], fit[1], pools[n][0]) for n in names
+                    if (fit := self._empty_fit(shape, pools[n][1])) is not None]
             options.append(tuple(sorted(fits, key=lambda fit: fit[0].key())))
         return tuple(options)
 

@@ -151,14 +151,12 @@ class _PoolSource:
 
 @dataclass
 class _PoolGroup:
-    """The fleet's pools of one kind, problem and class (Scheduler._pool_groups): one cluster and pool of them, the
-    places of them all as (nodes, cluster name, pool name, cluster), and the same split by the kinds of their
-    cluster's pools (kinds -> one cluster and pool, and their places)."""
+    """The fleet's pools of one kind, problem and class (Scheduler._pool_groups): the places of them all as (nodes,
+    cluster name, pool name, cluster), and the same split by the kinds of their cluster's pools (kinds -> one
+    cluster and pool of them, and their places)."""
 
-    cluster: ClusterView
-    pool: PoolView
-    places: list[tuple]
-    by_kinds: dict[frozenset, tuple[ClusterView, PoolView, list[tuple]]]
+    places: list[tuple] = field(default_factory=list)
+    by_kinds: dict[frozenset, tuple[ClusterView, PoolView, list[tuple]]] = field(default_factory=dict)
 
 
 class _Ranking:
@@ -634,8 +632,11 @@ class Scheduler:
 
         for (kind, _, _), group in self._pool_groups().items():
             # one fit for the kind's pools on every cluster, unless the engine's fit reads the cluster's other pools
-            parts = group.by_kinds.items() if placer.reads_elsewhere(engine, kind) else \
-                [(next(iter(group.by_kinds)), (group.cluster, group.pool, group.places))]
+            if placer.reads_elsewhere(engine, kind):
+                parts = list(group.by_kinds.items())
+            else:  # any one of them answers for them all
+                kinds, (cluster, pool, _) = next(iter(group.by_kinds.items()))
+                parts = [(kinds, (cluster, pool, group.places))]
             for kinds, (cluster, pool, places) in parts:
                 fit = fit_on(kinds, cluster, pool)
                 if fit is not None:
@@ -651,9 +652,7 @@ class Scheduler:
             for c in self.clusters:
                 kinds = self.placer.cluster_kinds(c)
                 for pool in c.pools:
-                    group = groups.get((pool.kind, pool.problem, pool.class_name))
-                    if group is None:
-                        group = groups[(pool.kind, pool.problem, pool.class_name)] = _PoolGroup(c, pool, [], {})
+                    group = groups.setdefault((pool.kind, pool.problem, pool.class_name), _PoolGroup())
                     place = (pool.nodes, c.name, pool.name, c)
                     group.places.append(place)
                     group.by_kinds.setdefault(kinds, (c, pool, []))[2].append(place)

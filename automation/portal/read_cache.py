@@ -198,7 +198,7 @@ def reuse(before: Item | None, text: str, compose: Callable[[dict], dict], uncha
     item without its status being composed again."""
     body = before.body if before is not None and before.text == text else json.loads(text)
     same_source = before is not None and same_objects(before.source, part)
-    exact_part = before.part if same_source else exact(part)  # type: ignore[union-attr]
+    exact_part = before.part if before is not None and same_source else exact(part)
     if before is not None and before.body is body:
         kept = before if same_source else replace(before, source=part)  # the next comparison is by identity
         if unchanged and exact_part is not None and before.part == exact_part:
