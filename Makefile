@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean browser
+.PHONY: demo test bench clean browser cel-tables
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -60,6 +60,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/portal_compose.py
 	$(BIN)/python benchmarks/operator_export.py
 	$(BIN)/python benchmarks/fleet_scale.py
+
+# celpy's CEL grammar analysed by Lark, shipped as data (fleet/cel_tables.py): after a celpy or Lark bump.
+cel-tables: $(STAMP)
+	$(BIN)/python -c 'from fleet.cel import write_tables; write_tables()'
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,9 +1,9 @@
 """Where this project keeps what it computed from content (never by time), and how it reads and writes there.
 
 $MODELPLANE_CACHE_DIR, else $XDG_CACHE_HOME/modelplane, else ~/.cache/modelplane. Every entry is named by a
-hash of what it was computed from. A cache entry changes a result (a base's plan, a CRD's schema) or is loaded
-by code (the CEL parser, which Lark loads with pickle), so what another user, another machine or a hand edit
-put there must never be used:
+hash of what it was computed from. A cache entry changes a result (a base's plan, a CRD's schema, a selector's answer), so what another user,
+another machine or a hand edit put there must never be used (nothing here is loaded as code: every entry is data,
+and the CEL parser's tables ship with the package, fleet/cel_tables.py):
 
 - the folder is used only when no one else can change it: a real folder (not a link), owned by the effective
   user, that neither group nor others may write (it is created 0700); the same for its sub-folders. Otherwise

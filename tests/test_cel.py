@@ -155,32 +155,65 @@ PARSED = [case[0] for case in CASES] + ['a.b[1] ? -x : "s" + b"y"', "f(1, 2u, 3.
                                        "true && false || x.exists(y, y > 1)"]
 
 
-def test_the_parser_built_through_the_cache_is_the_one_celpy_builds():
-    """fleet.cel builds celpy's parser with Lark's cache added; celpy's own construction must parse alike."""
+BROKEN = ["device.driver ==", "a..b", "1 +", "'unclosed", "f(1,", "x ? y", "@", "[1, 2"]
+
+
+def _celpy_own_parser():
+    """The parser celpy builds itself, analysing its grammar; the one in use is put back."""
     from celpy import celparser
 
     ours = celparser.CELParser.CEL_PARSER
     celparser.CELParser.CEL_PARSER = None
     try:
         celparser.CELParser()
-        theirs = celparser.CELParser.CEL_PARSER
+        return ours, celparser.CELParser.CEL_PARSER
     finally:
         celparser.CELParser.CEL_PARSER = ours
+
+
+def test_the_parser_loaded_from_the_shipped_tables_parses_as_celpys_own():
+    """fleet.cel loads celpy's parser from tables analysed in advance; celpy's own analysis must give the same trees,
+    and the same errors at the same places."""
+    from celpy import celparser
+
+    ours, theirs = _celpy_own_parser()
     assert ours is not None and theirs is not ours
     for expression in PARSED:
         assert ours.parse(expression) == theirs.parse(expression), expression
+    for expression in BROKEN:
+        errors = []
+        for parser in (ours, theirs):
+            celparser.CELParser.CEL_PARSER = parser
+            try:
+                celparser.CELParser().parse(expression)
+            except celparser.CELParseError as exc:
+                errors.append((str(exc), exc.line, exc.column))
+            finally:
+                celparser.CELParser.CEL_PARSER = ours
+        assert len(errors) == 2 and errors[0] == errors[1], expression
 
 
-def test_a_cache_folder_that_is_missing_unwritable_or_corrupt_changes_nothing(tmp_path):
-    import os
+def test_the_shipped_tables_are_the_installed_grammars():
+    """fleet/cel_tables.py is what `make cel-tables` writes from the installed celpy and Lark (pinned in
+    pyproject.toml): after a bump, this fails until the tables are written again."""
+    from fleet import cel_tables
+    from fleet.cel import TABLES, grammar_key, tables_text
+
+    assert cel_tables.KEY == grammar_key(), "celpy or Lark changed: run `make cel-tables`"
+    assert TABLES.read_text() == tables_text(), "fleet/cel_tables.py was edited: run `make cel-tables`"
+
+
+def test_importing_the_dialect_analyses_no_grammar_and_stale_tables_are_not_loaded():
+    """A process that imports fleet.cel builds no Lark parser (the tables are loaded), and tables made from another
+    grammar than the installed one are never used: celpy then analyses its own."""
     import subprocess
     import sys
 
-    # whether importing fleet.cel built a parser (a load does not), whether the parser in use parses as one celpy
-    # builds afresh, and whether a selector evaluates
-    check = ("import lark\n"
+    check = ("import lark, sys\n"
              "built, real = [], lark.Lark.__init__\n"
              "lark.Lark.__init__ = lambda self, *a, **k: built.append(1) or real(self, *a, **k)\n"
+             "from fleet import cel_tables\n"
+             "if sys.argv[1] == 'stale': cel_tables.KEY = '0' * 64\n"
              "from celpy import celparser\n"
              "from fleet.cel import CelEvaluator, DeviceFacts\n"
              "at_import = len(built)\n"
@@ -190,23 +223,10 @@ def test_a_cache_folder_that_is_missing_unwritable_or_corrupt_changes_nothing(tm
              "works = CelEvaluator().matches('device.driver == \"gpu.nvidia.com\"', DeviceFacts('gpu.nvidia.com'))\n"
              "print('built' if at_import else 'loaded', same and works)\n")
 
-    def run(cache_dir) -> str:
-        result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "MODELPLANE_CACHE_DIR": str(cache_dir)})
+    def run(case: str) -> str:
+        result = subprocess.run([sys.executable, "-c", check, case], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and not result.stderr, result.stderr
         return result.stdout.strip()
 
-    folder = tmp_path / "cache"
-    assert run(folder) == "built True"  # and kept
-    entry = folder / "cel-grammar.lark"
-    good = entry.read_bytes()
-    assert run(folder) == "loaded True" and entry.read_bytes() == good
-    assert sorted(p.name for p in folder.iterdir()) == [".key", "cel-grammar.lark"]  # the entry and its folder's key
-    # a file cut short by a crash, and random damage: never unpickled (that printed a SystemError), rebuilt
-    for damaged in [good[:len(good) // 2], good[:70] + os.urandom(200), os.urandom(64), b""]:
-        entry.write_bytes(damaged)
-        assert run(folder) == "built True"
-        assert run(folder) == "loaded True"  # kept again (Lark's bytes differ between processes: not compared)
-    blocked = tmp_path / "a-file"
-    blocked.write_text("")
-    assert run(blocked) == "built True"  # the cache folder cannot be made
+    assert run("shipped") == "loaded True"
+    assert run("stale") == "built True"
