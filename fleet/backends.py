@@ -102,18 +102,10 @@ def decide(engines: list[EngineFacts], mode: str, requested: str | None) -> tupl
     return decisions, []
 
 
-def decided(md) -> tuple[tuple[Decision, ...], tuple[tuple[int, str], ...]]:
-    """A ModelDeployment's decisions and errors (`decide`), made as it is validated."""
+def deployment_decisions(md) -> tuple[list[Decision], list[tuple[int, str]]]:
     spec = md.spec.template.spec
     requested = (md.metadata.annotations or {}).get(BACKEND_ANNOTATION)
-    decisions, errors = decide([engine_facts(e) for e in spec.engines], spec.mode, requested)
-    return tuple(decisions), tuple(errors)
-
-
-def deployment_decisions(md) -> tuple[tuple[Decision, ...], tuple[tuple[int, str], ...]]:
-    """The decisions made as the deployment was validated (`decided`): validation's rules and the planner read the
-    same answer."""
-    return md._decided
+    return decide([engine_facts(e) for e in spec.engines], spec.mode, requested)
 
 
 def on_dynamo_stack(backends: tuple[tuple[str, str, str], ...], gang: bool, dynamo_images: bool, nvidia: bool,

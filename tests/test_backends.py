@@ -81,18 +81,3 @@ def test_errors_are_located_on_the_engine_or_the_annotation():
     assert errors(bad) == ["metadata.annotations[modelplane.ai/backend]: unknown backend 'triton' (one of native, llm-d, dynamo)"]
     unknown_capability = mutate(gang, "spec.template.spec.engines[0].capabilities", ["Magic"])
     assert any("capabilities[0]" in e and "'KVOffload', 'WeightStreaming' or 'NVLinkDomain'" in e for e in errors(unknown_capability))
-
-
-def test_validation_decides_each_deployments_serving_path_and_the_planner_reads_it(monkeypatch):
-    """One road: the serving path validation decided is the one the planner places, not decided again."""
-    import fleet.backends
-    from fleet.scheduler import schedule
-    from tests.manifests import cluster, gpu_class, run
-
-    calls = []
-    real = fleet.backends.decide
-    monkeypatch.setattr(fleet.backends, "decide", lambda *a: calls.append(a) or real(*a))
-    loaded = run(gpu_class(), cluster("c1", pools=(("gpu", "l4", 4),)), deployment("a"), deployment("b", replicas=2))
-    assert not loaded.errors and len(calls) == 2
-    plan = schedule(loaded.fleet, [])
-    assert len(plan.replicas) == 3 and len(calls) == 2

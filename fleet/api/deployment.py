@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from fleet.api.common import (
     Annotations,
@@ -173,15 +173,6 @@ class ModelDeployment(Resource):
     kind: Literal["ModelDeployment"]
     spec: ModelDeploymentSpec
     status: dict[str, Any] | None = None
-    # its engines' serving paths and the errors deciding them (fleet/backends.py `decided`): decided once, as the
-    # object is validated, and read by validation's rules and the planner (a validated object never changes; every
-    # instance has them, so equal deployments stay equal)
-    _decided: Any = PrivateAttr(default=None)
-
-    def model_post_init(self, context: Any) -> None:
-        from fleet.backends import decided
-
-        self._decided = decided(self)
 
 
 def engine_shape_problem(roles: list[str]) -> str | None:
