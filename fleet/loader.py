@@ -9,12 +9,13 @@ files, YAML syntax errors, duplicate keys and junk bytes come back as problems.
 from __future__ import annotations
 
 import bisect
+import operator
 import re
 import sys
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, cast
+from typing import Any, Iterable, Iterator, cast
 
 import yaml
 
@@ -27,10 +28,6 @@ MAX_BYTES = 16 * 1024 * 1024  # one manifest file; a fleet folder may hold many
 MAX_EXPANDED = MAX_BYTES
 # libyaml's parser when PyYAML was built with it (about 10x faster); same nodes, same marks.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _no_path(*_: Any) -> None:
-    return None
 
 
 class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
@@ -47,32 +44,95 @@ class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
         # resolving reads only the class's tables: given the class, the loader is not held by its own attribute
         scalar, resolve = yaml.ScalarNode, partial(_SafeLoader.resolve, cast(Any, type(self)))
 
+        # without path resolvers, a map's or a list's tag is its kind's default
+        collections = {yaml.MappingNode: self.DEFAULT_MAPPING_TAG, yaml.SequenceNode: self.DEFAULT_SEQUENCE_TAG}
+
         def resolve_once(kind: Any, value: Any, implicit: Any) -> str:
             if kind is not scalar:
-                return resolve(kind, value, implicit)
+                return collections[kind]
             tag = tags.get((value, implicit))
             if tag is None:
                 tag = tags[(value, implicit)] = resolve(kind, value, implicit)
             return tag
 
-        # the parser looks these up on the loader for every node: the instance's come first
-        self.resolve, self.descend_resolver, self.ascend_resolver = resolve_once, _no_path, _no_path
+        # the parser looks these up on the loader for every node: the instance's come first. The path hooks do
+        # nothing here; builtins that take their arguments and do nothing cost a tenth of a Python function's call
+        self.resolve, self.descend_resolver, self.ascend_resolver = resolve_once, operator.is_, tuple
+
+
+class LineMap:
+    """A document's line per field path (the first line of a repeated key; nothing under an alias, whose lines are
+    where its anchor is). Most documents are never asked (only a problem names a line), so the one walk notes only
+    each key's and list item's line, in the order it meets them, and the map is made the first time it is asked, by
+    walking the built data in that same order: the walk made no paths (a tenth of parsing a fleet)."""
+
+    __slots__ = ("_lines", "_pending")
+
+    def __init__(self, lines: dict[Path_, int] | None = None, marks: list[int] | None = None, data: Any = None):
+        """`marks`: the lines of `data`'s keys and items, depth first (`_build`'s order; an alias is the object it
+        repeats, walked once), for data whose every key is a string."""
+        self._lines = lines if lines is not None else {}
+        self._pending = (marks, data) if marks is not None else None
+
+    def read(self) -> dict[Path_, int]:
+        pending = self._pending  # read once: the portal's threads may ask at the same time (each makes it alike)
+        if pending is not None:
+            lines: dict[Path_, int] = {}
+            marks = iter(pending[0])
+            try:
+                _place_marks(pending[1], (), marks, lines, set())
+            except StopIteration:
+                lines = {}
+            if next(marks, None) is not None:
+                lines = {}
+            self._lines = lines  # {} if the data was changed after it was parsed (it must not be): no line is wrong
+            self._pending = None  # after the map is in place
+        return self._lines
+
+
+def _place_marks(data: Any, path: Path_, marks: Iterator[int], lines: dict[Path_, int], seen: set[int]) -> None:
+    """`data`'s paths given their lines, in `_build`'s order. A map or list met again is an alias (`_build` makes a
+    new one for every node): as `_build` did, nothing under it is walked again."""
+    kind = type(data)
+    if kind is not dict and kind is not list:
+        return
+    if id(data) in seen:
+        return
+    seen.add(id(data))
+    if kind is dict:
+        for key, value in data.items():
+            here = path + (key,)
+            lines[here] = next(marks)
+            _place_marks(value, here, marks, lines, seen)
+    else:
+        for index, item in enumerate(data):
+            here = path + (index,)
+            lines[here] = next(marks)
+            _place_marks(item, here, marks, lines, seen)
 
 
 @dataclass
 class Document:
+    """One object as read: its data is never changed after (its lines are made from it when asked); a caller that
+    completes it validates a changed copy (`dataclasses.replace(doc, data=...)`), which keeps the lines."""
+
     source: str
     line: int
     data: Any
-    lines: dict[Path_, int] = field(default_factory=dict)
+    line_map: LineMap = field(default_factory=LineMap)
     offset: int = 0  # added to `lines`: a document read at another place in another file shares them (ParseMemo)
+
+    @property
+    def lines(self) -> dict[Path_, int]:
+        return self.line_map.read()
 
     def line_of(self, path: Iterable[Any]) -> int:
         """The line of the deepest part of `path` that exists in the source."""
         path = tuple(path)
+        lines = self.line_map.read()
         while path:
-            if path in self.lines:
-                return self.lines[path] + self.offset
+            if path in lines:
+                return lines[path] + self.offset
             path = path[:-1]
         return self.line
 
@@ -126,34 +186,37 @@ class _Unusual(Exception):
 
 
 class _Built(dict):
-    """id(node) -> what `_build` made of it, so an alias is the same object, as PyYAML's constructor makes it
-    (`_BUILDING` while a map or list is being filled); `aliases`: the node each alias repeated, keys included."""
+    """node -> what `_build` made of it, so an alias is the same object, as PyYAML's constructor makes it
+    (`_BUILDING` while a map or list is being filled); `aliases`: the node each alias repeated, keys included.
+    Nodes are keyed by identity (yaml's nodes define no equality)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.aliases: list[yaml.Node] = []
+        self.odd_keys = False  # a key that is not a string: its path holds its text, not the built key
 
 
 _BUILDING = object()
+_ScalarNode = yaml.ScalarNode
 
 
-def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, built: _Built, problems: list, source: str,
-           scalars: dict) -> Any:
-    """The document's data, as PyYAML's safe constructor builds it, with each field's line and duplicate keys
-    recorded on the way (what `_walk_lines` records, which also records nothing under an alias): one walk instead
-    of two, for documents of plain maps, lists, scalars and aliases of them. Anything else raises `_Unusual`.
-    `scalars` keeps each converted scalar (an int, a bool) by its tag and text: manifests repeat a few."""
-    known = built.get(id(node), built)
+def _build(loader: Any, node: yaml.Node, built: _Built, scalars: dict, marks: list[int]) -> Any:
+    """The document's data, as PyYAML's safe constructor builds it, for documents of plain maps, lists, scalars
+    and aliases of them without a repeated key; anything else raises `_Unusual` (and is built the other way, its
+    lines and repeated keys recorded by `_walk_lines`). `marks` gets each key's and item's line in the order met
+    (`LineMap`). `scalars` keeps each converted scalar (an int, a bool) by its tag and text: manifests repeat a
+    few. A string met for the first time (most of a manifest's values) is taken where it stands, without a call."""
+    known = built.get(node, built)
     if known is not built:  # an alias: the same object (a document Python's yaml.dump wrote repeats shared ones)
         if known is _BUILDING:
             raise _Unusual
         built.aliases.append(node)
         return known
     cls = node.__class__
-    if cls is yaml.ScalarNode:
+    if cls is _ScalarNode:
         tag = node.tag
         if tag == _STR:
-            value = built[id(node)] = node.value
+            value = built[node] = node.value
             return value
         if tag not in _PLAIN_SCALARS:
             raise _Unusual
@@ -164,34 +227,45 @@ def _build(loader: Any, node: yaml.Node, path: Path_, lines: dict, built: _Built
                 value = scalars[key] = loader.yaml_constructors[tag](loader, node)
             except (ValueError, TypeError, OverflowError):
                 raise _Unusual from None  # PyYAML's path reports it
-        built[id(node)] = value
+        built[node] = value
         return value
     if cls is yaml.MappingNode and node.tag == _MAP:
-        built[id(node)] = _BUILDING
+        built[node] = _BUILDING
         mapping: dict = {}
         keys: set = set()
         for key_node, value_node in node.value:
-            if key_node.__class__ is not yaml.ScalarNode:
+            if key_node.__class__ is not _ScalarNode:
                 raise _Unusual
-            here = _note_key(key_node, path, keys, lines, problems, source)
+            text = key_node.value
+            if text in keys:  # a repeated key: `_walk_lines` reports it where it is
+                raise _Unusual
+            keys.add(text)
+            marks.append(key_node.start_mark.line + 1)
             if key_node.tag == _STR:
-                key = key_node.value
-                if id(key_node) in built:  # an alias as a key: measured as any alias is
+                key = text
+                if key_node in built:  # an alias as a key: measured as any alias is
                     built.aliases.append(key_node)
-                built[id(key_node)] = key
+                built[key_node] = key
             else:
-                key = _build(loader, key_node, path, lines, built, problems, source, scalars)
-            mapping[key] = _build(loader, value_node, here, lines, built, problems, source, scalars)
-        built[id(node)] = mapping
+                key = _build(loader, key_node, built, scalars, marks)
+                built.odd_keys = True
+            if value_node.__class__ is _ScalarNode and value_node.tag == _STR and value_node not in built:
+                mapping[key] = built[value_node] = value_node.value
+            else:
+                mapping[key] = _build(loader, value_node, built, scalars, marks)
+        built[node] = mapping
         return mapping
     if cls is yaml.SequenceNode and node.tag == _SEQ:
-        built[id(node)] = _BUILDING
+        built[node] = _BUILDING
         sequence = []
-        for index, item in enumerate(node.value):
-            here = path + (index,)
-            lines.setdefault(here, item.start_mark.line + 1)
-            sequence.append(_build(loader, item, here, lines, built, problems, source, scalars))
-        built[id(node)] = sequence
+        for item in node.value:
+            marks.append(item.start_mark.line + 1)
+            if item.__class__ is _ScalarNode and item.tag == _STR and item not in built:
+                sequence.append(item.value)
+                built[item] = item.value
+            else:
+                sequence.append(_build(loader, item, built, scalars, marks))
+        built[node] = sequence
         return sequence
     raise _Unusual
 
@@ -228,7 +302,7 @@ def _items(doc: Document) -> list[Document]:
     for index, item in enumerate(doc.data["items"]):
         prefix = ("items", index)
         lines = {path[2:]: line for path, line in doc.lines.items() if path[:2] == prefix and len(path) > 2}
-        out.append(Document(doc.source, doc.lines.get(prefix, doc.line), item, lines))
+        out.append(Document(doc.source, doc.lines.get(prefix, doc.line), item, LineMap(lines)))
     return out
 
 
@@ -353,13 +427,14 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
             node = loader.get_node()
             if node is None:
                 continue
-            lines: dict[Path_, int] = {}
-            found: list[Problem] = []
+            start = node.start_mark
             built = _Built()
+            marks: list[int] = []
             try:
-                data = _build(loader, node, (), lines, built, found, source, scalars)
+                data = _build(loader, node, built, scalars, marks)
             except _Unusual:
-                lines, found = {}, []
+                lines: dict[Path_, int] = {}
+                found: list[Problem] = []
                 # the walk visits each node once, aliases or not; only a document with aliases can expand beyond
                 # its text (bounded by MAX_BYTES), so only such a document is measured, before any of it is built
                 if _walk_lines(node, (), lines, set(), found, source) and \
@@ -368,15 +443,20 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
                     continue
                 problems += found
                 data = loader.construct_document(node)
+                line_map = LineMap(lines)
             else:
                 # built with each alias as one shared object, never expanded: measured before anything expands it
                 if built.aliases and (refused := _expands_too_far(node, source, max_expanded, built.aliases)) is not None:
                     problems.append(refused)
                     continue
-                problems += found
-            items = _items(Document(source, node.start_mark.line + 1, data, lines))
+                if built.odd_keys:  # the built data's keys are not the text's: walk the nodes
+                    line_map = LineMap()
+                    _walk_lines(node, (), line_map.read(), set(), [], source)
+                else:
+                    line_map = LineMap(None, marks, data)
+            items = _items(Document(source, start.line + 1, data, line_map))
             documents += items
-            start, end = node.start_mark, node.end_mark
+            end = node.end_mark
             # an empty document's node has no length: it sits where the next token starts, maybe in the stretch
             # after its own, so it is given no lines at all (`learn` keeps neither stretch)
             last = start.line - 1 if end.index == start.index else \

@@ -154,3 +154,44 @@ def test_aliases_used_as_keys_count_towards_the_bound():
         assert not documents and len(problems) == 1 and "expands to about 2,0" in problems[0].message
     documents, problems = parse_text(KEY_ALIASES, "f.yaml", max_expanded=3_000_000)
     assert not problems and documents[0].data["b"][0] == {"x" * 1000: 1}
+
+
+LAYOUTS = {
+    "text before, in other scripts": "a: ünïcødé ✓ 日本語\nb: 2\n---\nkind: X\nspec:\n  items:\n  - x: 1\n    y: é\n  - z: 3\n",
+    "Windows line ends": "a: 1\r\nb: ü\r\n---\r\nk: v\r\nm:\r\n  - 1\r\n",
+    "a flow node on the start line": "--- {a: 1, b: [x, y]}\n--- [1, {c: 2}]\n---   # a comment\nd:\n  e: f\n",
+    "an indented root and comments": "# head\n---\n  a: 1   # trailing\n  # between\n  b:\n    - c\n...\n---\nz: 0\n",
+    "a block literal, then a list": "a: |\n  line one\n\n  line three\nb:\n- 1\n- k: v\n---\nlast: true\n",
+    "an empty document in between": "a: 1\n---\n---\nb: 2\n",
+    "directives": "%YAML 1.1\n%TAG !e! tag:example.com,2000:\n---\na: 1\nb: [x]\n",
+    "lone carriage returns": "a: 1\rb:\r  - c\r---\rd: e\r",
+}
+
+
+def test_lines_made_when_asked_are_the_ones_the_walk_records():
+    """A plain document's lines are noted in order as it is built, and its map made the first time it is asked:
+    the same map as the two walks record, wherever the document stands in the stream."""
+    for name, text in LAYOUTS.items():
+        assert loaded(text) == reference(text), name
+
+
+def test_parsing_plain_documents_makes_no_paths_until_asked(monkeypatch):
+    walked, placed = [], []
+    real_walk, real_place = loader._walk_lines, loader._place_marks
+    monkeypatch.setattr(loader, "_walk_lines", lambda *a: (a[1] == () and walked.append(a[0])) or real_walk(*a))
+    monkeypatch.setattr(loader, "_place_marks", lambda *a: (a[1] == () and placed.append(a[0])) or real_place(*a))
+    text = "".join(f"---\nkind: K\nmetadata:\n  name: n{i}\nspec:\n  list: [{i}, b]\n" for i in range(50))
+    documents, problems = parse_text(text, "f.yaml")
+    assert len(documents) == 50 and not problems and not walked and not placed
+    assert documents[7].line_of(("spec", "list", 1)) == 7 * 6 + 6  # six lines a document, the first a start line
+    assert documents[7].line_of(("metadata", "name")) == 7 * 6 + 4
+    assert placed == [documents[7].data] and not walked  # made once, from the notes, for the document asked
+
+
+def test_data_changed_after_parsing_never_gets_a_wrong_line():
+    """A document's data is not to be changed once parsed; if it is, its lines are its first line, never another
+    field's, and asking never fails."""
+    for change in (lambda d: d.pop("b"), lambda d: d.update(z=1), lambda d: d["c"].append(4)):
+        documents, _ = parse_text("---\na: 1\nb: 2\nc: [1, 2, 3]\nd: {e: f}\n", "f.yaml")
+        change(documents[0].data)
+        assert documents[0].line_of(("d", "e")) == 2 and documents[0].line_of(("a",)) == 2

@@ -10,6 +10,7 @@ whole fleet inside its serialized transaction. Both store a full replan with `co
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from automation.planning.conditions import snapshot
 from automation.record.applied import replica_from_dict
@@ -89,11 +90,10 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
         raise ApiError(400, "BadRequest", f"metadata.name {meta.get('name')!r} does not match the path ({name!r})")
     if namespace is not None and meta.get("namespace") not in (None, namespace):
         raise ApiError(400, "BadRequest", f"metadata.namespace {meta.get('namespace')!r} does not match the path ({namespace!r})")
-    data.setdefault("metadata", {})["name"] = name
-    if namespace is not None:
-        data["metadata"]["namespace"] = namespace
-    data.pop("status", None)  # status is the portal's to write
-    obj, found, _ = validate_document(doc)
+    # completed as a copy: the document's data stays as parsed, which its map of lines is made from when asked
+    data = {key: value for key, value in data.items() if key != "status"}  # status is the portal's to write
+    data["metadata"] = {**meta, "name": name, **({"namespace": namespace} if namespace is not None else {})}
+    obj, found, _ = validate_document(replace(doc, data=data))
     if found or obj is None:
         errors = [p for p in found if not p.warning] or found
         raise ApiError(422, "Invalid", f"{kind} {name!r} is invalid",
