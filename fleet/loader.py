@@ -40,19 +40,21 @@ class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
         super().__init__(stream)
         if self.yaml_path_resolvers:
             return
-        tags: dict[tuple[str, tuple[bool, bool]], str] = {}
+        tags: dict[str, str] = {}  # a plain scalar's text -> its tag
         # resolving reads only the class's tables: given the class, the loader is not held by its own attribute
         scalar, resolve = yaml.ScalarNode, partial(_SafeLoader.resolve, cast(Any, type(self)))
-
-        # without path resolvers, a map's or a list's tag is its kind's default
+        # without path resolvers, a map's or a list's tag is its kind's default, and so is a quoted scalar's
         collections = {yaml.MappingNode: self.DEFAULT_MAPPING_TAG, yaml.SequenceNode: self.DEFAULT_SEQUENCE_TAG}
+        quoted = self.DEFAULT_SCALAR_TAG
 
         def resolve_once(kind: Any, value: Any, implicit: Any) -> str:
             if kind is not scalar:
                 return collections[kind]
-            tag = tags.get((value, implicit))
+            if not implicit[0]:
+                return quoted
+            tag = tags.get(value)
             if tag is None:
-                tag = tags[(value, implicit)] = resolve(kind, value, implicit)
+                tag = tags[value] = resolve(kind, value, implicit)
             return tag
 
         # the parser looks these up on the loader for every node: the instance's come first. The path hooks do
