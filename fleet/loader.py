@@ -68,13 +68,14 @@ class LineMap:
     each key's and list item's line, in the order it meets them, and the map is made the first time it is asked, by
     walking the built data in that same order: the walk made no paths (a tenth of parsing a fleet)."""
 
-    __slots__ = ("_lines", "_pending")
+    __slots__ = ("_lines", "_pending", "_counted")
 
     def __init__(self, lines: dict[Path_, int] | None = None, marks: list[int] | None = None, data: Any = None):
         """`marks`: the lines of `data`'s keys and items, depth first (`_build`'s order; an alias is the object it
         repeats, walked once), for data whose every key is a string."""
         self._lines = lines if lines is not None else {}
         self._pending = (marks, data) if marks is not None else None
+        self._counted = False  # whether the data still has as many keys and items as marks (`line_of`)
 
     def read(self) -> dict[Path_, int]:
         pending = self._pending  # read once: the portal's threads may ask at the same time (each makes it alike)
@@ -90,6 +91,53 @@ class LineMap:
             self._lines = lines  # {} if the data was changed after it was parsed (it must not be): no line is wrong
             self._pending = None  # after the map is in place
         return self._lines
+
+    def line_of(self, path: Path_) -> int | None:
+        """The line of the deepest part of `path` that has one. Before the map is made, only the marks before the
+        path's end are counted (a problem names one field of a document that has hundreds)."""
+        pending = self._pending
+        if pending is not None:
+            marks, data = pending
+            if self._counted or _marks_under(data, set()) == len(marks):
+                self._counted = True
+                return _mark_at(data, path, marks)
+            self._lines, self._pending = {}, None  # changed after it was parsed: as `read` says, no line is wrong
+        lines = self._lines
+        while path:
+            if path in lines:
+                return lines[path]
+            path = path[:-1]
+        return None
+
+
+def _mark_at(data: Any, path: Path_, marks: list[int]) -> int | None:
+    """`_place_marks`' line for the deepest part of `path` it gives one, without making the others: the marks of
+    the keys and items before each step, and of everything under them, are counted."""
+    seen: set[int] = set()
+    at, found, node = 0, None, data
+    for step in path:
+        kind = type(node)
+        if (kind is not dict and kind is not list) or id(node) in seen:
+            break
+        seen.add(id(node))
+        for key, value in (node.items() if kind is dict else enumerate(node)):
+            if key == step and type(key) is type(step):
+                found, node = marks[at], value
+                at += 1
+                break
+            at += 1 + _marks_under(value, seen)
+        else:
+            break
+    return found
+
+
+def _marks_under(data: Any, seen: set[int]) -> int:
+    """How many marks `_place_marks` gives what is under `data` (an alias met again: none)."""
+    kind = type(data)
+    if (kind is not dict and kind is not list) or id(data) in seen:
+        return 0
+    seen.add(id(data))
+    return len(data) + sum(_marks_under(value, seen) for value in (data.values() if kind is dict else data))
 
 
 def _place_marks(data: Any, path: Path_, marks: Iterator[int], lines: dict[Path_, int], seen: set[int]) -> None:
@@ -130,13 +178,8 @@ class Document:
 
     def line_of(self, path: Iterable[Any]) -> int:
         """The line of the deepest part of `path` that exists in the source."""
-        path = tuple(path)
-        lines = self.line_map.read()
-        while path:
-            if path in lines:
-                return lines[path] + self.offset
-            path = path[:-1]
-        return self.line
+        line = self.line_map.line_of(tuple(path))
+        return line + self.offset if line is not None else self.line
 
     def moved(self, source: str, lines: int) -> Document:
         """The same document read `lines` further down in `source` (its data and line map shared, not copied)."""

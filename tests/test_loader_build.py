@@ -184,8 +184,25 @@ def test_parsing_plain_documents_makes_no_paths_until_asked(monkeypatch):
     documents, problems = parse_text(text, "f.yaml")
     assert len(documents) == 50 and not problems and not walked and not placed
     assert documents[7].line_of(("spec", "list", 1)) == 7 * 6 + 6  # six lines a document, the first a start line
-    assert documents[7].line_of(("metadata", "name")) == 7 * 6 + 4
-    assert placed == [documents[7].data] and not walked  # made once, from the notes, for the document asked
+    assert documents[7].line_of(("metadata", "name", "deeper")) == 7 * 6 + 4
+    assert not placed and not walked  # one field's line: no map made
+    assert documents[7].lines[("spec",)] == 7 * 6 + 5 and placed == [documents[7].data]  # the whole map when asked
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(data, min_size=1, max_size=3), st.lists(st.integers(0, 2), min_size=1, max_size=4),
+       st.sampled_from([None, False, True]))
+def test_one_fields_line_is_the_maps(parts, uses, flow):
+    """The line of one path, counted from the notes, is the one the whole map gives, for every path the map has
+    and for paths it has not (aliases included: nothing under a repeated object has a line of its own)."""
+    shared = [{"part": p} for p in parts]
+    text = yaml.safe_dump_all([{"spec": [shared[i % len(shared)] for i in uses], "again": shared}, *parts],
+                              default_flow_style=flow, allow_unicode=True)
+    whole = [d.lines for d in parse_text(text, "f.yaml")[0]]
+    for document, lines in zip(parse_text(text, "f.yaml")[0], whole):
+        for path in [*lines, *(p + ("no-such",) for p in lines), ("no-such",), ("spec", 99), ("spec", "0")]:
+            expected = next((lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in lines), document.line)
+            assert document.line_of(path) == expected, path
 
 
 def test_data_changed_after_parsing_never_gets_a_wrong_line():
