@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class HashedOnce:
@@ -43,15 +47,20 @@ _NEXT_UID = itertools.count()
 MAX_INTERNED = 100_000  # values a process keeps numbers for; past it they are numbered afresh (a long-lived portal)
 
 
+def _kept(table: dict[K, V], key: K, limit: int, make: Callable[[], V]) -> V:
+    """`table[key]`, made when missing; a table at its limit is emptied first (a long-lived portal)."""
+    found = table.get(key)
+    if found is None:
+        if len(table) >= limit:
+            table.clear()
+        found = table[key] = make()
+    return found
+
+
 def _intern(value: HashedOnce) -> int:
     """The number of `value`'s value: the same for equal values while they are kept, never one of another value's
     (numbers are never reused, so a value numbered afresh only misses cache entries, it never takes another's)."""
-    found = _UIDS.get(value)
-    if found is None:
-        if len(_UIDS) >= MAX_INTERNED:
-            _UIDS.clear()
-        found = _UIDS[value] = next(_NEXT_UID)
-    return found
+    return _kept(_UIDS, value, MAX_INTERNED, lambda: next(_NEXT_UID))
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,33 @@ def member_shape(member) -> MemberShape:
     return MemberShape(member.role, member.pods, requests)
 
 
+_SHAPES: dict[tuple, tuple[EngineShape, ...]] = {}  # `shape_key` -> the shapes it gives
+MAX_SHAPES = 10_000  # distinct deployments' shapes kept; past it they are made afresh (a long-lived portal)
+
+
+def shape_key(md) -> tuple:
+    """Everything `engine_shapes` reads of a deployment, as plain values: its serving mode and annotations (the
+    backend asked for, autoscaling), and each engine's name, copies, phase, capabilities and members (role, pods,
+    container images, device requests). Fleets repeat a few shapes thousands of times; the key is a third of
+    the cost of making them."""
+    spec = md.spec.template.spec
+    return (spec.mode, tuple(sorted((md.metadata.annotations or {}).items())),
+            tuple((e.name, e.copies, e.phase, tuple(e.capabilities or ()),
+                   tuple((m.role, m.pods, tuple(c.image for c in m.template.spec.containers),
+                          tuple((d.name, d.count, tuple(s.cel for s in d.selectors)) for d in m.nodeSelector.devices)
+                          if m.nodeSelector else None)
+                         for m in e.members))
+                  for e in spec.engines))
+
+
 def engine_shapes(md) -> tuple[EngineShape, ...]:
-    """The engines of a (validated) ModelDeployment, each with its serving path decided."""
+    """The engines of a (validated) ModelDeployment, each with its serving path decided; made once per distinct
+    `shape_key` in a process."""
+    return _kept(_SHAPES, shape_key(md), MAX_SHAPES, lambda: made_shapes(md))
+
+
+def made_shapes(md) -> tuple[EngineShape, ...]:
+    """`engine_shapes`, made from the deployment."""
     from fleet.autoscaling import parse
     from fleet.backends import deployment_decisions
 
