@@ -83,7 +83,7 @@ class LineMap:
             lines: dict[Path_, int] = {}
             marks = iter(pending[0])
             try:
-                _place_marks(pending[1], (), marks, lines, set())
+                _place_marks(pending[1], marks, lines)
             except StopIteration:
                 lines = {}
             if next(marks, None) is not None:
@@ -132,33 +132,40 @@ def _mark_at(data: Any, path: Path_, marks: list[int]) -> int | None:
 
 
 def _marks_under(data: Any, seen: set[int]) -> int:
-    """How many marks `_place_marks` gives what is under `data` (an alias met again: none)."""
-    kind = type(data)
-    if (kind is not dict and kind is not list) or id(data) in seen:
-        return 0
-    seen.add(id(data))
-    return len(data) + sum(_marks_under(value, seen) for value in (data.values() if kind is dict else data))
+    """How many marks `_place_marks` gives what is under `data`: every key and item of each map and list it reaches
+    that is not `seen` (an alias met again), whatever order they are counted in. Counted without recursion: a
+    document nested as deep as YAML allows must not run out of stack where a problem asks for one line."""
+    count, stack = 0, [data]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if (kind is not dict and kind is not list) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        count += len(node)
+        stack.extend(node.values() if kind is dict else node)
+    return count
 
 
-def _place_marks(data: Any, path: Path_, marks: Iterator[int], lines: dict[Path_, int], seen: set[int]) -> None:
-    """`data`'s paths given their lines, in `_build`'s order. A map or list met again is an alias (`_build` makes a
-    new one for every node): as `_build` did, nothing under it is walked again."""
-    kind = type(data)
-    if kind is not dict and kind is not list:
+def _place_marks(data: Any, marks: Iterator[int], lines: dict[Path_, int]) -> None:
+    """`data`'s paths given their lines, in `_build`'s order (depth first, without recursion). A map or list met
+    again is an alias (`_build` makes a new one for every node): as `_build` did, nothing under it is walked again."""
+    if type(data) is not dict and type(data) is not list:
         return
-    if id(data) in seen:
-        return
-    seen.add(id(data))
-    if kind is dict:
-        for key, value in data.items():
-            here = path + (key,)
+    seen = {id(data)}
+    stack: list[tuple[Path_, Iterator]] = [((), iter(data.items() if type(data) is dict else enumerate(data)))]
+    while stack:
+        path, entries = stack[-1]
+        for step, child in entries:
+            here = path + (step,)
             lines[here] = next(marks)
-            _place_marks(value, here, marks, lines, seen)
-    else:
-        for index, item in enumerate(data):
-            here = path + (index,)
-            lines[here] = next(marks)
-            _place_marks(item, here, marks, lines, seen)
+            kind = type(child)
+            if (kind is dict or kind is list) and id(child) not in seen:
+                seen.add(id(child))
+                stack.append((here, iter(child.items() if kind is dict else enumerate(child))))
+                break
+        else:
+            stack.pop()
 
 
 @dataclass
