@@ -75,20 +75,25 @@ class LineMap:
         repeats, walked once), for data whose every key is a string."""
         self._lines = lines if lines is not None else {}
         self._pending = (marks, data) if marks is not None else None
-        self._counted = False  # whether the data still has as many keys and items as marks (`line_of`)
+        self._counted = False  # whether the data was found to have as many keys and items as marks (`_intact`)
+
+    def _intact(self, marks: list[int], data: Any) -> bool:
+        """Whether the data still has as many keys and items as it has marks, counted once. Data changed after it
+        was parsed (it must not be) then has no lines: a message names the document's first line, never another
+        field's."""
+        if not self._counted:
+            if _marks_under(data, set()) != len(marks):
+                self._lines, self._pending = {}, None
+                return False
+            self._counted = True
+        return True
 
     def read(self) -> dict[Path_, int]:
         pending = self._pending  # read once: the portal's threads may ask at the same time (each makes it alike)
-        if pending is not None:
+        if pending is not None and self._intact(*pending):
             lines: dict[Path_, int] = {}
-            marks = iter(pending[0])
-            try:
-                _place_marks(pending[1], marks, lines)
-            except StopIteration:
-                lines = {}
-            if next(marks, None) is not None:
-                lines = {}
-            self._lines = lines  # {} if the data was changed after it was parsed (it must not be): no line is wrong
+            _place_marks(pending[1], iter(pending[0]), lines)
+            self._lines = lines
             self._pending = None  # after the map is in place
         return self._lines
 
@@ -96,12 +101,8 @@ class LineMap:
         """The line of the deepest part of `path` that has one. Before the map is made, only the marks before the
         path's end are counted (a problem names one field of a document that has hundreds)."""
         pending = self._pending
-        if pending is not None:
-            marks, data = pending
-            if self._counted or _marks_under(data, set()) == len(marks):
-                self._counted = True
-                return _mark_at(data, path, marks)
-            self._lines, self._pending = {}, None  # changed after it was parsed: as `read` says, no line is wrong
+        if pending is not None and self._intact(*pending):
+            return _mark_at(pending[1], path, pending[0])
         lines = self._lines
         while path:
             if path in lines:
