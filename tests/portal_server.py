@@ -150,9 +150,12 @@ def put_retrying(client: httpx.Client, url: str, body: dict) -> httpx.Response:
 
 
 def running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie may never be reaped in a container); reads /proc."""
+    """Alive and not a zombie (an orphan's zombie may never be reaped in a container); reads /proc.
+
+    A process reaped between the open and the read makes the read fail with ESRCH
+    (ProcessLookupError): it is gone, just as when the file is missing."""
     try:
         with open(f"/proc/{pid}/status") as status:
             return not any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False

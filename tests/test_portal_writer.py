@@ -23,16 +23,25 @@ OBJ = API + "/namespaces/team-a/modeldeployments/{name}"
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to see the writer process")
 
 
+def proc_file(path: str) -> bytes:
+    """A /proc file's bytes, or nothing when its process or thread ended (and was reaped) meanwhile:
+    the file is then missing (ENOENT) or its read fails with ESRCH."""
+    try:
+        return Path(path).read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 def children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
+        found += [int(child) for child in proc_file(f"{task}/children").split()]
     return found
 
 
 def spawned(pid: int) -> list[int]:
     """The processes `pid` started through multiprocessing's spawn (not its resource tracker)."""
-    return [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return [c for c in children(pid) if b"spawn_main" in proc_file(f"/proc/{c}/cmdline")]
 
 
 @pytest.fixture
