@@ -31,16 +31,17 @@ def portal(tmp_path):
 def test_a_write_stuck_on_the_lock_neither_freezes_reads_nor_waits_30_seconds(portal, monkeypatch):
     seed_fleet(portal)
     monkeypatch.setattr(store_module, "WRITE_WAIT", 0.5)
-    release = threading.Event()
+    held, release = threading.Event(), threading.Event()
 
     def hold_the_write_lock():
         with portal.store.write():
+            held.set()
             release.wait(10)
 
     holder = threading.Thread(target=hold_the_write_lock)
     holder.start()
     try:
-        time.sleep(0.1)
+        assert held.wait(10), "the holder never took the write lock"  # not a sleep: a slow runner takes it late
         with portal.client(TEAM_A) as team:
             results = {}
 
@@ -111,8 +112,10 @@ def test_an_unreachable_database_is_a_503_status_not_a_500(portal):
 
 
 def serve(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    """`serve` run in `tmp_path`: with no --data-dir, its default folder (.modelplane/portal) lands there, not in
+    the checkout."""
     return subprocess.run([sys.executable, "-m", "automation.cli", "serve", "--tokens", str(write_tokens(tmp_path)),
-                           "--no-apply", *extra], capture_output=True, text=True, timeout=60)
+                           "--no-apply", *extra], capture_output=True, text=True, timeout=60, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("url,says", [
