@@ -62,7 +62,9 @@ class Portal:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "automation.cli", "serve", "--port", str(self.port), "--tokens",
              str(write_tokens(folder)), "--data-dir", str(folder / "data"), "--state", str(folder / "state"),
-             "--no-apply", "--tls-self-signed"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             "--no-apply", "--tls-self-signed"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # a module's portal starts before the per-test cache folder is set (tests/conftest.py): its own here
+            env={**os.environ, "MODELPLANE_CACHE_DIR": str(folder / "modelplane-cache")})
         assert self.process.stdout is not None
         banner = self.process.stdout.readline() + self.process.stdout.readline()
         assert banner.startswith(f"modelplane portal on https://127.0.0.1:{self.port}"), banner
