@@ -502,9 +502,10 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
                 if built.aliases and (refused := _expands_too_far(node, source, max_expanded, built.aliases)) is not None:
                     problems.append(refused)
                     continue
-                if built.odd_keys:  # the built data's keys are not the text's: walk the nodes
-                    line_map = LineMap()
-                    _walk_lines(node, (), line_map.read(), set(), [], source)
+                if built.odd_keys:  # the built data's keys are not the text's: walk the nodes for the lines
+                    lines = {}
+                    _walk_lines(node, (), lines, set(), [], source)  # no problems: `_build` refused repeated keys
+                    line_map = LineMap(lines)
                 else:
                     line_map = LineMap(None, marks, data)
             items = _items(Document(source, start.line + 1, data, line_map))
