@@ -16,6 +16,7 @@ from fleet.topology import cluster_topology
 
 if TYPE_CHECKING:
     from fleet.api.cluster import InferenceCluster
+    from fleet.api.gateway import InferenceGateway
     from fleet.api.inference_class import InferenceClass
     from fleet.validate import Fleet
 
@@ -220,11 +221,17 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
     )
 
 
-def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
+def fleet_gateway(fleet: Fleet) -> InferenceGateway | None:
+    """The InferenceGateway the gateway stack runs: one that names its backend's settings."""
     ig = next(iter(fleet.of("InferenceGateway")), None)
-    envoy = ig.envoy if ig is not None else None
-    if ig is None or (ig.spec.traefik is None and envoy is None):
+    return ig if ig is not None and (ig.spec.traefik is not None or ig.envoy is not None) else None
+
+
+def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
+    ig = fleet_gateway(fleet)
+    if ig is None:
         return None
+    envoy = ig.envoy
     metallb = ig.spec.traefik.metallb if ig.spec.traefik else envoy.metallb if envoy else None
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     from workloads.aggregated_api import PREFIX

@@ -140,10 +140,38 @@ def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeyp
     assert [s.name for s in result.changed] == [f"model-team-7.{names[7]}"]
 
 
+def test_only_the_team_stacks_whose_inputs_change_are_composed(monkeypatch):
+    """A team stack (namespace, isolation, device quota on one cluster) is composed from the team's devices there:
+    an image change leaves every team stack as it was, so none is composed on either side; an added replica
+    changes its team's quota on the cluster it lands on, and that stack alone is composed."""
+    objects = generate(24, 6)
+    base = fleet_of(objects)
+    states: list = []
+    real_state = compare_module.desired_state
+    monkeypatch.setattr(compare_module, "desired_state", lambda *a, **k: states.append(real_state(*a, **k)) or states[-1])
+    calls: list[str] = []
+    real_objects = workloads.render.team_objects
+    monkeypatch.setattr(workloads.render, "team_objects", lambda team, *a: calls.append(team) or real_objects(team, *a))
+
+    def composed(state) -> set[str]:
+        return {name for name in state.specs if name.startswith("team-") and name not in state.reused}
+
+    result = compare(base, fleet_of(EDITS["one deployment's image"](objects)))
+    teams = {name for name in states[-1].specs if name.startswith("team-")}
+    assert len(teams) > 3 and [composed(s) for s in states] == [set(), set()] and calls == []
+    assert not any(s.name.startswith("team-") for s in result.changed)
+    states.clear()
+    result = compare(base, fleet_of(EDITS["one deployment gains a replica"](objects)))
+    changed = {s.name for s in result.changed if s.name.startswith("team-")}
+    assert len(changed) == 1 and composed(states[-1]) == changed  # the head composes the changed one only
+    assert composed(states[0]) <= changed  # and the base, when the team was on that cluster before
+    assert len(calls) == len(composed(states[0])) + len(composed(states[1]))
+
+
 def test_the_head_takes_the_bases_platform_stacks_when_their_inputs_are_the_same(monkeypatch, tmp_path):
-    """Cold, the platform and gateway stacks are computed once, for the base: a deployment's change does not touch
-    what they are computed from; with the base's summary kept, not at all. A change to a cluster does: the head
-    computes its own (and, cold, the base its own)."""
+    """A deployment's change does not touch what the platform and gateway stacks are computed from: they are
+    computed on neither side, cold or with the base's summary kept. A change to a cluster does: cold, each side
+    computes its own; with a summary that knows the base's, only the head."""
     objects = generate(24, 6)
     objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
                     "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}})
@@ -153,13 +181,16 @@ def test_the_head_takes_the_bases_platform_stacks_when_their_inputs_are_the_same
     base, head = fleet_of(objects), fleet_of(EDITS["one deployment gains a replica"](objects))
     cache = BaseCache(tmp_path)
     result = compare(base, head, cache=cache)
-    assert len(computed) == 1 and "gateway" in {s.name for s in result.stacks}
-    computed.clear()
-    assert outputs(compare(base, head, cache=cache)) == outputs(result)  # the summary knows them: none computed
+    assert computed == [] and "gateway" in {s.name for s in result.stacks}
+    assert not any(s.name.startswith(("platform-", "gateway")) for s in result.changed)
+    assert outputs(compare(base, head, cache=cache)) == outputs(result)  # the summary kept them as `SAME`
     assert computed == []
     labelled = fleet_of(_edit(objects, "InferenceCluster", 1, lambda c: c["metadata"]["labels"].update(tier="gold")))
     result = compare(base, labelled, cache=cache)
-    assert len(computed) == 1 and "platform-cluster-0001" in {s.name for s in result.changed}  # the head's only
+    assert len(computed) == 2 and "platform-cluster-0001" in {s.name for s in result.changed}  # the summary lacked them
+    computed.clear()
+    assert outputs(compare(base, labelled, cache=cache)) == outputs(result)
+    assert len(computed) == 1  # now it knows them: the head's only
     computed.clear()
     result = compare(base, fleet_of(EDITS["a pool shrinks"](objects)))
     assert len(computed) == 2 and "platform-cluster-0000" in {s.name for s in result.changed}

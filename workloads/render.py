@@ -20,10 +20,10 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
 from fleet import tenancy
-from fleet.inventory import build_clusters
+from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
@@ -140,16 +140,17 @@ def envoy_front_door(fleet: Fleet) -> Envoy | None:
 
 
 def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None,
-           gateways: Gateways | None = None) -> Rendered:
+           gateways: Gateways | None = None, teams: Mapping[str, TeamStack] | None = None) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
     (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
 
     `gateways`: the gateway addresses the applied platform and gateway stacks output (an InferenceCluster's or
     InferenceGateway's observed `status` comes first); with none known, an address is a marked placeholder.
 
-    `reuse`: model stacks whose objects the caller already knows (their inputs did not change, see
-    `model_inputs`), with those objects' identities (`object_keys`): their replicas are not composed, the stacks
-    keep their targets with no objects, and collisions are found from the identities."""
+    `reuse`: model and team stacks whose objects the caller already knows (their inputs did not change, see
+    `stack_inputs`), with those objects' identities (`object_keys`): they are not composed, the stacks keep their
+    targets with no objects, and collisions are found from the identities. `teams`: `team_stacks` of this plan
+    and host, when the caller has them."""
     reuse = reuse or {}
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
@@ -159,7 +160,6 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     gateway = next(iter(fleet.of("InferenceGateway")), None)
     envoy = envoy_front_door(fleet)
     endpoints: list[Endpoint] = []
-    used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
         md = deployments[(placed.namespace, placed.deployment)]
         stack = model_stack(md.namespace, md.name)
@@ -168,7 +168,6 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         else:
             ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
             out.add(stack, placed.cluster, compose_replica(ctx))
-        used.setdefault((md.namespace, placed.cluster), Counter()).update(replica_devices(placed))
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
             continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
@@ -224,29 +223,68 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
                     + [fleet_data_plane.backend_object(backends[name]) for name in sorted(backends)]
                     + scaled.get(namespace, []))
     for cache in fleet.of("ModelCache"):
-        selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
-        for cluster in clusters.values():
-            if selector and any(cluster.labels.get(k) != v for k, v in selector.items()):
-                continue
-            if cluster.cache_storage_class:
-                out.add(cache_stack(cache.namespace, cache.name), cluster.name,
-                        cache_objects(cache, cluster.cache_storage_class,
-                                      tenancy.workload_namespace(cache.namespace, chosen),
-                                      hydrated=cluster.name in hydrated_clusters(cache)))
-                used.setdefault((cache.namespace, cluster.name), Counter())
-                out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
-    # teams with routes, backends or fleet autoscalers on the control plane
-    serving = {ms.namespace for ms in fleet.of("ModelService")} | set(scaled)
+        for cluster in cache_targets(cache, clusters.values()):
+            out.add(cache_stack(cache.namespace, cache.name), cluster.name,
+                    cache_objects(cache, str(cluster.cache_storage_class),
+                                  tenancy.workload_namespace(cache.namespace, chosen),
+                                  hydrated=cluster.name in hydrated_clusters(cache)))
+            out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
+    for stack, team in (teams if teams is not None else team_stacks(fleet, plan, host, clusters.values())).items():
+        if stack in reuse:
+            out.add(stack, team.cluster, [])
+            continue
+        objects = team_objects(team.team, team.namespace, Counter(dict(team.devices))) if team.owns else []
+        if team.control_plane_namespace:  # teams share `default`: the route namespace alone
+            objects.insert(0, control_plane_namespace(team.team))
+        out.add(stack, team.cluster, objects)
+    out.problems += _collisions(fleet, out, chosen, reuse)
+    return out
+
+
+def cache_targets(cache, clusters: Iterable[ClusterView]) -> list[ClusterView]:
+    """The clusters a ModelCache stages to: those its selector matches that have a storage class for caches."""
+    selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
+    return [c for c in clusters if c.cache_storage_class
+            and not (selector and any(c.labels.get(k) != v for k, v in selector.items()))]
+
+
+class TeamStack(NamedTuple):
+    """What a team's stack on one cluster is composed from (`render` reads nothing else for it)."""
+
+    team: str
+    cluster: str
+    namespace: str  # the team's workload namespace there
+    owns: bool  # the namespace is the team's own: its isolation and device quota are created
+    devices: tuple[tuple[str, int], ...]  # devices per class the team's replicas there may claim, sorted
+    control_plane_namespace: bool  # the control plane, where the team's routes need their namespace alone
+
+
+def team_stacks(fleet: Fleet, plan: Plan, host: str | None,
+                clusters: Iterable[ClusterView] | None = None) -> dict[str, TeamStack]:
+    """Every team stack with what it is composed from: a team on each cluster its replicas or caches use, and on
+    the control plane (`host`) when it has routes, backends or fleet autoscalers there. A team whose workloads go
+    to a shared namespace has a stack only where its routes need their own namespace. `clusters`: the fleet's
+    (`build_clusters`), when the caller has them."""
+    chosen = tenancy.mode(fleet)
+    used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
+    for placed in plan.replicas:
+        used.setdefault((placed.namespace, placed.cluster), Counter()).update(replica_devices(placed))
+    caches = fleet.of("ModelCache")
+    views = list(clusters if clusters is not None else build_clusters(fleet) if caches else [])
+    for cache in caches:
+        for view in cache_targets(cache, views):
+            used.setdefault((cache.namespace, view.name), Counter())
+    serving = {ms.namespace for ms in fleet.of("ModelService")} | fleet_autoscaling.scaling_namespaces(fleet)
     for team in serving if host is not None else ():
         used.setdefault((team, str(host)), Counter())
-    for (team, cluster_name), devices in sorted(used.items()):
+    out = {}
+    for (team, cluster), devices in sorted(used.items()):
         namespace = tenancy.workload_namespace(team, chosen)
-        objects = team_objects(team, namespace, devices) if tenancy.owns_namespace(namespace) else []
-        if cluster_name == host and team in serving and tenancy.owns_namespace(team) and namespace != team:
-            objects.insert(0, control_plane_namespace(team))  # teams share `default`: the route namespace alone
-        if objects:
-            out.add(team_stack(team, cluster_name), cluster_name, objects)
-    out.problems += _collisions(fleet, out, chosen, reuse)
+        owns = tenancy.owns_namespace(namespace)
+        apart = cluster == host and team in serving and tenancy.owns_namespace(team) and namespace != team
+        if owns or apart:
+            out[team_stack(team, cluster)] = TeamStack(team, cluster, namespace, owns, tuple(sorted(devices.items())),
+                                                       apart)
     return out
 
 
@@ -271,6 +309,23 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
                           *sorted(placed_here)])
         out[model_stack(*key)] = hashlib.sha256(text.encode()).hexdigest()
     return out
+
+
+class StackInputs(NamedTuple):
+    """Per model and team stack, a digest of everything its objects are composed from (`model_inputs`, and a team
+    stack's `TeamStack`): equal digests mean equal objects, so a stack whose digest did not change need not be
+    composed again. `teams`: the team stacks themselves, which `render` composes."""
+
+    digests: dict[str, str]
+    teams: dict[str, TeamStack]
+
+
+def stack_inputs(fleet: Fleet, plan: Plan, host: str | None) -> StackInputs:
+    teams = team_stacks(fleet, plan, host)
+    digests = model_inputs(fleet, plan)
+    for stack, team in teams.items():
+        digests[stack] = hashlib.sha256(repr(team).encode()).hexdigest()
+    return StackInputs(digests, teams)
 
 
 def object_keys(out: Rendered, stack: str) -> tuple[tuple[str, str, str, str, str], ...]:

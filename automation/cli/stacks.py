@@ -130,19 +130,21 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     from automation.planning.stacks import Change, desired_state
 
     # the head planned with the record, with or without a base: one answer for one HEAD
-    desired = desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways())
+    # with a base, the stacks' inputs too (`known={}` composes every stack): a base's stack not composed is
+    # compared by them
+    desired = desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways(),
+                            known={} if changed_against else None)
     if not changed_against:
         return desired, None, None
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import changed_stacks, side_by_side
     from automation.planning.offline_preview import around
-    from workloads.render import model_inputs
 
     # the base's summary as `plan --against` makes it (with its own gateway host: the head's may be a cluster it
     # adds), knowing the fingerprint of every stack whose inputs differ from the head's
     summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
                            applied.placements()).summary
-    compared = changed_stacks(desired.specs, model_inputs(fleet, desired.plan), summary)
+    compared = changed_stacks(desired.specs, desired.digests(), summary)
     changes = {c.name: c.change for c in compared if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
     return desired, only, changes

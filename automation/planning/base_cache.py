@@ -1,12 +1,13 @@
 """What a pull request's base planned to, kept by the content hash of everything it was computed from.
 
 `plan --against BASE` in CI plans the base (the target branch) for every pull request, though the base
-rarely changes between them. The first comparison stores the base's summary: its replicas, each model
-stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of every stack it composed: a model stack whose inputs were the same in the head it was compared with was not composed, and
-its fingerprint is `SAME` and its inputs (automation/planning/compare.py). Later comparisons against the same
-base read it back instead of planning the base again, and compose only the head's model stacks whose inputs
-differ from the base's; one that needs a fingerprint the summary lacks plans the base once more, and the
-summary kept then knows both.
+rarely changes between them. The first comparison stores the base's summary: its replicas, each model and
+team stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of every stack it
+composed: a stack whose inputs were the same in the head it was compared with was not composed, and its
+fingerprint is `SAME` and its inputs (automation/planning/compare.py). Later comparisons against the same base
+read it back instead of planning the base again, and compose only the head's stacks whose inputs differ from
+the base's; one that needs a fingerprint the summary lacks plans the base once more, and the summary kept then
+knows both.
 
 The key hashes the validated base objects, the recorded placements it was planned with, the control plane
 and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
@@ -31,15 +32,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automation.planning.stacks import DesiredState, Known
+from automation.planning.stacks import SAME, DesiredState, Known, kind_of
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import DiskCache
+from fleet.stack_id import StackKind
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-FORMAT = 4
-SAME = "same-inputs:"  # the fingerprint of a model stack not composed: its inputs were those of the head it was planned with
+FORMAT = 5
 KEEP = 16
 _SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
 
@@ -55,17 +56,29 @@ class BaseReplica:
 class BaseSummary:
     replicas: list[BaseReplica]
     fingerprints: dict[str, str]  # every stack
-    known: dict[str, Known]  # model stacks: input digest and fingerprint
+    known: dict[str, Known]  # model and team stacks: input digest and fingerprint
     platform: str | None = None  # the digest of what its platform and gateway stacks were computed from
 
+    def digests(self) -> dict[str, str]:
+        """The digest of each stack's inputs: the model and team stacks' (`known`), and the platform and gateway
+        stacks' (their one `platform`)."""
+        out = {name: k.inputs for name, k in self.known.items()}
+        if self.platform is not None:
+            out.update((name, self.platform) for name in self.fingerprints
+                       if kind_of(name) in (StackKind.platform, StackKind.gateway))
+        return out
+
     def completed_by(self, other: BaseSummary) -> BaseSummary:
-        """This summary with the fingerprints it lacks taken from `other`, a summary of the same base."""
+        """This summary with the fingerprints it lacks (`SAME`) taken from `other`, a summary of the same base."""
         fingerprints, known = dict(self.fingerprints), dict(self.known)
+        mine, theirs = self.digests(), other.digests()
         for name, fingerprint in self.fingerprints.items():
-            theirs = other.known.get(name)
-            if fingerprint.startswith(SAME) and theirs is not None and not theirs.fingerprint.startswith(SAME) \
-                    and theirs.inputs == known[name].inputs:
-                fingerprints[name], known[name] = theirs.fingerprint, theirs
+            computed = other.fingerprints.get(name)
+            if fingerprint.startswith(SAME) and computed is not None and not computed.startswith(SAME) \
+                    and name in mine and theirs.get(name) == mine[name]:
+                fingerprints[name] = computed
+                if name in known:
+                    known[name] = other.known[name]
         return BaseSummary(self.replicas, fingerprints, known, self.platform)
 
     @classmethod

@@ -3,8 +3,9 @@
 The base and the head are planned side by side (or the base's summary read back, automation/planning/base_cache.py),
 both with the one record of what is applied: the head's placements are then those `plan` and every preview of
 the head show (one record, one answer; the scheduler's stability, docs/scheduling.md, keeps a change from moving
-anything else unless capacity forces it). Only the model stacks whose inputs differ between the two are composed;
-then every stack's fingerprint is compared, and replicas are matched by name: added, removed, or moved (a replica
+anything else unless capacity forces it). Only the model and team stacks whose inputs differ between the two are
+composed, and the platform and gateway stacks only when what they are computed from differs; then every stack's
+fingerprint is compared, and replicas are matched by name: added, removed, or moved (a replica
 of a deployment both sides have, on another cluster in the head).
 """
 
@@ -14,13 +15,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
-from automation.planning.base_cache import SAME, BaseCache, BaseSummary, base_key
-from automation.planning.stacks import (DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
-                                        desired_state)
+from automation.planning.base_cache import BaseCache, BaseSummary, base_key
+from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
+                                        desired_state, platform_inputs)
 from components.args import control_plane_cluster
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
-from workloads.render import model_inputs
+from workloads.render import stack_inputs
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -66,8 +67,9 @@ class Sides(NamedTuple):
 def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
                  memo: PlanMemo | None = None) -> Sides:
     """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
-    model stacks whose inputs differ: one whose inputs are the same on both sides has the same objects, so it is neither composed
-    nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
+    stacks whose inputs differ: a model or team stack whose inputs are the same on both sides has the same
+    objects, and the platform and gateway stacks the same arguments when the fleet's `platform_inputs` are the
+    same, so they are neither composed nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
     needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
     and it lacks is computed then)."""
     memo = memo or PlanMemo()
@@ -87,7 +89,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
                                                control_plane_cluster(head_fleet)) if base.summary.platform else None
         tried = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo,
                               platform=platform)
-        if (found := _known_changes(tried.specs, tried.inputs, base.summary)) is not None:
+        if (found := _known_changes(tried.specs, tried.digests(), base.summary)) is not None:
             if base.cache is not None and base.sources_key and base.fleet is not None:
                 base.cache.remember_sources(base.sources_key, key(base.fleet))
             return Sides(base.summary, tried, found)
@@ -96,31 +98,36 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
     base_plan = schedule(fleet, recorded, memo=memo)
     head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
-    base_inputs = model_inputs(fleet, base_plan)
-    head_inputs = tried.inputs if tried is not None else model_inputs(head_fleet, head_plan)
-    same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.items()
-            if base_inputs.get(name) == digest}
+    base_host, head_host = control_plane_cluster(fleet, base.control_plane), control_plane_cluster(head_fleet)
+    base_inputs = stack_inputs(fleet, base_plan, base_host)
+    head_inputs = tried.inputs if tried is not None else stack_inputs(head_fleet, head_plan, head_host)
+    same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.digests.items()
+            if base_inputs.digests.get(name) == digest}
+    digest = platform_inputs(fleet, base_host)
+    unchanged = KnownPlatform.unchanged(digest, fleet, base_host) \
+        if digest == platform_inputs(head_fleet, head_host) else None
     base_state = desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, plan=base_plan,
-                               inputs=base_inputs)
+                               inputs=base_inputs, platform=unchanged)
     summary = BaseSummary.of(base_state)
     if base.summary is not None:  # what the kept summary knew and this one did not: known from now on
         summary = summary.completed_by(base.summary)
     # the head takes the base's fingerprint of each stack with the same inputs, whether computed or `SAME`, and
-    # the base's platform and gateway stacks when what they are computed from is the same
+    # the base's platform and gateway stacks when what they are computed from is the same (else its own, if tried)
     head = desired_state(head_fleet, recorded, explain=explain, known={name: summary.known[name] for name in same},
-                         memo=memo, plan=head_plan, inputs=head_inputs, platform=base_state.platform)
+                         memo=memo, plan=head_plan, inputs=head_inputs,
+                         platform=unchanged or (tried.platform if tried is not None else None))
     base.summary = summary
     if base.cache is not None:
         base.cache.put(key(fleet), summary)
         if base.sources_key:
             base.cache.remember_sources(base.sources_key, key(fleet))
-    return Sides(summary, head, changed_stacks(head.specs, head.inputs, summary))
+    return Sides(summary, head, changed_stacks(head.specs, head.digests(), summary))
 
 
 def _known_changes(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
                    base: BaseSummary) -> list[StackChange] | None:
-    """`changed_stacks`, or None when a model stack's inputs differ from the base's and the base's fingerprint of it
-    was never computed (the base must then be planned with this head: `side_by_side`)."""
+    """`changed_stacks`, or None when a stack's inputs differ from the base's and the base's fingerprint of it was
+    never computed (the base must then be planned with this head: `side_by_side`)."""
     fingerprints = dict(base.fingerprints)
     for name, recorded in base.fingerprints.items():
         if not recorded.startswith(SAME) or name not in specs:
@@ -133,8 +140,8 @@ def _known_changes(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
 
 def changed_stacks(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
                    base: BaseSummary) -> list[StackChange]:
-    """Every head stack's change against a summary `side_by_side` gave for this head (`inputs`: the head's model
-    stacks' input digests)."""
+    """Every head stack's change against a summary `side_by_side` gave for this head (`inputs`: the digests of the
+    head's stacks' inputs, `DesiredState.digests`)."""
     found = _known_changes(specs, inputs, base)
     if found is None:  # side_by_side's summary knows every fingerprint its head needs
         raise RuntimeError("the base's summary lacks a fingerprint the head needs")
@@ -146,7 +153,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
             memo: PlanMemo | None = None) -> Comparison:
     """`recorded`: placements `up` recorded, the memory both the base and the head are planned with (as `up` would).
 
-    Only the model stacks whose inputs differ between the base and the head are composed and fingerprinted
+    Only the stacks whose inputs differ between the base and the head are composed and fingerprinted
     (`side_by_side`; `incremental` False composes every stack on both sides, the reference the incremental path is
     tested against). `cache` keeps base summaries between runs. `base`: the base as the caller has it (then
     `base_fleet` and `cache` are not read). `memo`: shared by the base's plan and the head's."""

@@ -27,16 +27,16 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
-from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, gateway_args,
-                             host_extras, weight_streaming)
+from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, fleet_gateway,
+                             gateway_args, host_extras, weight_streaming)
 from components.versions import pinned, project_version
 from fleet.memory import RecordedReplica
-from fleet.plan import Plan
+from fleet.plan import PlacedReplica, Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.gateways import Gateways
-from workloads.render import (Rendered, cache_stack, endpoints_stack, model_inputs, model_stack, object_keys, render,
-                              service_stack, team_stack)
+from workloads.render import (Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys, render,
+                              service_stack, stack_inputs, team_stack)
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
@@ -109,13 +109,18 @@ class GatewayPayload:
 @dataclass(frozen=True)
 class WorkloadPayload:
     """What a team, cache, model, endpoints or service stack applies: its rendered objects per target (a cluster,
-    or `control-plane`, which `host` is). `placements`: a model stack's replicas, recorded once it applied (what
-    it remembers, not what it registers: not fingerprinted)."""
+    or `control-plane`, which `host` is). `replicas`: a model stack's, whose `placements` are recorded once it
+    applied (what it remembers, not what it registers: not fingerprinted)."""
 
     objects: dict[str, list[dict]]
     project: str
     host: str | None = None
-    placements: tuple[RecordedReplica, ...] = ()
+    replicas: tuple[PlacedReplica, ...] = ()
+
+    @property
+    def placements(self) -> tuple[RecordedReplica, ...]:
+        # asked for only by what runs or exports the stack: most plans never build them
+        return tuple(r.recorded() for r in self.replicas)
 
     def fingerprinted(self) -> dict[str, Any]:
         return {"objects": self.objects, "project": self.project,
@@ -168,6 +173,11 @@ class StackChange(Named):
 
     def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "change": str(self.change)}
+
+
+# The fingerprint of a stack not composed: its inputs were those of the stack it is compared with (`SAME` and the
+# digest of those inputs), so it is the same as that stack's, whatever both are (automation/planning/compare.py).
+SAME = "same-inputs:"
 
 
 def fingerprint(value: object) -> str:
@@ -225,6 +235,14 @@ class KnownPlatform(NamedTuple):
                 specs[name] = StackSpec(id, digest, targets=[str(id.cluster)])
         return cls(inputs, specs)
 
+    @classmethod
+    def unchanged(cls, inputs: str, fleet: Fleet, host: str | None) -> KnownPlatform:
+        """The platform and gateway stacks of a fleet compared with another whose `platform_inputs` are the same
+        (`inputs`): the same on both sides, so neither computed nor fingerprinted (`SAME`)."""
+        names = [str(StackId.platform(ic.name)) for ic in fleet.of("InferenceCluster")]
+        names += ["gateway"] if fleet_gateway(fleet) is not None else []
+        return cls.fingerprinted(inputs, dict.fromkeys(names, SAME + inputs), host)
+
 
 def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None) -> str:
     """A digest of everything `platform_specs` reads: every InferenceCluster, InferenceClass and InferenceGateway
@@ -269,9 +287,9 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     stacks = {name: replace(spec, depends_on=list(spec.depends_on)) for name, spec in platform.items()} \
         if platform is not None else platform_specs(fleet, host, versions)
     release = project_version()
-    placed: dict[str, list[RecordedReplica]] = {}
+    placed: dict[str, list[PlacedReplica]] = {}
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
-        placed.setdefault(model_stack(r.namespace, r.deployment), []).append(r.recorded())
+        placed.setdefault(model_stack(r.namespace, r.deployment), []).append(r)
     for name, targets in rendered.stacks.items():
         # only stacks on the control plane care which cluster hosts it
         payload = WorkloadPayload({t: objs for t, objs in sorted(targets.items())}, release,
@@ -320,7 +338,7 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
 
 
 class Known(NamedTuple):
-    """A model stack as computed before: the digest of its inputs (`model_inputs`), its fingerprint, and its
+    """A model or team stack as computed before: the digest of its inputs (`stack_inputs`), its fingerprint, and its
     objects' identities (`object_keys`, for collisions with other stacks)."""
 
     inputs: str
@@ -335,14 +353,22 @@ class DesiredState:
     plan: Plan
     rendered: Rendered
     specs: dict[str, StackSpec]
-    inputs: dict[str, str] = field(default_factory=dict)  # model stack -> digest of its inputs (when asked for)
-    reused: dict[str, tuple] = field(default_factory=dict)  # model stacks from `known` (not composed): identities
+    inputs: StackInputs = StackInputs({}, {})  # of the model and team stacks (when asked for)
+    reused: dict[str, tuple] = field(default_factory=dict)  # stacks from `known` (not composed): their identities
     platform: KnownPlatform | None = None  # the platform and gateway stacks with their inputs (when asked for)
 
+    def digests(self) -> dict[str, str]:
+        """The digest of each stack's inputs, where known: the model and team stacks' (`inputs`), and the platform
+        and gateway stacks' (their one `platform_inputs`)."""
+        out = dict(self.inputs.digests)
+        if self.platform is not None:
+            out.update(dict.fromkeys(self.platform.specs, self.platform.inputs))
+        return out
+
     def known(self) -> dict[str, Known]:
-        """Every model stack as `desired_state(known=...)` reuses it next time (needs `inputs`)."""
+        """Every model and team stack as `desired_state(known=...)` reuses it next time (needs `inputs`)."""
         return {name: Known(digest, self.specs[name].fingerprint, self.reused.get(name) or object_keys(self.rendered, name))
-                for name, digest in self.inputs.items()}
+                for name, digest in self.inputs.digests.items()}
 
     @cached_property
     def problems(self) -> list[str]:
@@ -370,19 +396,21 @@ def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> lis
 def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
                   known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None,
                   gateways: Gateways | None = None, plan: Plan | None = None,
-                  inputs: Mapping[str, str] | None = None, platform: KnownPlatform | None = None) -> DesiredState:
-    """`known`: model stacks computed before (e.g. for a pull request's base). A model stack whose inputs are
-    the same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is
-    given. `platform`: the platform and gateway stacks computed before, taken when this fleet's `platform_inputs`
-    are theirs; the state's own `platform` is filled whenever `known` or `platform` is given. `memo`: what
-    earlier plans in this process computed (fleet/scheduler.py). All of them give the same result as without
-    them, only cheaper. `plan`: this fleet's plan with this record, and `inputs` its model stacks' input digests,
-    when the caller made them."""
+                  inputs: StackInputs | None = None, platform: KnownPlatform | None = None) -> DesiredState:
+    """`known`: model and team stacks computed before (e.g. for a pull request's base). One whose inputs are the
+    same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is given.
+    `platform`: the platform and gateway stacks computed before, taken when this fleet's `platform_inputs` are
+    theirs; the state's own `platform` is filled whenever `known` or `platform` is given. `memo`: what earlier
+    plans in this process computed (fleet/scheduler.py). All of them give the same result as without them, only
+    cheaper. `plan`: this fleet's plan with this record, and `inputs` its stacks' inputs (`stack_inputs`, with
+    this control plane), when the caller made them."""
     plan = plan if plan is not None else schedule(fleet, list(recorded), explain=explain, memo=memo)
-    inputs = dict(inputs) if inputs is not None else model_inputs(fleet, plan) if known is not None else {}
-    reused = {s: known[s].objects for s, digest in inputs.items() if known and s in known and known[s].inputs == digest}
     host = control_plane_cluster(fleet, control_plane)
-    rendered = render(fleet, plan, host, reused, gateways)
+    if inputs is None and known is not None:
+        inputs = stack_inputs(fleet, plan, host)
+    digests = inputs.digests if inputs is not None else {}
+    reused = {s: known[s].objects for s, digest in digests.items() if known and s in known and known[s].inputs == digest}
+    rendered = render(fleet, plan, host, reused, gateways, inputs.teams if inputs is not None else None)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
     platform_digest = platform_inputs(fleet, host) if known is not None or platform is not None else None
     same = platform.specs if platform is not None and platform.inputs == platform_digest else None
@@ -392,7 +420,7 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     if platform_digest is not None:
         mine = platform if same is not None else KnownPlatform(platform_digest, {
             name: spec for name, spec in specs.items() if spec.kind in ("platform", "gateway")})
-    return DesiredState(plan, rendered, specs, inputs, reused, mine)
+    return DesiredState(plan, rendered, specs, inputs or StackInputs({}, {}), reused, mine)
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
