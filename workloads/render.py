@@ -33,8 +33,8 @@ from workloads.tenancy import control_plane_namespace, replica_devices, team_obj
 from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context, replica_labels
 from workloads.gateways import Gateways
-from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, backend_objects, route_objects, select,
-                                       service_address)
+from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, EndpointIndex, backend_objects, route_objects,
+                                       select, service_address)
 
 if TYPE_CHECKING:
     from fleet.api.gateway import Envoy
@@ -188,6 +188,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
             continue
         endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
     out.endpoints = list(endpoints)
+    index = EndpointIndex(endpoints)
     gateway_address = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
                        or PENDING_FRONT_DOOR)
     out.front_door_tls = bool(envoy and envoy.tls)
@@ -196,7 +197,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     for ms in fleet.of("ModelService"):
         stack = service_stack(ms.namespace, ms.name)
         if envoy is not None:
-            by_tier = fleet_data_plane.tiers(ms, select(ms, endpoints))
+            by_tier = fleet_data_plane.tiers(ms, select(ms, index))
             out.problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
                              for path, message in fleet_data_plane.endpoint_problems(ms, by_tier)]
             route = fleet_data_plane.route_objects(ms, by_tier, envoy)
@@ -207,7 +208,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
                                      "overflow endpoints (priority 1) need InferenceGateway backend Envoy; Traefik "
                                      "has no priorities for Gateway API routes")
                              for i, entry in enumerate(ms.spec.endpoints) if entry.priority]
-            route, selected = route_objects(ms, endpoints)
+            route, selected = route_objects(ms, index)
         out.add(stack, CONTROL_PLANE, route)
         out.addresses[stack] = service_address(gateway_address, ms.namespace, ms.name, out.front_door_tls)
         routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})

@@ -97,15 +97,41 @@ def distribute_weights(groups: list[tuple[int, list[Endpoint]]]) -> list[tuple[E
     return out
 
 
-def select(service, endpoints: list[Endpoint]) -> list[tuple[int, list[Endpoint]]]:
+class EndpointIndex:
+    """Every routable endpoint, by namespace in name order, and by label within a namespace: a service selects
+    only among its own namespace's endpoints, and a selector's rarest label narrows them first (a fleet of
+    thousands of services and replicas would otherwise compare every service with every endpoint)."""
+
+    def __init__(self, endpoints: list[Endpoint]):
+        self.by_namespace: dict[str, list[Endpoint]] = {}
+        for ep in sorted(endpoints, key=lambda e: e.name):
+            self.by_namespace.setdefault(ep.namespace, []).append(ep)
+        self._labels: dict[str, dict[tuple[str, str], list[Endpoint]]] = {}  # per namespace, made when first asked
+
+    def candidates(self, namespace: str, wanted: dict[str, str]) -> list[Endpoint]:
+        """The namespace's endpoints that may match `wanted`, in name order: those with its rarest label (every one
+        when it has none)."""
+        endpoints = self.by_namespace.get(namespace, [])
+        if not wanted:
+            return endpoints
+        labels = self._labels.get(namespace)
+        if labels is None:
+            labels = self._labels[namespace] = {}
+            for ep in endpoints:
+                for item in ep.labels.items():
+                    labels.setdefault(item, []).append(ep)
+        return min((labels.get(item, []) for item in wanted.items()), key=len)
+
+
+def select(service, endpoints: EndpointIndex) -> list[tuple[int, list[Endpoint]]]:
     """(weight, endpoints) per spec.endpoints entry; an endpoint counts only for the first entry it matches."""
     seen: set[str] = set()
     groups = []
     for entry in service.spec.endpoints:
         wanted = entry.selector.matchLabels
         matched = []
-        for ep in sorted(endpoints, key=lambda e: e.name):
-            if ep.namespace != service.namespace or ep.name in seen:
+        for ep in endpoints.candidates(service.namespace, wanted):
+            if ep.name in seen:
                 continue
             if all(ep.labels.get(k) == v for k, v in wanted.items()):
                 matched.append(ep)
@@ -179,7 +205,7 @@ def backend_objects(ep: Endpoint, envoy: bool = False) -> list[dict]:
     return objects
 
 
-def route_objects(service, endpoints: list[Endpoint]) -> tuple[list[dict], list[Endpoint]]:
+def route_objects(service, endpoints: EndpointIndex) -> tuple[list[dict], list[Endpoint]]:
     """The service's HTTPRoute, and the endpoints it routes to (whose objects `backend_objects` composes once)."""
     weighted = distribute_weights(select(service, endpoints))
     backend_refs = []
