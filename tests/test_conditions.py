@@ -61,6 +61,23 @@ def test_deployment_and_service_conditions_through_the_api(portal):
         assert "Scheduled 1 of 5 replicas" in big.json()["status"]["conditions"][0]["message"]
 
 
+def test_an_endpoint_is_routed_only_by_a_service_of_its_own_namespace():
+    """Composed endpoints' RoutingReady is read from the snapshot's routes, indexed once per snapshot: the same
+    endpoint name in another namespace is not routed by this namespace's service."""
+    from automation.planning.conditions import composed
+
+    def ep(namespace: str, name: str) -> dict:
+        return {"namespace": namespace, "name": name, "url": f"http://g/{namespace}/{name}/v1", "rewritePath": "/",
+                "labels": {}, "composed": True}
+
+    snap = {"fingerprints": {}, "routes": {"team-a/chat": ["r1"], "team-b/chat": ["r2"]},
+            "endpoints": [ep("team-a", "r1"), ep("team-a", "r2"), ep("team-b", "r2")]}
+    found = {(o["metadata"]["namespace"], o["metadata"]["name"]): conditions_of(o)["RoutingReady"][1]
+             for o in composed(None, snap, Observed())}
+    assert found == {("team-a", "r1"): "NotApplied", ("team-a", "r2"): "NotRouted", ("team-b", "r2"): "NotApplied"}
+    assert [o["metadata"]["name"] for o in composed("team-b", snap, Observed())] == ["r2"]
+
+
 def test_composed_replicas_and_endpoints_are_listed_read_only(portal):
     with portal.client(TEAM_A) as team:
         assert team.put(f"{NS}/modeldeployments/qwen", json=deployment("qwen", namespace="team-a", replicas=2)).status_code == 201

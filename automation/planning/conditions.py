@@ -239,8 +239,22 @@ def _deployment_status(body: dict, snap: dict, observed: Observed, generation: i
     }
 
 
+def routed_endpoints(snap: dict) -> set[tuple[str, str]]:
+    """(namespace, name) of every endpoint a ModelService routes to: built once per snapshot, as `by_deployment`
+    (listing a fleet's thousands of endpoints would otherwise scan its thousands of routes for each)."""
+    found = snap.get(ROUTED)
+    if found is None:
+        found = {(key.split("/")[0], name) for key, names in snap.get("routes", {}).items() for name in names}
+        snap[ROUTED] = found
+    return found
+
+
+ROUTED = "__routed"  # not JSON: never stored, never sent
+DERIVED = (INDEX, ROUTED)  # what a snapshot keeps of itself: an overlay of it makes its own
+
+
 def _endpoint_status(namespace: str, name: str, snap: dict, observed: Observed, generation: int | None) -> dict:
-    routed = any(name in names for key, names in snap.get("routes", {}).items() if key.split("/")[0] == namespace)
+    routed = (namespace, name) in routed_endpoints(snap)
     st = standing(str(StackId.endpoints(namespace)), snap, observed, ("WaitingForBackend", "BackendFailed"))
     if not routed:
         return {"conditions": [condition("RoutingReady", "False", "NotRouted", "no ModelService routes to it",

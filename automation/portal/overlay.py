@@ -19,7 +19,7 @@ def overlaid(plan: dict, parts: dict[str, dict]) -> dict:
     """A plan document with the parts of deployments placed since it was made (an empty part: deleted)."""
     if not parts:
         return plan
-    out = {k: v for k, v in plan.items() if k != conditions.INDEX}
+    out = {k: v for k, v in plan.items() if k not in conditions.DERIVED}
     for section in SECTIONS:
         out[section] = _merged(plan, parts, section)
     return out
@@ -37,7 +37,7 @@ class Overlay(dict):
     access (`snap["replicas"]` or `snap.get("replicas")`). Read-only and never serialized."""
 
     def __init__(self, base: dict, parts: dict[str, dict]):
-        super().__init__((k, v) for k, v in base.items() if k not in SECTIONS and k != conditions.INDEX)
+        super().__init__((k, v) for k, v in base.items() if k not in SECTIONS and k not in conditions.DERIVED)
         self._base, self._parts = base, parts
         index = dict(conditions.by_deployment(base))
         for deployment, part in parts.items():
