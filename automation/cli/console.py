@@ -17,7 +17,7 @@ import gc
 import os
 
 THRESHOLDS = (50_000, 20, 100)  # CPython's default: (700, 10, 10)
-BATCH_COMMANDS = frozenset({"validate", "explain", "schema", "plan", "render", "operator"})
+BATCH_COMMANDS = frozenset({"validate", "explain", "schema", "plan", "render", "operator", "status"})
 _running = False
 
 
