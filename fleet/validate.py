@@ -13,6 +13,7 @@ import difflib
 import re
 import typing
 
+from collections import Counter
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, overload
@@ -382,17 +383,24 @@ PLACEMENT_LABELS = ("modelplane.ai/cluster", "modelplane.ai/replica-index", "mod
 def _service_warnings(fleet: Fleet, subjects: Fleet) -> list[Problem]:
     """A ModelService entry whose selector matches no ModelEndpoint and no deployment's replicas routes nothing."""
     out = []
-    candidates: dict[str, list[dict[str, str]]] = {}
-    for me in fleet.of("ModelEndpoint"):
-        candidates.setdefault(me.namespace, []).append(dict(me.metadata.labels or {}))
-    for md in fleet.of("ModelDeployment"):
-        meta = md.spec.template.metadata
-        candidates.setdefault(md.namespace, []).append(
-            {**((meta.labels if meta else None) or {}), "modelplane.ai/deployment": md.name})
+    # per namespace, each label (key, value) -> the candidates that carry it, numbered: an entry matches one when
+    # every label it asks for is carried by that one (indexed: a team's thousands of services and deployments)
+    carrying: dict[str, dict[tuple[str, str], set[int]]] = {}
+    counts: Counter[str] = Counter()
+    endpoints = [(me.namespace, dict(me.metadata.labels or {})) for me in fleet.of("ModelEndpoint")]
+    replicas = [(md.namespace, {**((md.spec.template.metadata.labels if md.spec.template.metadata else None) or {}),
+                                "modelplane.ai/deployment": md.name}) for md in fleet.of("ModelDeployment")]
+    for namespace, labels in endpoints + replicas:
+        number = counts[namespace]
+        counts[namespace] += 1
+        for item in labels.items():
+            carrying.setdefault(namespace, {}).setdefault(item, set()).add(number)
     for ms in subjects.of("ModelService"):
+        labelled = carrying.get(ms.namespace, {})
         for i, entry in enumerate(ms.spec.endpoints):
-            wanted = {k: v for k, v in entry.selector.matchLabels.items() if k not in PLACEMENT_LABELS}
-            if not any(all(labels.get(k) == v for k, v in wanted.items()) for labels in candidates.get(ms.namespace, [])):
+            wanted = [item for item in entry.selector.matchLabels.items() if item[0] not in PLACEMENT_LABELS]
+            if not (set.intersection(*(labelled.get(item, set()) for item in wanted)) if wanted
+                    else counts[ms.namespace]):
                 out.append(fleet.problem(ms, ("spec", "endpoints", i, "selector", "matchLabels"),
                                          f"matches no ModelEndpoint and no ModelDeployment's replicas in namespace "
                                          f"{ms.namespace} (replicas carry their template's labels and "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.manifests import cluster, deployment, errors, gpu_class, run, service
 
 
@@ -43,6 +45,37 @@ def test_a_service_whose_selector_matches_nothing_is_a_warning():
     assert [(p.object, p.path) for p in loaded.warnings] == [
         ("ModelService/chat", "spec.endpoints[0].selector.matchLabels")]
     assert "routes nothing" in loaded.warnings[0].message
+
+
+def _labelled(obj: dict, labels: dict, template: bool = False) -> dict:
+    if template:
+        obj["spec"]["template"]["metadata"] = {"labels": labels}
+    else:
+        obj["metadata"]["labels"] = labels
+    return obj
+
+
+@pytest.mark.parametrize("wanted,warned", [
+    ({"app": "chat", "tier": "gold"}, False),  # both carried by one deployment's replicas
+    ({"app": "chat", "tier": "silver"}, True),  # each carried, by different candidates: none carries both
+    ({"app": "hosted"}, False),  # a ModelEndpoint's label
+    ({"modelplane.ai/deployment": "qwen"}, False),  # every replica carries its deployment's name
+    ({"modelplane.ai/deployment": "qwen", "app": "chat"}, False),
+    ({"modelplane.ai/deployment": "other", "app": "chat"}, True),
+    ({"modelplane.ai/cluster": "anywhere"}, False),  # placement's labels are not asked of the manifests
+], ids=["same-one", "different-ones", "endpoint", "deployment", "deployment-and-label", "no-such-pair", "placement"])
+def test_a_service_entry_is_warned_about_only_when_no_one_candidate_carries_all_its_labels(wanted, warned):
+    from tests.manifests import endpoint
+
+    chat = service("chat")
+    chat["spec"]["endpoints"][0]["selector"]["matchLabels"] = wanted
+    loaded = run(_labelled(deployment("qwen"), {"app": "chat", "tier": "gold"}, template=True),
+                 _labelled(deployment("other"), {"tier": "silver"}, template=True),
+                 _labelled(endpoint("hosted"), {"app": "hosted"}),
+                 _labelled(deployment("elsewhere", namespace="team-b"), {"app": "chat", "tier": "silver"}, template=True),
+                 chat)
+    assert loaded.errors == []
+    assert [p.object for p in loaded.warnings if "routes nothing" in p.message] == (["ModelService/chat"] if warned else [])
 
 
 # ---- what the command line prints ------------------------------------------------------------------------------
