@@ -76,6 +76,89 @@ def test_incremental_comparison_is_the_full_one_on_a_generated_fleet(edit, tmp_p
     assert_same_as_full(fleet_of(objects), fleet_of(EDITS[edit](objects)), tmp_path)
 
 
+def with_services(objects: list[dict], backend: str = "Traefik") -> list[dict]:
+    """The fleet with a gateway and a ModelService per deployment, some of them also sending a weighted share to
+    their team's next deployment (an endpoint two services route to), and a ModelEndpoint in every team."""
+    objects = copy.deepcopy(objects)
+    settings = {"traefik": {"version": "40.2.0"}} if backend == "Traefik" else {"envoy": {}}
+    objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
+                    "spec": {"backend": backend, **settings}})
+    deployments = [o for o in objects if o["kind"] == "ModelDeployment"]
+    for i, md in enumerate(deployments):
+        ns, name = md["metadata"]["namespace"], md["metadata"]["name"]
+        entries = [{"selector": {"matchLabels": {"modelplane.ai/deployment": name}}, "weight": 3}]
+        partner = next((d for d in deployments[i + 1:] if d["metadata"]["namespace"] == ns), None)
+        if i % 3 == 0 and partner is not None:
+            entries.append({"selector": {"matchLabels": {"modelplane.ai/deployment": partner["metadata"]["name"]}},
+                            "weight": 1})
+        objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelService",
+                        "metadata": {"name": f"svc-{name}", "namespace": ns}, "spec": {"endpoints": entries}})
+    for ns in sorted({md["metadata"]["namespace"] for md in deployments}):
+        objects.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelEndpoint",
+                        "metadata": {"name": "hosted", "namespace": ns, "labels": {"modelplane.ai/deployment": "hosted"}},
+                        "spec": {"url": "https://api.example.com/v1", "rewritePath": "/"}})
+    return objects
+
+
+SERVICE_EDITS = {
+    **EDITS,
+    "a service's weight": lambda o: _edit(o, "ModelService", 2, lambda s: s["spec"]["endpoints"][0].update(weight=7)),
+    "a service removed": lambda o: [x for x in o if not (x["kind"] == "ModelService" and
+                                                         x["metadata"]["name"] == "svc-model-00004")],
+    "an external endpoint's address": lambda o: _edit(o, "ModelEndpoint", 1, lambda e: e["spec"].update(
+        url="https://api.example.org/v1")),
+}
+
+
+@pytest.mark.parametrize("backend", ["Traefik", "Envoy"])
+@pytest.mark.parametrize("edit", SERVICE_EDITS, ids=list(SERVICE_EDITS))
+def test_incremental_comparison_is_the_full_one_on_a_fleet_with_services(edit, backend, tmp_path):
+    objects = with_services(generate(24, 6), backend)
+    assert_same_as_full(fleet_of(objects), fleet_of(SERVICE_EDITS[edit](objects)), tmp_path)
+
+
+def test_stacks_not_composed_again_have_the_same_fingerprints_and_dependencies():
+    """A desired state that reuses the stacks whose inputs did not change (the portal's replans, a comparison's
+    head) has every stack as composing it afresh gives: fingerprint, targets and what it runs after (an
+    endpoints stack after the model stacks it points at, though its objects were not composed)."""
+    from automation.planning.stacks import desired_state
+
+    objects = with_services(generate(24, 6))
+    before = desired_state(fleet_of(objects), known={})
+    head = fleet_of(SERVICE_EDITS["one deployment gains a replica"](objects))
+    recorded = [r.recorded() for r in before.plan.replicas]
+    again = desired_state(head, recorded, known=before.known())
+    full = desired_state(head, recorded)
+    kinds = {name.split("-")[0] for name in again.reused}
+    assert {"model", "team", "service", "endpoints"} <= kinds
+
+    def stacks(state) -> dict:
+        return {name: (spec.fingerprint, spec.depends_on, spec.targets) for name, spec in state.specs.items()}
+
+    assert stacks(again) == stacks(full)
+    assert any(d.startswith("model-") for d in full.specs["endpoints-team-1"].depends_on)
+
+
+def test_an_endpoints_stack_follows_the_recorded_gateway_address_it_is_fingerprinted_with():
+    """A cluster whose status gives its gateway address routes by that address, but its endpoints stack is
+    fingerprinted with the address its platform stack recorded (what the program reads when it applies): a new
+    recorded address changes the stack though its objects do not, so it is composed again."""
+    from automation.planning.stacks import desired_state
+    from tests.manifests import cluster, deployment, gateway, gpu_class, service
+    from workloads.gateways import Gateways
+
+    status = {"gateway": {"address": "10.0.0.1"}, "conditions": [{"type": "Ready", "status": "True"}]}
+    fleet = fleet_of([gpu_class("l4", 1, "24Gi"), cluster("c1", pools=(("gpu", "l4", 4),), status=status), gateway(),
+                      deployment("qwen"), service("qwen")])
+    before = desired_state(fleet, known={}, gateways=Gateways({"c1": "10.0.0.1"}))
+    moved = Gateways({"c1": "10.0.0.2"})
+    again = desired_state(fleet, known=before.known(), gateways=moved)
+    full = desired_state(fleet, gateways=moved)
+    assert "endpoints-ml-team" not in again.reused and "service-ml-team.qwen" in again.reused
+    assert again.specs["endpoints-ml-team"].fingerprint == full.specs["endpoints-ml-team"].fingerprint \
+        != before.specs["endpoints-ml-team"].fingerprint
+
+
 def test_incremental_comparison_is_the_full_one_on_the_examples_under_each_tenancy(tmp_path):
     """The examples have services, endpoints, caches and observed replicas; the tenancy annotation moves every
     team's workloads to `default`, which changes every model stack's inputs."""

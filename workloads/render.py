@@ -17,6 +17,7 @@ marked placeholder that still validates.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -33,8 +34,8 @@ from workloads.tenancy import control_plane_namespace, replica_devices, team_obj
 from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context, replica_labels
 from workloads.gateways import Gateways
-from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, EndpointIndex, backend_objects, route_objects,
-                                       select, service_address)
+from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, EndpointIndex, backend_objects,
+                                       distribute_weights, route_objects, select, service_address)
 
 if TYPE_CHECKING:
     from fleet.api.gateway import Envoy
@@ -76,6 +77,7 @@ class Rendered:
     routes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, service) -> endpoint names
     cache_clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, cache) -> clusters
     front_door_tls: bool = False  # the fleet gateway serves only HTTPS: service addresses are https
+    backends: dict[str, Backends] = field(default_factory=dict)  # endpoints stack -> what it owns (composed or not)
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
         self.stacks.setdefault(stack, {}).setdefault(target, []).extend(objects)
@@ -140,89 +142,43 @@ def envoy_front_door(fleet: Fleet) -> Envoy | None:
 
 
 def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None,
-           gateways: Gateways | None = None, teams: Mapping[str, TeamStack] | None = None) -> Rendered:
+           gateways: Gateways | None = None, inputs: StackInputs | None = None) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
     (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
 
     `gateways`: the gateway addresses the applied platform and gateway stacks output (an InferenceCluster's or
     InferenceGateway's observed `status` comes first); with none known, an address is a marked placeholder.
 
-    `reuse`: model and team stacks whose objects the caller already knows (their inputs did not change, see
-    `stack_inputs`), with those objects' identities (`object_keys`): they are not composed, the stacks keep their
-    targets with no objects, and collisions are found from the identities. `teams`: `team_stacks` of this plan
-    and host, when the caller has them."""
+    `reuse`: stacks whose objects the caller already knows (their inputs did not change, see `stack_inputs`), with
+    those objects' identities (`object_keys`): they are not composed, the stacks keep their targets with no
+    objects, and collisions are found from the identities. `inputs`: `stack_inputs` of this plan, host and
+    gateways, when the caller has them."""
     reuse = reuse or {}
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
-    ready = _replica_ready(fleet)
     chosen = tenancy.mode(fleet)
-    gateway = next(iter(fleet.of("InferenceGateway")), None)
     envoy = envoy_front_door(fleet)
-    endpoints: list[Endpoint] = []
     for placed in plan.replicas:
-        md = deployments[(placed.namespace, placed.deployment)]
-        stack = model_stack(md.namespace, md.name)
-        if stack in reuse:  # its objects are known: only its endpoint and its team's devices are needed
+        stack = model_stack(placed.namespace, placed.deployment)
+        if stack in reuse:  # its objects are known: its targets alone are needed
             out.add(stack, placed.cluster, [])
         else:
+            md = deployments[(placed.namespace, placed.deployment)]
             ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
             out.add(stack, placed.cluster, compose_replica(ctx))
-        cluster = clusters[placed.cluster]
-        if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
-            continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
-        known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
-        address = known or placeholder_address(cluster.name)
-        placeholder = None if known else f"gateway address of {cluster.name}, known once its platform stack applies"
-        labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
-                  **replica_labels(md.name, placed.cluster, placed.index, placed.name)}
-        endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{routing.replica_path(md.namespace, placed.name)}v1",
-                                  routing.replica_path(md.namespace, placed.name), labels, placeholder, composed=True,
-                                  cluster=cluster.name))
-    replicas = {(ep.namespace, ep.name) for ep in endpoints}
-    for me in fleet.of("ModelEndpoint"):
-        if (me.namespace, me.name) in replicas:  # both would be backed by the Service ep-<name>
-            out.problems.append(Problem(endpoints_stack(me.namespace), 0, f"ModelEndpoint/{me.name}", "metadata.name", (
-                f"two endpoints are named {me.name!r} in namespace {me.namespace}: this ModelEndpoint and a replica "
-                "of a ModelDeployment, whose backends would be the same Service; rename the ModelEndpoint")))
-            continue
-        endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
-    out.endpoints = list(endpoints)
-    index = EndpointIndex(endpoints)
-    gateway_address = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
-                       or PENDING_FRONT_DOOR)
-    out.front_door_tls = bool(envoy and envoy.tls)
-    routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
-    tiered: dict[str, dict[str, fleet_data_plane.Tiered]] = {}  # namespace -> Backend name -> what it reaches
-    for ms in fleet.of("ModelService"):
-        stack = service_stack(ms.namespace, ms.name)
-        if envoy is not None:
-            by_tier = fleet_data_plane.tiers(ms, select(ms, index))
-            out.problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
-                             for path, message in fleet_data_plane.endpoint_problems(ms, by_tier)]
-            route = fleet_data_plane.route_objects(ms, by_tier, envoy)
-            selected = [t.endpoint for t in by_tier]
-            tiered.setdefault(ms.namespace, {}).update({t.backend_name: t for t in by_tier})
-        else:
-            out.problems += [Problem(stack, 0, f"ModelService/{ms.name}", f"spec.endpoints[{i}].priority",
-                                     "overflow endpoints (priority 1) need InferenceGateway backend Envoy; Traefik "
-                                     "has no priorities for Gateway API routes")
-                             for i, entry in enumerate(ms.spec.endpoints) if entry.priority]
-            route, selected = route_objects(ms, index)
-        out.add(stack, CONTROL_PLANE, route)
-        out.addresses[stack] = service_address(gateway_address, ms.namespace, ms.name, out.front_door_tls)
-        routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
-        out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
-    scaled, scaling_problems = fleet_autoscaling.scaled_objects(fleet, endpoints_stack)
-    out.problems += scaling_problems
-    for namespace in sorted(set(routed) | set(scaled)):
-        shared = routed.get(namespace, {})
-        if shared or namespace in scaled:  # one owner for each endpoint's objects, however many services share it
-            backends = tiered.get(namespace, {})
-            out.add(endpoints_stack(namespace), CONTROL_PLANE,
-                    [obj for name in sorted(shared) for obj in backend_objects(shared[name], envoy=envoy is not None)]
-                    + [fleet_data_plane.backend_object(backends[name]) for name in sorted(backends)]
-                    + scaled.get(namespace, []))
+    routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, clusters)
+    out.problems += routes.problems
+    out.endpoints, out.front_door_tls = list(routes.endpoints), routes.front_door_tls
+    out.addresses, out.routes, out.backends = dict(routes.addresses), dict(routes.routes), dict(routes.backends)
+    for stack, (ms, chosen_endpoints) in routes.services.items():
+        out.add(stack, CONTROL_PLANE, [] if stack in reuse else
+                fleet_data_plane.route_objects(ms, chosen_endpoints, envoy) if envoy is not None else
+                route_objects(ms, chosen_endpoints))
+    for stack, backends in routes.backends.items():  # one owner for each endpoint's objects, however many services share it
+        out.add(stack, CONTROL_PLANE, [] if stack in reuse else
+                [obj for ep in backends.endpoints for obj in backend_objects(ep, envoy=envoy is not None)]
+                + [fleet_data_plane.backend_object(t) for t in backends.tiered] + backends.scaled)
     for cache in fleet.of("ModelCache"):
         for cluster in cache_targets(cache, clusters.values()):
             out.add(cache_stack(cache.namespace, cache.name), cluster.name,
@@ -230,7 +186,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
                                   tenancy.workload_namespace(cache.namespace, chosen),
                                   hydrated=cluster.name in hydrated_clusters(cache)))
             out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
-    for stack, team in (teams if teams is not None else team_stacks(fleet, plan, host, clusters.values())).items():
+    teams = inputs.teams if inputs is not None else team_stacks(fleet, plan, host, clusters.values())
+    for stack, team in teams.items():
         if stack in reuse:
             out.add(stack, team.cluster, [])
             continue
@@ -240,6 +197,112 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         out.add(stack, team.cluster, objects)
     out.problems += _collisions(fleet, out, chosen, reuse)
     return out
+
+
+class Backends(NamedTuple):
+    """A namespace's endpoints stack: the endpoints any of its services route to (by name), the Backends of those
+    they reach under Envoy (by name), and its fleet autoscalers."""
+
+    endpoints: list[Endpoint]
+    tiered: list[fleet_data_plane.Tiered]
+    scaled: list[dict]
+
+
+@dataclass
+class Routing:
+    """What the control plane's routing is composed from: every routable endpoint, what each ModelService routes
+    to, each namespace's `Backends`, with the problems found on the way, and per service and endpoints stack a
+    digest of all of it that the stack's objects read (equal digests: equal objects)."""
+
+    endpoints: list[Endpoint]
+    problems: list[Problem]
+    services: dict[str, tuple]  # service stack -> (its ModelService, its weighted endpoints or, under Envoy, tiers)
+    backends: dict[str, Backends]  # endpoints stack -> what it owns
+    addresses: dict[str, str]  # service stack -> the ModelService's address
+    routes: dict[tuple[str, str], list[str]]  # (namespace, service) -> the endpoints it routes to
+    front_door_tls: bool
+    digests: dict[str, str]
+
+
+def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None,
+                 clusters: Mapping[str, ClusterView] | None = None) -> Routing:
+    """Health: a replica gets an endpoint only when it is ready and its cluster has a gateway address (known from
+    its status, else from `gateways`, the applied stacks' outputs, else a marked placeholder). `clusters`: the
+    fleet's, by name (`build_clusters`), when the caller has them."""
+    clusters = clusters if clusters is not None else {c.name: c for c in build_clusters(fleet)}
+    deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
+    ready = _replica_ready(fleet)
+    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    envoy = envoy_front_door(fleet)
+    problems: list[Problem] = []
+    endpoints: list[Endpoint] = []
+    for placed in plan.replicas:
+        cluster = clusters[placed.cluster]
+        if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
+            continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
+        md = deployments[(placed.namespace, placed.deployment)]
+        known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
+        address = known or placeholder_address(cluster.name)
+        placeholder = None if known else f"gateway address of {cluster.name}, known once its platform stack applies"
+        labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
+                  **replica_labels(md.name, placed.cluster, placed.index, placed.name)}
+        path = routing.replica_path(md.namespace, placed.name)
+        endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{path}v1", path, labels, placeholder,
+                                  composed=True, cluster=cluster.name))
+    replicas = {(ep.namespace, ep.name) for ep in endpoints}
+    for me in fleet.of("ModelEndpoint"):
+        if (me.namespace, me.name) in replicas:  # both would be backed by the Service ep-<name>
+            problems.append(Problem(endpoints_stack(me.namespace), 0, f"ModelEndpoint/{me.name}", "metadata.name", (
+                f"two endpoints are named {me.name!r} in namespace {me.namespace}: this ModelEndpoint and a replica "
+                "of a ModelDeployment, whose backends would be the same Service; rename the ModelEndpoint")))
+            continue
+        endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
+    index = EndpointIndex(endpoints)
+    front_door = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
+                  or PENDING_FRONT_DOOR)
+    out = Routing(endpoints, problems, {}, {}, {}, {}, bool(envoy and envoy.tls), {})
+    envoy_text = fleet.text_of(gateway) if envoy is not None and gateway is not None else ""
+    routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
+    tiered: dict[str, dict[str, fleet_data_plane.Tiered]] = {}  # namespace -> Backend name -> what it reaches
+    for ms in fleet.of("ModelService"):
+        stack = service_stack(ms.namespace, ms.name)
+        chosen: list
+        if envoy is not None:
+            chosen = fleet_data_plane.tiers(ms, select(ms, index))
+            problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
+                         for path, message in fleet_data_plane.endpoint_problems(ms, chosen)]
+            selected = [t.endpoint for t in chosen]
+            tiered.setdefault(ms.namespace, {}).update({t.backend_name: t for t in chosen})
+        else:
+            problems += [Problem(stack, 0, f"ModelService/{ms.name}", f"spec.endpoints[{i}].priority",
+                                 "overflow endpoints (priority 1) need InferenceGateway backend Envoy; Traefik "
+                                 "has no priorities for Gateway API routes")
+                         for i, entry in enumerate(ms.spec.endpoints) if entry.priority]
+            chosen = distribute_weights(select(ms, index))
+            selected = [ep for ep, _ in chosen]
+        out.services[stack] = (ms, chosen)
+        out.digests[stack] = _digest((fleet.text_of(ms), envoy_text, chosen))
+        out.addresses[stack] = service_address(front_door, ms.namespace, ms.name, out.front_door_tls)
+        routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
+        out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
+    scaled, scaling_problems = fleet_autoscaling.scaled_objects(fleet, endpoints_stack)
+    problems += scaling_problems
+    for namespace in sorted(set(routed) | set(scaled)):
+        shared, backends = routed.get(namespace, {}), tiered.get(namespace, {})
+        if shared or namespace in scaled:
+            stack = endpoints_stack(namespace)
+            owned = out.backends[stack] = Backends([shared[n] for n in sorted(shared)],
+                                                   [backends[n] for n in sorted(backends)], scaled.get(namespace, []))
+            # a replica's slice points at its cluster's gateway: its recorded address is part of the fingerprint
+            recorded = {ep.cluster: gateways.clusters.get(ep.cluster) for ep in owned.endpoints
+                        if ep.cluster} if gateways else {}
+            out.digests[stack] = _digest((envoy is not None, owned.endpoints, owned.tiered,
+                                          json.dumps(owned.scaled, sort_keys=True), sorted(recorded.items())))
+    return out
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()
 
 
 def cache_targets(cache, clusters: Iterable[ClusterView]) -> list[ClusterView]:
@@ -313,20 +376,25 @@ def model_inputs(fleet: Fleet, plan: Plan) -> dict[str, str]:
 
 
 class StackInputs(NamedTuple):
-    """Per model and team stack, a digest of everything its objects are composed from (`model_inputs`, and a team
-    stack's `TeamStack`): equal digests mean equal objects, so a stack whose digest did not change need not be
-    composed again. `teams`: the team stacks themselves, which `render` composes."""
+    """Per model, team, service and endpoints stack, a digest of everything its objects are composed from
+    (`model_inputs`, a team stack's `TeamStack`, `Routing.digests`): equal digests mean equal objects, so a stack
+    whose digest did not change need not be composed again. `teams` and `routing`: what `render` composes those
+    stacks from."""
 
     digests: dict[str, str]
     teams: dict[str, TeamStack]
+    routing: Routing
 
 
-def stack_inputs(fleet: Fleet, plan: Plan, host: str | None) -> StackInputs:
-    teams = team_stacks(fleet, plan, host)
+def stack_inputs(fleet: Fleet, plan: Plan, host: str | None, gateways: Gateways | None = None) -> StackInputs:
+    clusters = {c.name: c for c in build_clusters(fleet)}
+    teams = team_stacks(fleet, plan, host, clusters.values())
+    routes = routing_plan(fleet, plan, gateways, clusters)
     digests = model_inputs(fleet, plan)
     for stack, team in teams.items():
-        digests[stack] = hashlib.sha256(repr(team).encode()).hexdigest()
-    return StackInputs(digests, teams)
+        digests[stack] = _digest(team)
+    digests.update(routes.digests)
+    return StackInputs(digests, teams, routes)
 
 
 def object_keys(out: Rendered, stack: str) -> tuple[tuple[str, str, str, str, str], ...]:

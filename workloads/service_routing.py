@@ -205,9 +205,9 @@ def backend_objects(ep: Endpoint, envoy: bool = False) -> list[dict]:
     return objects
 
 
-def route_objects(service, endpoints: EndpointIndex) -> tuple[list[dict], list[Endpoint]]:
-    """The service's HTTPRoute, and the endpoints it routes to (whose objects `backend_objects` composes once)."""
-    weighted = distribute_weights(select(service, endpoints))
+def route_objects(service, weighted: list[tuple[Endpoint, int]]) -> list[dict]:
+    """The service's HTTPRoute over the endpoints it routes to, with their weights (`distribute_weights` of what
+    it selects), whose objects `backend_objects` composes once."""
     backend_refs = []
     for ep, weight in weighted:
         rewrite: dict = {}
@@ -228,4 +228,4 @@ def route_objects(service, endpoints: EndpointIndex) -> tuple[list[dict], list[E
                      "labels": {"modelplane.ai/service": service.name}},
         "spec": {"parentRefs": [dict(FLEET_GATEWAY)], "rules": [rule]},
     }
-    return [route], [ep for ep, _ in weighted]
+    return [route]

@@ -1,8 +1,8 @@
 """What a pull request's base planned to, kept by the content hash of everything it was computed from.
 
 `plan --against BASE` in CI plans the base (the target branch) for every pull request, though the base
-rarely changes between them. The first comparison stores the base's summary: its replicas, each model and
-team stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of every stack it
+rarely changes between them. The first comparison stores the base's summary: its replicas, each model, team,
+service and endpoints stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of every stack it
 composed: a stack whose inputs were the same in the head it was compared with was not composed, and its
 fingerprint is `SAME` and its inputs (automation/planning/compare.py). Later comparisons against the same base
 read it back instead of planning the base again, and compose only the head's stacks whose inputs differ from
@@ -56,11 +56,11 @@ class BaseReplica:
 class BaseSummary:
     replicas: list[BaseReplica]
     fingerprints: dict[str, str]  # every stack
-    known: dict[str, Known]  # model and team stacks: input digest and fingerprint
+    known: dict[str, Known]  # model, team, service and endpoints stacks: input digest and fingerprint
     platform: str | None = None  # the digest of what its platform and gateway stacks were computed from
 
     def digests(self) -> dict[str, str]:
-        """The digest of each stack's inputs: the model and team stacks' (`known`), and the platform and gateway
+        """The digest of each stack's inputs: those of `known`, and the platform and gateway
         stacks' (their one `platform`)."""
         out = {name: k.inputs for name, k in self.known.items()}
         if self.platform is not None:

@@ -3,8 +3,8 @@
 The base and the head are planned side by side (or the base's summary read back, automation/planning/base_cache.py),
 both with the one record of what is applied: the head's placements are then those `plan` and every preview of
 the head show (one record, one answer; the scheduler's stability, docs/scheduling.md, keeps a change from moving
-anything else unless capacity forces it). Only the model and team stacks whose inputs differ between the two are
-composed, and the platform and gateway stacks only when what they are computed from differs; then every stack's
+anything else unless capacity forces it). Only the model, team, service and endpoints stacks whose inputs differ
+between the two are composed, and the platform and gateway stacks only when what they are computed from differs; then every stack's
 fingerprint is compared, and replicas are matched by name: added, removed, or moved (a replica
 of a deployment both sides have, on another cluster in the head).
 """
@@ -67,8 +67,8 @@ class Sides(NamedTuple):
 def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
                  memo: PlanMemo | None = None) -> Sides:
     """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
-    stacks whose inputs differ: a model or team stack whose inputs are the same on both sides has the same
-    objects, and the platform and gateway stacks the same arguments when the fleet's `platform_inputs` are the
+    stacks whose inputs differ: a model, team, service or endpoints stack whose inputs are the same on both sides
+    has the same objects, and the platform and gateway stacks the same arguments when the fleet's `platform_inputs` are the
     same, so they are neither composed nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
     needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
     and it lacks is computed then)."""
@@ -100,7 +100,8 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
     base_host, head_host = control_plane_cluster(fleet, base.control_plane), control_plane_cluster(head_fleet)
     base_inputs = stack_inputs(fleet, base_plan, base_host)
-    head_inputs = tried.inputs if tried is not None else stack_inputs(head_fleet, head_plan, head_host)
+    head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
+        stack_inputs(head_fleet, head_plan, head_host)
     same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.digests.items()
             if base_inputs.digests.get(name) == digest}
     digest = platform_inputs(fleet, base_host)

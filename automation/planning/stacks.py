@@ -35,7 +35,7 @@ from fleet.plan import PlacedReplica, Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.gateways import Gateways
-from workloads.render import (Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys, render,
+from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys, render,
                               service_stack, stack_inputs, team_stack)
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
@@ -302,11 +302,12 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         digest = known.get(name) or (endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints"
                                      else fingerprint(payload.fingerprinted()))
         stacks[name] = StackSpec(id, digest, deps, sorted(targets), payload)
-    _link(fleet, plan, stacks, host)
+    _link(fleet, plan, stacks, host, rendered.backends)
     return stacks
 
 
-def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | None) -> None:
+def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | None,
+          backends: Mapping[str, Backends]) -> None:
     """Dependencies beyond targets: a team's namespace on a cluster before its objects there, models after their
     caches, a namespace's endpoints after the models they point at, services after the gateway and their endpoints."""
     for spec in stacks.values():
@@ -319,16 +320,11 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
         if model is not None and ref and cache_stack(md.namespace, ref.name) in stacks:
             model.depends_on.append(cache_stack(md.namespace, ref.name))
     served = {(r.namespace, r.name): model_stack(r.namespace, r.deployment) for r in plan.replicas}
-    for spec in stacks.values():
-        if spec.kind != "endpoints":
-            continue
-        for obj in spec.objects.get("control-plane", []):
-            if obj["kind"] == "ScaledObject":  # KEDA scales a ModelDeployment through the gateway stack's APIService
-                spec.depends_on.append("gateway")
-            endpoint = obj["metadata"].get("labels", {}).get("modelplane.ai/endpoint")
-            serving = served.get((spec.id.namespace or "", endpoint))
-            if serving is not None:
-                spec.depends_on.append(serving)
+    for name, owned in backends.items():  # read from what it owns, whether its objects were composed or not
+        spec = stacks[name]
+        if owned.scaled:  # KEDA scales a ModelDeployment through the gateway stack's APIService
+            spec.depends_on.append("gateway")
+        spec.depends_on += [serving for ep in owned.endpoints if (serving := served.get((ep.namespace, ep.name)))]
     for ms in fleet.of("ModelService"):
         service = stacks.get(service_stack(ms.namespace, ms.name))
         if service is not None:
@@ -338,7 +334,7 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
 
 
 class Known(NamedTuple):
-    """A model or team stack as computed before: the digest of its inputs (`stack_inputs`), its fingerprint, and its
+    """A stack as computed before: the digest of its inputs (`stack_inputs`), its fingerprint, and its
     objects' identities (`object_keys`, for collisions with other stacks)."""
 
     inputs: str
@@ -353,22 +349,22 @@ class DesiredState:
     plan: Plan
     rendered: Rendered
     specs: dict[str, StackSpec]
-    inputs: StackInputs = StackInputs({}, {})  # of the model and team stacks (when asked for)
+    inputs: StackInputs | None = None  # of the model, team, service and endpoints stacks (when asked for)
     reused: dict[str, tuple] = field(default_factory=dict)  # stacks from `known` (not composed): their identities
     platform: KnownPlatform | None = None  # the platform and gateway stacks with their inputs (when asked for)
 
     def digests(self) -> dict[str, str]:
-        """The digest of each stack's inputs, where known: the model and team stacks' (`inputs`), and the platform
-        and gateway stacks' (their one `platform_inputs`)."""
-        out = dict(self.inputs.digests)
+        """The digest of each stack's inputs, where known: the model, team, service and endpoints stacks' (`inputs`),
+        and the platform and gateway stacks' (their one `platform_inputs`)."""
+        out = dict(self.inputs.digests) if self.inputs is not None else {}
         if self.platform is not None:
             out.update(dict.fromkeys(self.platform.specs, self.platform.inputs))
         return out
 
     def known(self) -> dict[str, Known]:
-        """Every model and team stack as `desired_state(known=...)` reuses it next time (needs `inputs`)."""
+        """Every stack with input digests (`inputs`) as `desired_state(known=...)` reuses it next time."""
         return {name: Known(digest, self.specs[name].fingerprint, self.reused.get(name) or object_keys(self.rendered, name))
-                for name, digest in self.inputs.digests.items()}
+                for name, digest in (self.inputs.digests if self.inputs is not None else {}).items()}
 
     @cached_property
     def problems(self) -> list[str]:
@@ -397,7 +393,7 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
                   known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None,
                   gateways: Gateways | None = None, plan: Plan | None = None,
                   inputs: StackInputs | None = None, platform: KnownPlatform | None = None) -> DesiredState:
-    """`known`: model and team stacks computed before (e.g. for a pull request's base). One whose inputs are the
+    """`known`: stacks computed before (e.g. for a pull request's base). One whose inputs are the
     same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is given.
     `platform`: the platform and gateway stacks computed before, taken when this fleet's `platform_inputs` are
     theirs; the state's own `platform` is filled whenever `known` or `platform` is given. `memo`: what earlier
@@ -407,10 +403,10 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     plan = plan if plan is not None else schedule(fleet, list(recorded), explain=explain, memo=memo)
     host = control_plane_cluster(fleet, control_plane)
     if inputs is None and known is not None:
-        inputs = stack_inputs(fleet, plan, host)
+        inputs = stack_inputs(fleet, plan, host, gateways)
     digests = inputs.digests if inputs is not None else {}
     reused = {s: known[s].objects for s, digest in digests.items() if known and s in known and known[s].inputs == digest}
-    rendered = render(fleet, plan, host, reused, gateways, inputs.teams if inputs is not None else None)
+    rendered = render(fleet, plan, host, reused, gateways, inputs)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
     platform_digest = platform_inputs(fleet, host) if known is not None or platform is not None else None
     same = platform.specs if platform is not None and platform.inputs == platform_digest else None
@@ -420,7 +416,7 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     if platform_digest is not None:
         mine = platform if same is not None else KnownPlatform(platform_digest, {
             name: spec for name, spec in specs.items() if spec.kind in ("platform", "gateway")})
-    return DesiredState(plan, rendered, specs, inputs or StackInputs({}, {}), reused, mine)
+    return DesiredState(plan, rendered, specs, inputs, reused, mine)
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
