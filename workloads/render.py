@@ -167,7 +167,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
             md = deployments[(placed.namespace, placed.deployment)]
             ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
             out.add(stack, placed.cluster, compose_replica(ctx))
-    routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, clusters)
+    routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, host, clusters)
     out.problems += routes.problems
     out.endpoints, out.front_door_tls = list(routes.endpoints), routes.front_door_tls
     out.addresses, out.routes, out.backends = dict(routes.addresses), dict(routes.routes), dict(routes.backends)
@@ -224,11 +224,12 @@ class Routing:
     digests: dict[str, str]
 
 
-def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None,
+def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str | None,
                  clusters: Mapping[str, ClusterView] | None = None) -> Routing:
     """Health: a replica gets an endpoint only when it is ready and its cluster has a gateway address (known from
-    its status, else from `gateways`, the applied stacks' outputs, else a marked placeholder). `clusters`: the
-    fleet's, by name (`build_clusters`), when the caller has them."""
+    its status, else from `gateways`, the applied stacks' outputs, else a marked placeholder). `host`: the cluster
+    that is the control plane these stacks write to (part of their fingerprints). `clusters`: the fleet's, by name
+    (`build_clusters`), when the caller has them."""
     clusters = clusters if clusters is not None else {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     ready = _replica_ready(fleet)
@@ -281,7 +282,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None,
             chosen = distribute_weights(select(ms, index))
             selected = [ep for ep, _ in chosen]
         out.services[stack] = (ms, chosen)
-        out.digests[stack] = _digest((fleet.text_of(ms), envoy_text, chosen))
+        out.digests[stack] = _digest((host, fleet.text_of(ms), envoy_text, chosen))
         out.addresses[stack] = service_address(front_door, ms.namespace, ms.name, out.front_door_tls)
         routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
         out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
@@ -296,7 +297,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None,
             # a replica's slice points at its cluster's gateway: its recorded address is part of the fingerprint
             recorded = {ep.cluster: gateways.clusters.get(ep.cluster) for ep in owned.endpoints
                         if ep.cluster} if gateways else {}
-            out.digests[stack] = _digest((envoy is not None, owned.endpoints, owned.tiered,
+            out.digests[stack] = _digest((host, envoy is not None, owned.endpoints, owned.tiered,
                                           json.dumps(owned.scaled, sort_keys=True), sorted(recorded.items())))
     return out
 
@@ -389,7 +390,7 @@ class StackInputs(NamedTuple):
 def stack_inputs(fleet: Fleet, plan: Plan, host: str | None, gateways: Gateways | None = None) -> StackInputs:
     clusters = {c.name: c for c in build_clusters(fleet)}
     teams = team_stacks(fleet, plan, host, clusters.values())
-    routes = routing_plan(fleet, plan, gateways, clusters)
+    routes = routing_plan(fleet, plan, gateways, host, clusters)
     digests = model_inputs(fleet, plan)
     for stack, team in teams.items():
         digests[stack] = _digest(team)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import Base
     from fleet.validate import Fleet
+    from workloads.gateways import Gateways
 
 from fleet.validate import LoadMemo, Loaded, load_fleet
 
@@ -160,7 +161,7 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
 
 
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
-                    control_plane: str | None = None) -> Base:
+                    control_plane: str | None = None, gateways: Gateways | None = None) -> Base:
     """The base of a comparison (`plan --against`, `preview --changed-against`, `review`). When the base's files are
     byte for byte those of a base summarised before, with the same recorded placements and code, the summary is
     read back and the base is parsed only if the head needs a fingerprint it lacks; otherwise it is loaded (its
@@ -173,14 +174,15 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
     key = None
     if cache is not None and not click.get_current_context().meta.get("secrets_dir") \
             and all(s.raw is not None and not s.problems for s in sources):
-        key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane)
+        key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane, gateways)
         summary = cache.by_sources(key)
         if summary is not None:
             click.echo(f"note: base: {', '.join(paths)} read as summarised before (unchanged files; "
                        "--no-cache to plan it afresh)", err=True)
             return Base(summary, load=lambda: load(paths, sources).fleet, cache=cache, sources_key=key,
-                        control_plane=control_plane)
-    return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane)
+                        control_plane=control_plane, gateways=gateways)
+    return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane,
+                gateways=gateways)
 
 
 WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "review", "status", "up", "drift", "refresh",

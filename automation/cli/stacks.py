@@ -129,9 +129,9 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     """The desired stacks; with a base, only those that differ from it (and their neighbours, for the check)."""
     from automation.planning.stacks import Change, desired_state
 
-    # the head planned with the record, with or without a base: one answer for one HEAD
-    # with a base, the stacks' inputs too (`known={}` composes every stack): a base's stack not composed is
-    # compared by them
+    # the head planned with the record, with or without a base: one answer for one HEAD; with a base, the stacks'
+    # inputs too (`known={}` still composes every stack): a stack the base's summary did not compose is compared
+    # by them
     desired = desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways(),
                             known={} if changed_against else None)
     if not changed_against:
@@ -141,9 +141,11 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     from automation.planning.offline_preview import around
 
     # the base's summary as `plan --against` makes it (with its own gateway host: the head's may be a cluster it
-    # adds), knowing the fingerprint of every stack whose inputs differ from the head's
-    summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache()), fleet,
-                           applied.placements()).summary
+    # adds), knowing the fingerprint of every stack whose inputs differ from the head's: both sides composed with
+    # the record's gateway addresses, and the head with its control plane, as `desired` is
+    summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache(),
+                                           gateways=applied.gateways()), fleet, applied.placements(),
+                           control_plane=host).summary
     compared = changed_stacks(desired.specs, desired.digests(), summary)
     changes = {c.name: c.change for c in compared if c.change != Change.none}
     only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})

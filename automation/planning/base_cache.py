@@ -9,8 +9,8 @@ read it back instead of planning the base again, and compose only the head's sta
 the base's; one that needs a fingerprint the summary lacks plans the base once more, and the summary kept then
 knows both.
 
-The key hashes the validated base objects, the recorded placements it was planned with, the control plane
-and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
+The key hashes the validated base objects, the recorded placements and gateway addresses it was planned with,
+the control plane and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
 base's files as read (names and bytes) with the same placements, control plane and code, leads to the same
 summary without parsing the base: the same bytes load to the same objects. The summary holds
 no secret (secret values are never rendered, so no fingerprint depends on them). It is written and read as
@@ -36,6 +36,7 @@ from automation.planning.stacks import SAME, DesiredState, Known, kind_of
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import DiskCache
 from fleet.stack_id import StackKind
+from workloads.gateways import Gateways
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -116,27 +117,33 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str | None = None) -> str:
+def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str | None = None,
+             gateways: Gateways | None = None) -> str:
     digest = hashlib.sha256(code_digest().encode())
-    digest.update(json.dumps(control_plane).encode())
+    _context(digest, recorded, control_plane, gateways)
     for obj in fleet.objects:
         digest.update(fleet.text_of(obj).encode() + b"\0")
-    for r in sorted(recorded, key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
-        digest.update(json.dumps(asdict(r), sort_keys=True).encode() + b"\0")
     return digest.hexdigest()
 
 
 def source_key(sources: list[tuple[str, bytes]], recorded: list[RecordedReplica],
-               control_plane: str | None = None) -> str:
+               control_plane: str | None = None, gateways: Gateways | None = None) -> str:
     """The base's files as read (name and bytes, in load order), with everything `base_key` holds besides the
     objects: equal keys load to equal objects, so they lead to the same summary without parsing anything."""
     digest = hashlib.sha256(b"sources\0" + code_digest().encode())
-    digest.update(json.dumps(control_plane).encode())
+    _context(digest, recorded, control_plane, gateways)
     for name, raw in sources:
         digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(raw).digest())
+    return digest.hexdigest()
+
+
+def _context(digest, recorded: list[RecordedReplica], control_plane: str | None, gateways: Gateways | None) -> None:
+    """What a summary was computed with besides the base's objects: the control plane, and the record's placements
+    and gateway addresses (an endpoints stack's fingerprint holds them)."""
+    addresses = [sorted(gateways.clusters.items()), gateways.front_door] if gateways is not None else None
+    digest.update(json.dumps([control_plane, addresses]).encode())
     for r in sorted(recorded, key=lambda r: (r.namespace, r.deployment, r.name, r.cluster, r.index)):
         digest.update(json.dumps(asdict(r), sort_keys=True).encode() + b"\0")
-    return digest.hexdigest()
 
 
 class BaseCache:

@@ -21,6 +21,7 @@ from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform
 from components.args import control_plane_cluster
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
+from workloads.gateways import Gateways
 from workloads.render import stack_inputs
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Base:
     cache: BaseCache | None = None
     sources_key: str | None = None
     control_plane: str | None = None
+    gateways: Gateways | None = None  # the record's gateway addresses, both sides are composed with
 
 
 class Sides(NamedTuple):
@@ -65,19 +67,20 @@ class Sides(NamedTuple):
 
 
 def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
-                 memo: PlanMemo | None = None) -> Sides:
+                 memo: PlanMemo | None = None, control_plane: str | None = None) -> Sides:
     """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
     stacks whose inputs differ: a model, team, service or endpoints stack whose inputs are the same on both sides
     has the same objects, and the platform and gateway stacks the same arguments when the fleet's `platform_inputs` are the
     same, so they are neither composed nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
     needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
-    and it lacks is computed then)."""
+    and it lacks is computed then). `control_plane`: the head's (the base has its own); both sides are composed
+    with the record's placements and gateway addresses (`recorded`, `base.gateways`)."""
     memo = memo or PlanMemo()
     keys: dict[str, str] = {}
 
     def key(fleet: Fleet) -> str:  # the base's cache key, hashed once
         if "key" not in keys:
-            keys["key"] = base_key(fleet, recorded, base.control_plane)
+            keys["key"] = base_key(fleet, recorded, base.control_plane, base.gateways)
         return keys["key"]
 
     if base.summary is None and base.cache is not None and base.fleet is not None:
@@ -86,9 +89,10 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     if base.summary is not None:
         # the head takes the summary's platform and gateway stacks if what they are computed from is the same
         platform = KnownPlatform.fingerprinted(base.summary.platform, base.summary.fingerprints,
-                                               control_plane_cluster(head_fleet)) if base.summary.platform else None
-        tried = desired_state(head_fleet, recorded, explain=explain, known=base.summary.known, memo=memo,
-                              platform=platform)
+                                               control_plane_cluster(head_fleet, control_plane)) \
+            if base.summary.platform else None
+        tried = desired_state(head_fleet, recorded, control_plane, explain, known=base.summary.known, memo=memo,
+                              gateways=base.gateways, platform=platform)
         if (found := _known_changes(tried.specs, tried.digests(), base.summary)) is not None:
             if base.cache is not None and base.sources_key and base.fleet is not None:
                 base.cache.remember_sources(base.sources_key, key(base.fleet))
@@ -98,25 +102,27 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
     base_plan = schedule(fleet, recorded, memo=memo)
     head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
-    base_host, head_host = control_plane_cluster(fleet, base.control_plane), control_plane_cluster(head_fleet)
-    base_inputs = stack_inputs(fleet, base_plan, base_host)
+    base_host, head_host = control_plane_cluster(fleet, base.control_plane), control_plane_cluster(head_fleet, control_plane)
+    base_inputs = stack_inputs(fleet, base_plan, base_host, base.gateways)
     head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
-        stack_inputs(head_fleet, head_plan, head_host)
+        stack_inputs(head_fleet, head_plan, head_host, base.gateways)
     same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.digests.items()
             if base_inputs.digests.get(name) == digest}
     digest = platform_inputs(fleet, base_host)
     unchanged = KnownPlatform.unchanged(digest, fleet, base_host) \
         if digest == platform_inputs(head_fleet, head_host) else None
-    base_state = desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, plan=base_plan,
-                               inputs=base_inputs, platform=unchanged)
+    base_state = desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, gateways=base.gateways,
+                               plan=base_plan, inputs=base_inputs, platform=unchanged)
     summary = BaseSummary.of(base_state)
     if base.summary is not None:  # what the kept summary knew and this one did not: known from now on
         summary = summary.completed_by(base.summary)
-    # the head takes the base's fingerprint of each stack with the same inputs, whether computed or `SAME`, and
-    # the base's platform and gateway stacks when what they are computed from is the same (else its own, if tried)
-    head = desired_state(head_fleet, recorded, explain=explain, known={name: summary.known[name] for name in same},
-                         memo=memo, plan=head_plan, inputs=head_inputs,
-                         platform=unchanged or (tried.platform if tried is not None else None))
+    # the head takes the summary's fingerprint of each stack with the same inputs, whether computed or `SAME` (the
+    # summary may have been completed by a kept one), and so its platform and gateway stacks when what they are
+    # computed from is the same (else its own, if tried)
+    same_platform = KnownPlatform.fingerprinted(digest, summary.fingerprints, head_host) if unchanged else None
+    head = desired_state(head_fleet, recorded, control_plane, explain, known={name: summary.known[name] for name in same},
+                         memo=memo, gateways=base.gateways, plan=head_plan, inputs=head_inputs,
+                         platform=same_platform or (tried.platform if tried is not None else None))
     base.summary = summary
     if base.cache is not None:
         base.cache.put(key(fleet), summary)
