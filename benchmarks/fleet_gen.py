@@ -11,7 +11,11 @@ capacity to spare. This one has what an outside performance engineer would build
   minimum device count) and its own cluster selector, some of them pinned to one small region so that its
   clusters are full and replicas go unscheduled;
 - mixed engines: single-GPU and tensor-parallel vLLM and SGLang, whole-node replicas, leader/worker gangs, and
-  prefill/decode pairs, with 1 to 8 replicas (most 1-2).
+  prefill/decode pairs, with 1 to 8 replicas (most 1-2);
+- what users reach them by: a fleet gateway, a ModelService per deployment (a quarter of them sending a weighted
+  share to another deployment of their team, as a canary does), and a hosted provider's ModelEndpoint per team
+  that some services keep a share on. Drawn after everything else, so the fleet's other objects are those of a
+  fleet without them.
 
     .venv/bin/python benchmarks/fleet_gen.py --deployments 2000 --clusters 500 > fleet.yaml
 """
@@ -178,7 +182,32 @@ def realistic(deployments: int, clusters: int, seed: int = 31) -> list[dict]:
     weights = [1.0 / (1 + t) for t in range(len(styles))]
     for i in range(deployments):
         objects.append(_deployment(i, rnd.choices(styles, weights=weights)[0], rnd))
-    return objects
+    return objects + _front_door(objects, random.Random(seed + 1))
+
+
+def _front_door(objects: list[dict], rnd: random.Random) -> list[dict]:
+    """The gateway, a service per deployment and a hosted endpoint per team (see the module's docstring)."""
+    out: list[dict] = [{"apiVersion": API, "kind": "InferenceGateway", "metadata": {"name": "default"},
+                        "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}]
+    by_team: dict[str, list[str]] = {}
+    for o in objects:
+        if o["kind"] == "ModelDeployment":
+            by_team.setdefault(o["metadata"]["namespace"], []).append(o["metadata"]["name"])
+    for team, names in by_team.items():
+        out.append({"apiVersion": API, "kind": "ModelEndpoint",
+                    "metadata": {"name": "hosted", "namespace": team, "labels": {"provider": "hosted"}},
+                    "spec": {"url": "https://inference.example.com/v1", "rewritePath": "/"}})
+        for name in names:
+            entries = [{"selector": {"matchLabels": {"modelplane.ai/deployment": name}}, "weight": 90}]
+            roll = rnd.random()
+            if roll < 0.25 and len(names) > 1:
+                canary = rnd.choice([n for n in names if n != name])
+                entries.append({"selector": {"matchLabels": {"modelplane.ai/deployment": canary}}, "weight": 10})
+            elif roll < 0.35:
+                entries.append({"selector": {"matchLabels": {"provider": "hosted"}}, "weight": 10})
+            out.append({"apiVersion": API, "kind": "ModelService", "metadata": {"name": name, "namespace": team},
+                        "spec": {"endpoints": entries}})
+    return out
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 
 Each figure is one `modelplane` command run in a subprocess, so interpreter start-up and imports count, as they do
 for users, on fleets from two generators written apart: `plan_bench` (benchmarks/plan_bench.py: 4 classes, every
-cluster the same 4 pools, capacity to spare) and `fleet_gen` (benchmarks/fleet_gen.py: 14 classes over two
-vendors, uneven pools, mixed engines, per-team selectors, full regions). The quick commands (and the first
+cluster the same 4 pools, capacity to spare, no services) and `fleet_gen` (benchmarks/fleet_gen.py: 14 classes over
+two vendors, uneven pools, mixed engines, per-team selectors, full regions, a ModelService per deployment). The quick commands (and the first
 `plan --against`, each time with an empty cache) are each run five times, in turn with their floor's runs (this
 machine's speed moves within minutes: a floor measured minutes apart from its command skewed the ratio), and the
 median runs shown; the floor column is the floor's median in the same minutes, and the ratio the median of the
