@@ -156,6 +156,15 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
     return ranked[0][1] if ranked else None
 
 
+def preferred_control_plane(fleet: Fleet, chosen: str | None) -> str | None:
+    """`chosen` when it can host the fleet gateway in this fleet, else the fleet's own (`control_plane_cluster`): a
+    pull request's base is planned on the control plane its head is given, unless the head is what adds it."""
+    try:
+        return control_plane_cluster(fleet, chosen)
+    except ValueError:
+        return control_plane_cluster(fleet)
+
+
 def cluster_args(fleet: Fleet, name: str) -> ClusterArgs:
     ic = next(c for c in fleet.of("InferenceCluster") if c.name == name)
     return _cluster_args(ic, {c.name: c for c in fleet.of("InferenceClass")}, weight_streaming(fleet))

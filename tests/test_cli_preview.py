@@ -93,6 +93,25 @@ def test_offline_preview_of_what_changed_against_a_base(tmp_path, capsys):
     assert code == 0 and f"{model} (update)" in out and "what depends on them), 0 violations" in out
 
 
+def test_a_control_plane_asked_for_is_the_bases_too(tmp_path, capsys):
+    """`--control-plane X` with a base that has X: the base is planned on X as the head is, so a deployment's change
+    is that deployment's stack alone (the gateway stack, which holds its host, is not shown as changed)."""
+    base, head, model = _base_and_head(tmp_path)
+    gateway = {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
+               "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}
+    for path in (base, head):
+        path.write_text(path.read_text() + "---\n" + yaml.safe_dump(gateway))
+    code = main(["preview", "--offline", "-f", str(head), "--changed-against", str(base), "-o", "json",
+                 "--control-plane", "cluster-0005"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["changes"] == [{"name": model, "change": "update"}]
+    code = main(["review", "-f", str(head), "--against", str(base), "--control-plane", "cluster-0005"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "**1 stack(s) change**" in out and f"| `{model}` | update |" in out
+
+
 def test_changed_against_needs_offline(tmp_path, capsys):
     base, head, _ = _base_and_head(tmp_path)
     assert main(["preview", "-f", str(head), "--changed-against", str(base)]) == 2

@@ -152,6 +152,29 @@ def test_stacks_not_composed_again_have_the_same_fingerprints_and_dependencies(e
         assert {name.split("-")[0] for name in again.reused} >= {"model", "team", "service", "endpoints"}
 
 
+def test_both_sides_are_planned_on_the_control_plane_asked_for(tmp_path):
+    """`review --control-plane X` and `preview --changed-against` with it: the base is planned on X too when it has
+    that cluster, so a deployment's change shows the same stacks as with the default host; a head that adds X is
+    compared with a base on its own host. Incremental, cold and kept summaries, and full: one answer."""
+    objects = with_services(generate(24, 6))
+    edited = EDITS["one deployment's image"](objects)
+    base, head, added = fleet_of(objects), fleet_of(edited), fleet_of(_control_plane_first(edited))
+
+    def changed(result: tuple) -> list[str]:
+        return [s["name"] for s in json.loads(result[0])["stacks"] if s["change"] != "none"]
+
+    default = outputs(compare(base, head))
+    for fleet, host in ((head, "cluster-0003"), (added, "a-first")):
+        full = outputs(compare(base, fleet, incremental=False, control_plane=host))
+        cache = BaseCache(tmp_path / host)
+        for _ in range(2):  # cold, then from the kept summary
+            assert outputs(compare(base, fleet, cache=cache, control_plane=host)) == full
+        assert outputs(compare(base, fleet, control_plane=host)) == full
+    assert changed(outputs(compare(base, head, control_plane="cluster-0003"))) == changed(default)
+    moved = changed(outputs(compare(base, added, control_plane="a-first")))
+    assert "gateway" in moved and any(name.startswith("service-") for name in moved)  # the control plane moved
+
+
 def test_an_endpoints_stack_follows_the_recorded_gateway_address_it_is_fingerprinted_with():
     """A cluster whose status gives its gateway address routes by that address, but its endpoints stack is
     fingerprinted with the address its platform stack recorded (what the program reads when it applies): a new

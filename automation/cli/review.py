@@ -66,8 +66,8 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     from automation.planning.stacks import Change, desired_state
 
     # planned from the manifests alone: a pull request has no record of what is applied
-    base = summarised_base(against, [], BaseCache())
-    result.comparison = compare(None, fleet, recorded=[], base=base)
+    base = summarised_base(against, [], BaseCache(), control_plane)
+    result.comparison = compare(None, fleet, recorded=[], base=base, control_plane=control_plane)
     host = gateway_host(fleet, control_plane)
     desired = desired_state(fleet, [], control_plane=host)  # planned as `compare` planned the head
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}

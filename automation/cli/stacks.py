@@ -107,7 +107,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     host = gateway_host(loaded.fleet, run.control_plane)
     # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
     applied = record_for_plan(run.state, run.backend, run.fleet_name, run.executor, run.operator_settings, fresh=False)
-    desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against)
+    desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against, run.control_plane)
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
         stacks = all_stacks(loaded.fleet, host, desired.specs, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
     violations = check_fleet(loaded.fleet, stacks)
@@ -125,7 +125,8 @@ def _needs(run: StackRun, fleet, desired, only) -> list[str]:
                                {n: desired.specs[n] for n in names if n in desired.specs})
 
 
-def _desired_for_preview(fleet, applied, host: str | None, changed_against: tuple[str, ...]):
+def _desired_for_preview(fleet, applied, host: str | None, changed_against: tuple[str, ...],
+                         control_plane: str | None = None):
     """The desired stacks; with a base, only those that differ from it (and their neighbours, for the check)."""
     from automation.planning.stacks import Change, desired_state
 
@@ -140,11 +141,11 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     from automation.planning.compare import changed_stacks, side_by_side
     from automation.planning.offline_preview import around
 
-    # the base's summary as `plan --against` makes it (with its own gateway host: the head's may be a cluster it
-    # adds), knowing the fingerprint of every stack whose inputs differ from the head's: both sides composed with
-    # the record's gateway addresses, and the head with its control plane, as `desired` is
-    summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache(),
-                                           gateways=applied.gateways()), fleet, applied.placements(),
+    # the base's summary as `plan --against` makes it, knowing the fingerprint of every stack whose inputs differ
+    # from the head's: both sides composed with the record's gateway addresses, the head with its control plane
+    # (as `desired` is), the base with the one asked for if it has that cluster (the head may add it), else its own
+    summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache(), control_plane,
+                                           applied.gateways()), fleet, applied.placements(),
                            control_plane=host).summary
     compared = changed_stacks(desired.specs, desired.digests(), summary)
     changes = {c.name: c.change for c in compared if c.change != Change.none}

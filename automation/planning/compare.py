@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
-from components.args import control_plane_cluster
+from components.args import control_plane_cluster, preferred_control_plane
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
@@ -56,7 +56,7 @@ class Base:
     load: Callable[[], Fleet] | None = None
     cache: BaseCache | None = None
     sources_key: str | None = None
-    control_plane: str | None = None
+    control_plane: str | None = None  # the control plane asked for: the base's if it has it (`preferred_control_plane`)
     gateways: Gateways | None = None  # the record's gateway addresses, both sides are composed with
 
 
@@ -102,7 +102,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
     base_plan = schedule(fleet, recorded, memo=memo)
     head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
-    base_host, head_host = control_plane_cluster(fleet, base.control_plane), control_plane_cluster(head_fleet, control_plane)
+    base_host, head_host = preferred_control_plane(fleet, base.control_plane), control_plane_cluster(head_fleet, control_plane)
     base_inputs = stack_inputs(fleet, base_plan, base_host, base.gateways)
     head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
         stack_inputs(head_fleet, head_plan, head_host, base.gateways)
@@ -111,7 +111,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     digest = platform_inputs(fleet, base_host)
     unchanged = KnownPlatform.unchanged(digest, fleet, base_host) \
         if digest == platform_inputs(head_fleet, head_host) else None
-    base_state = desired_state(fleet, recorded, base.control_plane, known=same, memo=memo, gateways=base.gateways,
+    base_state = desired_state(fleet, recorded, base_host, known=same, memo=memo, gateways=base.gateways,
                                plan=base_plan, inputs=base_inputs, platform=unchanged)
     summary = BaseSummary.of(base_state)
     if base.summary is not None:  # what the kept summary knew and this one did not: known from now on
@@ -157,23 +157,25 @@ def changed_stacks(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
 
 def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, recorded: list | None = None,
             cache: BaseCache | None = None, incremental: bool = True, base: Base | None = None,
-            memo: PlanMemo | None = None) -> Comparison:
+            memo: PlanMemo | None = None, control_plane: str | None = None) -> Comparison:
     """`recorded`: placements `up` recorded, the memory both the base and the head are planned with (as `up` would).
 
     Only the stacks whose inputs differ between the base and the head are composed and fingerprinted
     (`side_by_side`; `incremental` False composes every stack on both sides, the reference the incremental path is
     tested against). `cache` keeps base summaries between runs. `base`: the base as the caller has it (then
-    `base_fleet` and `cache` are not read). `memo`: shared by the base's plan and the head's."""
+    `base_fleet` and `cache` are not read). `memo`: shared by the base's plan and the head's. `control_plane`: the
+    head's, and the base's when it has that cluster."""
     memo = memo or PlanMemo()
     recorded = recorded or []
     if incremental:
-        base = base or Base(fleet=base_fleet, cache=cache)
-        summary, head, stack_changes = side_by_side(base, head_fleet, recorded, explain, memo)
+        base = base or Base(fleet=base_fleet, cache=cache, control_plane=control_plane)
+        summary, head, stack_changes = side_by_side(base, head_fleet, recorded, explain, memo, control_plane)
     else:
         if base_fleet is None:
             raise ValueError("a full comparison needs the base's fleet")
-        summary = BaseSummary.of(desired_state(base_fleet, recorded, known={}, memo=memo))
-        head = desired_state(head_fleet, recorded, explain=explain, memo=memo)
+        summary = BaseSummary.of(desired_state(base_fleet, recorded, preferred_control_plane(base_fleet, control_plane),
+                                               known={}, memo=memo))
+        head = desired_state(head_fleet, recorded, control_plane, explain=explain, memo=memo)
         stack_changes = changes(head.specs, summary.fingerprints)
     head_plan = head.plan
     result = Comparison(head_plan, stack_changes)
