@@ -31,11 +31,6 @@ def default_query(workload_namespace: str, deployment: str) -> str:
     return f'sum(vllm:num_requests_waiting{{namespace="{workload_namespace}",pod=~"{prefix}-[a-z0-9]{{5}}-.*"}})'
 
 
-def scaling_namespaces(fleet: Fleet) -> set[str]:
-    """The namespaces with a fleet autoscaler (`scaled_objects`' namespaces)."""
-    return set(scaled_objects(fleet, str)[0])
-
-
 def scaled_objects(fleet: Fleet, stack_of) -> tuple[dict[str, list[dict]], list[Problem]]:
     """(namespace -> its ScaledObjects, problems). `stack_of(namespace)`: the stack problems are reported for."""
     gateway = next(iter(fleet.of("InferenceGateway")), None)

@@ -186,7 +186,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
                                   tenancy.workload_namespace(cache.namespace, chosen),
                                   hydrated=cluster.name in hydrated_clusters(cache)))
             out.cache_clusters.setdefault((cache.namespace, cache.name), []).append(cluster.name)
-    teams = inputs.teams if inputs is not None else team_stacks(fleet, plan, host, clusters.values())
+    teams = inputs.teams if inputs is not None else team_stacks(fleet, plan, host, routes.serving, clusters.values())
     for stack, team in teams.items():
         if stack in reuse:
             out.add(stack, team.cluster, [])
@@ -222,6 +222,7 @@ class Routing:
     routes: dict[tuple[str, str], list[str]]  # (namespace, service) -> the endpoints it routes to
     front_door_tls: bool
     digests: dict[str, str]
+    serving: set[str]  # teams with routes, backends or fleet autoscalers on the control plane
 
 
 def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str | None,
@@ -261,7 +262,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
     index = EndpointIndex(endpoints)
     front_door = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
                   or PENDING_FRONT_DOOR)
-    out = Routing(endpoints, problems, {}, {}, {}, {}, bool(envoy and envoy.tls), {})
+    out = Routing(endpoints, problems, {}, {}, {}, {}, bool(envoy and envoy.tls), {}, set())
     envoy_text = fleet.text_of(gateway) if envoy is not None and gateway is not None else ""
     routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
     tiered: dict[str, dict[str, fleet_data_plane.Tiered]] = {}  # namespace -> Backend name -> what it reaches
@@ -288,6 +289,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
         out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
     scaled, scaling_problems = fleet_autoscaling.scaled_objects(fleet, endpoints_stack)
     problems += scaling_problems
+    out.serving = {ms.namespace for ms in fleet.of("ModelService")} | set(scaled)
     for namespace in sorted(set(routed) | set(scaled)):
         shared, backends = routed.get(namespace, {}), tiered.get(namespace, {})
         if shared or namespace in scaled:
@@ -324,22 +326,19 @@ class TeamStack(NamedTuple):
     control_plane_namespace: bool  # the control plane, where the team's routes need their namespace alone
 
 
-def team_stacks(fleet: Fleet, plan: Plan, host: str | None,
-                clusters: Iterable[ClusterView] | None = None) -> dict[str, TeamStack]:
+def team_stacks(fleet: Fleet, plan: Plan, host: str | None, serving: set[str],
+                clusters: Iterable[ClusterView]) -> dict[str, TeamStack]:
     """Every team stack with what it is composed from: a team on each cluster its replicas or caches use, and on
-    the control plane (`host`) when it has routes, backends or fleet autoscalers there. A team whose workloads go
-    to a shared namespace has a stack only where its routes need their own namespace. `clusters`: the fleet's
-    (`build_clusters`), when the caller has them."""
+    the control plane (`host`) when it is `serving` there (`Routing.serving`). A team whose workloads go to a
+    shared namespace has a stack only where its routes need their own namespace. `clusters`: the fleet's
+    (`build_clusters`)."""
     chosen = tenancy.mode(fleet)
     used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
         used.setdefault((placed.namespace, placed.cluster), Counter()).update(replica_devices(placed))
-    caches = fleet.of("ModelCache")
-    views = list(clusters if clusters is not None else build_clusters(fleet) if caches else [])
-    for cache in caches:
-        for view in cache_targets(cache, views):
+    for cache in fleet.of("ModelCache"):
+        for view in cache_targets(cache, clusters):
             used.setdefault((cache.namespace, view.name), Counter())
-    serving = {ms.namespace for ms in fleet.of("ModelService")} | fleet_autoscaling.scaling_namespaces(fleet)
     for team in serving if host is not None else ():
         used.setdefault((team, str(host)), Counter())
     out = {}
@@ -389,8 +388,8 @@ class StackInputs(NamedTuple):
 
 def stack_inputs(fleet: Fleet, plan: Plan, host: str | None, gateways: Gateways | None = None) -> StackInputs:
     clusters = {c.name: c for c in build_clusters(fleet)}
-    teams = team_stacks(fleet, plan, host, clusters.values())
     routes = routing_plan(fleet, plan, gateways, host, clusters)
+    teams = team_stacks(fleet, plan, host, routes.serving, clusters.values())
     digests = model_inputs(fleet, plan)
     for stack, team in teams.items():
         digests[stack] = _digest(team)
