@@ -2,16 +2,16 @@
 
 `plan --against BASE` in CI plans the base (the target branch) for every pull request, though the base
 rarely changes between them. The first comparison stores the base's summary: its replicas, each model, team,
-service and endpoints stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of every stack it
-composed: a stack whose inputs were the same in the head it was compared with was not composed, and its
+service and endpoints stack's input digest, the digest of its platform stacks' inputs, and the fingerprint of
+every stack it composed: a stack whose inputs were the same in the head it was compared with was not composed, and its
 fingerprint is `SAME` and its inputs (automation/planning/compare.py). Later comparisons against the same base
 read it back instead of planning the base again, and compose only the head's stacks whose inputs differ from
 the base's; one that needs a fingerprint the summary lacks plans the base once more, and the summary kept then
 knows both.
 
 The key hashes the validated base objects, the recorded placements and gateway addresses it was planned with,
-the control plane and this project's own code, so a summary is never reused across a change to any of them. A second key, of the
-base's files as read (names and bytes) with the same placements, control plane and code, leads to the same
+the control plane and this project's own code, so a summary is never reused across a change to any of them. A
+second key, of the base's files as read (names and bytes) with the same placements, control plane and code, leads to the same
 summary without parsing the base: the same bytes load to the same objects. The summary holds
 no secret (secret values are never rendered, so no fingerprint depends on them). It is written and read as
 fleet/disk_cache.py says: only in a folder that is the user's alone, authenticated with a key made there, so an

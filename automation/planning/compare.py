@@ -4,8 +4,8 @@ The base and the head are planned side by side (or the base's summary read back,
 both with the one record of what is applied: the head's placements are then those `plan` and every preview of
 the head show (one record, one answer; the scheduler's stability, docs/scheduling.md, keeps a change from moving
 anything else unless capacity forces it). Only the model, team, service and endpoints stacks whose inputs differ
-between the two are composed, and the platform and gateway stacks only when what they are computed from differs; then every stack's
-fingerprint is compared, and replicas are matched by name: added, removed, or moved (a replica
+between the two are composed, and the platform and gateway stacks only when what they are computed from differs;
+then every stack's fingerprint is compared, and replicas are matched by name: added, removed, or moved (a replica
 of a deployment both sides have, on another cluster in the head).
 """
 
@@ -70,9 +70,9 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
                  memo: PlanMemo | None = None, control_plane: str | None = None) -> Sides:
     """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
     stacks whose inputs differ: a model, team, service or endpoints stack whose inputs are the same on both sides
-    has the same objects, and the platform and gateway stacks the same arguments when the fleet's `platform_inputs` are the
-    same, so they are neither composed nor fingerprinted, on either side (`SAME`). A kept summary is used when it knows every fingerprint the head
-    needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
+    has the same objects, and the platform and gateway stacks the same arguments when the fleets'
+    `platform_inputs` are the same, so they are neither composed nor fingerprinted, on either side (`SAME`). A
+    kept summary is used when it knows every fingerprint the head needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
     and it lacks is computed then). `control_plane`: the head's (the base has its own); both sides are composed
     with the record's placements and gateway addresses (`recorded`, `base.gateways`)."""
     memo = memo or PlanMemo()
@@ -102,7 +102,8 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
     base_plan = schedule(fleet, recorded, memo=memo)
     head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
-    base_host, head_host = preferred_control_plane(fleet, base.control_plane), control_plane_cluster(head_fleet, control_plane)
+    base_host = preferred_control_plane(fleet, base.control_plane)
+    head_host = control_plane_cluster(head_fleet, control_plane)
     base_inputs = stack_inputs(fleet, base_plan, base_host, base.gateways)
     head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
         stack_inputs(head_fleet, head_plan, head_host, base.gateways)
@@ -120,8 +121,8 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     # summary may have been completed by a kept one), and so its platform and gateway stacks when what they are
     # computed from is the same (else its own, if tried)
     same_platform = KnownPlatform.fingerprinted(digest, summary.fingerprints, head_host) if unchanged else None
-    head = desired_state(head_fleet, recorded, control_plane, explain, known={name: summary.known[name] for name in same},
-                         memo=memo, gateways=base.gateways, plan=head_plan, inputs=head_inputs,
+    head = desired_state(head_fleet, recorded, control_plane, explain,
+                         known={name: summary.known[name] for name in same}, memo=memo, gateways=base.gateways, plan=head_plan, inputs=head_inputs,
                          platform=same_platform or (tried.platform if tried is not None else None))
     base.summary = summary
     if base.cache is not None:

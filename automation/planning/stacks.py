@@ -35,8 +35,8 @@ from fleet.plan import PlacedReplica, Plan
 from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.gateways import Gateways
-from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys, render,
-                              service_stack, stack_inputs, team_stack)
+from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys,
+                              render, service_stack, stack_inputs, team_stack)
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
