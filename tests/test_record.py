@@ -290,3 +290,7 @@ def test_the_offline_preview_of_a_pull_request_plans_with_the_record(applied, ca
     assert "applied replica(s) read from the Pulumi backend" in said.err
     changed = {c["name"] for c in json.loads(said.out)["changes"]}
     assert "platform-eks-a-new-one" in changed and not any(name.startswith("model-") for name in changed)
+    # `plan --against` reads the same record (placements and gateway addresses): the same stacks change
+    assert main(["plan", "-f", str(head), "--against", str(applied.work / "base.yaml"), "-o", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["changes"]["stacks"]
+    assert {s["name"] for s in planned if s["change"] != "none"} == changed

@@ -60,7 +60,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         from automation.planning.base_cache import BaseCache
         from automation.planning.compare import compare
 
-        base = summarised_base(against, recorded, None if no_cache else BaseCache())
+        # both sides composed with the record's placements and gateway addresses, as `preview --changed-against`
+        base = summarised_base(against, recorded, None if no_cache else BaseCache(), gateways=applied.gateways())
         comparison = compare(None, loaded.fleet, explain, recorded, base=base)
         result = comparison.plan
     else:
