@@ -199,6 +199,8 @@ TRICKY = ["", " ", "yes", "no", "null", "~", "0123", "1.5", "1e3", ".inf", "-", 
           "a", "a-b", "a.b", "a/b", "a_b", "a:", "a:b:c", "1:30", "1_000", "0o17", "0b101", "1.5e3", "6.", "ON", "off",
           "Yes", "y", "n", "nan", "NaN", "inf", "v0.11.0", "vllm/vllm-openai:v0.11.0", "2026-12-01t10:00:00Z", "a/",
           "1-2", "0.0.0.0", "12:30:45", "190:20:30", "1__2", "._", "A1/b.c-d_e",
+          "/a", "/team-1/model-a/", "//a", "/-a", "-a", "--a", "---a", "-1", "--1", "-0x1F", "-.5", "-a=b", "--pool=x",
+          "--a=", "=", "a=b", "a==b", "--a:b", "--yes", "-y", "/1", "/1.5",
           "k" * 119, "k" * 120, "k" * 123, "k" * 128]  # from about 123 characters a key is no longer simple
 scalars = st.one_of(st.sampled_from(TRICKY), st.text(max_size=12), st.integers(-10**6, 10**6), st.booleans(),
                     st.none(), st.floats(allow_nan=False, allow_infinity=False))
@@ -213,6 +215,16 @@ def test_the_fast_yaml_writer_writes_what_libyaml_and_the_pure_python_writer_wri
     from workloads.yamlio import dump, dump_fast
 
     assert dump_fast(obj) == dump(obj)
+
+
+@pytest.mark.parametrize("word", TRICKY)
+def test_the_fast_yaml_writer_writes_each_tricky_scalar_as_libyaml_does_wherever_it_stands(word):
+    """Each scalar the writer may write without asking libyaml, or must not: as a key, a value and an item."""
+    from workloads.yamlio import dump, dump_fast
+
+    obj = {word: word, "in": [word, {word: [word]}], "nested": {"k": word}}
+    assert dump_fast(obj) == dump(obj)
+    assert yaml.safe_load(dump_fast(obj)) == obj
 
 
 @pytest.mark.parametrize("folder", [ROOT / "workloads" / "crds", ROOT / "automation" / "operator" / "crds"])

@@ -92,33 +92,65 @@ def to_json_schema(node, top: bool = True):
 def with_defaults(data, schema):
     """`data` with the schema's defaults filled in, as the API server does before validating. Copy on write: the
     parts no default touches are shared with `data`, which is never changed (an object with nothing to default,
-    however large, costs a walk of its schema, not a copy)."""
+    however large, costs a walk of the parts of the schema that hold defaults, not a copy)."""
+    found = _DEFAULTS.get(id(schema))
+    if found is None or found[0] is not schema:
+        found = _DEFAULTS[id(schema)] = (schema, _defaults_in(schema))  # the schema is kept: its id stays its own
+    return data if found[1] is None else _fill(data, found[1])
+
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    """The parts of a schema node that default something, at any depth (a CRD's schema has hundreds of properties
+    and a few defaults: walking only these was most of checking an HTTPRoute)."""
+    properties: tuple[tuple[str, Any, "_Defaults | None"], ...]  # (key, its default or _ABSENT, what it holds)
+    declared: frozenset[str]  # every property the node declares: the keys `additional` does not cover
+    additional: "_Defaults | None"  # additionalProperties' defaults, for each undeclared key
+    items: "_Defaults | None"  # a list's items' defaults
+
+
+_DEFAULTS: dict[int, tuple[dict, _Defaults | None]] = {}
+
+
+def _defaults_in(schema) -> _Defaults | None:
+    """What `schema` defaults, or None when nothing beneath it has a default."""
     if not isinstance(schema, dict):
-        return data
+        return None
+    properties = []
+    declared = schema.get("properties") or {}
+    for key, sub in declared.items():
+        if isinstance(sub, dict) and ((inner := _defaults_in(sub)) is not None or "default" in sub):
+            properties.append((key, sub.get("default", _ABSENT), inner))
+    additional, items = _defaults_in(schema.get("additionalProperties")), _defaults_in(schema.get("items"))
+    if not properties and additional is None and items is None:
+        return None
+    return _Defaults(tuple(properties), frozenset(declared), additional, items)
+
+
+def _fill(data, defaults: _Defaults):
     if isinstance(data, dict):
         out = None
-        properties = schema.get("properties") or {}
-        for key, sub in properties.items():
-            if not isinstance(sub, dict):
-                continue
+        for key, default, inner in defaults.properties:
             if key in data:
-                value = with_defaults(data[key], sub)
-            elif "default" in sub:
-                value = with_defaults(copy.deepcopy(sub["default"]), sub)
-            else:
+                if inner is None or (value := _fill(data[key], inner)) is data[key]:
+                    continue
+            elif default is _ABSENT:
                 continue
-            if key not in data or value is not data[key]:
-                out = dict(data) if out is None else out
-                out[key] = value
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
+            else:
+                value = copy.deepcopy(default) if inner is None else _fill(copy.deepcopy(default), inner)
+            out = dict(data) if out is None else out
+            out[key] = value
+        if (extra := defaults.additional) is not None:
             for key, item in data.items():
-                if key not in properties and (value := with_defaults(item, extra)) is not item:
+                if key not in defaults.declared and (value := _fill(item, extra)) is not item:
                     out = dict(data) if out is None else out
                     out[key] = value
         return data if out is None else out
-    if isinstance(data, list) and isinstance(schema.get("items"), dict):
-        items = [with_defaults(item, schema["items"]) for item in data]
+    if isinstance(data, list) and defaults.items is not None:
+        items = [_fill(item, defaults.items) for item in data]
         return data if all(a is b for a, b in zip(items, data)) else items
     return data
 
@@ -335,4 +367,4 @@ def check(obj: dict, crds: Path = CRD_DIR) -> list[str]:
     else:
         errors = sorted(checker.exact.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         found = [f"{_path(e) or '(object)'}: {_message(e)}" for e in errors]
-    return found + (_rule_failures(data, list(checker.rules)) if not found else [])
+    return found + (_rule_failures(data, list(checker.rules)) if checker.rules and not found else [])

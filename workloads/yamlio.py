@@ -169,9 +169,11 @@ def _scalar(value) -> tuple[str, tuple[str, ...]]:
     raise _Unusual
 
 
-# A word of letters, digits and `._/-` (and `:` inside), starting with a letter or digit: libyaml writes it plain
-# wherever it stands, unless it would read back as something else (yes, 1e3, 2026-12-01), which the resolver says.
-_PLAIN_WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._/:-]*[A-Za-z0-9._/-])?\Z")
+# A word of letters, digits and `._/=-` (and `:` inside), starting with a letter or digit after at most a `/` or
+# two dashes (a path, a command-line flag `--pool-name=x`): libyaml writes it plain wherever it stands, unless it
+# would read back as something else (yes, 1e3, -1, 2026-12-01), which the resolver says. Three dashes start a
+# document, and one dash before a space a sequence item, so neither is a word here.
+_PLAIN_WORD = re.compile(r"(?:/|--?)?[A-Za-z0-9](?:[A-Za-z0-9._/=:-]*[A-Za-z0-9._/=-])?\Z")
 
 
 @lru_cache(maxsize=1 << 16)
