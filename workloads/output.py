@@ -14,10 +14,11 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from fleet.errors import ModelplaneError
 from fleet.loader import RENDER_MARKER
+from workloads.render import Rendered, collisions, keys_of
 from workloads.yamlio import dump_fast as dump
 
 MARKER = RENDER_MARKER
@@ -28,7 +29,8 @@ class OutputError(ModelplaneError):
 
 
 class InvalidObjects(ModelplaneError):
-    """Objects their schema rejects, found while writing: nothing was written. One line each, in render order."""
+    """Objects their schema rejects, or that two stacks compose, found while writing: nothing was written. One line
+    each, in render order (collisions last)."""
 
     def __init__(self, problems: list[str]):
         super().__init__(f"{len(problems)} invalid object(s)")
@@ -45,21 +47,67 @@ def stream(rendered) -> str:
 
 
 PARALLEL_FROM = 2000  # objects: below this, forking costs more than it saves
-CHUNK = 500  # objects a writer process takes at a time (and the progress display's step)
-# what forked writers inherit instead of receiving a copy: (path, object, "stack/target"), and the check
-_WRITING: tuple[list[tuple[str, dict, str]], Callable[[dict], list[str]] | None] | None = None
+CHUNK = 500  # objects a writer process takes at a time
+PER_REPLICA = 12  # about how many objects a replica has: how a deferred model stack is weighed before it is composed
 
 
-def _write_range(bounds: tuple[int, int]) -> tuple[int, list[str]]:
-    """Check and write objects [start, end): (how many, their problems)."""
+class _Writing(NamedTuple):
+    """What forked writers inherit instead of receiving a copy."""
+    staging: str
+    rendered: Rendered
+    stacks: list[str]  # in render order
+    # the planned paths of stacks composed before the fork: (path, object, target) per object; None if deferred
+    planned: list[list[tuple[str, dict, str]] | None]
+    check: Callable[[dict], list[str]] | None
+
+
+class _Written(NamedTuple):
+    objects: int
+    stacks: int
+    problems: list[str]
+    keys: dict[str, tuple]  # a deferred stack -> its objects' keys (`object_keys`), for collisions
+
+
+_WRITING: _Writing | None = None
+
+
+def _write_range(bounds: tuple[int, int]) -> _Written:
+    """Check and write stacks [start, end), composing the deferred ones."""
     assert _WRITING is not None
-    planned, check = _WRITING
+    writing = _WRITING
     problems: list[str] = []
-    for path, obj, where in planned[bounds[0]:bounds[1]]:
-        if check is not None:
-            problems += [f"{where}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]
-        _create(path, dump(obj).encode())
-    return bounds[1] - bounds[0], problems
+    keys: dict[str, tuple] = {}
+    count = 0
+    for index in range(*bounds):
+        stack, planned = writing.stacks[index], writing.planned[index]
+        if planned is None:
+            targets = writing.rendered.targets(stack)
+            planned = _paths(writing.staging, stack, targets)
+            keys[stack] = keys_of(targets)
+            for target in targets:
+                os.makedirs(f"{writing.staging}/{stack}/{target}", exist_ok=True)
+        for path, obj, target in planned:
+            if writing.check is not None:
+                problems += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}"
+                             for m in writing.check(obj)]
+            _create(path, dump(obj).encode())
+        count += len(planned)
+    return _Written(count, bounds[1] - bounds[0], problems, keys)
+
+
+def _paths(staging: str, stack: str, targets: dict[str, list[dict]]) -> list[tuple[str, dict, str]]:
+    """(path, object, target) of each of a stack's objects, in render order; two objects on one path: refused."""
+    out = []
+    taken: set[str] = set()
+    for target in sorted(targets):
+        for obj in targets[target]:
+            name = file_name(obj)
+            path = f"{staging}/{stack}/{target}/{name}"  # as text: pathlib's joins were a tenth of a large render
+            if path in taken:
+                raise OutputError(f"{stack}/{target}: two objects would be written to {name}")
+            taken.add(path)
+            out.append((path, obj, target))
+    return out
 
 
 def _create(path: str, data: bytes) -> None:
@@ -74,50 +122,67 @@ def _create(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def write(rendered, out: Path, on_objects: Callable[[int], None] | None = None, jobs: int | None = None,
+def write(rendered: Rendered, out: Path, on_stacks: Callable[[int], None] | None = None, jobs: int | None = None,
           check: Callable[[dict], list[str]] | None = None) -> int:
-    """Write every object to `out` (replaced as a whole); `on_objects(n)` is called as objects are written (a
-    progress bar). Every path is decided, and checked for clashes, before anything is written; large renders are
-    written by `jobs` forked processes (default: one per CPU): at 2,000 deployments the schema check, the YAML
-    writer and 40,000 file creations are most of a render. The files are the same either way.
+    """Write every object to `out` (replaced as a whole); `on_stacks(n)` is called as stacks are written (a
+    progress bar). Large renders are written by `jobs` forked processes (default: one per CPU): at 2,000
+    deployments the schema check, the YAML writer and 40,000 file creations are most of a render. A deferred
+    model stack (`render(..., defer_models=True)`) is composed by the writer that writes it, in parallel with the
+    others, and never copied between processes. The files are the same either way.
 
-    `check`: an object's schema problems; if any object has one, InvalidObjects is raised with them all and
-    `out` is left as it was."""
+    `check`: an object's schema problems. If any object has one, or two stacks compose the same object (found
+    here for deferred stacks), InvalidObjects is raised with them all and `out` is left as it was."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     global _WRITING
-    planned: list[tuple[str, dict, str]] = []  # paths as text: pathlib's joins were a tenth of a large render
-    problems: list[str] = []
+    stacks = sorted(rendered.stacks)
+    deferred = rendered.deferred.replicas if rendered.deferred is not None else {}
     with replacing(out, "modelplane render") as staging:
-        taken: set[str] = set()
-        folders: dict[str, None] = {}
-        for stack, target, obj in rendered.objects():
-            where = f"{stack}/{target}"
-            name = file_name(obj)
-            path = f"{staging}/{where}/{name}"
-            if path in taken:
-                raise OutputError(f"{where}: two objects would be written to {name}")
-            taken.add(path)
-            folders[f"{staging}/{where}"] = None
-            planned.append((path, obj, where))
-        for folder in folders:
+        planned: list[list[tuple[str, dict, str]] | None] = []
+        weights: list[int] = []
+        for stack in stacks:
+            if stack in deferred:
+                planned.append(None)
+                weights.append(PER_REPLICA * len(deferred[stack]))
+                continue
+            paths = _paths(str(staging), stack, rendered.stacks[stack])
+            planned.append(paths)
+            weights.append(len(paths))
+        for folder in {f"{staging}/{stack}/{target}" for stack in stacks if stack not in deferred
+                       for target in rendered.stacks[stack]}:  # a deferred stack's by its writer
             os.makedirs(folder, exist_ok=True)
-        chunks = [(i, min(i + CHUNK, len(planned))) for i in range(0, len(planned), CHUNK)]
+        chunks = _chunks(weights)
         jobs = min(jobs or os.cpu_count() or 1, 16)
-        _WRITING = (planned, check)
+        _WRITING = _Writing(str(staging), rendered, stacks, planned, check)
         try:
-            if jobs > 1 and len(planned) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
+            if jobs > 1 and sum(weights) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
                 with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-                    done = list(_each(pool.map(_write_range, chunks), on_objects, problems))
+                    written = list(_each(pool.map(_write_range, chunks), on_stacks))
             else:
-                done = list(_each(map(_write_range, chunks), on_objects, problems))
+                written = list(_each(map(_write_range, chunks), on_stacks))
         finally:
             _WRITING = None
+        problems = [line for part in written for line in part.problems]
+        if rendered.deferred is not None:
+            keys = {stack: key for part in written for stack, key in part.keys.items()}
+            problems += [str(p) for p in collisions(rendered.deferred.fleet, rendered, keys)]
         if problems:
             raise InvalidObjects(problems)
-        assert sum(done) == len(planned)
-    return len(planned)
+    return sum(part.objects for part in written)
+
+
+def _chunks(weights: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive stacks of about CHUNK objects each: [start, end) bounds."""
+    out, start, weight = [], 0, 0
+    for index, stack_weight in enumerate(weights):
+        weight += stack_weight
+        if weight >= CHUNK:
+            out.append((start, index + 1))
+            start, weight = index + 1, 0
+    if start < len(weights):
+        out.append((start, len(weights)))
+    return out
 
 
 def _ours(out: Path) -> bool:
@@ -157,10 +222,9 @@ def replacing(out: Path, command: str) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _each(results, on_objects: Callable[[int], None] | None, problems: list[str]):
-    """Counts of written chunks, in order, collecting their problems and reporting progress."""
-    for count, found in results:
-        problems += found
-        if on_objects is not None:
-            on_objects(count)
-        yield count
+def _each(results: Iterable[_Written], on_stacks: Callable[[int], None] | None) -> Iterator[_Written]:
+    """Written chunks, in order, reporting progress."""
+    for written in results:
+        if on_stacks is not None:
+            on_stacks(written.stacks)
+        yield written

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
 from fleet import tenancy
 from fleet.inventory import ClusterView, build_clusters
-from fleet.plan import Plan
+from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
 from workloads import autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, llmd, native, routing
@@ -68,24 +68,61 @@ def endpoints_stack(namespace: str) -> str:
     return str(StackId.endpoints(namespace))
 
 
+class ModelStacks:
+    """Each deployment's model stack, composed when asked: each of its replicas' objects on the replica's cluster.
+    `render --out` leaves model stacks to its forked writers, each composing its share where it writes it."""
+
+    def __init__(self, fleet: Fleet, plan: Plan):
+        self.fleet = fleet
+        self._deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
+        self._chosen = tenancy.mode(fleet)
+        self._fleet_host = envoy_front_door(fleet) is not None
+        self.replicas: dict[str, list[PlacedReplica]] = {}  # stack -> its replicas, in plan order
+        for placed in plan.replicas:
+            self.replicas.setdefault(model_stack(placed.namespace, placed.deployment), []).append(placed)
+
+    def replica(self, placed: PlacedReplica) -> list[dict]:
+        md = self._deployments[(placed.namespace, placed.deployment)]
+        return compose_replica(replica_context(md, placed, tenancy.workload_namespace(md.namespace, self._chosen),
+                                               self._fleet_host))
+
+    def compose(self, stack: str) -> dict[str, list[dict]]:
+        """Target -> the stack's objects there, as `render` adds them."""
+        out: dict[str, list[dict]] = {}
+        for placed in self.replicas[stack]:
+            out.setdefault(placed.cluster, []).extend(self.replica(placed))
+        return out
+
+
 @dataclass
 class Rendered:
     stacks: dict[str, dict[str, list[dict]]] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> the ModelService address
+    # every problem, but with `deferred` the collisions of model stacks' objects: `collisions` finds them once
+    # the deferred stacks are composed (`render --out`'s writers do)
     problems: list[Problem] = field(default_factory=list)
     endpoints: list[Endpoint] = field(default_factory=list)  # every routable endpoint, composed or given
     routes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, service) -> endpoint names
     cache_clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, cache) -> clusters
     front_door_tls: bool = False  # the fleet gateway serves only HTTPS: service addresses are https
     backends: dict[str, Backends] = field(default_factory=dict)  # endpoints stack -> what it owns (composed or not)
+    deferred: ModelStacks | None = None  # model stacks left to compose: their targets are in `stacks`, empty
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
         self.stacks.setdefault(stack, {}).setdefault(target, []).extend(objects)
 
+    def targets(self, stack: str) -> dict[str, list[dict]]:
+        """Target -> the stack's objects there; a deferred stack is composed now."""
+        if self.deferred is not None and stack in self.deferred.replicas:
+            return self.deferred.compose(stack)
+        return self.stacks[stack]
+
     def objects(self):
+        """(stack, target, object) of every object, deferred ones composed as they are reached."""
         for stack in sorted(self.stacks):
-            for target in sorted(self.stacks[stack]):
-                for obj in self.stacks[stack][target]:
+            targets = self.targets(stack)
+            for target in sorted(targets):
+                for obj in targets[target]:
                     yield stack, target, obj
 
 
@@ -142,7 +179,7 @@ def envoy_front_door(fleet: Fleet) -> Envoy | None:
 
 
 def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None,
-           gateways: Gateways | None = None, inputs: StackInputs | None = None) -> Rendered:
+           gateways: Gateways | None = None, inputs: StackInputs | None = None, defer_models: bool = False) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
     (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
 
@@ -152,21 +189,22 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     `reuse`: stacks whose objects the caller already knows (their inputs did not change, see `stack_inputs`), with
     those objects' identities (`object_keys`): they are not composed, the stacks keep their targets with no
     objects, and collisions are found from the identities. `inputs`: `stack_inputs` of this plan, host and
-    gateways, when the caller has them."""
+    gateways, when the caller has them.
+
+    `defer_models`: model stacks are left to compose (`Rendered.deferred`), and their collisions to find."""
     reuse = reuse or {}
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
-    deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     chosen = tenancy.mode(fleet)
     envoy = envoy_front_door(fleet)
+    models = ModelStacks(fleet, plan)
     for placed in plan.replicas:
         stack = model_stack(placed.namespace, placed.deployment)
-        if stack in reuse:  # its objects are known: its targets alone are needed
+        if defer_models or stack in reuse:  # its objects are known, or composed later: its targets alone are needed
             out.add(stack, placed.cluster, [])
         else:
-            md = deployments[(placed.namespace, placed.deployment)]
-            ctx = replica_context(md, placed, tenancy.workload_namespace(md.namespace, chosen), envoy is not None)
-            out.add(stack, placed.cluster, compose_replica(ctx))
+            out.add(stack, placed.cluster, models.replica(placed))
+    out.deferred = models if defer_models else None
     routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, host, clusters)
     out.problems += routes.problems
     out.endpoints, out.front_door_tls = list(routes.endpoints), routes.front_door_tls
@@ -195,7 +233,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         if team.control_plane_namespace:  # teams share `default`: the route namespace alone
             objects.insert(0, control_plane_namespace(team.team))
         out.add(stack, team.cluster, objects)
-    out.problems += _collisions(fleet, out, chosen, reuse)
+    if not defer_models:
+        out.problems += collisions(fleet, out, reuse)
     return out
 
 
@@ -399,14 +438,19 @@ def stack_inputs(fleet: Fleet, plan: Plan, host: str | None, gateways: Gateways 
 
 def object_keys(out: Rendered, stack: str) -> tuple[tuple[str, str, str, str, str], ...]:
     """The identity of each of a stack's objects, (target, API group, kind, namespace, name), in `objects()` order."""
-    targets = out.stacks.get(stack, {})
+    return keys_of(out.stacks.get(stack, {}))
+
+
+def keys_of(targets: Mapping[str, list[dict]]) -> tuple[tuple[str, str, str, str, str], ...]:
+    """`object_keys` of one stack's objects by target."""
     return tuple((target, obj["apiVersion"].split("/")[0], obj["kind"], obj["metadata"].get("namespace", ""),
                   obj["metadata"]["name"]) for target in sorted(targets) for obj in targets[target])
 
 
-def _collisions(fleet: Fleet, out: Rendered, chosen: str = tenancy.PER_TEAM,
-                reuse: Mapping[str, tuple] | None = None) -> list[Problem]:
-    """Two stacks must never own the same object on the same target: refuse instead of fighting, and say why."""
+def collisions(fleet: Fleet, out: Rendered, reuse: Mapping[str, tuple] | None = None) -> list[Problem]:
+    """Two stacks must never own the same object on the same target: refuse instead of fighting, and say why.
+    `reuse`: the object keys (`object_keys`) of stacks whose objects `out` does not hold."""
+    chosen = tenancy.mode(fleet)
     owners: dict[tuple, str] = {}
     problems = []
     for stack in sorted(out.stacks):

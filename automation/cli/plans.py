@@ -118,7 +118,6 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
     """Write every Kubernetes object every stack would create; refuse, writing nothing, if any is invalid."""
     from pathlib import Path
 
-    from automation.planning.stacks import rendered_problems
     from components.args import control_plane_cluster
     from workloads.output import InvalidObjects, OutputError, write
     from workloads.render import render as render_objects
@@ -132,24 +131,28 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
 
     loaded = load(paths)
     applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
-    # the objects only: stacks' fingerprints are not written, so they are not computed
+    # the objects only: stacks' fingerprints are not written, so they are not computed; to a folder, each model
+    # stack is composed by the writer process that writes it
     result = render_objects(loaded.fleet, schedule(loaded.fleet, applied.placements()),
-                            control_plane_cluster(loaded.fleet, None), gateways=applied.gateways())
+                            control_plane_cluster(loaded.fleet, None), gateways=applied.gateways(),
+                            defer_models=out != "-")
     if out == "-":
+        from automation.planning.stacks import rendered_problems
+
         if problems := rendered_problems(result):
             refuse(problems)
         from workloads.output import stream
 
         click.echo(stream(result), nl=False)
         return
-    if result.problems:  # collisions, before anything is written
+    if result.problems:  # routing's, before anything is written (model stacks' collisions: while writing)
         refuse([str(p) for p in result.problems])
     from automation.cli.progress import Bar
 
     try:
-        with Bar("writing objects", sum(1 for _ in result.objects())) as bar:
+        with Bar("writing stacks", len(result.stacks)) as bar:
             # each object is checked against its schema as it is written; one invalid object: nothing is written
-            count = write(result, Path(out), on_objects=bar.advance, check=check)
+            count = write(result, Path(out), on_stacks=bar.advance, check=check)
     except InvalidObjects as exc:
         refuse(exc.problems)
     except (OutputError, OSError) as exc:
