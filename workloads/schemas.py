@@ -14,7 +14,7 @@ CEL `x-kubernetes-validations` on the object's root (e.g. the operator's "Stack 
 than 42 characters") are evaluated with cel-python; rules on nested fields are not (none of the bundled
 CRDs' root rules needs a Kubernetes-only CEL function), and admission webhooks are not run.
 
-Core kinds: the JSON schemas shipped by the kubernetes-validate package (strict), with one
+Core kinds: the JSON schemas shipped by the kubernetes-validate package (strict, read as its data), with one
 validator built per kind and reused.
 
 Speed: each kind's schema is also compiled by jsonschema-rs (Rust), which answers first; jsonschema
@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
-from referencing import Registry, Resource
 
 from fleet.disk_cache import DiskCache
 
@@ -261,34 +260,32 @@ def _rule_failures(data: dict, rules: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-@lru_cache(maxsize=None)
-def _crd_validator(api_version: str, kind: str, directory: Path = CRD_DIR):
+def _crd_schema(api_version: str, kind: str, directory: Path = CRD_DIR) -> dict | None:
     served = _served_schema(directory, api_version, kind)
-    if served is None:
-        return None, None
-    schema = to_json_schema(served)
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER), schema
+    return None if served is None else to_json_schema(served)
 
 
-def _core_folder() -> str:
-    from kubernetes_validate import utils as kv
+@lru_cache(maxsize=1)
+def _core_folder() -> Path:
+    """kubernetes-validate's strict schemas of the newest Kubernetes release up to ours. They are read as the
+    package's data: importing its module imports jsonschema (60 ms in every process that checks an object),
+    which a check of valid objects never needs."""
+    spec = importlib.util.find_spec("kubernetes_validate")
+    assert spec is not None and spec.submodule_search_locations, "kubernetes-validate is a dependency"
+    root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
+    ours = tuple(map(int, KUBERNETES_VERSION.split(".")))
+    releases = [(found, path) for path in root.iterdir()
+                if (match := re.fullmatch(r"v(\d+)\.(\d+)\.\d+-local-strict", path.name))
+                and (found := (int(match[1]), int(match[2]))) <= ours]
+    return max(releases)[1]
 
-    version = [v for v in kv.all_versions() if kv.major_minor(v) <= kv.major_minor(KUBERNETES_VERSION)][-1]
-    return f"kubernetes-json-schema/v{version}-local-strict"
 
-
-@lru_cache(maxsize=None)
-def _core_validator(api_version: str, kind: str):
-    from kubernetes_validate import utils as kv
-
-    folder = _core_folder()
+def _core_schema(api_version: str, kind: str) -> dict | None:
     group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
     try:
-        schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", KUBERNETES_VERSION)
+        return json.loads((_core_folder() / f"{kind.lower()}-{group_version}.json").read_bytes())
     except FileNotFoundError:
         return None
-    registry = Resource.from_contents(_core_definitions()) @ (Resource.from_contents(schema) @ Registry())
-    return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
 def _path(error) -> str:
@@ -305,10 +302,23 @@ def _message(error) -> str:
 
 @dataclass(frozen=True)
 class _Checker:
-    exact: Any  # jsonschema's validator: the verdict and the messages
+    schema: dict
     fast: Any  # jsonschema-rs's (compiled, in Rust), asked first; None where it cannot compile the schema
-    defaults: dict | None  # a CRD's schema, whose defaults are applied before validating
+    defaults: dict | None  # a CRD's schema, whose defaults are applied before validating; None for a core kind
     rules: tuple[tuple[str, str], ...]
+
+    @cached_property
+    def exact(self):
+        """jsonschema's validator, for the verdict and the messages: built when first asked (jsonschema takes 40 ms
+        to import, and a render of valid objects never asks it)."""
+        import jsonschema
+        from referencing import Registry, Resource
+
+        if self.defaults is not None:
+            return jsonschema.Draft202012Validator(self.schema,
+                                                   format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        registry = Resource.from_contents(_core_definitions()) @ (Resource.from_contents(self.schema) @ Registry())
+        return jsonschema.Draft202012Validator(self.schema, registry=registry)
 
 
 def _compiled(schema: dict, registry=None):
@@ -326,9 +336,7 @@ def _compiled(schema: dict, registry=None):
 @lru_cache(maxsize=1)
 def _core_definitions() -> dict:
     """Kubernetes' shared definitions (1.5 MB of JSON): decoded once, not once per kind checked."""
-    from kubernetes_validate import utils as kv
-
-    return kv.schema_contents(f"{_core_folder()}/_definitions.json", KUBERNETES_VERSION)
+    return json.loads((_core_folder() / "_definitions.json").read_bytes())
 
 
 @lru_cache(maxsize=1)
@@ -341,13 +349,13 @@ def _core_registry():
 
 @lru_cache(maxsize=None)
 def _checker(api_version: str, kind: str, crds: Path) -> _Checker | None:
-    validator, schema = _crd_validator(api_version, kind, crds)
-    if validator is not None:
-        return _Checker(validator, _compiled(schema), schema, tuple(_root_rules(crds, api_version, kind)))
-    core = _core_validator(api_version, kind)
+    schema = _crd_schema(api_version, kind, crds)
+    if schema is not None:
+        return _Checker(schema, _compiled(schema), schema, tuple(_root_rules(crds, api_version, kind)))
+    core = _core_schema(api_version, kind)
     if core is None:
         return None
-    return _Checker(core, _compiled(core.schema, _core_registry()), None, ())
+    return _Checker(core, _compiled(core, _core_registry()), None, ())
 
 
 def check(obj: dict, crds: Path = CRD_DIR) -> list[str]:

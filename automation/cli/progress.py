@@ -8,21 +8,24 @@ the command's own lines behind.
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class Bar:
-    """`with Bar("writing objects", total) as bar: ... bar.advance()`; does nothing when not shown."""
+    """`with Bar("writing stacks", total) as bar: ... bar.advance()`; does nothing when not shown."""
 
     def __init__(self, label: str, total: int, output: str = "table", stream: IO[str] | None = None,
                  force: bool | None = None):
         stream = stream if stream is not None else sys.stderr
         shown = force if force is not None else (output != "json" and total > 0 and stream.isatty())
         self._progress: Progress | None = None
-        if shown:
+        if shown:  # rich (20 ms to import) only when a person watches
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), console=Console(file=stream, force_terminal=True),
                                       transient=True)
