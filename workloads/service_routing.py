@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import cached_property, lru_cache, reduce
 from urllib.parse import urlsplit
 
 from fleet.names import bounded
@@ -52,8 +52,8 @@ class Endpoint:
     composed: bool = False  # a placed replica's endpoint (the reference composes a ModelEndpoint for it)
     cluster: str | None = None  # a placed replica's cluster, whose gateway the endpoint points at
 
-    @property
-    def parsed(self):
+    @cached_property
+    def parsed(self):  # read several times for each object of the endpoint's (host, port, scheme)
         return urlsplit(self.url)
 
     @property
@@ -140,6 +140,7 @@ def select(service, endpoints: EndpointIndex) -> list[tuple[int, list[Endpoint]]
     return groups
 
 
+@lru_cache(maxsize=1 << 12)  # a few gateway addresses, each read for every endpoint behind it
 def address_type(host: str) -> str:
     try:
         return "IPv6" if ipaddress.ip_address(host).version == 6 else "IPv4"
