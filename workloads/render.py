@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
 from fleet import tenancy
@@ -73,13 +73,18 @@ class ModelStacks:
     `render --out` leaves model stacks to its forked writers, each composing its share where it writes it."""
 
     def __init__(self, fleet: Fleet, plan: Plan):
-        self.fleet = fleet
+        self.fleet, self._plan = fleet, plan
         self._deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
         self._chosen = tenancy.mode(fleet)
         self._fleet_host = envoy_front_door(fleet) is not None
-        self.replicas: dict[str, list[PlacedReplica]] = {}  # stack -> its replicas, in plan order
-        for placed in plan.replicas:
-            self.replicas.setdefault(model_stack(placed.namespace, placed.deployment), []).append(placed)
+
+    @cached_property
+    def replicas(self) -> dict[str, list[PlacedReplica]]:
+        """Stack -> its replicas, in plan order (grouped when first asked: `render` composes replica by replica)."""
+        out: dict[str, list[PlacedReplica]] = {}
+        for placed in self._plan.replicas:
+            out.setdefault(model_stack(placed.namespace, placed.deployment), []).append(placed)
+        return out
 
     def replica(self, placed: PlacedReplica) -> list[dict]:
         md = self._deployments[(placed.namespace, placed.deployment)]
