@@ -40,3 +40,16 @@ def test_without_a_terminal_the_lines_are_exactly_as_before(capsys):
     with Bar("up: stacks", 1, stream=io.StringIO()) as bar:
         _progress("table", bar)({"stack": "gateway", "type": "succeeded", "changes": {}, "summary": "ok"})
     assert capsys.readouterr().out == "[gateway] done: ok\n"
+
+
+def test_a_bar_whose_total_is_known_later_counts_up_to_it():
+    """`render --out` knows how many stacks it writes only once the command has composed its own."""
+    screen = Terminal()
+    with Bar("writing stacks", None, stream=screen) as bar:
+        assert bar.shown
+        bar.expect(5)
+        bar.advance(2)
+        bar.advance(3)
+        bar._progress.refresh()  # type: ignore[union-attr]
+        shown = screen.getvalue()
+    assert "5/5" in shown and "writing stacks" in shown

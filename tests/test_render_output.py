@@ -1,5 +1,6 @@
-"""`render --out`: the folder written by forked writers is the folder one process writes, and an object its schema
-rejects, found while writing, leaves the folder as it was."""
+"""`render --out`: forked writers compose and write the model stacks while the command composes and writes the
+others; the folder is the one a whole render written by one process gives, and an object its schema rejects, a
+problem of the render or a collision, found while writing, leaves the folder as it was."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import pytest
 
 import workloads.output as output
 from benchmarks.plan_bench import generate
+from components.args import control_plane_cluster
+from fleet.problems import Problem
 from fleet.scheduler import schedule
 from tests.manifests import cluster, deployment, gateway, gpu_class, run
-from tests.rendering import rendered
 from workloads import render as render_module
-from workloads.output import InvalidObjects, OutputError, write
-from workloads.render import render
+from workloads.output import InvalidObjects, OutputError, render_to, write
+from workloads.render import ModelStacks, render
 from workloads.schemas import check
 
 
@@ -23,9 +25,16 @@ def tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def fleet_render():
-    return rendered(*generate(30, 6))[1]
+class Recorder:
+    def __init__(self):
+        self.total: int | None = None
+        self.steps: list[int] = []
+
+    def expect(self, total: int) -> None:
+        self.total = total
+
+    def advance(self, steps: int = 1) -> None:
+        self.steps.append(steps)
 
 
 @pytest.fixture
@@ -34,56 +43,83 @@ def fleet_and_plan():
     return loaded.fleet, schedule(loaded.fleet)
 
 
-@pytest.mark.parametrize("jobs", [1, 3])
-def test_writers_that_compose_the_model_stacks_write_the_same_files_as_one_process_given_every_object(
-        tmp_path, monkeypatch, fleet_and_plan, jobs):
-    """`render --out` leaves model stacks to the writers: the folder is the one a fully composed render gives."""
+@pytest.fixture
+def small_chunks(monkeypatch):
     monkeypatch.setattr(output, "PARALLEL_FROM", 10)
     monkeypatch.setattr(output, "CHUNK", 7)
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_writers_that_compose_the_model_stacks_write_the_files_one_process_writes_of_a_whole_render(
+        tmp_path, small_chunks, fleet_and_plan, jobs):
     fleet, plan = fleet_and_plan
-    whole, deferred = render(fleet, plan), render(fleet, plan, defer_models=True)
-    assert deferred.deferred is not None and not any(deferred.stacks[s][t] for s in deferred.deferred.replicas
-                                                      for t in deferred.stacks[s])  # nothing composed yet
-    seen: list[int] = []
+    host = control_plane_cluster(fleet, None)
+    whole = render(fleet, plan, host)
+    progress = Recorder()
     one = write(whole, tmp_path / "one", jobs=1, check=check)
-    several = write(deferred, tmp_path / "several", jobs=jobs, check=check, on_stacks=seen.append)
+    several, rendered = render_to(tmp_path / "several", fleet, plan, host, progress=progress, jobs=jobs, check=check)
     assert one == several == sum(1 for _ in whole.objects()) > 10
-    assert sum(seen) == len(whole.stacks) and len(seen) > 1
     assert tree(tmp_path / "one") == tree(tmp_path / "several")
-    assert list(deferred.objects()) == list(whole.objects())  # a deferred render reads as the whole one
+    assert progress.total == len(whole.stacks) == sum(progress.steps) and len(progress.steps) > 1
+    assert rendered.deferred is not None and not any(rendered.stacks[s][t] for s in rendered.deferred.replicas
+                                                      for t in rendered.stacks[s])  # composed by the writers alone
+    assert list(rendered.objects()) == list(whole.objects())  # a deferred render reads as the whole one
+    deferred = write(render(fleet, plan, host, deferred=ModelStacks(fleet, plan)), tmp_path / "deferred", jobs=jobs,
+                     check=check)
+    assert deferred == one and tree(tmp_path / "deferred") == tree(tmp_path / "one")
 
 
-def test_forked_writers_write_the_same_files_as_one_process(tmp_path, monkeypatch, fleet_render):
-    monkeypatch.setattr(output, "PARALLEL_FROM", 10)
-    monkeypatch.setattr(output, "CHUNK", 7)
-    seen: list[int] = []
-    one = write(fleet_render, tmp_path / "one", jobs=1, check=check)
-    several = write(fleet_render, tmp_path / "several", jobs=3, check=check, on_stacks=seen.append)
-    assert one == several == sum(1 for _ in fleet_render.objects()) > 10
-    assert sum(seen) == len(fleet_render.stacks) and len(seen) > 1
-    assert tree(tmp_path / "one") == tree(tmp_path / "several")
-
-
-@pytest.mark.parametrize("jobs", [1, 3])
-def test_an_invalid_object_found_while_writing_leaves_the_folder_as_it_was(tmp_path, monkeypatch, fleet_render, jobs):
-    monkeypatch.setattr(output, "PARALLEL_FROM", 10)
-    monkeypatch.setattr(output, "CHUNK", 7)
+def test_an_invalid_object_of_a_whole_render_leaves_the_folder_as_it_was(tmp_path, fleet_and_plan):
+    fleet, plan = fleet_and_plan
+    whole = render(fleet, plan)
     out = tmp_path / "out"
-    write(fleet_render, out, jobs=jobs, check=check)
+    write(whole, out, check=check)
     before = tree(out)
-    broken = copy.deepcopy(fleet_render)
+    broken = copy.deepcopy(whole)
     objects = [obj for _, _, obj in broken.objects()]
     objects[3]["spec"] = "not an object"
     last = max(i for i, obj in enumerate(objects) if isinstance(obj.get("spec"), dict))
     objects[last]["spec"] = 7
     with pytest.raises(InvalidObjects) as refused:
-        write(broken, out, jobs=jobs, check=check)
+        write(broken, out, check=check)
     assert len(refused.value.problems) >= 2
-    first = refused.value.problems[0]
-    assert f"{objects[3]['kind']}/{objects[3]['metadata']['name']}" in first  # in render order
+    assert f"{objects[3]['kind']}/{objects[3]['metadata']['name']}" in refused.value.problems[0]  # in render order
     assert f"{objects[last]['kind']}/{objects[last]['metadata']['name']}" in refused.value.problems[-1]
     assert tree(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left behind
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_an_invalid_object_a_writer_composes_leaves_the_folder_as_it_was(tmp_path, small_chunks, monkeypatch,
+                                                                         fleet_and_plan, jobs):
+    fleet, plan = fleet_and_plan
+    out = tmp_path / "out"
+    render_to(out, fleet, plan, None, check=check)
+    before = tree(out)
+    real, real_team = render_module.compose_replica, render_module.team_objects
+    broken_replicas = {plan.replicas[1].name, plan.replicas[-1].name}
+
+    def broken(ctx):
+        objects = real(ctx)
+        if ctx.name in broken_replicas:
+            objects[0]["spec"] = "not an object"
+        return objects
+
+    def broken_team(*args, **kwargs):  # composed and written by the command itself, before the writers finish
+        objects = real_team(*args, **kwargs)
+        objects[0]["spec"] = "not an object"
+        return objects
+
+    monkeypatch.setattr(render_module, "compose_replica", broken)
+    monkeypatch.setattr(render_module, "team_objects", broken_team)
+    with pytest.raises(InvalidObjects) as refused:
+        render_to(out, fleet, plan, None, jobs=jobs, check=check)
+    stacks = [line.split("/")[0] for line in refused.value.problems]
+    assert stacks == sorted(stacks)  # in render order, whichever process found them
+    models = {render_module.model_stack(r.namespace, r.deployment) for r in plan.replicas if r.name in broken_replicas}
+    assert [s for s in stacks if s.startswith("model-")] == sorted(models) and stacks[-1].startswith("team-")
+    assert tree(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
 def _colliding():
@@ -101,15 +137,34 @@ def test_writers_that_compose_the_model_stacks_refuse_their_collisions_and_leave
     monkeypatch.setattr(output, "PARALLEL_FROM", 1)
     monkeypatch.setattr(output, "CHUNK", 1)  # each stack to a writer of its own
     fleet, plan = _colliding()
-    whole = render(fleet, plan)
-    expected = [str(p) for p in whole.problems]
+    expected = [str(p) for p in render(fleet, plan).problems]
     assert expected and all("already creates this object" in line for line in expected)
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(InvalidObjects) as refused:
-        write(render(fleet, plan, defer_models=True), out, jobs=jobs, check=check)
+        render_to(out, fleet, plan, None, jobs=jobs, check=check)
     assert refused.value.problems == expected  # the same refusals as a render that composes everything first
+    with pytest.raises(InvalidObjects) as again:
+        write(render(fleet, plan, deferred=ModelStacks(fleet, plan)), out, jobs=jobs, check=check)
+    assert again.value.problems == expected
     assert list(out.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_problem_of_the_render_is_refused_though_the_writers_started(tmp_path, small_chunks, monkeypatch,
+                                                                      fleet_and_plan):
+    fleet, plan = fleet_and_plan
+    real = render_module.render
+
+    def with_a_problem(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.problems.append(Problem("service-x.y", 0, "ModelService/y", "spec", "a routing problem"))
+        return out
+
+    monkeypatch.setattr(output, "render", with_a_problem)
+    with pytest.raises(InvalidObjects) as refused:
+        render_to(tmp_path / "out", fleet, plan, None, jobs=3, check=check)
+    assert len(refused.value.problems) == 1 and "a routing problem" in refused.value.problems[0]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("jobs", [1, 3])
@@ -120,5 +175,5 @@ def test_a_model_stack_that_writes_two_objects_to_one_file_is_refused_by_its_wri
     monkeypatch.setattr(render_module, "compose_replica", lambda ctx: (lambda objs: objs + objs[:1])(real(ctx)))
     loaded = run(*generate(6, 2))
     with pytest.raises(OutputError, match="two objects would be written to"):
-        write(render(loaded.fleet, schedule(loaded.fleet), defer_models=True), tmp_path / "out", jobs=jobs, check=check)
+        render_to(tmp_path / "out", loaded.fleet, schedule(loaded.fleet), None, jobs=jobs, check=check)
     assert list(tmp_path.iterdir()) == []

@@ -8,18 +8,24 @@ telling name). The result has the mode a `mkdir` would give it, not the 0700 of 
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 from fleet.errors import ModelplaneError
 from fleet.loader import RENDER_MARKER
-from workloads.render import Rendered, collisions, keys_of
+from workloads.render import ModelStacks, Rendered, collisions, keys_of, render
 from workloads.yamlio import dump_fast as dump
+
+if TYPE_CHECKING:
+    from fleet.plan import Plan
+    from fleet.validate import Fleet
+    from workloads.gateways import Gateways
 
 MARKER = RENDER_MARKER
 
@@ -46,68 +52,60 @@ def stream(rendered) -> str:
     return "".join(f"---\n# {stack} / {target}\n{dump(obj)}" for stack, target, obj in rendered.objects())
 
 
-PARALLEL_FROM = 2000  # objects: below this, forking costs more than it saves
+PARALLEL_FROM = 2000  # objects (estimated) in the deferred model stacks: below this, forking costs more than it saves
 CHUNK = 500  # objects a writer process takes at a time
 PER_REPLICA = 12  # about how many objects a replica has: how a deferred model stack is weighed before it is composed
 
 
-class _Writing(NamedTuple):
-    """What forked writers inherit instead of receiving a copy."""
-    staging: str
-    rendered: Rendered
-    stacks: list[str]  # in render order
-    # the planned paths of stacks composed before the fork: (path, object, target) per object; None if deferred
-    planned: list[list[tuple[str, dict, str]] | None]
-    check: Callable[[dict], list[str]] | None
+class Progress(Protocol):
+    """Told how many stacks there are once that is known, and each time some are written (a progress bar)."""
+
+    def expect(self, total: int) -> None: ...
+
+    def advance(self, steps: int = 1) -> None: ...
 
 
 class _Written(NamedTuple):
     objects: int
-    stacks: int
-    problems: list[str]
-    keys: dict[str, tuple]  # a deferred stack -> its objects' keys (`object_keys`), for collisions
+    problems: list[tuple[str, str]]  # (stack, problem) in the order found
+    keys: dict[str, tuple]  # stack -> its objects' keys (`keys_of`), for collisions
 
 
-_WRITING: _Writing | None = None
+# what forked writers inherit instead of receiving a copy: the staging folder, the deferred stacks in render order
+# and what composes them, and the check
+_DEFERRED: tuple[str, list[str], ModelStacks, Callable[[dict], list[str]] | None] | None = None
 
 
-def _write_range(bounds: tuple[int, int]) -> _Written:
-    """Check and write stacks [start, end), composing the deferred ones."""
-    assert _WRITING is not None
-    writing = _WRITING
-    problems: list[str] = []
+def _write_deferred(bounds: tuple[int, int]) -> _Written:
+    """Compose, check and write deferred model stacks [start, end)."""
+    assert _DEFERRED is not None
+    staging, stacks, models, check = _DEFERRED
+    return _write_stacks(staging, ((stack, models.compose(stack)) for stack in stacks[bounds[0]:bounds[1]]), check)
+
+
+def _write_stacks(staging: str, stacks: Iterable[tuple[str, dict[str, list[dict]]]],
+                  check: Callable[[dict], list[str]] | None) -> _Written:
+    """Check and write each stack's objects (by target); two objects of a stack on one path: refused."""
+    problems: list[tuple[str, str]] = []
     keys: dict[str, tuple] = {}
     count = 0
-    for index in range(*bounds):
-        stack, planned = writing.stacks[index], writing.planned[index]
-        if planned is None:
-            targets = writing.rendered.targets(stack)
-            planned = _paths(writing.staging, stack, targets)
-            keys[stack] = keys_of(targets)
-            for target in targets:
-                os.makedirs(f"{writing.staging}/{stack}/{target}", exist_ok=True)
-        for path, obj, target in planned:
-            if writing.check is not None:
-                problems += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}"
-                             for m in writing.check(obj)]
-            _create(path, dump(obj).encode())
-        count += len(planned)
-    return _Written(count, bounds[1] - bounds[0], problems, keys)
-
-
-def _paths(staging: str, stack: str, targets: dict[str, list[dict]]) -> list[tuple[str, dict, str]]:
-    """(path, object, target) of each of a stack's objects, in render order; two objects on one path: refused."""
-    out = []
-    taken: set[str] = set()
-    for target in sorted(targets):
-        for obj in targets[target]:
-            name = file_name(obj)
-            path = f"{staging}/{stack}/{target}/{name}"  # as text: pathlib's joins were a tenth of a large render
-            if path in taken:
-                raise OutputError(f"{stack}/{target}: two objects would be written to {name}")
-            taken.add(path)
-            out.append((path, obj, target))
-    return out
+    for stack, targets in stacks:
+        keys[stack] = keys_of(targets)
+        for target in sorted(targets):
+            folder = f"{staging}/{stack}/{target}"  # as text: pathlib's joins were a tenth of a large render
+            os.makedirs(folder, exist_ok=True)
+            taken: set[str] = set()
+            for obj in targets[target]:
+                name = file_name(obj)
+                if name in taken:
+                    raise OutputError(f"{stack}/{target}: two objects would be written to {name}")
+                taken.add(name)
+                if check is not None:
+                    problems += [(stack, f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}")
+                                 for m in check(obj)]
+                _create(f"{folder}/{name}", dump(obj).encode())
+                count += 1
+    return _Written(count, problems, keys)
 
 
 def _create(path: str, data: bytes) -> None:
@@ -122,51 +120,76 @@ def _create(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def write(rendered: Rendered, out: Path, on_stacks: Callable[[int], None] | None = None, jobs: int | None = None,
+def write(rendered: Rendered, out: Path, progress: Progress | None = None, jobs: int | None = None,
           check: Callable[[dict], list[str]] | None = None) -> int:
-    """Write every object to `out` (replaced as a whole); `on_stacks(n)` is called as stacks are written (a
-    progress bar). Large renders are written by `jobs` forked processes (default: one per CPU): at 2,000
-    deployments the schema check, the YAML writer and 40,000 file creations are most of a render. A deferred
-    model stack (`render(..., defer_models=True)`) is composed by the writer that writes it, in parallel with the
-    others, and never copied between processes. The files are the same either way.
+    """Write every object of `rendered` to `out` (replaced as a whole), as `render_to` does; its problems are the
+    caller's to refuse (a deferred render's collisions are found here). How many objects were written."""
+    return _write(out, rendered.deferred, lambda: rendered, progress, jobs, check)
 
-    `check`: an object's schema problems. If any object has one, or two stacks compose the same object (found
-    here for deferred stacks), InvalidObjects is raised with them all and `out` is left as it was."""
+
+def render_to(out: Path, fleet: Fleet, plan: Plan, host: str | None, gateways: Gateways | None = None,
+              progress: Progress | None = None, jobs: int | None = None,
+              check: Callable[[dict], list[str]] | None = None) -> tuple[int, Rendered]:
+    """`render` straight to `out`: `jobs` forked writers (default: one per CPU) compose and write the model stacks
+    while this process composes and writes the others (routes, backends, teams, caches), so no object is composed
+    before the writers start or copied between processes. At 2,000 deployments composing, the schema check, the
+    YAML writer and 40,000 file creations are most of a render. How many objects were written, and the render
+    (its model stacks not composed: `Rendered.deferred`). The files are those `write` writes of a whole render.
+
+    `check`: an object's schema problems. If any object has one, the render has a problem, or two stacks compose
+    the same object, InvalidObjects is raised with them all and `out` is left as it was."""
+    models = ModelStacks(fleet, plan)
+    composed: list[Rendered] = []
+
+    def rest() -> Rendered:
+        composed.append(render(fleet, plan, host, gateways=gateways, deferred=models))
+        if composed[0].problems:  # routing's: the writers' work is thrown away with the staging folder
+            raise InvalidObjects([str(p) for p in composed[0].problems])
+        return composed[0]
+
+    return _write(out, models, rest, progress, jobs, check), composed[0]
+
+
+def _write(out: Path, models: ModelStacks | None, rest: Callable[[], Rendered], progress: Progress | None,
+           jobs: int | None, check: Callable[[dict], list[str]] | None) -> int:
+    """Fork the writers of `models`' stacks (if they are many), then compose `rest` (its stacks not in `models`)
+    and write it here while they run; collisions are found once every stack's objects are known."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
-    global _WRITING
-    stacks = sorted(rendered.stacks)
-    deferred = rendered.deferred.replicas if rendered.deferred is not None else {}
+    global _DEFERRED
+    deferred = sorted(models.replicas) if models is not None else []
+    weights = [PER_REPLICA * len(models.replicas[stack]) for stack in deferred] if models is not None else []
+    chunks = _chunks(weights)
+    jobs = min(jobs or os.cpu_count() or 1, 16)
+    parallel = jobs > 1 and sum(weights) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods()
     with replacing(out, "modelplane render") as staging:
-        planned: list[list[tuple[str, dict, str]] | None] = []
-        weights: list[int] = []
-        for stack in stacks:
-            if stack in deferred:
-                planned.append(None)
-                weights.append(PER_REPLICA * len(deferred[stack]))
-                continue
-            paths = _paths(str(staging), stack, rendered.stacks[stack])
-            planned.append(paths)
-            weights.append(len(paths))
-        for folder in {f"{staging}/{stack}/{target}" for stack in stacks if stack not in deferred
-                       for target in rendered.stacks[stack]}:  # a deferred stack's by its writer
-            os.makedirs(folder, exist_ok=True)
-        chunks = _chunks(weights)
-        jobs = min(jobs or os.cpu_count() or 1, 16)
-        _WRITING = _Writing(str(staging), rendered, stacks, planned, check)
+        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) if parallel else None
+        written: list[_Written] = []
         try:
-            if jobs > 1 and sum(weights) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
-                with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-                    written = list(_each(pool.map(_write_range, chunks), on_stacks))
-            else:
-                written = list(_each(map(_write_range, chunks), on_stacks))
+            if models is not None:
+                _DEFERRED = (str(staging), deferred, models, check)
+            # the writers fork at the first submit, inheriting what they compose from
+            pending: list[Future] = [pool.submit(_write_deferred, chunk) for chunk in chunks] if pool else []
+            rendered = rest()
+            if progress is not None:
+                progress.expect(len(rendered.stacks))
+            own = [stack for stack in sorted(rendered.stacks) if stack not in (models.replicas if models else ())]
+            written.append(_write_stacks(str(staging), ((stack, rendered.stacks[stack]) for stack in own), check))
+            if progress is not None:
+                progress.advance(len(own))
+            for chunk, future in itertools.zip_longest(chunks, pending):
+                written.append(future.result() if future is not None else _write_deferred(chunk))
+                if progress is not None:
+                    progress.advance(chunk[1] - chunk[0])
         finally:
-            _WRITING = None
-        problems = [line for part in written for line in part.problems]
-        if rendered.deferred is not None:
+            _DEFERRED = None
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+        problems = [line for _, line in sorted((p for part in written for p in part.problems), key=lambda p: p[0])]
+        if models is not None:
             keys = {stack: key for part in written for stack, key in part.keys.items()}
-            problems += [str(p) for p in collisions(rendered.deferred.fleet, rendered, keys)]
+            problems += [str(p) for p in collisions(models.fleet, rendered, keys)]
         if problems:
             raise InvalidObjects(problems)
     return sum(part.objects for part in written)
@@ -220,11 +243,3 @@ def replacing(out: Path, command: str) -> Iterator[Path]:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _each(results: Iterable[_Written], on_stacks: Callable[[int], None] | None) -> Iterator[_Written]:
-    """Written chunks, in order, reporting progress."""
-    for written in results:
-        if on_stacks is not None:
-            on_stacks(written.stacks)
-        yield written

@@ -184,7 +184,8 @@ def envoy_front_door(fleet: Fleet) -> Envoy | None:
 
 
 def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str, tuple] | None = None,
-           gateways: Gateways | None = None, inputs: StackInputs | None = None, defer_models: bool = False) -> Rendered:
+           gateways: Gateways | None = None, inputs: StackInputs | None = None,
+           deferred: ModelStacks | None = None) -> Rendered:
     """`host`: the cluster that hosts the control plane, where each team with ModelServices needs its namespace
     (owned, like on every cluster the team uses, by `team-<ns>.<cluster>`, so its owner never changes).
 
@@ -196,20 +197,20 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     objects, and collisions are found from the identities. `inputs`: `stack_inputs` of this plan, host and
     gateways, when the caller has them.
 
-    `defer_models`: model stacks are left to compose (`Rendered.deferred`), and their collisions to find."""
+    `deferred`: this plan's model stacks, left to compose (`Rendered.deferred`), and their collisions to find."""
     reuse = reuse or {}
     out = Rendered()
     clusters = {c.name: c for c in build_clusters(fleet)}
     chosen = tenancy.mode(fleet)
     envoy = envoy_front_door(fleet)
-    models = ModelStacks(fleet, plan)
+    models = deferred or ModelStacks(fleet, plan)
     for placed in plan.replicas:
         stack = model_stack(placed.namespace, placed.deployment)
-        if defer_models or stack in reuse:  # its objects are known, or composed later: its targets alone are needed
+        if deferred is not None or stack in reuse:  # its objects are known, or composed later: its targets alone are needed
             out.add(stack, placed.cluster, [])
         else:
             out.add(stack, placed.cluster, models.replica(placed))
-    out.deferred = models if defer_models else None
+    out.deferred = deferred
     routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, host, clusters)
     out.problems += routes.problems
     out.endpoints, out.front_door_tls = list(routes.endpoints), routes.front_door_tls
@@ -238,7 +239,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         if team.control_plane_namespace:  # teams share `default`: the route namespace alone
             objects.insert(0, control_plane_namespace(team.team))
         out.add(stack, team.cluster, objects)
-    if not defer_models:
+    if deferred is None:
         out.problems += collisions(fleet, out, reuse)
     return out
 

@@ -119,8 +119,7 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
     from pathlib import Path
 
     from components.args import control_plane_cluster
-    from workloads.output import InvalidObjects, OutputError, write
-    from workloads.render import render as render_objects
+    from workloads.output import InvalidObjects, OutputError, render_to
     from workloads.schemas import check
 
     def refuse(problems: list[str]) -> None:
@@ -131,28 +130,27 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
 
     loaded = load(paths)
     applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
-    # the objects only: stacks' fingerprints are not written, so they are not computed; to a folder, each model
-    # stack is composed by the writer process that writes it
-    result = render_objects(loaded.fleet, schedule(loaded.fleet, applied.placements()),
-                            control_plane_cluster(loaded.fleet, None), gateways=applied.gateways(),
-                            defer_models=out != "-")
+    # the objects only: stacks' fingerprints are not written, so they are not computed
+    plan = schedule(loaded.fleet, applied.placements())
+    host = control_plane_cluster(loaded.fleet, None)
     if out == "-":
         from automation.planning.stacks import rendered_problems
+        from workloads.output import stream
+        from workloads.render import render as render_objects
 
+        result = render_objects(loaded.fleet, plan, host, gateways=applied.gateways())
         if problems := rendered_problems(result):
             refuse(problems)
-        from workloads.output import stream
-
         click.echo(stream(result), nl=False)
         return
-    if result.problems:  # routing's, before anything is written (model stacks' collisions: while writing)
-        refuse([str(p) for p in result.problems])
     from automation.cli.progress import Bar
 
     try:
-        with Bar("writing stacks", len(result.stacks)) as bar:
-            # each object is checked against its schema as it is written; one invalid object: nothing is written
-            count = write(result, Path(out), on_stacks=bar.advance, check=check)
+        with Bar("writing stacks", None) as bar:
+            # each object is checked against its schema as it is written; one invalid object, or a problem of the
+            # render: nothing is written
+            count, result = render_to(Path(out), loaded.fleet, plan, host, applied.gateways(), progress=bar,
+                                      check=check)
     except InvalidObjects as exc:
         refuse(exc.problems)
     except (OutputError, OSError) as exc:

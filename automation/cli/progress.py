@@ -15,12 +15,13 @@ if TYPE_CHECKING:
 
 
 class Bar:
-    """`with Bar("writing stacks", total) as bar: ... bar.advance()`; does nothing when not shown."""
+    """`with Bar("writing stacks", total) as bar: ... bar.advance()`; does nothing when not shown. A total not known
+    yet is None (`expect` gives it)."""
 
-    def __init__(self, label: str, total: int, output: str = "table", stream: IO[str] | None = None,
+    def __init__(self, label: str, total: int | None, output: str = "table", stream: IO[str] | None = None,
                  force: bool | None = None):
         stream = stream if stream is not None else sys.stderr
-        shown = force if force is not None else (output != "json" and total > 0 and stream.isatty())
+        shown = force if force is not None else (output != "json" and total != 0 and stream.isatty())
         self._progress: Progress | None = None
         if shown:  # rich (20 ms to import) only when a person watches
             from rich.console import Console
@@ -38,6 +39,10 @@ class Bar:
     def advance(self, steps: int = 1) -> None:
         if self._progress is not None:
             self._progress.advance(self._task, steps)
+
+    def expect(self, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, total=total)
 
     def print(self, line: str, err: bool = False) -> None:
         """A line above the bar (while it is shown, lines must go through it to keep the screen tidy)."""
