@@ -14,15 +14,28 @@ from benchmarks.plan_bench import generate
 from components.args import control_plane_cluster
 from fleet.problems import Problem
 from fleet.scheduler import schedule
-from tests.manifests import cluster, deployment, gateway, gpu_class, run
+from tests.manifests import cluster, deployment, gateway, gpu_class, run, service
 from workloads import render as render_module
 from workloads.output import InvalidObjects, OutputError, render_to, write
 from workloads.render import ModelStacks, render
+from workloads.output import MARKER
 from workloads.schemas import check
+from workloads.yamlio import dump
 
 
-def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every folder (None), by path."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def reference(rendered) -> dict[str, bytes | None]:
+    """The folder as the layout describes it, written by nothing but the reference YAML writer: the marker, and
+    <stack>/<target>/<kind>-<name>.yaml for each object."""
+    out: dict[str, bytes | None] = {MARKER: b"written by modelplane render; the whole folder is replaced each time\n"}
+    for stack, target, obj in rendered.objects():
+        out[stack] = out[f"{stack}/{target}"] = None
+        out[f"{stack}/{target}/{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"] = dump(obj).encode()
+    return dict(sorted(out.items()))
 
 
 class Recorder:
@@ -59,7 +72,7 @@ def test_writers_that_compose_the_model_stacks_write_the_files_one_process_write
     one = write(whole, tmp_path / "one", jobs=1, check=check)
     several, rendered = render_to(tmp_path / "several", fleet, plan, host, progress=progress, jobs=jobs, check=check)
     assert one == several == sum(1 for _ in whole.objects()) > 10
-    assert tree(tmp_path / "one") == tree(tmp_path / "several")
+    assert tree(tmp_path / "one") == tree(tmp_path / "several") == reference(whole)
     assert progress.total == len(whole.stacks) == sum(progress.steps) and len(progress.steps) > 1
     assert rendered.deferred is not None and not any(rendered.stacks[s][t] for s in rendered.deferred.replicas
                                                       for t in rendered.stacks[s])  # composed by the writers alone
@@ -122,12 +135,16 @@ def test_an_invalid_object_a_writer_composes_leaves_the_folder_as_it_was(tmp_pat
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-def _colliding():
+def _colliding_objects() -> list[dict]:
     """Two teams' same-named deployments in the one shared namespace: their model stacks compose the same objects."""
     shared = gateway()
     shared["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
-    loaded = run(gpu_class("l4", 1, "23034Mi"), cluster("a", pools=(("gpu", "l4", 4),)),
-                 deployment("qwen", namespace="team-a", replicas=2), deployment("qwen", namespace="team-b"), shared)
+    return [gpu_class("l4", 1, "23034Mi"), cluster("a", pools=(("gpu", "l4", 4),)),
+            deployment("qwen", namespace="team-a", replicas=2), deployment("qwen", namespace="team-b"), shared]
+
+
+def _colliding():
+    loaded = run(*_colliding_objects())
     return loaded.fleet, schedule(loaded.fleet)
 
 
@@ -148,6 +165,28 @@ def test_writers_that_compose_the_model_stacks_refuse_their_collisions_and_leave
         write(render(fleet, plan, deferred=ModelStacks(fleet, plan)), out, jobs=jobs, check=check)
     assert again.value.problems == expected
     assert list(out.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_problem_of_the_render_and_collisions_are_refused_together_before_any_schema_problem(tmp_path, monkeypatch):
+    """As when they were looked for before writing: the render's problems (here a service's overflow endpoint,
+    which Traefik cannot route) and the collisions, not the schema problems of objects written meanwhile."""
+    monkeypatch.setattr(output, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(output, "CHUNK", 1)
+    fleet_objects = _colliding_objects()
+    overflow = service("front", "team-a")
+    overflow["spec"]["endpoints"][0]["priority"] = 1
+    loaded = run(*fleet_objects, overflow)
+    plan = schedule(loaded.fleet)
+    expected = [str(p) for p in render(loaded.fleet, plan).problems]
+    assert any("priority" in line for line in expected) and any("already creates" in line for line in expected)
+    real = render_module.compose_replica
+    monkeypatch.setattr(render_module, "compose_replica",
+                        lambda ctx: [{**obj, "spec": 7} if i == 0 else obj for i, obj in enumerate(real(ctx))])
+    for jobs in (1, 3):
+        with pytest.raises(InvalidObjects) as refused:
+            render_to(tmp_path / "out", loaded.fleet, plan, None, jobs=jobs, check=check)
+        assert refused.value.problems == expected
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_problem_of_the_render_is_refused_though_the_writers_started(tmp_path, small_chunks, monkeypatch,

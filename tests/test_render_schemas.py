@@ -299,3 +299,16 @@ def test_a_rule_is_evaluated_on_the_fields_it_reads(rules, fields):
         finally:
             schemas._fields_read = original
         assert projected == whole
+
+
+def test_core_kinds_are_checked_against_the_newest_strict_schemas_up_to_our_kubernetes_release(tmp_path):
+    from workloads.schemas import newest_strict
+
+    for name in ("v1.9.0-local-strict", "v1.35.9-local-strict", "v1.35.10-local-strict", "v1.35.11-local",
+                 "v1.36.0-local-strict", "v2.0.0-local-strict", "_definitions.json"):
+        (tmp_path / name).mkdir()
+    assert newest_strict(tmp_path, "1.35").name == "v1.35.10-local-strict"  # 10 > 9, as numbers
+    assert newest_strict(tmp_path, "1.34").name == "v1.9.0-local-strict"
+    assert newest_strict(tmp_path, "2.0").name == "v2.0.0-local-strict"
+    with pytest.raises(FileNotFoundError):
+        newest_strict(tmp_path, "1.8")

@@ -35,8 +35,8 @@ class OutputError(ModelplaneError):
 
 
 class InvalidObjects(ModelplaneError):
-    """Objects their schema rejects, or that two stacks compose, found while writing: nothing was written. One line
-    each, in render order (collisions last)."""
+    """The render's problems and collisions between stacks, or else every object its schema rejects: nothing was
+    written. One line each, in render order."""
 
     def __init__(self, problems: list[str]):
         super().__init__(f"{len(problems)} invalid object(s)")
@@ -67,8 +67,9 @@ class Progress(Protocol):
 
 class _Written(NamedTuple):
     objects: int
-    problems: list[tuple[str, str]]  # (stack, problem) in the order found
+    problems: list[tuple[str, str]]  # (stack, schema problem) in the order found
     keys: dict[str, tuple]  # stack -> its objects' keys (`keys_of`), for collisions
+    clashes: list[tuple[str, str]]  # (stack, two of its objects on one path)
 
 
 # what forked writers inherit instead of receiving a copy: the staging folder, the deferred stacks in render order
@@ -85,27 +86,29 @@ def _write_deferred(bounds: tuple[int, int]) -> _Written:
 
 def _write_stacks(staging: str, stacks: Iterable[tuple[str, dict[str, list[dict]]]],
                   check: Callable[[dict], list[str]] | None) -> _Written:
-    """Check and write each stack's objects (by target); two objects of a stack on one path: refused."""
-    problems: list[tuple[str, str]] = []
-    keys: dict[str, tuple] = {}
+    """Check and write each stack's objects (by target); a second object on a stack's path is not written, but
+    noted (`clashes`)."""
+    written = _Written(0, [], {}, [])
     count = 0
     for stack, targets in stacks:
-        keys[stack] = keys_of(targets)
+        written.keys[stack] = keys_of(targets)
         for target in sorted(targets):
             folder = f"{staging}/{stack}/{target}"  # as text: pathlib's joins were a tenth of a large render
-            os.makedirs(folder, exist_ok=True)
             taken: set[str] = set()
             for obj in targets[target]:
                 name = file_name(obj)
                 if name in taken:
-                    raise OutputError(f"{stack}/{target}: two objects would be written to {name}")
+                    written.clashes.append((stack, f"{stack}/{target}: two objects would be written to {name}"))
+                    continue
+                if not taken:  # a folder for each target with objects
+                    os.makedirs(folder, exist_ok=True)
                 taken.add(name)
                 if check is not None:
-                    problems += [(stack, f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}")
-                                 for m in check(obj)]
+                    written.problems.extend((stack, f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}")
+                                            for m in check(obj))
                 _create(f"{folder}/{name}", dump(obj).encode())
                 count += 1
-    return _Written(count, problems, keys)
+    return written._replace(objects=count)
 
 
 def _create(path: str, data: bytes) -> None:
@@ -122,8 +125,8 @@ def _create(path: str, data: bytes) -> None:
 
 def write(rendered: Rendered, out: Path, progress: Progress | None = None, jobs: int | None = None,
           check: Callable[[dict], list[str]] | None = None) -> int:
-    """Write every object of `rendered` to `out` (replaced as a whole), as `render_to` does; its problems are the
-    caller's to refuse (a deferred render's collisions are found here). How many objects were written."""
+    """Write every object of `rendered` to `out` (replaced as a whole), as `render_to` does. How many objects
+    were written."""
     return _write(out, rendered.deferred, lambda: rendered, progress, jobs, check)
 
 
@@ -136,15 +139,14 @@ def render_to(out: Path, fleet: Fleet, plan: Plan, host: str | None, gateways: G
     YAML writer and 40,000 file creations are most of a render. How many objects were written, and the render
     (its model stacks not composed: `Rendered.deferred`). The files are those `write` writes of a whole render.
 
-    `check`: an object's schema problems. If any object has one, the render has a problem, or two stacks compose
-    the same object, InvalidObjects is raised with them all and `out` is left as it was."""
+    `check`: an object's schema problems. Refused, leaving `out` as it was, in this order (as if each were looked
+    for before writing): the render's problems and collisions between stacks (InvalidObjects), two objects of a
+    stack on one path (OutputError), objects their schema rejects (InvalidObjects, all of them)."""
     models = ModelStacks(fleet, plan)
     composed: list[Rendered] = []
 
     def rest() -> Rendered:
         composed.append(render(fleet, plan, host, gateways=gateways, deferred=models))
-        if composed[0].problems:  # routing's: the writers' work is thrown away with the staging folder
-            raise InvalidObjects([str(p) for p in composed[0].problems])
         return composed[0]
 
     return _write(out, models, rest, progress, jobs, check), composed[0]
@@ -186,13 +188,22 @@ def _write(out: Path, models: ModelStacks | None, rest: Callable[[], Rendered], 
             _DEFERRED = None
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
-        problems = [line for _, line in sorted((p for part in written for p in part.problems), key=lambda p: p[0])]
+        refused = [str(p) for p in rendered.problems]  # a whole render's collisions are among them
         if models is not None:
             keys = {stack: key for part in written for stack, key in part.keys.items()}
-            problems += [str(p) for p in collisions(models.fleet, rendered, keys)]
-        if problems:
+            refused += [str(p) for p in collisions(models.fleet, rendered, keys)]
+        if refused:
+            raise InvalidObjects(refused)
+        if clashes := _in_render_order(part.clashes for part in written):
+            raise OutputError(clashes[0])
+        if problems := _in_render_order(part.problems for part in written):
             raise InvalidObjects(problems)
     return sum(part.objects for part in written)
+
+
+def _in_render_order(found: Iterable[list[tuple[str, str]]]) -> list[str]:
+    """(stack, line) pairs found by several processes: the lines by stack, each stack's in the order found."""
+    return [line for _, line in sorted((pair for part in found for pair in part), key=lambda pair: pair[0])]
 
 
 def _chunks(weights: list[int]) -> list[tuple[int, int]]:

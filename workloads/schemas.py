@@ -272,11 +272,19 @@ def _core_folder() -> Path:
     which a check of valid objects never needs."""
     spec = importlib.util.find_spec("kubernetes_validate")
     assert spec is not None and spec.submodule_search_locations, "kubernetes-validate is a dependency"
-    root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
-    ours = tuple(map(int, KUBERNETES_VERSION.split(".")))
-    releases = [(found, path) for path in root.iterdir()
-                if (match := re.fullmatch(r"v(\d+)\.(\d+)\.\d+-local-strict", path.name))
-                and (found := (int(match[1]), int(match[2]))) <= ours]
+    return newest_strict(Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema",
+                         KUBERNETES_VERSION)
+
+
+def newest_strict(root: Path, ours: str) -> Path:
+    """The folder of strict schemas (`v<major>.<minor>.<patch>-local-strict`) of the newest release whose minor
+    version is at most `ours` (`1.35`), versions compared as numbers."""
+    limit = tuple(map(int, ours.split(".")))
+    releases = [(version, path) for path in root.iterdir()
+                if (match := re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)-local-strict", path.name))
+                and (version := (int(match[1]), int(match[2]), int(match[3])))[:2] <= limit]
+    if not releases:
+        raise FileNotFoundError(f"no strict schemas for Kubernetes {ours} or older in {root}")
     return max(releases)[1]
 
 
