@@ -25,7 +25,9 @@ five ratios of a run to the floor's run just before it. Floors and targets (issu
   machine's, with the load generator on the same 2 CPUs); its resident memory over N writes, no growth; write
   latency.
 
-Ratios are measured in one run. Prints one table; asserts nothing. The project's modules are byte-compiled first,
+Ratios are measured in one run. Prints one table, with a CPU probe before and after the command rows (on a shared
+machine the second CPU comes and goes, and `render`, the one command that uses both, moves with it); asserts
+nothing. The project's modules are byte-compiled first,
 as `pip install` and a first import do for users: a machine that sets PYTHONDONTWRITEBYTECODE (this one does) would
 otherwise compile them from source in every command, about 0.1 s that no user pays.
 
@@ -160,6 +162,21 @@ def line(generator: str, size: str, name: str, seconds: float, peak: float | str
           f"{(f'{floor:8.3f}' if floor else ''):>8} {ratio} {target:>8} {code:>4}")
 
 
+PROBE = "import time\nt = time.perf_counter()\nsum(i * i for i in range(2_000_000))\nprint(time.perf_counter() - t)\n"
+
+
+def cpu_probe() -> str:
+    """A fixed loop's seconds alone, and two copies' at once: whether both CPUs are this machine's right now
+    (`render` needs both, `plan` one; on a shared machine the second comes and goes, and ratios with it)."""
+    def run() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE, text=True)
+
+    alone = float(run().communicate()[0])
+    pair = [run(), run()]
+    both = max(float(p.communicate()[0]) for p in pair)
+    return f"CPU probe: a loop alone {alone:.3f} s, two at once {both:.3f} s ({both / alone:.2f}x; 1.0 when both CPUs are free)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployments", type=int, action="append")
@@ -184,6 +201,7 @@ def main() -> None:
     sizes = args.deployments or [200, 2000]
     compile_project()
     print(f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+    print(cpu_probe())
     print(f"{'generator':<10} {'size':>10} {'command':<30} {'seconds':>8} {'peak MB':>8} {'floor s':>8} {'ratio':>6} "
           f"{'target':>8} {'exit':>4}")
     for name in generators if args.commands else ():
@@ -210,6 +228,8 @@ def main() -> None:
                 line(name, args.large, "parse (C loader)", *large.floor[:2], None, "", large.floor[2])
                 seconds, peak, code = large.run
                 line(name, args.large, "plan -o json", seconds, peak, large.floor[0], "<=3s", code, large.ratio)
+    if args.commands:
+        print(cpu_probe())
     if args.up:
         from benchmarks import up_scale
 
