@@ -272,7 +272,7 @@ def test_every_exported_object_is_written_by_the_fast_writer(desired, monkeypatc
     slow: list[str] = []
     reference = yamlio.dump
     monkeypatch.setattr(yamlio, "dump", lambda obj: slow.append(repr(obj)[:60]) or reference(obj))
-    yamlio._key.cache_clear()  # keys it wrote before used `dump` too, and are cached
+    monkeypatch.setattr(yamlio, "_KEYS", {})  # keys it wrote before used `dump` too, and are remembered
     for objects in export(desired, OPTIONS).values():
         for obj in objects:
             yamlio.dump_fast(obj)

@@ -312,3 +312,16 @@ def test_core_kinds_are_checked_against_the_newest_strict_schemas_up_to_our_kube
     assert newest_strict(tmp_path, "2.0").name == "v2.0.0-local-strict"
     with pytest.raises(FileNotFoundError):
         newest_strict(tmp_path, "1.8")
+
+
+def test_the_fast_yaml_writer_remembers_a_bounded_number_of_keys_and_strings(monkeypatch):
+    """The portal composes for days: what the writer remembers is let go at its limit, and the text stays the same."""
+    import workloads.yamlio as yamlio
+
+    monkeypatch.setattr(yamlio, "_REMEMBERED", 50)
+    monkeypatch.setattr(yamlio, "_KEYS", {})
+    monkeypatch.setattr(yamlio, "_STRINGS", {})
+    for i in range(400):
+        obj = {f"key-{i}": f"value-{i}", "list": [f"--flag={i}", f"/path/{i}/"], "same": "yes"}
+        assert yamlio.dump_fast(obj) == yamlio.dump(obj)
+        assert len(yamlio._KEYS) <= 50 and len(yamlio._STRINGS) <= 50

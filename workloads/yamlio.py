@@ -101,25 +101,25 @@ def _mapping(data: dict, indent: int, out: list[str], first: str | None) -> None
     """`first`: what starts the first key's line (a sequence item's dash), else the indent."""
     pad = " " * indent
     start = pad if first is None else first
-    append = out.append
+    append, keys, strings = out.append, _KEYS.get, _STRINGS.get
     for key, value in data.items():
         if type(key) is not str:
             raise _Unusual
         kind = type(value)
         if kind is str:  # most values: looked up in the strings' cache directly
-            head, body = _string(value)
-            append(f"{start}{_key(key)}: {head}\n")
+            head, body = strings(value) or _string(value)
+            append(f"{start}{keys(key) or _key(key)}: {head}\n")
             if body:
                 _body(body, indent, out)
         elif kind is dict and value:
-            append(f"{start}{_key(key)}:\n")
+            append(f"{start}{keys(key) or _key(key)}:\n")
             _mapping(value, indent + 2, out, None)
         elif kind is list and value:
-            append(f"{start}{_key(key)}:\n")
+            append(f"{start}{keys(key) or _key(key)}:\n")
             _sequence(value, indent, out, None)  # a sequence in a mapping is not indented, as libyaml writes it
         else:
             head, body = _scalar(value)
-            append(f"{start}{_key(key)}: {head}\n")
+            append(f"{start}{keys(key) or _key(key)}: {head}\n")
             if body:
                 _body(body, indent, out)
         start = pad
@@ -128,7 +128,7 @@ def _mapping(data: dict, indent: int, out: list[str], first: str | None) -> None
 def _sequence(items: list, indent: int, out: list[str], first: str | None) -> None:
     dash = " " * indent + "- "
     start = dash if first is None else first + "- "
-    append = out.append
+    append, strings = out.append, _STRINGS.get
     for item in items:
         kind = type(item)
         if kind is dict and item:
@@ -136,7 +136,7 @@ def _sequence(items: list, indent: int, out: list[str], first: str | None) -> No
         elif kind is list and item:
             _sequence(item, indent + 2, out, start)
         else:
-            head, body = _string(item) if kind is str else _scalar(item)
+            head, body = (strings(item) or _string(item)) if kind is str else _scalar(item)
             append(f"{start}{head}\n")
             if body:
                 _body(body, indent, out)
@@ -176,11 +176,25 @@ def _scalar(value) -> tuple[str, tuple[str, ...]]:
 _PLAIN_WORD = re.compile(r"(?:/|--?)?[A-Za-z0-9](?:[A-Za-z0-9._/=:-]*[A-Za-z0-9._/=-])?\Z")
 
 
-@lru_cache(maxsize=1 << 16)
+# Each distinct key's and string's text, as written: plain dicts, read inline by the writer (a bounded lru_cache's
+# call was a tenth of writing 43,820 objects). A process that writes for long forgets them all at the limit.
+_REMEMBERED = 1 << 16
+_KEYS: dict[str, str] = {}
+_STRINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+
 def _string(value: str) -> tuple[str, tuple[str, ...]]:
+    found = _STRINGS.get(value)
+    if found is not None:
+        return found
     if _PLAIN_WORD.match(value) and _scalar_tag(value, (True, False)) == _TAG + "str":
-        return value, ()  # names, images, paths: most scalars of an object, without asking libyaml
-    return _string_of(value)
+        found = value, ()  # names, images, paths: most scalars of an object, without asking libyaml
+    else:
+        found = _string_of(value)
+    if len(_STRINGS) >= _REMEMBERED:
+        _STRINGS.clear()
+    _STRINGS[value] = found
+    return found
 
 
 def _string_of(value) -> tuple[str, tuple[str, ...]]:
@@ -191,8 +205,17 @@ def _string_of(value) -> tuple[str, tuple[str, ...]]:
     return lines[0][2:], tuple(lines[1:])
 
 
-@lru_cache(maxsize=1 << 16)
 def _key(key: str) -> str:
+    found = _KEYS.get(key)
+    if found is None:
+        found = _key_text(key)
+        if len(_KEYS) >= _REMEMBERED:
+            _KEYS.clear()
+        _KEYS[key] = found
+    return found
+
+
+def _key_text(key: str) -> str:
     if len(key) < 120 and _PLAIN_WORD.match(key) and _scalar_tag(key, (True, False)) == _TAG + "str":
         return key  # a plain word well within the 128 characters of a simple key: written as it is (Programs have 100,000s)
     text = dump({key: None})  # the pure-Python writer: libyaml writes an empty key as a simple key, it does not
