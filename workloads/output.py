@@ -107,9 +107,9 @@ def _write_stacks(staging: str, stacks: Iterable[tuple[str, dict[str, list[dict]
                         made = True
                     os.mkdir(folder)
                 taken.add(name)
-                if check is not None:
+                if check is not None and (found := check(obj)):
                     written.problems.extend((stack, f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}")
-                                            for m in check(obj))
+                                            for m in found)
                 _create(f"{folder}/{name}", dump(obj).encode())
                 count += 1
     return written._replace(objects=count)

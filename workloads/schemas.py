@@ -99,6 +99,7 @@ def with_defaults(data, schema):
 
 
 _ABSENT = object()
+_IMMUTABLE = (str, int, float, bool, type(None))
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ def _fill(data, defaults: _Defaults):
                     continue
             elif default is _ABSENT:
                 continue
+            elif type(default) in _IMMUTABLE:  # most defaults ("TCP", 1, true): nothing to copy
+                value = default if inner is None else _fill(default, inner)
             else:
                 value = copy.deepcopy(default) if inner is None else _fill(copy.deepcopy(default), inner)
             out = dict(data) if out is None else out
