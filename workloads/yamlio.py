@@ -183,18 +183,20 @@ _KEYS: dict[str, str] = {}
 _STRINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
+def _remember(cache: dict, value: str, text):
+    if len(cache) >= _REMEMBERED:
+        cache.clear()
+    cache[value] = text
+    return text
+
+
 def _string(value: str) -> tuple[str, tuple[str, ...]]:
     found = _STRINGS.get(value)
     if found is not None:
         return found
     if _PLAIN_WORD.match(value) and _scalar_tag(value, (True, False)) == _TAG + "str":
-        found = value, ()  # names, images, paths: most scalars of an object, without asking libyaml
-    else:
-        found = _string_of(value)
-    if len(_STRINGS) >= _REMEMBERED:
-        _STRINGS.clear()
-    _STRINGS[value] = found
-    return found
+        return _remember(_STRINGS, value, (value, ()))  # names, images, paths: most scalars, without asking libyaml
+    return _remember(_STRINGS, value, _string_of(value))
 
 
 def _string_of(value) -> tuple[str, tuple[str, ...]]:
@@ -207,12 +209,7 @@ def _string_of(value) -> tuple[str, tuple[str, ...]]:
 
 def _key(key: str) -> str:
     found = _KEYS.get(key)
-    if found is None:
-        found = _key_text(key)
-        if len(_KEYS) >= _REMEMBERED:
-            _KEYS.clear()
-        _KEYS[key] = found
-    return found
+    return found if found is not None else _remember(_KEYS, key, _key_text(key))
 
 
 def _key_text(key: str) -> str:
