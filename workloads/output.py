@@ -131,7 +131,7 @@ def write(rendered: Rendered, out: Path, progress: Progress | None = None, jobs:
           check: Callable[[dict], list[str]] | None = None) -> int:
     """Write every object of `rendered` to `out` (replaced as a whole), as `render_to` does. How many objects
     were written."""
-    return _write(out, rendered.deferred, lambda: rendered, progress, jobs, check)
+    return _write(out, rendered.deferred, lambda: rendered, progress, jobs, check)[0]
 
 
 def render_to(out: Path, fleet: Fleet, plan: Plan, host: str | None, gateways: Gateways | None = None,
@@ -147,19 +147,15 @@ def render_to(out: Path, fleet: Fleet, plan: Plan, host: str | None, gateways: G
     for before writing): the render's problems and collisions between stacks (InvalidObjects), two objects of a
     stack on one path (OutputError), objects their schema rejects (InvalidObjects, all of them)."""
     models = ModelStacks(fleet, plan)
-    composed: list[Rendered] = []
-
-    def rest() -> Rendered:
-        composed.append(render(fleet, plan, host, gateways=gateways, deferred=models))
-        return composed[0]
-
-    return _write(out, models, rest, progress, jobs, check), composed[0]
+    return _write(out, models, lambda: render(fleet, plan, host, gateways=gateways, deferred=models), progress,
+                  jobs, check)
 
 
 def _write(out: Path, models: ModelStacks | None, rest: Callable[[], Rendered], progress: Progress | None,
-           jobs: int | None, check: Callable[[dict], list[str]] | None) -> int:
+           jobs: int | None, check: Callable[[dict], list[str]] | None) -> tuple[int, Rendered]:
     """Fork the writers of `models`' stacks (if they are many), then compose `rest` (its stacks not in `models`)
-    and write it here while they run; collisions are found once every stack's objects are known."""
+    and write it here while they run; collisions are found once every stack's objects are known. How many objects
+    were written, and `rest`."""
     import multiprocessing
     from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -204,7 +200,7 @@ def _write(out: Path, models: ModelStacks | None, rest: Callable[[], Rendered], 
             raise OutputError(clashes[0])
         if problems := _in_render_order(part.problems for part in written):
             raise InvalidObjects(problems)
-    return sum(part.objects for part in written)
+    return sum(part.objects for part in written), rendered
 
 
 def _in_render_order(found: Iterable[list[tuple[str, str]]]) -> list[str]:

@@ -103,8 +103,8 @@ class ModelStacks:
 class Rendered:
     stacks: dict[str, dict[str, list[dict]]] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> the ModelService address
-    # every problem, but with `deferred` the collisions of model stacks' objects: `collisions` finds them once
-    # the deferred stacks are composed (`render --out`'s writers do)
+    # every problem; with `deferred`, no collisions: `collisions` finds them once the deferred stacks are
+    # composed (`render --out`'s writers do)
     problems: list[Problem] = field(default_factory=list)
     endpoints: list[Endpoint] = field(default_factory=list)  # every routable endpoint, composed or given
     routes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, service) -> endpoint names
