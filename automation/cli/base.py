@@ -4,6 +4,7 @@ and opening the record of what is applied. Every failure here is one line and an
 from __future__ import annotations
 
 import inspect
+import os
 import re
 
 import sys
@@ -160,12 +161,20 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
     return loaded
 
 
+def cpu_to_spare(jobs: int | None = None) -> bool:
+    """Whether a comparison may load and plan its base in a forked process while this one plans the head
+    (automation/planning/base_beside.py): with a second CPU (`jobs`: the processes the user allows)."""
+    return (jobs or os.cpu_count() or 1) > 1 and hasattr(os, "fork")
+
+
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
-                    control_plane: str | None = None, gateways: Gateways | None = None) -> Base:
+                    control_plane: str | None = None, gateways: Gateways | None = None, beside: bool = False) -> Base:
     """The base of a comparison (`plan --against`, `preview --changed-against`, `review`). When the base's files are
     byte for byte those of a base summarised before, with the same recorded placements and code, the summary is
     read back and the base is parsed only if the head needs a fingerprint it lacks; otherwise it is loaded (its
-    problems said as for any input), and planned with the head (automation/planning/compare.py)."""
+    problems said as for any input), and planned with the head (automation/planning/compare.py). `beside`: loaded
+    and planned in a forked process (automation/planning/base_beside.py), when the command has a CPU to spare
+    (`cpu_to_spare`) and the head is not loaded yet."""
     from automation.planning.base_cache import source_key
     from automation.planning.compare import Base
     from fleet.loader import read_sources
@@ -181,6 +190,11 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
                        "--no-cache to plan it afresh)", err=True)
             return Base(summary, load=lambda: load(paths, sources).fleet, cache=cache, sources_key=key,
                         control_plane=control_plane, gateways=gateways)
+    if beside:
+        from automation.planning.base_beside import BaseBeside
+
+        return Base(beside=BaseBeside(lambda: load(paths, sources).fleet, recorded, cache, control_plane, gateways),
+                    cache=cache, sources_key=key, control_plane=control_plane, gateways=gateways)
     return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane,
                 gateways=gateways)
 

@@ -16,12 +16,22 @@ from automation.cli.base import (
     EXIT_UNSCHEDULED,
     cli,
     comparing,
+    cpu_to_spare,
     load,
     paths_option,
     record_for_plan,
     record_options,
     summarised_base,
 )
+
+
+def _base(against: tuple[str, ...], applied, no_cache: bool, beside: bool = False):
+    """The base of `plan --against`: both sides are composed with the record's placements and gateway addresses, as
+    `preview --changed-against` composes them; `beside`: loaded and planned in a forked process."""
+    from automation.planning.base_cache import BaseCache
+
+    return summarised_base(against, applied.placements(), None if no_cache else BaseCache(),
+                           gateways=applied.gateways(), beside=beside)
 
 
 @cli.command()
@@ -47,22 +57,23 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
     Plans with the record of what is applied (the backend's, or the operator's), so the plan shows what `up` will do."""
-    if against:
-        comparing()
-    loaded = load(paths)
-    applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
-    recorded = applied.placements()
     if output == "markdown" and not against:
         click.echo("error: -o markdown summarises a change: give the base manifests with --against", err=True)
         raise SystemExit(2)
+    if against:
+        comparing()
+    # with --against, the record first: a base planned in a forked process while the head loads is planned with it
+    applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
+    base = _base(against, applied, no_cache, beside=True) if against and cpu_to_spare() else None
+    loaded = load(paths)
+    if applied is None:
+        applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+    recorded = applied.placements()
     comparison = None
     if against:
-        from automation.planning.base_cache import BaseCache
         from automation.planning.compare import compare
 
-        # both sides composed with the record's placements and gateway addresses, as `preview --changed-against`
-        base = summarised_base(against, recorded, None if no_cache else BaseCache(), gateways=applied.gateways())
-        comparison = compare(None, loaded.fleet, explain, recorded, base=base)
+        comparison = compare(None, loaded.fleet, explain, recorded, base=base or _base(against, applied, no_cache))
         result = comparison.plan
     else:
         result = schedule(loaded.fleet, recorded, explain=explain)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Protocol
 
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
@@ -22,9 +22,10 @@ from components.args import control_plane_cluster, preferred_control_plane
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
-from workloads.render import stack_inputs
+from workloads.render import StackInputs, stack_inputs
 
 if TYPE_CHECKING:
+    from automation.planning.base_beside import BaseBeside
     from fleet.validate import Fleet
 
 
@@ -58,6 +59,7 @@ class Base:
     sources_key: str | None = None
     control_plane: str | None = None  # the control plane asked for: the base's if it has it (`preferred_control_plane`)
     gateways: Gateways | None = None  # the record's gateway addresses, both sides are composed with
+    beside: BaseBeside | None = None  # the base loading (and then planned) in a forked process, in place of `fleet`
 
 
 class Sides(NamedTuple):
@@ -72,64 +74,132 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     stacks whose inputs differ: a model, team, service or endpoints stack whose inputs are the same on both sides
     has the same objects, and the platform and gateway stacks the same arguments when the fleets'
     `platform_inputs` are the same, so they are neither composed nor fingerprinted, on either side (`SAME`). A
-    kept summary is used when it knows every fingerprint the head needs; otherwise the base is planned with the head, and the summary kept (partial: what a later head needs
-    and it lacks is computed then). `control_plane`: the head's (the base has its own); both sides are composed
-    with the record's placements and gateway addresses (`recorded`, `base.gateways`)."""
+    kept summary is used when it knows every fingerprint the head needs; otherwise the base is planned with the
+    head (in this process, or in a forked one already loading it: `base.beside`), and the summary kept (partial:
+    what a later head needs and it lacks is computed then). `control_plane`: the head's (the base has its own);
+    both sides are composed with the record's placements and gateway addresses (`recorded`, `base.gateways`)."""
     memo = memo or PlanMemo()
     keys: dict[str, str] = {}
 
-    def key(fleet: Fleet) -> str:  # the base's cache key, hashed once
+    def key() -> str:  # the base's cache key, hashed once
         if "key" not in keys:
-            keys["key"] = base_key(fleet, recorded, base.control_plane, base.gateways)
+            assert base.fleet is not None
+            keys["key"] = base_key(base.fleet, recorded, base.control_plane, base.gateways)
         return keys["key"]
 
-    if base.summary is None and base.cache is not None and base.fleet is not None:
-        base.summary = base.cache.get(key(base.fleet))
-    tried = None  # the head against a kept summary that lacked a fingerprint: its plan stands
-    if base.summary is not None:
-        # the head takes the summary's platform and gateway stacks if what they are computed from is the same
-        platform = KnownPlatform.fingerprinted(base.summary.platform, base.summary.fingerprints,
-                                               control_plane_cluster(head_fleet, control_plane)) \
-            if base.summary.platform else None
-        tried = desired_state(head_fleet, recorded, control_plane, explain, known=base.summary.known, memo=memo,
-                              gateways=base.gateways, platform=platform)
-        if (found := _known_changes(tried.specs, tried.digests(), base.summary)) is not None:
-            if base.cache is not None and base.sources_key and base.fleet is not None:
-                base.cache.remember_sources(base.sources_key, key(base.fleet))
-            return Sides(base.summary, tried, found)
-    fleet = base.fleet or (base.load() if base.load is not None else None)
-    if fleet is None:
-        raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head needs")
-    base_plan = schedule(fleet, recorded, memo=memo)
-    head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
-    base_host = preferred_control_plane(fleet, base.control_plane)
-    head_host = control_plane_cluster(head_fleet, control_plane)
-    base_inputs = stack_inputs(fleet, base_plan, base_host, base.gateways)
-    head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
-        stack_inputs(head_fleet, head_plan, head_host, base.gateways)
-    same = {name: Known(digest, SAME + digest) for name, digest in head_inputs.digests.items()
-            if base_inputs.digests.get(name) == digest}
-    digest = platform_inputs(fleet, base_host)
-    unchanged = KnownPlatform.unchanged(digest, fleet, base_host) \
-        if digest == platform_inputs(head_fleet, head_host) else None
-    base_state = desired_state(fleet, recorded, base_host, known=same, memo=memo, gateways=base.gateways,
-                               plan=base_plan, inputs=base_inputs, platform=unchanged)
-    summary = BaseSummary.of(base_state)
-    if base.summary is not None:  # what the kept summary knew and this one did not: known from now on
-        summary = summary.completed_by(base.summary)
-    # the head takes the summary's fingerprint of each stack with the same inputs, whether computed or `SAME` (the
-    # summary may have been completed by a kept one), and so its platform and gateway stacks when what they are
-    # computed from is the same (else its own, if tried)
-    same_platform = KnownPlatform.fingerprinted(digest, summary.fingerprints, head_host) if unchanged else None
-    head = desired_state(head_fleet, recorded, control_plane, explain,
-                         known={name: summary.known[name] for name in same}, memo=memo, gateways=base.gateways, plan=head_plan, inputs=head_inputs,
-                         platform=same_platform or (tried.platform if tried is not None else None))
+    beside = base.beside
+    head_plan = None
+    try:
+        if beside is not None:  # the base loads in another process: plan the head meanwhile
+            head_plan = schedule(head_fleet, recorded, explain=explain, memo=memo)
+            base.summary, keys["key"] = beside.loaded()
+        elif base.summary is None and base.cache is not None and base.fleet is not None:
+            base.summary = base.cache.get(key())
+        tried = None  # the head against a kept summary that lacked a fingerprint: its plan stands
+        if base.summary is not None:
+            # the head takes the summary's platform and gateway stacks if what they are computed from is the same
+            platform = KnownPlatform.fingerprinted(base.summary.platform, base.summary.fingerprints,
+                                                   control_plane_cluster(head_fleet, control_plane)) \
+                if base.summary.platform else None
+            tried = desired_state(head_fleet, recorded, control_plane, explain, known=base.summary.known, memo=memo,
+                                  gateways=base.gateways, platform=platform, plan=head_plan)
+            if (found := _known_changes(tried.specs, tried.digests(), base.summary)) is not None:
+                if base.cache is not None and base.sources_key and (base.fleet is not None or keys):
+                    base.cache.remember_sources(base.sources_key, key())
+                return Sides(base.summary, tried, found)
+        if beside is not None:
+            base_side: BaseSide = beside.planned()
+        else:
+            base.fleet = base.fleet or (base.load() if base.load is not None else None)
+            if base.fleet is None:
+                raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head "
+                                 "needs")
+            base_side = BasePlan(base.fleet, recorded, memo, preferred_control_plane(base.fleet, base.control_plane),
+                                 base.gateways)
+        head_host = control_plane_cluster(head_fleet, control_plane)
+        if tried is not None:
+            head_plan = tried.plan
+        elif head_plan is None:
+            head_plan = schedule(head_fleet, recorded, explain=explain, memo=memo)
+        head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
+            stack_inputs(head_fleet, head_plan, head_host, base.gateways)
+        base_digests, platform_digest = base_side.inputs()
+        same = {name for name, digest in head_inputs.digests.items() if base_digests.get(name) == digest}
+        unchanged = platform_digest == platform_inputs(head_fleet, head_host)
+        base_side.summarise(same, unchanged)
+
+        def head_state(known: dict[str, Known], platform: KnownPlatform | None) -> DesiredState:
+            return desired_state(head_fleet, recorded, control_plane, explain, known=known, memo=memo,
+                                 gateways=base.gateways, plan=head_plan, inputs=head_inputs, platform=platform)
+
+        if base.summary is None:
+            # what the head has the same is `SAME` in the base's summary (its platform too, if unchanged): the head
+            # is composed without it, while a forked base composes its own
+            head = head_state({name: Known(head_inputs.digests[name], SAME + head_inputs.digests[name]) for name in same},
+                              KnownPlatform.unchanged(platform_digest, head_fleet, head_host) if unchanged else None)
+            summary = base_side.summary()
+        else:
+            # what the kept summary knew and this one did not: known from now on; the head takes the summary's
+            # fingerprint of each stack with the same inputs, whether computed or `SAME`, and so its platform and
+            # gateway stacks when what they are computed from is the same (else its own, as tried)
+            summary = base_side.summary().completed_by(base.summary)
+            same_platform = KnownPlatform.fingerprinted(platform_digest, summary.fingerprints, head_host) \
+                if unchanged else None
+            head = head_state({name: summary.known[name] for name in same},
+                              same_platform or (tried.platform if tried is not None else None))
+    finally:
+        if beside is not None:
+            beside.close()
     base.summary = summary
     if base.cache is not None:
-        base.cache.put(key(fleet), summary)
+        base.cache.put(key(), summary)
         if base.sources_key:
-            base.cache.remember_sources(base.sources_key, key(fleet))
+            base.cache.remember_sources(base.sources_key, key())
     return Sides(summary, head, changed_stacks(head.specs, head.digests(), summary))
+
+
+class BaseSide(Protocol):
+    """The base of a comparison being planned: here (`BasePlan`) or in a forked process (base_beside.BaseBeside)."""
+
+    def inputs(self) -> tuple[dict[str, str], str]:
+        """The digest of each of the base's model, team, service and endpoints stacks' inputs, and of its platform's."""
+
+    def summarise(self, same: set[str], platform_same: bool) -> None:
+        """Which stacks have the same inputs as the head's (`same`), and whether its platform has (`platform_same`):
+        in the summary they are `SAME`, neither composed nor fingerprinted."""
+
+    def summary(self) -> BaseSummary:
+        """The base's summary, composing only the stacks whose inputs are not the head's (`summarise`)."""
+
+
+class BasePlan:
+    """The base planned in this process (`BaseSide`): its plan first, so that the head's reuses its rankings
+    (`memo`)."""
+
+    def __init__(self, fleet: Fleet, recorded: list, memo: PlanMemo, host: str | None, gateways: Gateways | None):
+        self.fleet, self.recorded, self.memo, self.host, self.gateways = fleet, recorded, memo, host, gateways
+        self.plan = schedule(fleet, recorded, memo=memo)
+        self._inputs: StackInputs | None = None
+        self._platform = ""
+        self._same: tuple[set[str], bool] | None = None
+
+    def inputs(self) -> tuple[dict[str, str], str]:
+        self._inputs = stack_inputs(self.fleet, self.plan, self.host, self.gateways)
+        self._platform = platform_inputs(self.fleet, self.host)
+        return self._inputs.digests, self._platform
+
+    def summarise(self, same: set[str], platform_same: bool) -> None:
+        self._same = same, platform_same
+
+    def summary(self) -> BaseSummary:
+        assert self._inputs is not None and self._same is not None, "inputs() and summarise() first"
+        same, platform_same = self._same
+        digests = self._inputs.digests
+        known = {name: Known(digests[name], SAME + digests[name]) for name in same}
+        platform = KnownPlatform.unchanged(self._platform, self.fleet, self.host) if platform_same else None
+        return BaseSummary.of(desired_state(self.fleet, self.recorded, self.host, known=known, memo=self.memo,
+                                            gateways=self.gateways, plan=self.plan, inputs=self._inputs,
+                                            platform=platform))
 
 
 def _known_changes(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],

@@ -1,0 +1,147 @@
+"""`plan --against` loads and plans the base in a forked process while it plans the head
+(automation/planning/base_beside.py). The answer must be the one planning both in one process gives, with and
+without a kept summary, and a base that fails in the child must fail the command as it would in one process: the
+same exception, the same words said, no process left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pathlib
+import shutil
+
+import pytest
+import yaml
+
+from automation.cli import main
+from automation.cli.base import EXIT_INVALID
+from automation.planning import compare as compare_module
+from automation.planning.base_beside import BaseBeside
+from automation.planning.base_cache import BaseCache
+from automation.planning.compare import Base, compare
+from benchmarks.plan_bench import generate
+from tests.test_incremental_compare import EDITS, SERVICE_EDITS, _edit, _engine_image, fleet_of, outputs, with_services
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def beside(fleet, cache=None, recorded=None) -> Base:
+    """The base as `plan --against` has it with a CPU to spare: loading in a child (here, the fleet the child
+    inherits)."""
+    return Base(beside=BaseBeside(lambda: fleet, recorded or [], cache, None, None), cache=cache)
+
+
+@pytest.mark.parametrize("edit", ["one deployment gains a replica", "one deployment's image", "a service's weight",
+                                  "a cluster removed", "a class changes memory", "nothing"])
+def test_a_base_planned_beside_the_head_gives_the_answer_of_one_process(edit, tmp_path):
+    objects = with_services(generate(24, 6))
+    base, head = fleet_of(objects), fleet_of(SERVICE_EDITS[edit](objects))
+    full = outputs(compare(base, head, incremental=False))
+    assert outputs(compare(None, head, base=beside(base))) == full
+    cache = BaseCache(tmp_path)
+    assert outputs(compare(None, head, base=beside(base, cache))) == full  # cold: the child's summary is kept
+    assert len(list((tmp_path / "plans").glob("*.json"))) == 1
+    assert outputs(compare(None, head, base=beside(base, cache))) == full  # the child finds it kept
+    assert multiprocessing.active_children() == []
+
+
+def test_a_kept_summary_that_lacks_a_fingerprint_has_the_child_plan_the_base(tmp_path, monkeypatch):
+    """The child finds the summary a first head left; a second head changes another deployment, whose base
+    fingerprint the summary lacks: the child plans the base then, and the summary kept is completed."""
+    objects = generate(24, 6)
+    base = fleet_of(objects)
+    first = fleet_of(EDITS["one deployment's image"](objects))
+    other = fleet_of(_edit(objects, "ModelDeployment", 7, lambda d: _engine_image(d, "vllm/vllm-openai:v0.13.0")))
+    cache = BaseCache(tmp_path)
+    compare(None, first, base=beside(base, cache))
+    scheduled: list[object] = []
+    real = compare_module.schedule
+    monkeypatch.setattr(compare_module, "schedule", lambda fleet, *a, **k: scheduled.append(fleet) or real(fleet, *a, **k))
+    assert outputs(compare(None, other, base=beside(base, cache))) == outputs(compare(base, other, incremental=False))
+    assert scheduled.count(other) == 1  # the head, in this process; the base's plan was the child's
+    planned: list[object] = []
+    real_state = compare_module.desired_state
+    monkeypatch.setattr(compare_module, "desired_state",
+                        lambda fleet, *a, **k: planned.append(fleet) or real_state(fleet, *a, **k))
+    compare(None, other, base=beside(base, cache))
+    assert planned == [other], "the completed summary was not kept: the base was planned again"
+
+
+def test_an_exception_in_the_child_is_raised_here_with_what_it_said(capsys):
+    def load():
+        print("warning: something about the base", file=os.sys.stderr)
+        raise ValueError("the base cannot be planned")
+
+    fleet = fleet_of(generate(8, 3))
+    with pytest.raises(ValueError, match="the base cannot be planned"):
+        compare(None, fleet, base=Base(beside=BaseBeside(load, [], None, None, None)))
+    assert capsys.readouterr().err == "warning: something about the base\n"
+    assert multiprocessing.active_children() == []
+
+
+def test_an_exception_that_does_not_pickle_arrives_as_its_words():
+    class Local(Exception):  # a class pickle cannot find by name
+        pass
+
+    def load():
+        raise Local("no pickle for me")
+
+    with pytest.raises(RuntimeError, match="Local: no pickle for me"):
+        compare(None, fleet_of(generate(8, 3)), base=Base(beside=BaseBeside(load, [], None, None, None)))
+
+
+def test_a_child_that_dies_is_an_error_not_a_hang():
+    def load():
+        os._exit(3)
+
+    with pytest.raises(RuntimeError, match=r"ended without an answer \(exit code 3\)"):
+        compare(None, fleet_of(generate(8, 3)), base=Base(beside=BaseBeside(load, [], None, None, None)))
+
+
+def test_a_head_that_fails_stops_the_child(monkeypatch):
+    fleet = fleet_of(generate(8, 3))
+
+    def failing(*a, **k):
+        raise KeyError("the head")
+
+    side = Base(beside=BaseBeside(lambda: fleet, [], None, None, None))
+    monkeypatch.setattr(compare_module, "schedule", failing)  # after the fork: the child plans as usual
+    with pytest.raises(KeyError):
+        compare(None, fleet, base=side)
+    assert multiprocessing.active_children() == []
+
+
+def _pr(tmp_path: pathlib.Path, base_edit=None) -> tuple[pathlib.Path, pathlib.Path]:
+    base, head = tmp_path / "base", tmp_path / "head"
+    shutil.copytree(ROOT / "examples", base)
+    shutil.copytree(ROOT / "examples", head)
+    path = head / "models" / "qwen3-8b.yaml"
+    path.write_text(path.read_text().replace("replicas: 2", "replicas: 3"))
+    if base_edit is not None:
+        base_edit(base)
+    return base, head
+
+
+def _broken(base: pathlib.Path) -> None:
+    path = base / "models" / "qwen3-8b.yaml"
+    docs = list(yaml.safe_load_all(path.read_text()))
+    docs[0]["spec"]["replicas"] = "many"
+    path.write_text(yaml.safe_dump_all(docs))
+
+
+@pytest.mark.parametrize("base_edit", [None, _broken], ids=["valid base", "invalid base"])
+def test_plan_against_says_and_prints_the_same_with_a_cpu_to_spare_or_not(base_edit, tmp_path, capsys, monkeypatch):
+    import automation.cli.plans as plans
+
+    base, head = _pr(tmp_path, base_edit)
+    said = []
+    for spare in (True, False):
+        monkeypatch.setattr(plans, "cpu_to_spare", lambda spare=spare: spare)
+        monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / f"cache-{spare}"))
+        code = main(["plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"])
+        said.append((code, *capsys.readouterr()))
+    assert said[0] == said[1]
+    assert said[0][0] == (0 if base_edit is None else EXIT_INVALID)
+    if base_edit is not None:
+        assert "spec.replicas" in said[0][2] and str(base) in said[0][2]
+    assert multiprocessing.active_children() == []
