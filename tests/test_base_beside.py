@@ -17,10 +17,10 @@ from automation.cli import main
 from automation.cli.base import EXIT_INVALID
 from automation.planning import compare as compare_module
 from automation.planning.base_beside import BaseBeside
-from automation.planning.base_cache import BaseCache
+from automation.planning.base_cache import BaseCache, base_key
 from automation.planning.compare import Base, compare
 from benchmarks.plan_bench import generate
-from tests.test_incremental_compare import EDITS, SERVICE_EDITS, _edit, _engine_image, fleet_of, outputs, with_services
+from tests.test_incremental_compare import SERVICE_EDITS, fleet_of, outputs, with_services
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def beside(fleet, cache=None, recorded=None) -> Base:
     """The base as `plan --against` has it with a CPU to spare: loading in a child (here, the fleet the child
     inherits)."""
-    return Base(beside=BaseBeside(lambda: fleet, recorded or [], cache, None, None), cache=cache)
+    return Base(beside=BaseBeside(lambda: fleet, recorded or [], None, None), cache=cache)
 
 
 @pytest.mark.parametrize("edit", ["one deployment gains a replica", "one deployment's image", "a service's weight",
@@ -41,30 +41,10 @@ def test_a_base_planned_beside_the_head_gives_the_answer_of_one_process(edit, tm
     cache = BaseCache(tmp_path)
     assert outputs(compare(None, head, base=beside(base, cache))) == full  # cold: the child's summary is kept
     assert len(list((tmp_path / "plans").glob("*.json"))) == 1
-    assert outputs(compare(None, head, base=beside(base, cache))) == full  # the child finds it kept
+    assert outputs(compare(None, head, base=beside(base, cache))) == full  # planned again: the same summary kept
+    assert [p.name for p in (tmp_path / "plans").glob("*.json")] == [f"{base_key(base, [])}.json"]
+    assert outputs(compare(base, head, cache=cache)) == full  # found in one process by the key the child gave
     assert multiprocessing.active_children() == []
-
-
-def test_a_kept_summary_that_lacks_a_fingerprint_has_the_child_plan_the_base(tmp_path, monkeypatch):
-    """The child finds the summary a first head left; a second head changes another deployment, whose base
-    fingerprint the summary lacks: the child plans the base then, and the summary kept is completed."""
-    objects = generate(24, 6)
-    base = fleet_of(objects)
-    first = fleet_of(EDITS["one deployment's image"](objects))
-    other = fleet_of(_edit(objects, "ModelDeployment", 7, lambda d: _engine_image(d, "vllm/vllm-openai:v0.13.0")))
-    cache = BaseCache(tmp_path)
-    compare(None, first, base=beside(base, cache))
-    scheduled: list[object] = []
-    real = compare_module.schedule
-    monkeypatch.setattr(compare_module, "schedule", lambda fleet, *a, **k: scheduled.append(fleet) or real(fleet, *a, **k))
-    assert outputs(compare(None, other, base=beside(base, cache))) == outputs(compare(base, other, incremental=False))
-    assert scheduled.count(other) == 1  # the head, in this process; the base's plan was the child's
-    planned: list[object] = []
-    real_state = compare_module.desired_state
-    monkeypatch.setattr(compare_module, "desired_state",
-                        lambda fleet, *a, **k: planned.append(fleet) or real_state(fleet, *a, **k))
-    compare(None, other, base=beside(base, cache))
-    assert planned == [other], "the completed summary was not kept: the base was planned again"
 
 
 def test_an_exception_in_the_child_is_raised_here_with_what_it_said(capsys):
@@ -74,7 +54,7 @@ def test_an_exception_in_the_child_is_raised_here_with_what_it_said(capsys):
 
     fleet = fleet_of(generate(8, 3))
     with pytest.raises(ValueError, match="the base cannot be planned"):
-        compare(None, fleet, base=Base(beside=BaseBeside(load, [], None, None, None)))
+        compare(None, fleet, base=Base(beside=BaseBeside(load, [], None, None)))
     assert capsys.readouterr().err == "warning: something about the base\n"
     assert multiprocessing.active_children() == []
 
@@ -87,7 +67,7 @@ def test_an_exception_that_does_not_pickle_arrives_as_its_words():
         raise Local("no pickle for me")
 
     with pytest.raises(RuntimeError, match="Local: no pickle for me"):
-        compare(None, fleet_of(generate(8, 3)), base=Base(beside=BaseBeside(load, [], None, None, None)))
+        compare(None, fleet_of(generate(8, 3)), base=Base(beside=BaseBeside(load, [], None, None)))
 
 
 def test_a_child_that_dies_is_an_error_not_a_hang():
@@ -95,7 +75,7 @@ def test_a_child_that_dies_is_an_error_not_a_hang():
         os._exit(3)
 
     with pytest.raises(RuntimeError, match=r"ended without an answer \(exit code 3\)"):
-        compare(None, fleet_of(generate(8, 3)), base=Base(beside=BaseBeside(load, [], None, None, None)))
+        compare(None, fleet_of(generate(8, 3)), base=Base(beside=BaseBeside(load, [], None, None)))
 
 
 def test_a_head_that_fails_stops_the_child(monkeypatch):
@@ -104,7 +84,7 @@ def test_a_head_that_fails_stops_the_child(monkeypatch):
     def failing(*a, **k):
         raise KeyError("the head")
 
-    side = Base(beside=BaseBeside(lambda: fleet, [], None, None, None))
+    side = Base(beside=BaseBeside(lambda: fleet, [], None, None))
     monkeypatch.setattr(compare_module, "schedule", failing)  # after the fork: the child plans as usual
     with pytest.raises(KeyError):
         compare(None, fleet, base=side)

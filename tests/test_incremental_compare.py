@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import workloads.render
+from automation.planning import base_plan as base_plan_module
 from automation.planning import compare as compare_module
 from automation.planning import stacks as stacks_module
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
@@ -234,7 +235,8 @@ def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeyp
     monkeypatch.setattr(workloads.render, "compose_replica", lambda ctx: composed.append(ctx.md.name) or real(ctx))
     planned: list[object] = []
     real_state = compare_module.desired_state
-    monkeypatch.setattr(compare_module, "desired_state", lambda fleet, *a, **k: planned.append(fleet) or real_state(fleet, *a, **k))
+    for module in (compare_module, base_plan_module):  # the head's state, the base's
+        monkeypatch.setattr(module, "desired_state", lambda fleet, *a, **k: planned.append(fleet) or real_state(fleet, *a, **k))
     cache = BaseCache(tmp_path)
     names = [o["metadata"]["name"] for o in objects if o["kind"] == "ModelDeployment"]
     result = compare(base, head, cache=cache)
@@ -247,7 +249,7 @@ def test_a_one_deployment_change_composes_only_that_deployment(tmp_path, monkeyp
     assert [s.name for s in result.changed] == [f"model-team-5.{names[5]}"]
     composed.clear(), planned.clear()
     scheduled: list[object] = []
-    for module in (compare_module, stacks_module):  # the head is planned once, though tried against the summary
+    for module in (compare_module, stacks_module, base_plan_module):  # the head is planned once, though tried
         monkeypatch.setattr(module, "schedule", lambda fleet, *a, _real=module.schedule, **k:
                             scheduled.append(fleet) or _real(fleet, *a, **k))
     partial = compare(base, other, cache=cache)
@@ -267,7 +269,8 @@ def test_only_the_team_stacks_whose_inputs_change_are_composed(monkeypatch):
     base = fleet_of(objects)
     states: list = []
     real_state = compare_module.desired_state
-    monkeypatch.setattr(compare_module, "desired_state", lambda *a, **k: states.append(real_state(*a, **k)) or states[-1])
+    for module in (compare_module, base_plan_module):
+        monkeypatch.setattr(module, "desired_state", lambda *a, **k: states.append(real_state(*a, **k)) or states[-1])
     calls: list[str] = []
     real_objects = workloads.render.team_objects
     monkeypatch.setattr(workloads.render, "team_objects", lambda team, *a: calls.append(team) or real_objects(team, *a))

@@ -193,7 +193,7 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
     if beside:
         from automation.planning.base_beside import BaseBeside
 
-        return Base(beside=BaseBeside(lambda: load(paths, sources).fleet, recorded, cache, control_plane, gateways),
+        return Base(beside=BaseBeside(lambda: load(paths, sources).fleet, recorded, control_plane, gateways),
                     cache=cache, sources_key=key, control_plane=control_plane, gateways=gateways)
     return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane,
                 gateways=gateways)

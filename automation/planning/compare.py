@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
+from automation.planning.base_plan import BasePlan, BaseSide
 from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
 from components.args import control_plane_cluster, preferred_control_plane
 from fleet.plan import Plan
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
-from workloads.render import StackInputs, stack_inputs
+from workloads.render import stack_inputs
 
 if TYPE_CHECKING:
     from automation.planning.base_beside import BaseBeside
@@ -87,13 +88,9 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
             keys["key"] = base_key(base.fleet, recorded, base.control_plane, base.gateways)
         return keys["key"]
 
-    beside = base.beside
-    head_plan = None
+    beside = base.beside  # a base with a kept summary is never forked (cli/base.py `summarised_base`)
     try:
-        if beside is not None:  # the base loads in another process: plan the head meanwhile
-            head_plan = schedule(head_fleet, recorded, explain=explain, memo=memo)
-            base.summary, keys["key"] = beside.loaded()
-        elif base.summary is None and base.cache is not None and base.fleet is not None:
+        if beside is None and base.summary is None and base.cache is not None and base.fleet is not None:
             base.summary = base.cache.get(key())
         tried = None  # the head against a kept summary that lacked a fingerprint: its plan stands
         if base.summary is not None:
@@ -102,13 +99,14 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
                                                    control_plane_cluster(head_fleet, control_plane)) \
                 if base.summary.platform else None
             tried = desired_state(head_fleet, recorded, control_plane, explain, known=base.summary.known, memo=memo,
-                                  gateways=base.gateways, platform=platform, plan=head_plan)
+                                  gateways=base.gateways, platform=platform)
             if (found := _known_changes(tried.specs, tried.digests(), base.summary)) is not None:
-                if base.cache is not None and base.sources_key and (base.fleet is not None or keys):
+                if base.cache is not None and base.sources_key and base.fleet is not None:
                     base.cache.remember_sources(base.sources_key, key())
                 return Sides(base.summary, tried, found)
+        base_side: BaseSide
         if beside is not None:
-            base_side: BaseSide = beside.planned()
+            base_side = beside
         else:
             base.fleet = base.fleet or (base.load() if base.load is not None else None)
             if base.fleet is None:
@@ -117,10 +115,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
             base_side = BasePlan(base.fleet, recorded, memo, preferred_control_plane(base.fleet, base.control_plane),
                                  base.gateways)
         head_host = control_plane_cluster(head_fleet, control_plane)
-        if tried is not None:
-            head_plan = tried.plan
-        elif head_plan is None:
-            head_plan = schedule(head_fleet, recorded, explain=explain, memo=memo)
+        head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
         head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
             stack_inputs(head_fleet, head_plan, head_host, base.gateways)
         base_digests, platform_digest = base_side.inputs()
@@ -150,56 +145,14 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     finally:
         if beside is not None:
             beside.close()
+    if beside is not None:
+        keys["key"] = beside.key
     base.summary = summary
     if base.cache is not None:
         base.cache.put(key(), summary)
         if base.sources_key:
             base.cache.remember_sources(base.sources_key, key())
     return Sides(summary, head, changed_stacks(head.specs, head.digests(), summary))
-
-
-class BaseSide(Protocol):
-    """The base of a comparison being planned: here (`BasePlan`) or in a forked process (base_beside.BaseBeside)."""
-
-    def inputs(self) -> tuple[dict[str, str], str]:
-        """The digest of each of the base's model, team, service and endpoints stacks' inputs, and of its platform's."""
-
-    def summarise(self, same: set[str], platform_same: bool) -> None:
-        """Which stacks have the same inputs as the head's (`same`), and whether its platform has (`platform_same`):
-        in the summary they are `SAME`, neither composed nor fingerprinted."""
-
-    def summary(self) -> BaseSummary:
-        """The base's summary, composing only the stacks whose inputs are not the head's (`summarise`)."""
-
-
-class BasePlan:
-    """The base planned in this process (`BaseSide`): its plan first, so that the head's reuses its rankings
-    (`memo`)."""
-
-    def __init__(self, fleet: Fleet, recorded: list, memo: PlanMemo, host: str | None, gateways: Gateways | None):
-        self.fleet, self.recorded, self.memo, self.host, self.gateways = fleet, recorded, memo, host, gateways
-        self.plan = schedule(fleet, recorded, memo=memo)
-        self._inputs: StackInputs | None = None
-        self._platform = ""
-        self._same: tuple[set[str], bool] | None = None
-
-    def inputs(self) -> tuple[dict[str, str], str]:
-        self._inputs = stack_inputs(self.fleet, self.plan, self.host, self.gateways)
-        self._platform = platform_inputs(self.fleet, self.host)
-        return self._inputs.digests, self._platform
-
-    def summarise(self, same: set[str], platform_same: bool) -> None:
-        self._same = same, platform_same
-
-    def summary(self) -> BaseSummary:
-        assert self._inputs is not None and self._same is not None, "inputs() and summarise() first"
-        same, platform_same = self._same
-        digests = self._inputs.digests
-        known = {name: Known(digests[name], SAME + digests[name]) for name in same}
-        platform = KnownPlatform.unchanged(self._platform, self.fleet, self.host) if platform_same else None
-        return BaseSummary.of(desired_state(self.fleet, self.recorded, self.host, known=known, memo=self.memo,
-                                            gateways=self.gateways, plan=self.plan, inputs=self._inputs,
-                                            platform=platform))
 
 
 def _known_changes(specs: Mapping[str, StackSpec], inputs: Mapping[str, str],
