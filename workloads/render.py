@@ -51,6 +51,7 @@ def model_stack(namespace: str, name: str) -> str:
     return str(StackId.model(namespace, name))
 
 
+@lru_cache(maxsize=1 << 16)
 def service_stack(namespace: str, name: str) -> str:
     return str(StackId.service(namespace, name))
 
@@ -64,6 +65,7 @@ def team_stack(namespace: str, cluster: str) -> str:
     return str(StackId.team(namespace, cluster))
 
 
+@lru_cache(maxsize=1 << 12)
 def endpoints_stack(namespace: str) -> str:
     return str(StackId.endpoints(namespace))
 
@@ -200,7 +202,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     `deferred`: this plan's model stacks, left to compose (`Rendered.deferred`), and their collisions to find."""
     reuse = reuse or {}
     out = Rendered()
-    clusters = {c.name: c for c in build_clusters(fleet)}
+    # the cluster views: for routing and team stacks (given with `inputs`) and caches
+    clusters = {c.name: c for c in build_clusters(fleet)} if inputs is None or fleet.of("ModelCache") else {}
     chosen = tenancy.mode(fleet)
     envoy = envoy_front_door(fleet)
     models = deferred or ModelStacks(fleet, plan)
