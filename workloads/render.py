@@ -66,6 +66,11 @@ def team_stack(namespace: str, cluster: str) -> str:
 
 
 @lru_cache(maxsize=1 << 12)
+def platform_stack(cluster: str) -> str:
+    return str(StackId.platform(cluster))
+
+
+@lru_cache(maxsize=1 << 12)
 def endpoints_stack(namespace: str) -> str:
     return str(StackId.endpoints(namespace))
 

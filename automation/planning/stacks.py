@@ -36,7 +36,7 @@ from fleet.scheduler import PlanMemo, schedule
 from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.gateways import Gateways
 from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys,
-                              render, service_stack, stack_inputs, team_stack)
+                              platform_stack, render, service_stack, stack_inputs, team_stack)
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
@@ -291,17 +291,19 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
         placed.setdefault(model_stack(r.namespace, r.deployment), []).append(r)
     for name, targets in rendered.stacks.items():
+        order = sorted(targets)
+        on_control_plane = "control-plane" in targets
         # only stacks on the control plane care which cluster hosts it
-        payload = WorkloadPayload({t: objs for t, objs in sorted(targets.items())}, release,
-                                  host if "control-plane" in targets else None, tuple(placed.get(name, ())))
+        payload = WorkloadPayload({t: targets[t] for t in order}, release, host if on_control_plane else None,
+                                  tuple(placed.get(name, ())))
         # every target's platform stack runs first; the control plane's is the host's
-        deps = [str(StackId.platform(t)) for t in sorted(targets) if t != "control-plane"]
-        if host and "control-plane" in targets:
-            deps.append(str(StackId.platform(host)))
+        deps = [platform_stack(t) for t in order if t != "control-plane"]
+        if host and on_control_plane:
+            deps.append(platform_stack(host))
         id = StackId.parse(name)
         digest = known.get(name) or (endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints"
                                      else fingerprint(payload.fingerprinted()))
-        stacks[name] = StackSpec(id, digest, deps, sorted(targets), payload)
+        stacks[name] = StackSpec(id, digest, deps, order, payload)
     _link(fleet, plan, stacks, host, rendered.backends)
     return stacks
 
