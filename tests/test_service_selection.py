@@ -50,3 +50,15 @@ def test_a_service_looks_only_at_its_namespaces_endpoints_with_its_rarest_label(
     assert [ep.name for ep in index.candidates("team-a", wanted)] == ["r29", "r31"]
     assert len(index.candidates("team-a", {})) == 2000  # no labels: the namespace's every endpoint
     assert index.candidates("team-c", wanted) == []
+
+
+def test_an_endpoints_text_names_every_field_it_has():
+    """An endpoint's repr is part of the input digest of each stack that routes to it, and is made once by hand:
+    a field added to Endpoint and left out of it would leave those stacks' digests blind to it."""
+    from dataclasses import fields
+
+    for ep in (Endpoint("r-0", "ml", "http://10.0.0.1/ml/r-0/v1", "/ml/r-0/", {"app": "x"}, None, True, "c1"),
+               Endpoint("hosted", "ml", "https://api.example.com/v1", None, {}, "not known yet")):
+        expected = "Endpoint(" + ", ".join(f"{f.name}={getattr(ep, f.name)!r}" for f in fields(ep) if f.repr) + ")"
+        assert repr(ep) == expected
+        assert repr(ep) is repr(ep)  # made once

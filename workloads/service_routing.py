@@ -56,16 +56,17 @@ class Endpoint:
     def parsed(self):  # read several times for each object of the endpoint's (host, port, scheme)
         return urlsplit(self.url)
 
-    @cached_property
-    def _text(self) -> str:
-        return (f"Endpoint(name={self.name!r}, namespace={self.namespace!r}, url={self.url!r}, "
-                f"rewrite_path={self.rewrite_path!r}, labels={self.labels!r}, placeholder={self.placeholder!r}, "
-                f"composed={self.composed!r}, cluster={self.cluster!r})")
-
     def __repr__(self) -> str:
         # part of every service and endpoints stack's input digest that routes to it (workloads/render.py
-        # `_digest`): made once, as the dataclass would (its labels are never changed once it is made)
-        return self._text
+        # `_digest`): made once, as the dataclass would (its labels are never changed once it is made), and kept
+        # in the instance's dict by hand (Python 3.11's cached_property takes a lock to fill it)
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = self.__dict__["_text"] = (
+                f"Endpoint(name={self.name!r}, namespace={self.namespace!r}, url={self.url!r}, "
+                f"rewrite_path={self.rewrite_path!r}, labels={self.labels!r}, placeholder={self.placeholder!r}, "
+                f"composed={self.composed!r}, cluster={self.cluster!r})")
+        return text
 
     @property
     def host(self) -> str:
