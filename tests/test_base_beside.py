@@ -109,11 +109,13 @@ def _broken(base: pathlib.Path) -> None:
     path.write_text(yaml.safe_dump_all(docs))
 
 
-@pytest.mark.parametrize("base_edit", [None, _broken], ids=["valid base", "invalid base"])
-def test_plan_against_says_and_prints_the_same_with_a_cpu_to_spare_or_not(base_edit, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("edit", ["valid", "invalid base", "invalid head", "both invalid"])
+def test_plan_against_says_and_prints_the_same_with_a_cpu_to_spare_or_not(edit, tmp_path, capsys, monkeypatch):
     import automation.cli.plans as plans
 
-    base, head = _pr(tmp_path, base_edit)
+    base, head = _pr(tmp_path, _broken if "base" in edit or "both" in edit else None)
+    if "head" in edit or "both" in edit:
+        _broken(head)
     said = []
     for spare in (True, False):
         monkeypatch.setattr(plans, "cpu_to_spare", lambda spare=spare: spare)
@@ -121,7 +123,7 @@ def test_plan_against_says_and_prints_the_same_with_a_cpu_to_spare_or_not(base_e
         code = main(["plan", "-f", str(head), "--against", str(base), "-o", "json", "--fresh"])
         said.append((code, *capsys.readouterr()))
     assert said[0] == said[1]
-    assert said[0][0] == (0 if base_edit is None else EXIT_INVALID)
-    if base_edit is not None:
-        assert "spec.replicas" in said[0][2] and str(base) in said[0][2]
+    assert said[0][0] == (0 if edit == "valid" else EXIT_INVALID)
+    if edit != "valid":  # the head's problems, or else the base's (a command stops at the first invalid side)
+        assert "spec.replicas" in said[0][2] and str(base if edit == "invalid base" else head) in said[0][2]
     assert multiprocessing.active_children() == []

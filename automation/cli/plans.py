@@ -65,7 +65,12 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     # with --against, the record first: a base planned in a forked process while the head loads is planned with it
     applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
     base = _base(against, applied, no_cache, beside=True) if against and cpu_to_spare() else None
-    loaded = load(paths)
+    try:
+        loaded = load(paths)
+    except BaseException:  # an invalid head: the base's process is stopped, not left to its exit
+        if base is not None and base.beside is not None:
+            base.beside.close()
+        raise
     if applied is None:
         applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
     recorded = applied.placements()
