@@ -164,17 +164,20 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
 def cpu_to_spare(jobs: int | None = None) -> bool:
     """Whether a comparison may load and plan its base in a forked process while this one plans the head
     (automation/planning/base_beside.py): with a second CPU (`jobs`: the processes the user allows)."""
-    return (jobs or os.cpu_count() or 1) > 1 and hasattr(os, "fork")
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return (jobs or usable) > 1 and hasattr(os, "fork")
 
 
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
-                    control_plane: str | None = None, gateways: Gateways | None = None, beside: bool = False) -> Base:
+                    control_plane: str | None = None, gateways: Gateways | None = None, beside: bool = False,
+                    say: Callable[[str], None] | None = None) -> Base:
     """The base of a comparison (`plan --against`, `preview --changed-against`, `review`). When the base's files are
     byte for byte those of a base summarised before, with the same recorded placements and code, the summary is
     read back and the base is parsed only if the head needs a fingerprint it lacks; otherwise it is loaded (its
     problems said as for any input), and planned with the head (automation/planning/compare.py). `beside`: loaded
     and planned in a forked process (automation/planning/base_beside.py), when the command has a CPU to spare
-    (`cpu_to_spare`) and the head is not loaded yet."""
+    (`cpu_to_spare`) and the head is not loaded yet; `say`: what to do with the note that a kept summary was read
+    (a command that has not loaded its head yet says it after the head's notes, as when the base comes second)."""
     from automation.planning.base_cache import source_key
     from automation.planning.compare import Base
     from fleet.loader import read_sources
@@ -186,14 +189,15 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
         key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane, gateways)
         summary = cache.by_sources(key)
         if summary is not None:
-            click.echo(f"note: base: {', '.join(paths)} read as summarised before (unchanged files; "
-                       "--no-cache to plan it afresh)", err=True)
+            (say or (lambda text: click.echo(text, err=True)))(
+                f"note: base: {', '.join(paths)} read as summarised before (unchanged files; --no-cache to plan it "
+                "afresh)")
             return Base(summary, load=lambda: load(paths, sources).fleet, cache=cache, sources_key=key,
                         control_plane=control_plane, gateways=gateways)
     if beside:
         from automation.planning.base_beside import BaseBeside
 
-        return Base(beside=BaseBeside(lambda: load(paths, sources).fleet, recorded, control_plane, gateways),
+        return Base(beside=BaseBeside(lambda: load(paths, sources).fleet, recorded, control_plane, gateways, cache),
                     cache=cache, sources_key=key, control_plane=control_plane, gateways=gateways)
     return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane,
                 gateways=gateways)

@@ -25,13 +25,13 @@ from automation.cli.base import (
 )
 
 
-def _base(against: tuple[str, ...], applied, no_cache: bool, beside: bool = False):
+def _base(against: tuple[str, ...], applied, no_cache: bool, beside: bool = False, say=None):
     """The base of `plan --against`: both sides are composed with the record's placements and gateway addresses, as
     `preview --changed-against` composes them; `beside`: loaded and planned in a forked process."""
     from automation.planning.base_cache import BaseCache
 
     return summarised_base(against, applied.placements(), None if no_cache else BaseCache(),
-                           gateways=applied.gateways(), beside=beside)
+                           gateways=applied.gateways(), beside=beside, say=say)
 
 
 @cli.command()
@@ -64,24 +64,26 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         comparing()
     # with --against, the record first: a base planned in a forked process while the head loads is planned with it
     applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
-    base = _base(against, applied, no_cache, beside=True) if against and cpu_to_spare() else None
+    later: list[str] = []  # said once the head is loaded, as when the base is read after it
+    base = _base(against, applied, no_cache, True, later.append) if against and cpu_to_spare() else None
     try:
         loaded = load(paths)
-    except BaseException:  # an invalid head: the base's process is stopped, not left to its exit
+        for text in later:
+            click.echo(text, err=True)
+        if applied is None:
+            applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+        recorded = applied.placements()
+        comparison = None
+        if against:
+            from automation.planning.compare import compare
+
+            comparison = compare(None, loaded.fleet, explain, recorded, base=base or _base(against, applied, no_cache))
+            result = comparison.plan
+        else:
+            result = schedule(loaded.fleet, recorded, explain=explain)
+    finally:  # the base's process is stopped, not left to this one's exit, whatever happened to the head
         if base is not None and base.beside is not None:
             base.beside.close()
-        raise
-    if applied is None:
-        applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
-    recorded = applied.placements()
-    comparison = None
-    if against:
-        from automation.planning.compare import compare
-
-        comparison = compare(None, loaded.fleet, explain, recorded, base=base or _base(against, applied, no_cache))
-        result = comparison.plan
-    else:
-        result = schedule(loaded.fleet, recorded, explain=explain)
     if namespace or deployment:
         result = result.only(namespace, deployment)
     document = plan_to_dict(result, explain)

@@ -145,11 +145,12 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     finally:
         if beside is not None:
             beside.close()
+    kept = summary
     if beside is not None:
-        keys["key"] = beside.key
+        keys["key"], kept = beside.key, beside.kept or summary
     base.summary = summary
     if base.cache is not None:
-        base.cache.put(key(), summary)
+        base.cache.put(key(), kept)
         if base.sources_key:
             base.cache.remember_sources(base.sources_key, key())
     return Sides(summary, head, changed_stacks(head.specs, head.digests(), summary))
