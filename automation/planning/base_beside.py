@@ -129,8 +129,9 @@ def _child(conn: Connection, theirs: Connection, load: Callable[[], Fleet], reco
     except Gone:
         pass
     except BaseException as e:  # noqa: BLE001 - every failure, SystemExit included, is the parent's to raise
-        try:
-            pickle.loads(pickle.dumps(e))  # what the parent can read back; else its words
+        try:  # what the parent can read back: it pickles, and its class takes what unpickling gives it; else its words
+            pickle.dumps(e)
+            type(e)(*e.args)  # an exception is unpickled by calling its class with its args
         except Exception:
             e = RuntimeError(f"{type(e).__name__}: {e}")
         try:
