@@ -161,11 +161,11 @@ def load(paths: tuple[str, ...], sources: list | None = None) -> Loaded:
     return loaded
 
 
-def cpu_to_spare(jobs: int | None = None) -> bool:
+def cpu_to_spare() -> bool:
     """Whether a comparison may load and plan its base in a forked process while this one plans the head
-    (automation/planning/base_beside.py): with a second CPU (`jobs`: the processes the user allows)."""
+    (automation/planning/base_beside.py): with a second CPU this process may use."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return (jobs or usable) > 1 and hasattr(os, "fork")
+    return usable > 1 and hasattr(os, "fork")
 
 
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
@@ -189,9 +189,12 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
         key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane, gateways)
         summary = cache.by_sources(key)
         if summary is not None:
-            (say or (lambda text: click.echo(text, err=True)))(
-                f"note: base: {', '.join(paths)} read as summarised before (unchanged files; --no-cache to plan it "
-                "afresh)")
+            note = (f"note: base: {', '.join(paths)} read as summarised before (unchanged files; --no-cache to plan "
+                    "it afresh)")
+            if say is not None:
+                say(note)
+            else:
+                click.echo(note, err=True)
             return Base(summary, load=lambda: load(paths, sources).fleet, cache=cache, sources_key=key,
                         control_plane=control_plane, gateways=gateways)
     if beside:

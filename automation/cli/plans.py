@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Callable
 
 import click
 import yaml
@@ -24,8 +25,13 @@ from automation.cli.base import (
     summarised_base,
 )
 
+if TYPE_CHECKING:
+    from automation.planning.compare import Base
+    from automation.record.applied import Applied
 
-def _base(against: tuple[str, ...], applied, no_cache: bool, beside: bool = False, say=None):
+
+def _base(against: tuple[str, ...], applied: Applied, no_cache: bool, beside: bool = False,
+          say: Callable[[str], None] | None = None) -> Base:
     """The base of `plan --against`: both sides are composed with the record's placements and gateway addresses, as
     `preview --changed-against` composes them; `beside`: loaded and planned in a forked process."""
     from automation.planning.base_cache import BaseCache
@@ -63,15 +69,15 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     if against:
         comparing()
     # with --against, the record first: a base planned in a forked process while the head loads is planned with it
-    applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
+    early = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
     later: list[str] = []  # said once the head is loaded, as when the base is read after it
-    base = _base(against, applied, no_cache, True, later.append) if against and cpu_to_spare() else None
+    base = _base(against, early, no_cache, True, later.append) if early is not None and cpu_to_spare() else None
     try:
         loaded = load(paths)
         for text in later:
             click.echo(text, err=True)
-        if applied is None:
-            applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+        applied = early if early is not None else \
+            record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
         recorded = applied.placements()
         comparison = None
         if against:
