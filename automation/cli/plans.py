@@ -180,7 +180,10 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
     except (OutputError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_INVALID) from None
-    click.echo(f"wrote {count} objects for {len(result.stacks)} stacks to {out} (every object checked against its schema)")
+    # the stacks render writes are the workload ones: a newcomer's `preview --offline` counts the platform and
+    # gateway stacks too (charts and cloud resources, which have no object files), and should see why the counts differ
+    click.echo(f"wrote {count} objects for {len(result.stacks)} workload stacks to {out} (every object checked against "
+               "its schema; the platform and gateway stacks: `preview --offline`)")
     for stack, address in sorted(result.addresses.items()):
         click.echo(f"  {stack}: {address}")
     if any(".pending.modelplane.invalid" in address for address in result.addresses.values()):
