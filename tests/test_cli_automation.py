@@ -1,9 +1,12 @@
 """CLI of the automation layer: plan --against (the CI preview), offline previews of every stack, status."""
 
+import io
 import json
 import pathlib
 import shutil
+import sys
 
+import pytest
 import yaml
 
 from automation.cli import main
@@ -58,6 +61,35 @@ def test_plan_against_markdown_is_a_pr_comment(tmp_path, capsys):
 def test_markdown_needs_a_base(capsys):
     assert main(["plan", "-f", str(ROOT / "examples"), "-o", "markdown"]) == 2
     assert "--against" in capsys.readouterr().err
+
+
+class _Unread:
+    """Standard input that must not be read."""
+
+    @property
+    def buffer(self):
+        return self
+
+    def read(self, *_):
+        raise AssertionError("standard input was read")
+
+
+@pytest.mark.parametrize("argv", [["plan", "-f", "-", "--against", "-"],
+                                  ["review", "-f", "-", "--against", "-"],
+                                  ["preview", "--offline", "-f", "-", "--changed-against", "-"]])
+def test_the_head_and_the_base_are_not_both_standard_input(argv, capsys, monkeypatch):
+    # the first read would take it all, and the other side would be empty: refused before anything is read
+    monkeypatch.setattr(sys, "stdin", _Unread())
+    assert main(argv) == 2
+    assert f"-f - and {argv[-2]} - both read standard input" in capsys.readouterr().err
+
+
+def test_either_side_alone_may_be_standard_input(capsys, monkeypatch):
+    text = "\n---\n".join(p.read_text() for p in sorted((ROOT / "examples").rglob("*.yaml")))
+    for head, base in (("-", str(ROOT / "examples")), (str(ROOT / "examples"), "-")):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        assert main(["plan", "-f", head, "--against", base]) == 0
+        assert "0 stack(s) change" in capsys.readouterr().out
 
 
 def test_offline_preview_covers_every_stack(capsys):

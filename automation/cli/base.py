@@ -134,9 +134,13 @@ def record_for_plan(state, backend, fleet_name, executor, operator_settings, fre
     return read_record(open_record(state, backend, fleet_name, executor, operator_settings, strict=False))
 
 
-def comparing() -> LoadMemo:
+def comparing(head: tuple[str, ...], base: tuple[str, ...], option: str) -> LoadMemo:
     """Called before its first load by a command that loads a base after its head: the two loads then share what
-    the files have in common (fleet.validate.LoadMemo). Other commands load once and keep nothing."""
+    the files have in common (fleet.validate.LoadMemo). Other commands load once and keep nothing. Refused (exit
+    2) when both sides are standard input: the first read would take all of it, and the other side read nothing."""
+    if "-" in head and "-" in base:
+        click.echo(f"error: -f - and {option} - both read standard input: give one of them as files", err=True)
+        raise SystemExit(2)
     return click.get_current_context().meta.setdefault("load_memo", LoadMemo())
 
 

@@ -67,7 +67,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         click.echo("error: -o markdown summarises a change: give the base manifests with --against", err=True)
         raise SystemExit(2)
     if against:
-        comparing()
+        comparing(paths, against, "--against")
     # with --against, the record first: a base planned in a forked process while the head loads is planned with it
     early = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
     later: list[str] = []  # said once the head is loaded, as when the base is read after it

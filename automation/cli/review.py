@@ -13,14 +13,16 @@ from pathlib import Path
 
 import click
 
+from fleet.validate import LoadMemo
+
 from automation.cli.base import EXIT_INVALID, cli, gateway_host, comparing, paths_option, summarised_base
 
 
-def _errors(paths: tuple[str, ...]):
+def _errors(paths: tuple[str, ...], memo: LoadMemo):
     from fleet.validate import load_fleet
 
     secrets_dir = click.get_current_context().meta.get("secrets_dir")
-    loaded = load_fleet(paths, secrets_dir=Path(secrets_dir) if secrets_dir else None, memo=comparing())
+    loaded = load_fleet(paths, secrets_dir=Path(secrets_dir) if secrets_dir else None, memo=memo)
     if not loaded.errors and not loaded.fleet.objects:
         return loaded, [f"no modelplane.ai objects found in {', '.join(paths)}"]
     return loaded, [str(p) for p in loaded.errors]  # in file and line order already (fleet.validate)
@@ -42,9 +44,10 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
     after writing the comment."""
     from automation.planning.review import Review, comment
 
+    memo = comparing(paths, against, "--against")
     result = Review()
-    loaded, result.problems = _errors(paths)
-    _, result.base_problems = _errors(against)
+    loaded, result.problems = _errors(paths, memo)
+    _, result.base_problems = _errors(against, memo)
     if not result.problems and not result.base_problems:
         _compare(result, loaded.fleet, against, control_plane, jobs)
     text = comment(result)

@@ -102,7 +102,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     from automation.planning.offline_preview import all_stacks
 
     if changed_against:
-        comparing()
+        comparing(run.paths, changed_against, "--changed-against")
     loaded = load(run.paths)
     host = gateway_host(loaded.fleet, run.control_plane)
     # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
