@@ -99,6 +99,15 @@ def recorded(program: Callable[[], None], fingerprint: Callable[[], pulumi.Outpu
         pulumi.runtime.register_stack_transformation(collect)
         program()
         applied = pulumi.Output.all(fingerprint(), *[r.urn for r in created])
+        # unhooked once the URNs are taken: something the SDK keeps between runs in one process holds a resource's
+        # transformations, and through `collect` every resource of the run and its outputs. Previews (many
+        # stacks a process) and the portal's worker kept each platform stack's, about 4 MB, until they exited.
+        root = pulumi.runtime.get_root_resource()
+        if root is not None:
+            root._transformations = [t for t in root._transformations or [] if t is not collect]
+        for resource in created:
+            resource._transformations = [t for t in resource._transformations if t is not collect]
+        created.clear()
         pulumi.export(RECORD_OUTPUT, applied.apply(lambda values: record_output(values[0], placements or [], versions)))
     return run
 
