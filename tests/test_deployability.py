@@ -388,6 +388,37 @@ def test_a_violation_names_stack_resource_and_rule():
     assert (violation.stack, violation.resource, violation.rule) == ("model-a", "team/x", "namespace")
 
 
+
+def _on(cluster: str, *, spot: bool, envoy: str, quota_waited: bool) -> StackPreview:
+    """One cluster's platform stack: a GPU pool (spot or not) with a DRA driver tolerating only the GPU taint, Envoy
+    Gateway at `envoy` beside AI Gateway 0.5, and a ResourceQuota the driver's release waits for or not."""
+    pool = _aks_pool(spot)
+    pool["name"] = f"{cluster}-a100"
+    quota = k("core/v1", "ResourceQuota", "allow-critical-pods", "dra", spec={"hard": {"pods": "10"}}, cluster=cluster)
+    dra = release("nvidia-dra-driver", "dra", create_namespace=False, cluster=cluster,
+                  values={"kubeletPlugin": {"tolerations": [GPU]}},
+                  waits=("dra/allow-critical-pods",) if quota_waited else ())
+    return stack(f"platform-{cluster}", [pool, quota, dra,
+                                         _with(release("envoy-gateway", "envoy-gateway-system", cluster=cluster),
+                                               version=envoy),
+                                         _with(release("ai-gateway", "envoy-ai-gateway-system", cluster=cluster),
+                                               version="v0.5.0")], cluster=cluster)
+
+
+def test_the_rules_of_one_cluster_read_only_its_own_pools_releases_and_quotas():
+    """The check indexes releases, pools and quotas by cluster (a fleet has thousands): a cluster that breaks
+    three rules, beside one that keeps them, gives each violation once, on its own stack, and none on the other."""
+    facts = {"c1": ClusterFacts("AKS", "westeurope"), "c2": ClusterFacts("AKS", "westeurope")}
+    broken = _on("c1", spot=True, envoy="v1.9.0", quota_waited=False)
+    kept = _on("c2", spot=False, envoy="v1.6.2", quota_waited=True)
+    rules = ["pool-taints", "compatible-versions", "quota-before-release"]
+    found = [(v.stack, v.rule) for v in check(graph(broken, kept, clusters=facts), rules)]
+    assert found == [("platform-c1", "compatible-versions"), ("platform-c1", "pool-taints"),
+                     ("platform-c1", "quota-before-release")]
+    assert check(graph(kept, clusters=facts), rules) == []
+    both_kept = check(graph(kept, _on("c3", spot=False, envoy="v1.6.2", quota_waited=True), clusters=facts), rules)
+    assert both_kept == []
+
 # ---- real fleets: every stack's real program ------------------------------------------------------------
 
 def _violations(paths: list[str], control_plane: str | None = None) -> list[str]:

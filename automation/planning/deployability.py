@@ -118,8 +118,9 @@ class Node:
     def label(self) -> str:
         return self.resource.name
 
-    @property
+    @cached_property
     def inputs(self) -> dict:
+        """Unwrapped once: the rules read a node's inputs many times (a Helm release's values are large)."""
         return unwrap(self.resource.inputs)
 
     @property
@@ -229,8 +230,16 @@ class Graph:
     def chart(self, release: Node) -> Chart | None:
         return by_release_name(str(release.inputs.get("name") or ""))
 
-    def on(self, cluster: str | None, nodes: Iterable[Node]) -> list[Node]:
-        return [n for n in nodes if n.cluster == cluster]
+    @cached_property
+    def _releases_by_cluster(self) -> dict[str | None, list[Node]]:
+        out: dict[str | None, list[Node]] = {}
+        for release in self.releases:
+            out.setdefault(release.cluster, []).append(release)
+        return out
+
+    def releases_on(self, cluster: str | None) -> list[Node]:
+        """The Helm releases on one cluster (indexed once: rules ask per release, and a fleet has thousands)."""
+        return self._releases_by_cluster.get(cluster, [])
 
 
 def violation(node: Node, rule: str, message: str) -> Violation:
@@ -470,7 +479,7 @@ def _inference_controller_problem(graph: Graph, cluster: str | None, controller:
         return None
     if controller != ENVOY_CONTROLLER:
         return f"its controller {controller} cannot route to InferencePools"
-    releases = {chart.key: r for r in graph.on(cluster, graph.releases) if (chart := graph.chart(r)) is not None}
+    releases = {chart.key: r for r in graph.releases_on(cluster) if (chart := graph.chart(r)) is not None}
     if "ai-gateway" not in releases:
         return f"Envoy Gateway serves InferencePools only with the Envoy AI Gateway controller, not installed on {cluster}"
     envoy = releases.get("envoy-gateway")
@@ -516,11 +525,14 @@ def pinned(graph: Graph) -> Iterable[Violation]:
 
 def quota_before_release(graph: Graph) -> Iterable[Violation]:
     """A Helm release waits for the ResourceQuotas and LimitRanges of its namespace (they gate its pods)."""
-    gates = [n for n in graph.objects if n.kind in ("ResourceQuota", "LimitRange")]
+    gates: dict[tuple, list[Node]] = {}  # (cluster, namespace) -> its gates
+    for n in graph.objects:
+        if n.kind in ("ResourceQuota", "LimitRange"):
+            gates.setdefault((n.cluster, n.namespace), []).append(n)
     for release in graph.releases:
         namespace = release.inputs.get("namespace")
-        for gate in gates:
-            if gate.cluster == release.cluster and gate.namespace == namespace and not graph.before(gate, release):
+        for gate in gates.get((release.cluster, namespace), ()):
+            if not graph.before(gate, release):
                 yield violation(release, "quota-before-release", f"{gate.kind} {namespace}/{gate.name} ({gate.stack}) is "
                                                                  "not created before this release, whose pods it admits")
 
@@ -641,7 +653,7 @@ def compatible_versions(graph: Graph) -> Iterable[Violation]:
         if chart is None or wanted is None:
             continue
         base, base_minor = wanted
-        for other in graph.on(release.cluster, graph.releases):
+        for other in graph.releases_on(release.cluster):
             other_chart = graph.chart(other)
             if other_chart and other_chart.key == base and minor(_version(other, other_chart)) != base_minor:
                 yield violation(release, "compatible-versions",
@@ -683,10 +695,15 @@ def _cloud_taints(items) -> list[Taint]:
     return [Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in items or []]
 
 
+NODE_POOLS = ("azure-native:containerservice:AgentPool", "gcp:container/nodePool:NodePool", "aws:eks/nodeGroup:NodeGroup")
+
+
 def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
     """A cloud node pool's `modelplane.ai/pool` label and the taints its nodes carry, or None."""
-    inputs = node.inputs
     type_ = node.resource.type
+    if type_ not in NODE_POOLS and not (type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup")):
+        return None  # before reading its inputs: every node is asked
+    inputs = node.inputs
     if type_ == "azure-native:containerservice:AgentPool":
         labels, taints = inputs.get("nodeLabels") or {}, [_taint_text(t) for t in inputs.get("nodeTaints") or []]
         if inputs.get("scaleSetPriority") == "Spot":
@@ -740,14 +757,17 @@ def pool_taints_tolerated(graph: Graph) -> Iterable[Violation]:
             if left:
                 yield violation(node, "pool-taints", f"its pods on pool {pool} of {node.cluster} do not tolerate "
                                                      f"{', '.join(describe(t) for t in left)}: they would stay Pending")
+    by_cluster: dict[str | None, list[tuple[str, list[Taint]]]] = {}  # a daemon's cluster -> its pools, in order
+    for (cluster, pool), taints in sorted(pools.items(), key=lambda item: item[0][1]):
+        by_cluster.setdefault(cluster, []).append((pool, taints))
     for release in graph.releases:
         chart = graph.chart(release)
         if chart is None or chart.key not in NODE_DAEMONS:
             continue
         section, key = NODE_DAEMONS[chart.key]
         tolerations = _tolerations(((release.inputs.get("values") or {}).get(section) or {}).get(key))
-        for (cluster, pool), taints in sorted(pools.items(), key=lambda item: (str(item[0][0]), item[0][1])):
-            left = untolerated(taints, tolerations, blocking) if cluster == release.cluster else []
+        for pool, taints in by_cluster.get(release.cluster, ()):
+            left = untolerated(taints, tolerations, blocking)
             if left:
                 yield violation(release, "pool-taints", f"its {section} pods do not tolerate "
                                                         f"{', '.join(describe(t) for t in left)} on pool {pool}: the "
