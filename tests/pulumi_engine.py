@@ -219,9 +219,9 @@ class Providers:
         self.control = control
 
     def outputs(self, type_: str, name: str, inputs: dict, awaited: bool) -> dict:
-        from automation.planning.fake_outputs import FAKE_OUTPUTS
+        from automation.planning.fake_outputs import FAKE_OUTPUTS, echoed
 
-        out = dict(inputs)
+        out = echoed(type_, inputs)
         if type_.startswith("kubernetes:") and not awaited:
             out.pop("status", None)  # not awaited: the provider returns the object as created, with no status yet
         else:

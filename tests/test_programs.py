@@ -161,3 +161,29 @@ def test_a_program_run_keeps_nothing_of_the_runs_before():
     assert done.returncode == 0, done.stderr[-2000:]
     first, *later = [int(line) for line in done.stdout.split()]
     assert later == [first, first]
+
+
+def _declared_outputs(component: type) -> set[str]:
+    """The output properties a Pulumi SDK class declares (its `@pulumi.getter` properties)."""
+    return {name for name, value in vars(component).items() if isinstance(value, property)}
+
+
+def test_components_a_provider_constructs_answer_their_declared_outputs_not_their_inputs():
+    # the mocks once echoed a ConfigGroup's objects (a platform stack's 0.6 MB of CRDs) back as its state; the
+    # provider answers `resources`, which the SDK declares, and nothing of what it was given
+    import pulumi_kubernetes as k8s
+
+    from automation.planning.fake_outputs import COMPONENT_OUTPUTS
+
+    assert set(COMPONENT_OUTPUTS["kubernetes:yaml/v2:ConfigGroup"]) == _declared_outputs(k8s.yaml.v2.ConfigGroup)
+    seen: dict = {}
+
+    def program():
+        group = k8s.yaml.v2.ConfigGroup("crds", objs=[{"apiVersion": "v1", "kind": "Namespace",
+                                                       "metadata": {"name": "ml"}}])
+        group.resources.apply(lambda value: seen.setdefault("resources", value))
+
+    registered = run(program, "modelplane-platform", "platform-c1")
+    group = next(r for r in registered if r.type == "kubernetes:yaml/v2:ConfigGroup")
+    assert unwrap(group.inputs)["objs"][0]["metadata"]["name"] == "ml"  # what the program asked for is recorded
+    assert seen == {"resources": []}

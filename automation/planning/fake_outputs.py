@@ -24,3 +24,13 @@ FAKE_CALLS: dict[str, dict] = {
     "azure-native:containerservice:listManagedClusterUserCredentials": {"kubeconfigs": [{
         "name": "clusterUser", "value": "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg=="}]},  # "apiVersion: v1\nkind: Config\n"
 }
+# Components a provider constructs (remote components) answer their declared outputs, never their inputs: a
+# ConfigGroup's is `resources`, its children (under mocks, none). Echoing a platform stack's 0.6 MB of CRDs back
+# to the program was a third of the time of its offline preview.
+COMPONENT_OUTPUTS: dict[str, dict] = {"kubernetes:yaml/v2:ConfigGroup": {"resources": []}}
+
+
+def echoed(type_: str, inputs: dict) -> dict:
+    """A resource's state as a provider first answers it, before the outputs it computes: its inputs, or for a
+    component the provider constructs, its declared outputs alone."""
+    return dict(COMPONENT_OUTPUTS[type_]) if type_ in COMPONENT_OUTPUTS else dict(inputs)

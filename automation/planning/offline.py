@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
 
-from automation.planning.fake_outputs import FAKE_CALLS, FAKE_OUTPUTS
+from automation.planning.fake_outputs import FAKE_CALLS, FAKE_OUTPUTS, echoed
 from fleet.errors import ModelplaneError
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -58,9 +58,9 @@ def is_secret(value: Any) -> bool:
 
 def _plain(value: Any, secret) -> Any:
     """Wire values as plain Python: each secret through `secret`, whole floats back to ints."""
-    if is_secret(value):
-        return secret(value)
     if isinstance(value, dict):
+        if SECRET_SIG in value:  # is_secret, inline: every value of every preview passes here
+            return secret(value)
         return {k: _plain(v, secret) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v, secret) for v in value]
@@ -89,7 +89,7 @@ class Recorder(pulumi.runtime.Mocks):
         if args.typ == "pulumi:pulumi:StackReference":  # another stack's outputs: a placeholder kubeconfig
             return f"{args.name}-id", {**args.inputs, "outputs": {"kubeconfig": "offline preview: no kubeconfig is read"},
                                        "secretOutputNames": ["kubeconfig"]}
-        state = dict(args.inputs)
+        state = echoed(args.typ, args.inputs)
         state.update(FAKE_OUTPUTS.get(args.typ, {}))
         return f"{args.name}-id", state
 
