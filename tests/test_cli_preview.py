@@ -93,6 +93,32 @@ def test_offline_preview_of_what_changed_against_a_base(tmp_path, capsys):
     assert code == 0 and f"{model} (update)" in out and "what depends on them), 0 violations" in out
 
 
+def test_a_pull_requests_preview_composes_only_the_stacks_it_previews(tmp_path, capsys, monkeypatch):
+    """`preview --changed-against` and `review`: the head is composed once, as `plan --against` composes it (the stacks whose inputs differ from the base's),
+    and then the stacks previewed beside them: a deployment on clusters the change does not touch is neither
+    previewed nor composed (composing the whole head first was most of the command's own time at 2,000
+    deployments)."""
+    from workloads import render as render_module
+
+    base, head, model = _base_and_head(tmp_path)
+    composed: set[str] = set()
+    real = render_module.compose_replica
+    monkeypatch.setattr(render_module, "compose_replica",
+                        lambda ctx: composed.add(f"model-{ctx.md.namespace}.{ctx.md.name}") or real(ctx))
+    code = main(["preview", "--offline", "-f", str(head), "--changed-against", str(base), "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    every = [s["name"] for s in json.loads(out)["stacks"]]
+    previewed = {name for name in every if name.startswith("model-")}
+    assert model in composed and composed <= previewed
+    assert len(previewed) < len({o["metadata"]["name"] for o in yaml.safe_load_all(head.read_text())
+                                 if o["kind"] == "ModelDeployment"})
+    composed.clear()  # `review` previews the same stacks the same way
+    assert main(["review", "-f", str(head), "--against", str(base)]) == 0
+    assert model in composed and composed <= previewed
+    assert f"{len(every)} stack(s) previewed offline" in capsys.readouterr().out
+
+
 def test_a_control_plane_asked_for_is_the_bases_too(tmp_path, capsys):
     """`--control-plane X` with a base that has X: the base is planned on X as the head is, so a deployment's change
     is that deployment's stack alone (the gateway stack, which holds its host, is not shown as changed)."""

@@ -65,17 +65,19 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import compare
     from automation.planning.deployability import check_fleet
-    from automation.planning.offline_preview import all_stacks, around
-    from automation.planning.stacks import Change, desired_state
+    from automation.planning.offline_preview import all_stacks, previewed
+    from automation.planning.stacks import Change
 
     # planned from the manifests alone: a pull request has no record of what is applied
     base = summarised_base(against, [], BaseCache(), control_plane)
     result.comparison = compare(None, fleet, recorded=[], base=base, control_plane=control_plane)
     host = gateway_host(fleet, control_plane)
-    desired = desired_state(fleet, [], control_plane=host)  # planned as `compare` planned the head
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}
-    only = around(desired.specs, changed) if changed else set()
-    stacks = all_stacks(fleet, host, desired.specs, jobs=jobs, only=only) if only else []
+    stacks = []
+    if changed:
+        assert result.comparison.head is not None  # `compare` keeps the head it compared
+        desired, only = previewed(fleet, result.comparison.head, changed, [], host)
+        stacks = all_stacks(fleet, host, desired.specs, jobs=jobs, only=only) if only else []
     result.previewed = len(stacks)
     result.violations = [str(v) for v in check_fleet(fleet, stacks)] if stacks else []
     result.warnings += [f"stack `{s.name}` fails to preview: {s.error}" for s in stacks if s.error]

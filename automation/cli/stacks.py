@@ -130,26 +130,22 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     """The desired stacks; with a base, only those that differ from it (and their neighbours, for the check)."""
     from automation.planning.stacks import Change, desired_state
 
-    # the head planned with the record, with or without a base: one answer for one HEAD; with a base, the stacks'
-    # inputs too (`known={}` still composes every stack): a stack the base's summary did not compose is compared
-    # by them
-    desired = desired_state(fleet, applied.placements(), control_plane=host, gateways=applied.gateways(),
-                            known={} if changed_against else None)
-    if not changed_against:
-        return desired, None, None
+    recorded, gateways = applied.placements(), applied.gateways()
+    if not changed_against:  # the head planned with the record, with or without a base: one answer for one HEAD
+        return desired_state(fleet, recorded, control_plane=host, gateways=gateways), None, None
     from automation.planning.base_cache import BaseCache
-    from automation.planning.compare import changed_stacks, side_by_side
-    from automation.planning.offline_preview import around
+    from automation.planning.compare import side_by_side
+    from automation.planning.offline_preview import previewed
 
-    # the base's summary as `plan --against` makes it, knowing the fingerprint of every stack whose inputs differ
-    # from the head's: both sides composed with the record's gateway addresses, the head with its control plane
-    # (as `desired` is), the base with the one asked for if it has that cluster (the head may add it), else its own
-    summary = side_by_side(summarised_base(changed_against, applied.placements(), BaseCache(), control_plane,
-                                           applied.gateways()), fleet, applied.placements(),
-                           control_plane=host).summary
-    compared = changed_stacks(desired.specs, desired.digests(), summary)
-    changes = {c.name: c.change for c in compared if c.change != Change.none}
-    only = around(desired.specs, {name for name, change in changes.items() if change != Change.delete})
+    # as `plan --against` compares: the base's summary knows the fingerprint of every stack whose inputs differ
+    # from the head's, and the head composes only those; both sides with the record's gateway addresses, the head
+    # with its control plane, the base with the one asked for if it has that cluster (the head may add it), else
+    # its own
+    sides = side_by_side(summarised_base(changed_against, recorded, BaseCache(), control_plane, gateways), fleet,
+                         recorded, control_plane=host)
+    changes = {c.name: c.change for c in sides.changes if c.change != Change.none}
+    desired, only = previewed(fleet, sides.head, {name for name, change in changes.items() if change != Change.delete},
+                              recorded, host, gateways)
     return desired, only, changes
 
 

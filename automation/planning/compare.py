@@ -37,6 +37,7 @@ class Comparison:
     added: list[dict] = field(default_factory=list)
     removed: list[dict] = field(default_factory=list)
     moved: list[dict] = field(default_factory=list)
+    head: DesiredState | None = None  # as compared: a stack whose inputs are the base's is not composed (`reused`)
 
     @property
     def changed(self) -> list[StackChange]:
@@ -203,7 +204,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
         head = desired_state(head_fleet, recorded, control_plane, explain=explain, memo=memo)
         stack_changes = changes(head.specs, summary.fingerprints)
     head_plan = head.plan
-    result = Comparison(head_plan, stack_changes)
+    result = Comparison(head_plan, stack_changes, head=head)
     before = {r.name: r for r in summary.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}

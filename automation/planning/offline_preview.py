@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from automation.planning.offline import Registered, run
 from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import project_of
-from automation.planning.stacks import StackSpec, desired_state
+from automation.planning.stacks import (DesiredState, KnownPlatform, StackSpec, desired_state, platform_inputs,
+                                        platform_specs)
 from workloads.render import CONTROL_PLANE
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
+    from workloads.gateways import Gateways
 
 PLACEHOLDER = "offline preview: no kubeconfig is read"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
@@ -249,6 +251,24 @@ def around(specs: Mapping[str, StackSpec], changed: set[str]) -> set[str]:
                 seen.add(dependency)
                 todo.append(dependency)
     return seen
+
+
+def previewed(fleet: Fleet, head: DesiredState, changed: set[str], recorded, control_plane: str | None,
+              gateways: Gateways | None = None) -> tuple[DesiredState, set[str]]:
+    """What a preview of a change runs: the stacks `around` the `changed` ones, and the head's desired state with
+    those composed. `head`: as a comparison composed it (`side_by_side`): only the stacks whose inputs differ from
+    the base's, and the platform and gateway stacks perhaps by fingerprint alone (from a kept summary); those are
+    made afresh (which clusters a stack writes to is read from them), the workload stacks previewed composed, and
+    the others kept as they were. Composing the whole head instead was most of the command's own time."""
+    from components.args import control_plane_cluster
+
+    cluster = control_plane_cluster(fleet, control_plane)
+    platform = KnownPlatform(platform_inputs(fleet, cluster), platform_specs(fleet, cluster))
+    only = around({**head.specs, **platform.specs}, changed)
+    desired = desired_state(fleet, recorded, control_plane=control_plane, gateways=gateways, plan=head.plan,
+                            inputs=head.inputs, known={name: kept for name, kept in head.known().items()
+                                                       if name not in only}, platform=platform)
+    return desired, only
 
 
 def _counted(preview: StackPreview, on_stack: Callable[[], None] | None) -> StackPreview:
