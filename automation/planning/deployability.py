@@ -758,7 +758,7 @@ def pool_taints_tolerated(graph: Graph) -> Iterable[Violation]:
                 yield violation(node, "pool-taints", f"its pods on pool {pool} of {node.cluster} do not tolerate "
                                                      f"{', '.join(describe(t) for t in left)}: they would stay Pending")
     by_cluster: dict[str | None, list[tuple[str, list[Taint]]]] = {}  # a daemon's cluster -> its pools, in order
-    for (cluster, pool), taints in sorted(pools.items(), key=lambda item: item[0][1]):
+    for (cluster, pool), taints in sorted(pools.items(), key=lambda item: (str(item[0][0]), item[0][1])):
         by_cluster.setdefault(cluster, []).append((pool, taints))
     for release in graph.releases:
         chart = graph.chart(release)

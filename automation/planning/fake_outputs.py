@@ -6,6 +6,8 @@ double of the Pulumi CLI (tests/pulumi_engine.py), which imports it in every eng
 
 from __future__ import annotations
 
+import copy
+
 # Outputs a provider would return that programs read (so they can run to the end under mocks).
 FAKE_OUTPUTS: dict[str, dict] = {
     "gcp:container/cluster:Cluster": {"endpoint": "203.0.113.10",
@@ -33,4 +35,4 @@ COMPONENT_OUTPUTS: dict[str, dict] = {"kubernetes:yaml/v2:ConfigGroup": {"resour
 def echoed(type_: str, inputs: dict) -> dict:
     """A resource's state as a provider first answers it, before the outputs it computes: its inputs, or for a
     component the provider constructs, its declared outputs alone."""
-    return dict(COMPONENT_OUTPUTS[type_]) if type_ in COMPONENT_OUTPUTS else dict(inputs)
+    return copy.deepcopy(COMPONENT_OUTPUTS[type_]) if type_ in COMPONENT_OUTPUTS else dict(inputs)

@@ -259,7 +259,8 @@ def previewed(fleet: Fleet, head: DesiredState, changed: set[str], recorded, con
     those composed. `head`: as a comparison composed it (`side_by_side`): only the stacks whose inputs differ from
     the base's, and the platform and gateway stacks perhaps by fingerprint alone (from a kept summary); those are
     made afresh (which clusters a stack writes to is read from them), the workload stacks previewed composed, and
-    the others kept as they were. Composing the whole head instead was most of the command's own time."""
+    the others kept as they were, known by their inputs alone (read only the specs of the stacks returned).
+    Composing the whole head instead was most of the command's own time."""
     from components.args import control_plane_cluster
 
     cluster = control_plane_cluster(fleet, control_plane)
