@@ -94,10 +94,10 @@ def test_offline_preview_of_what_changed_against_a_base(tmp_path, capsys):
 
 
 def test_a_pull_requests_preview_composes_only_the_stacks_it_previews(tmp_path, capsys, monkeypatch):
-    """`preview --changed-against` and `review`: the head is composed once, as `plan --against` composes it (the stacks whose inputs differ from the base's),
-    and then the stacks previewed beside them: a deployment on clusters the change does not touch is neither
-    previewed nor composed (composing the whole head first was most of the command's own time at 2,000
-    deployments)."""
+    """`preview --changed-against` and `review`: the head is composed once, as `plan --against` composes it (the
+    stacks whose inputs differ from the base's), and then the stacks previewed beside them: a deployment on clusters
+    the change does not touch is neither previewed nor composed (composing the whole head first was most of the
+    command's own time at 2,000 deployments)."""
     from workloads import render as render_module
 
     base, head, model = _base_and_head(tmp_path)

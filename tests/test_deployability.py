@@ -388,7 +388,6 @@ def test_a_violation_names_stack_resource_and_rule():
     assert (violation.stack, violation.resource, violation.rule) == ("model-a", "team/x", "namespace")
 
 
-
 def _on(cluster: str, *, spot: bool, envoy: str, quota_waited: bool) -> StackPreview:
     """One cluster's platform stack: a GPU pool (spot or not) with a DRA driver tolerating only the GPU taint, Envoy
     Gateway at `envoy` beside AI Gateway 0.5, and a ResourceQuota the driver's release waits for or not."""
@@ -418,6 +417,7 @@ def test_the_rules_of_one_cluster_read_only_its_own_pools_releases_and_quotas():
     assert check(graph(kept, clusters=facts), rules) == []
     both_kept = check(graph(kept, _on("c3", spot=False, envoy="v1.6.2", quota_waited=True), clusters=facts), rules)
     assert both_kept == []
+
 
 # ---- real fleets: every stack's real program ------------------------------------------------------------
 

@@ -695,26 +695,22 @@ def _cloud_taints(items) -> list[Taint]:
     return [Taint(t["key"], t.get("value"), CLOUD_EFFECTS.get(t.get("effect"), t.get("effect"))) for t in items or []]
 
 
-NODE_POOLS = ("azure-native:containerservice:AgentPool", "gcp:container/nodePool:NodePool", "aws:eks/nodeGroup:NodeGroup")
-
-
 def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
-    """A cloud node pool's `modelplane.ai/pool` label and the taints its nodes carry, or None."""
+    """A cloud node pool's `modelplane.ai/pool` label and the taints its nodes carry, or None. Every node of the fleet
+    is asked: only a pool's inputs are read (and so unwrapped and kept, `Node.inputs`)."""
     type_ = node.resource.type
-    if type_ not in NODE_POOLS and not (type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup")):
-        return None  # before reading its inputs: every node is asked
-    inputs = node.inputs
     if type_ == "azure-native:containerservice:AgentPool":
+        inputs = node.inputs
         labels, taints = inputs.get("nodeLabels") or {}, [_taint_text(t) for t in inputs.get("nodeTaints") or []]
         if inputs.get("scaleSetPriority") == "Spot":
             taints.append(AKS_SPOT_TAINT)
     elif type_ == "gcp:container/nodePool:NodePool":
-        config = inputs.get("nodeConfig") or {}
+        config = node.inputs.get("nodeConfig") or {}
         labels, taints = config.get("labels") or {}, _cloud_taints(config.get("taints"))
     elif type_ == "aws:eks/nodeGroup:NodeGroup":
-        labels, taints = inputs.get("labels") or {}, _cloud_taints(inputs.get("taints"))
+        labels, taints = node.inputs.get("labels") or {}, _cloud_taints(node.inputs.get("taints"))
     elif type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup"):
-        template = inputs.get("template") or {}
+        template = node.inputs.get("template") or {}
         labels, taints = (template.get("metadata") or {}).get("labels") or {}, _cloud_taints(template.get("taints"))
     else:
         return None
