@@ -9,6 +9,8 @@
 - The record of what is applied is written by the update itself (each program exports it,
   automation/record/applied.py); the orchestrator only tells the executor's record what succeeded, so
   a cache of it follows (after an update its outputs, after a destroy nothing).
+- Programs run in this process leave cyclic garbage: collected every few runs against a frozen heap while the
+  stacks run (automation/execution/collector.py).
 - Cancelling (Ctrl-C) starts nothing new and asks running operations to cancel through the
   runner (Pulumi stops at a safe point); they are waited for, never killed mid-write.
 """
@@ -19,6 +21,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from automation.execution.collector import RunsCollector
 from automation.execution.runner import EventSink, Operation, RunResult, StackRunner
 from automation.record.applied import Record
 from automation.planning.stacks import StackChange, StackSpec, waves
@@ -95,7 +98,7 @@ class Orchestrator:
         report = Report()
         broken: dict[str, str] = {}  # stack -> why it (or a dependency) did not succeed
         names_kept = {c.name for c in changes if c.change == "delete" and c.kind in ("platform", "gateway")}
-        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+        with ThreadPoolExecutor(max_workers=self.parallel) as pool, RunsCollector() as collector:
             for wave in waves(changes):
                 pending = {}
                 for change in wave:
@@ -126,5 +129,6 @@ class Orchestrator:
                         if outcome.status != "succeeded":
                             broken[change.name] = "failed" if outcome.status == "failed" else "was cancelled"
                         report.outcomes.append(outcome)
+                        collector.finished()
         report.cancelled = self.cancel_requested.is_set()
         return report
