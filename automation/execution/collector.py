@@ -25,8 +25,7 @@ _depth = 0  # batches running in this process: the heap is frozen by the first a
 class RunsCollector:
     """`with RunsCollector() as c:` around a batch of runs, `c.finished()` after each."""
 
-    def __init__(self, every: int | None = None):
-        self.every = every or EVERY
+    def __init__(self) -> None:
         self._finished = 0
 
     def __enter__(self) -> RunsCollector:
@@ -39,7 +38,7 @@ class RunsCollector:
 
     def finished(self) -> None:
         self._finished += 1
-        if self._finished % self.every == 0:
+        if self._finished % EVERY == 0:
             gc.collect()
 
     def __exit__(self, *_exc: object) -> None:
