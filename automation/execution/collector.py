@@ -46,4 +46,4 @@ class RunsCollector:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                gc.unfreeze()  # a process that lives on (the portal's writer) collects them again from now on
+                gc.unfreeze()  # a process that lives on (the portal) collects them again from now on
