@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean browser cel-tables
+.PHONY: demo test bench clean browser cel-tables toolchain
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -52,6 +52,12 @@ $(DEBIAN_KUBECTL):
 	      $$(command -v kubectl >/dev/null 2>&1 || echo kubernetes-client) >/dev/null; \
 	  else echo "note: install chromium, chromium-driver, postgresql and kubernetes-client (Debian packages) to run the portal's tests"; fi; \
 	fi
+
+# The real engine (docs/local-fleet.md): the Pulumi CLI, the Kubernetes provider, kube-apiserver,
+# kube-controller-manager, kube-scheduler, etcd, kwok and the LeaderWorkerSet controller, built from the pinned Go
+# modules in tools/realengine/ into a cache keyed by their go.sum (about an hour cold on 2 cores, seconds warm).
+toolchain:
+	$(PYTHON) tools/realengine/build.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cel_bench.py
