@@ -13,6 +13,8 @@ cluster (`standalone`), which no platform stack manages, does it create them its
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -34,8 +36,10 @@ class FleetGateway(pulumi.ComponentResource):
     """Outputs: address."""
 
     def __init__(self, name: str, args: GatewayArgs, provider: k8s.Provider, versions: dict[str, str] | None = None,
-                 standalone: bool = False, after: list | None = None, opts: pulumi.ResourceOptions | None = None):
-        """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child."""
+                 standalone: bool = False, after: list | None = None, sources: Mapping[str, str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child.
+        `sources`: where charts are fetched from (components/versions.py `located`)."""
         super().__init__(TYPE, name, None, opts)
         if args.backend == "Envoy":
             self._envoy(name, args, provider, standalone, list(after or []))
@@ -46,8 +50,8 @@ class FleetGateway(pulumi.ComponentResource):
             basics.append(k8s.core.v1.Namespace(f"{name}-system", metadata={"name": NAMESPACE}, opts=k8s_opts))
             basics.append(k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api(), opts=k8s_opts))
             if args.metallb_address_pool:
-                basics += metallb(name, args.metallb_address_pool, provider, self, versions, list(after or []))
-        traefik = chart("traefik", {**(versions or {}), "traefik": args.traefik_version})
+                basics += metallb(name, args.metallb_address_pool, provider, self, versions, list(after or []), sources)
+        traefik = chart("traefik", {**(versions or {}), "traefik": args.traefik_version}, sources)
         self.traefik = release(f"{name}-traefik", traefik, {
             "providers": {"kubernetesGateway": {"enabled": True, "statusAddress": {"service": {
                 "name": "traefik", "namespace": traefik.namespace}}},

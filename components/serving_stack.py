@@ -20,6 +20,7 @@ Deletes run in reverse: the Gateway before its CRDs and controller, releases bef
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -145,9 +146,13 @@ def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = Non
 
 def release(name: str, spec: Chart, values: dict, provider: k8s.Provider, parent: pulumi.Resource,
             depends_on: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
-    repo = None if spec.oci else k8s.helm.v3.RepositoryOptsArgs(repo=spec.repo)
+    if spec.local:  # a chart on this machine (a mirror): no repository, and its own version
+        repo, chart_ref = None, spec.local
+    else:
+        repo = None if spec.oci else k8s.helm.v3.RepositoryOptsArgs(repo=spec.repo)
+        chart_ref = f"{spec.repo}/{spec.chart}" if spec.oci else spec.chart
     return k8s.helm.v3.Release(
-        name, name=f"mp-{spec.key}", chart=f"{spec.repo}/{spec.chart}" if spec.oci else spec.chart,
+        name, name=f"mp-{spec.key}", chart=chart_ref,
         version=spec.version, namespace=spec.namespace, create_namespace=create_namespace, repository_opts=repo,
         values=values, atomic=True, cleanup_on_fail=True, skip_crds=spec.skip_crds, timeout=RELEASE_TIMEOUT_SECONDS,
         opts=pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=depends_on,
@@ -155,9 +160,9 @@ def release(name: str, spec: Chart, values: dict, provider: k8s.Provider, parent
 
 
 def metallb(name: str, address_pool: str, provider: k8s.Provider, parent: pulumi.Resource,
-            versions: dict | None, depends_on: list) -> list[pulumi.Resource]:
+            versions: dict | None, depends_on: list, sources: Mapping[str, str] | None = None) -> list[pulumi.Resource]:
     """MetalLB and its address pool: load balancer addresses where no cloud gives any."""
-    spec = chart("metallb", versions)
+    spec = chart("metallb", versions, sources)
     installed = release(f"{name}-metallb", spec, {}, provider, parent, depends_on)
     opts = pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=[installed])
     pool = k8s.apiextensions.CustomResource(
@@ -218,9 +223,9 @@ class ServingStack(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, provider: k8s.Provider, depends_on: list | None = None,
                  versions: dict[str, str] | None = None, facts: ClusterFacts | None = None,
                  metallb_pool: str | None = None, rate_limit: bool = False,
-                 opts: pulumi.ResourceOptions | None = None):
+                 sources: Mapping[str, str] | None = None, opts: pulumi.ResourceOptions | None = None):
         """`rate_limit`: this cluster hosts an Envoy fleet gateway with per-team limits (its Envoy Gateway needs a
-        rate-limit store)."""
+        rate-limit store). `sources`: where charts are fetched from (components/versions.py `located`)."""
         super().__init__(TYPE, name, None, opts)
         facts = facts or ClusterFacts()
         after = list(depends_on or [])
@@ -231,7 +236,7 @@ class ServingStack(pulumi.ComponentResource):
         self.releases: dict[str, k8s.helm.v3.Release] = {}
 
         def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
-            self.releases[key] = release(f"{name}-{key}", chart(key, versions), release_values(key, args, facts, rate_limit),
+            self.releases[key] = release(f"{name}-{key}", chart(key, versions, sources), release_values(key, args, facts, rate_limit),
                                          provider, self, after + wait, create_namespace)
             return self.releases[key]
 
@@ -263,7 +268,7 @@ class ServingStack(pulumi.ComponentResource):
             install("cluster-autoscaler", [])
         lb_ready: list = []
         if metallb_pool:
-            lb_ready = metallb(name, metallb_pool, provider, self, versions, after)
+            lb_ready = metallb(name, metallb_pool, provider, self, versions, after, sources)
 
         gateway_deps = [self.crds, envoy, envoy_crds, self.namespace, self.releases["ai-gateway"]]
         envoy_ns = chart("envoy-gateway", versions).namespace

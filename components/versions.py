@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Mapping
 
 CertManager = ("cert-manager.io", ("Certificate", "CertificateRequest", "Issuer", "ClusterIssuer"))
 Acme = ("acme.cert-manager.io", ("Order", "Challenge"))
@@ -53,6 +54,7 @@ class Chart:
     serves: tuple[str, ...] = ()  # the apiVersions its CRDs serve at this version (group/version; empty: unchecked)
     webhooks: tuple[tuple[str, str], ...] = ()  # (group, kind) its admission webhook validates or mutates
     webhook_ready_from: str | None = None  # the first version whose readiness waits for its webhook to serve
+    local: str | None = None  # a chart folder or archive on this machine, in place of the repository (a mirror)
 
     @property
     def oci(self) -> bool:
@@ -127,12 +129,42 @@ def minor(version: str) -> str:
     return ".".join(version.removeprefix("v").split(".")[:2])
 
 
-def chart(key: str, overrides: dict[str, str] | None = None) -> Chart:
+def chart(key: str, overrides: dict[str, str] | None = None, sources: Mapping[str, str] | None = None) -> Chart:
+    """The pinned chart (its version overridden), fetched from where `sources` says (`located`)."""
     spec = CHARTS[key]
     version = (overrides or {}).get(key)
-    if not version:
+    if version:
+        spec = replace(spec, version=version, serves=())  # what another version serves is not known here
+    return located(spec, sources or {})
+
+
+def located(spec: Chart, sources: Mapping[str, str]) -> Chart:
+    """Where a chart is fetched from, for fleets that cannot reach the charts' own repositories (air-gapped,
+    sovereign, on-premise; and the local fleet's stand-ins): `sources` maps a chart key to a chart folder or archive
+    on the machine that runs the stack (an absolute path), or to a mirror repository (an https:// or oci:// URL
+    serving the same chart under the same name and version); the key `*` is the mirror of every chart not named.
+    The version stays the pin: a source says where the chart comes from, not what is installed."""
+    source = sources.get(spec.key) or sources.get("*")
+    if not source:
         return spec
-    return replace(spec, version=version, serves=())  # what another version serves is not known here
+    if source.startswith(("https://", "http://", "oci://")):
+        return replace(spec, repo=source.rstrip("/"))
+    return replace(spec, local=source)
+
+
+def chart_sources_problems(value: object) -> list[str]:
+    """What is wrong with a `chartSources` setting (stack config `modelplane:chartSources`, `--chart-source`)."""
+    if not isinstance(value, dict):
+        return ["chartSources must be a mapping of chart key (or *) to a path or repository URL"]
+    out = []
+    for key, source in value.items():
+        if key != "*" and key not in CHARTS:
+            out.append(f"chartSources.{key}: not a chart the platform installs (one of: {', '.join(sorted(CHARTS))})")
+        elif not isinstance(source, str) or not source:
+            out.append(f"chartSources.{key}: must be a chart folder or archive path, or a repository URL")
+        elif not source.startswith(("https://", "http://", "oci://", "/")):
+            out.append(f"chartSources.{key}: {source[:200]!r} is neither an absolute path nor a repository URL")
+    return out
 
 
 def pinned(overrides: dict[str, str] | None = None) -> dict[str, str]:

@@ -92,6 +92,21 @@ def published_pools(args: ClusterArgs) -> list[dict]:
             for p in args.pools]
 
 
+def chart_sources(config: pulumi.Config) -> dict[str, str]:
+    """`modelplane:chartSources`: where each chart is fetched from (components/versions.py `located`), as an
+    air-gapped platform team writes it once in stack config (or `modelplane up --chart-source`)."""
+    from components.versions import chart_sources_problems
+
+    try:
+        value = config.get_object("chartSources") or {}
+    except Exception:  # noqa: BLE001 - Pulumi raises its own error type for a value that is not JSON
+        raise InvalidFleet("modelplane:chartSources: not a JSON or YAML mapping") from None
+    problems = chart_sources_problems(value)
+    if problems:
+        raise InvalidFleet("modelplane:" + "; ".join(problems))
+    return dict(value)
+
+
 def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, metallb_pool: str | None = None,
                   stored_kubeconfig: str | None = None, rate_limit: bool = False):
     """One cluster, its GPU pools, serving stack and Gateway; returns its Kubernetes provider, serving stack and
@@ -102,6 +117,7 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
     stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
                          facts=cluster.facts, metallb_pool=metallb_pool, rate_limit=rate_limit,
+                         sources=chart_sources(config),
                          opts=pulumi.ResourceOptions(parent=cluster))
     outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
                # what a replica's EndpointSlice holds for this gateway: the operator's Programs use it as is
@@ -159,12 +175,13 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
         if separate is not None:  # a control-plane cluster no platform stack manages
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,
-                                 standalone=True)
+                                 standalone=True, sources=chart_sources(config))
         elif host in providers:  # the host's serving stack is in this stack: wait for it
-            front = FleetGateway("fleet-gateway", gateway, providers[host], versions=versions, after=[serving[host]])
+            front = FleetGateway("fleet-gateway", gateway, providers[host], versions=versions, after=[serving[host]],
+                                 sources=chart_sources(config))
         elif gateway_kubeconfig is not None and host is not None:  # the host's platform stack ran before this one
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", gateway_kubeconfig, cluster=host),
-                                 versions=versions)
+                                 versions=versions, sources=chart_sources(config))
         else:
             raise InvalidFleet("the fleet gateway needs a cluster: set modelplane:controlPlaneCluster to an "
                                "InferenceCluster in this stack, or modelplane:controlPlaneKubeconfig (secret)")

@@ -22,7 +22,7 @@ from automation.planning.offline import run
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
 # Read by the program but not declared, each for a reason Pulumi.yaml's comment gives.
-UNDECLARED = {"gateway", "versions", "kubeconfigFiles", "controlPlaneKubeconfig"}
+UNDECLARED = {"gateway", "versions", "chartSources", "kubeconfigFiles", "controlPlaneKubeconfig"}
 SIMPLE_TYPES = {"string", "integer", "boolean", "array"}
 
 

@@ -20,7 +20,7 @@ from components.kubernetes import provider
 from components.workload_objects import WorkloadObjects, secret_config_key
 from fleet.secrets import kubeconfig_ref
 from fleet.stack_id import StackId, backend_name
-from infra.program import cluster_stack
+from infra.program import chart_sources, cluster_stack
 from workloads.cache import secret_refs
 from workloads.gateways import Gateways
 from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
@@ -175,13 +175,13 @@ def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None) -> Fle
     separate = config.get_secret("controlPlaneKubeconfig")
     if separate is not None:  # a control-plane cluster no platform stack manages
         return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", separate),
-                            versions=payload.versions, standalone=True)
+                            versions=payload.versions, standalone=True, sources=chart_sources(config))
     if payload.host is None:
         raise pulumi.RunError("the fleet gateway needs a cluster: no cluster of the fleet can host it (a GKE, EKS, AKS, "
                               "Nebius or Existing InferenceCluster), and no modelplane:controlPlaneKubeconfig is set")
     kubeconfig = kubeconfig_of("gateway-host-platform", payload.host, fleet_name)
     return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", kubeconfig, cluster=payload.host),
-                        versions=payload.versions)
+                        versions=payload.versions, sources=chart_sources(config))
 
 
 def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None = None,
