@@ -14,7 +14,7 @@ import inspect
 
 import click
 
-from automation.cli import manifests, operator, plans, portal, review, stacks, status  # noqa: F401  (each adds its commands)
+from automation.cli import local, manifests, operator, plans, portal, review, stacks, status  # noqa: F401  (each adds its commands)
 from automation.cli.base import EXIT_INTERNAL, EXIT_INVALID, cli
 
 

@@ -29,6 +29,15 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     # a provisioned cluster's load balancers, drained before it is destroyed (automation/execution/load_balancers.py)
     ("v1", "Service"): ("services", True),
     ("gateway.networking.k8s.io/v1", "Gateway"): ("gateways", True),
+    # the local fleet's simulated hardware and add-ons (automation/local/), and what its tests read back
+    ("v1", "Node"): ("nodes", False),
+    ("v1", "Pod"): ("pods", True),
+    ("v1", "ConfigMap"): ("configmaps", True),
+    ("apps/v1", "Deployment"): ("deployments", True),
+    ("resource.k8s.io/v1", "DeviceClass"): ("deviceclasses", False),
+    ("resource.k8s.io/v1", "ResourceSlice"): ("resourceslices", False),
+    ("resource.k8s.io/v1", "ResourceClaim"): ("resourceclaims", True),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
 }
 
 
@@ -140,6 +149,16 @@ class KubeClient:
         meta = obj["metadata"]
         path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         return self._call("apply", describe(obj), "PATCH", path, body=obj,
+                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                          content_type="application/apply-patch+yaml")
+
+    def apply_status(self, obj: dict) -> dict:
+        """Server-side apply of the object's status (what a kubelet or a controller reports)."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]) + "/status"
+        body = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": {"name": meta["name"]},
+                "status": obj.get("status") or {}}
+        return self._call("apply", describe(obj) + " status", "PATCH", path, body=body,
                           query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                           content_type="application/apply-patch+yaml")
 

@@ -140,13 +140,15 @@ def kubeconfig_env(cluster: str) -> str:
 
 def existing_kubeconfigs(fleet: Fleet, given: dict[str, str], root: Path) -> dict[str, str]:
     """The kubeconfig file of every Existing cluster: `--kubeconfig CLUSTER=PATH`, else $MODELPLANE_KUBECONFIG_<CLUSTER>,
-    else `<state dir>/kubeconfigs/<existing.secretRef.name>`. Absolute paths; missing ones are left out."""
+    else `<state dir>/kubeconfigs/<existing.secretRef.name>`, else the local fleet's (`modelplane local up`:
+    `<state dir>/local/<cluster>/kubeconfig`). Absolute paths; missing ones are left out."""
     out = {}
     for ic in fleet.of("InferenceCluster"):
         if ic.spec.cluster.source != "Existing":
             continue
         candidates = [given.get(ic.name), os.environ.get(kubeconfig_env(ic.name)),
-                      str(root / "kubeconfigs" / ic.existing_block.secretRef.name)]
+                      str(root / "kubeconfigs" / ic.existing_block.secretRef.name),
+                      str(root / "local" / ic.name / "kubeconfig")]
         found = next((c for c in candidates if c and Path(c).expanduser().is_file()), None)
         if found:
             out[ic.name] = str(Path(found).expanduser().resolve())
@@ -190,6 +192,12 @@ class PulumiRunner:
         self.backend = backend or default_backend(self.root)
         open_backend(self.backend, self.root)
         if pulumi_command is None:
+            from automation.local.toolchain import ToolchainMissing, activate
+
+            try:
+                activate()  # the real engine built by `make toolchain`, when no other CLI is on PATH
+            except ToolchainMissing as exc:
+                raise CLIMissing(str(exc)) from None
             if cli_missing():
                 raise CLIMissing(CLI_MISSING)
             pulumi_command = started_cli(lambda: interruptible_command(auto))
@@ -240,6 +248,10 @@ class PulumiRunner:
             cluster = plain.get("modelplane:cluster")
             if spec.kind == "platform" and cluster in self.kubeconfigs:
                 plain["modelplane:kubeconfigFile"] = self.kubeconfigs[cluster]  # a path: the value is never on argv
+            on = cluster if spec.kind == "platform" else spec.host if spec.kind == "gateway" else None
+            standins = self.local_chart_sources(on)
+            if standins and "modelplane:chartSources" not in plain:
+                plain["modelplane:chartSources"] = standins
             config = {k: auto.ConfigValue(value=v) for k, v in plain.items()}  # plain only: argv is visible to all
             if config:
                 stack.set_all_config(config)
@@ -248,6 +260,16 @@ class PulumiRunner:
         with self._lock:
             self._stacks[spec.name] = stack
         return stack
+
+    def local_chart_sources(self, cluster: str | None) -> str | None:
+        """The local fleet's stand-in charts (JSON chart sources), for a cluster the local fleet runs: its
+        kubeconfig is the one `modelplane local up` wrote (docs/local-fleet.md). None for any other cluster."""
+        local = self.root.resolve() / "local"
+        path = self.kubeconfigs.get(cluster or "")
+        sources = local / "chart-sources.json"
+        if path is None or Path(path).parent != local / str(cluster) or not sources.is_file():
+            return None
+        return sources.read_text()
 
     # ---- the StackRunner interface ---------------------------------------------------------------
 

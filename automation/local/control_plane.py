@@ -1,0 +1,249 @@
+"""A local fleet of real Kubernetes control planes, one per Existing InferenceCluster, on loopback.
+
+One etcd serves every cluster (each API server keeps its objects under its own `--etcd-prefix`). Per cluster: a
+real kube-apiserver, kube-controller-manager and kube-scheduler, and kwok, which keeps the simulated Nodes alive
+and marks the pods the scheduler binds to them running. The processes outlive the command that starts them (as
+minikube's do): their pids and ports are in `<state>/local/fleet.json`, and `down` stops them all.
+
+What is simulated, and why nothing is ever dialled but loopback: nodes and pods get documentation addresses
+(RFC 5737: pods 192.0.2.0/24, Services 198.51.100.0/24, nodes 203.0.113.1), which no route leads to; the API servers
+run no admission webhooks and no APIServices (nothing of ours installs one here), and their endpoint reconciler is
+off. Containers never run: kwok only writes the status a kubelet would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from automation.local import pki as pki_
+from automation.local.toolchain import Toolchain
+
+POD_RANGE = "192.0.2.0/24"
+SERVICE_RANGE = "198.51.100.0/24"
+NODE_ADDRESS = "203.0.113.1"
+
+
+class LocalFleetError(Exception):
+    """A failure the user can act on, said in one line."""
+
+
+@dataclass
+class Process:
+    name: str
+    pid: int
+    log: str
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:  # a zombie of ours is not alive
+            with open(f"/proc/{self.pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return True
+
+
+@dataclass
+class LocalCluster:
+    name: str
+    port: int
+    kubeconfig: str
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+
+@dataclass
+class LocalFleet:
+    folder: Path
+    etcd: Process | None = None
+    etcd_port: int = 0
+    clusters: dict[str, LocalCluster] = field(default_factory=dict)
+
+    @property
+    def file(self) -> Path:
+        return self.folder / "fleet.json"
+
+    def save(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        data = {"etcd": asdict(self.etcd) if self.etcd else None, "etcd_port": self.etcd_port,
+                "clusters": {n: asdict(c) for n, c in self.clusters.items()}}
+        partial = self.file.with_suffix(".partial")
+        partial.write_text(json.dumps(data, indent=2))
+        partial.replace(self.file)
+
+    @classmethod
+    def load(cls, folder: Path) -> LocalFleet:
+        fleet = cls(folder)
+        if not fleet.file.is_file():
+            return fleet
+        data = json.loads(fleet.file.read_text())
+        fleet.etcd = Process(**data["etcd"]) if data.get("etcd") else None
+        fleet.etcd_port = data.get("etcd_port", 0)
+        for name, c in (data.get("clusters") or {}).items():
+            fleet.clusters[name] = LocalCluster(c["name"], c["port"], c["kubeconfig"],
+                                                [Process(**p) for p in c.get("processes", [])])
+        return fleet
+
+
+def local_folder(state: Path) -> Path:
+    return state / "local"
+
+
+def kubeconfig_path(state: Path, cluster: str) -> Path:
+    """Where `up`, `plan` and every other command find a local cluster's kubeconfig without flags."""
+    return local_folder(state) / cluster / "kubeconfig"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(name: str, argv: list[str], logs: Path, env: dict[str, str] | None = None) -> Process:
+    """A process of the local fleet, in a session of its own (a Ctrl-C of the command that started it does not
+    stop it), its output in its log."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    with open(log, "ab") as out:
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env={**os.environ, **(env or {})})
+    return Process(name, child.pid, str(log))
+
+
+def _wait(what: str, ready, process: Process, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if not process.alive():
+            raise LocalFleetError(f"{what} stopped while starting: see {process.log}")
+        time.sleep(0.25)
+    raise LocalFleetError(f"{what} was not ready after {seconds:.0f} s: see {process.log}")
+
+
+def _tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _readyz(cluster: LocalCluster, pki: pki_.Pki) -> bool:
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(str(pki.admin[0]), str(pki.admin[1]))
+    try:
+        with urllib.request.urlopen(f"{cluster.server}/readyz", context=context, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def start_etcd(fleet: LocalFleet, tools: Toolchain) -> None:
+    if fleet.etcd and fleet.etcd.alive():
+        return
+    client, peer = free_port(), free_port()
+    data = fleet.folder / "etcd"
+    fleet.etcd_port = client
+    fleet.etcd = _start("etcd", [
+        str(tools.binary("etcd")), "--name=local", f"--data-dir={data}",
+        f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+        f"--initial-cluster=local=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
+        "--auto-compaction-retention=1", "--quota-backend-bytes=8589934592"], fleet.folder / "logs")
+    fleet.save()
+    _wait("etcd", lambda: _tcp_open(client), fleet.etcd, 60)
+
+
+def start_cluster(fleet: LocalFleet, name: str, tools: Toolchain, pki: pki_.Pki, stages: Path) -> LocalCluster:
+    """The cluster's control plane and kwok; its kubeconfig written. Returns once its API server is ready."""
+    folder = fleet.folder / name
+    folder.mkdir(parents=True, exist_ok=True)
+    old = fleet.clusters.get(name)
+    port = old.port if old and not _tcp_open(old.port) else free_port()
+    kubeconfig = folder / "kubeconfig"
+    cluster = LocalCluster(name, port, str(kubeconfig))
+    fleet.clusters[name] = cluster
+    fd = os.open(kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(pki_.kubeconfig(pki, name, cluster.server))
+    logs = fleet.folder / "logs"
+    serving_cert, serving_key = pki.serving
+    sa_pub, sa_key = pki.service_accounts
+    apiserver = _start(f"{name}-kube-apiserver", [
+        str(tools.binary("kube-apiserver")), f"--etcd-servers=http://127.0.0.1:{fleet.etcd_port}",
+        f"--etcd-prefix=/clusters/{name}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={port}", f"--tls-cert-file={serving_cert}", f"--tls-private-key-file={serving_key}",
+        f"--client-ca-file={pki.ca}", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={sa_pub}", f"--service-account-signing-key-file={sa_key}",
+        f"--service-cluster-ip-range={SERVICE_RANGE}", "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+        # the reconciler would write the loopback address into the `kubernetes` Endpoints, which validation refuses
+        "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false",
+        f"--cert-dir={folder / 'certs'}"], logs)
+    cluster.processes.append(apiserver)
+    fleet.save()
+    _wait(f"{name}'s kube-apiserver", lambda: _readyz(cluster, pki), apiserver, 120)
+    common = [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
+    cluster.processes.append(_start(f"{name}-kube-controller-manager", [
+        str(tools.binary("kube-controller-manager")), *common, f"--secure-port={free_port()}",
+        f"--service-account-private-key-file={sa_key}", f"--root-ca-file={pki.ca}",
+        "--use-service-account-credentials=false", f"--cluster-signing-cert-file={pki.ca}",
+        f"--cluster-signing-key-file={pki.ca_key}", "--controllers=*"], logs))
+    cluster.processes.append(_start(f"{name}-kube-scheduler", [
+        str(tools.binary("kube-scheduler")), *common, f"--secure-port={free_port()}"], logs))
+    cluster.processes.append(_start(f"{name}-kwok", [
+        str(tools.binary("kwok")), f"--kubeconfig={kubeconfig}", f"--config={stages}",
+        "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        f"--cidr={POD_RANGE}", f"--node-ip={NODE_ADDRESS}", "--node-lease-duration-seconds=40",
+        f"--server-address=127.0.0.1:{free_port()}"], logs))
+    fleet.save()
+    return cluster
+
+
+def stop(fleet: LocalFleet, grace: float = 10.0) -> list[str]:
+    """Stops every process of the fleet (SIGTERM, then SIGKILL after `grace`); returns what was running."""
+    processes = [p for c in fleet.clusters.values() for p in reversed(c.processes)]
+    processes += [fleet.etcd] if fleet.etcd else []
+    running = [p for p in processes if p.alive()]
+    for p in running:
+        _signal(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.alive() for p in running):
+        time.sleep(0.1)
+    for p in running:
+        if p.alive():
+            _signal(p.pid, signal.SIGKILL)
+    for p in running:  # reaped, when this process started them
+        try:
+            os.waitpid(p.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return [p.name for p in running]
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # its session's group: anything it started too
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,158 @@
+"""`modelplane local up|status|env|down`: the local fleet's whole life, over `control_plane.py`'s processes.
+
+`up` starts (or completes) a control plane for every Existing InferenceCluster of the fleet, publishes each
+cluster's simulated hardware (`hardware.py`), and installs the add-ons a platform team would have installed on such
+a cluster. It is idempotent: a cluster already up is left running and its hardware re-applied.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from automation.execution.kube import KubeClient, KubeError
+from automation.local import control_plane, pki as pki_
+from automation.local.control_plane import LocalCluster, LocalFleet, LocalFleetError
+from automation.local.hardware import hardware
+from automation.local.toolchain import Toolchain, ToolchainMissing
+from fleet.validate import Fleet
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    name: str
+    server: str
+    kubeconfig: str
+    up: bool
+    nodes: int | None  # Nodes the API server holds (None: not reachable)
+
+
+def existing_clusters(fleet: Fleet) -> list:
+    return [ic for ic in fleet.of("InferenceCluster") if ic.spec.cluster.source == "Existing"]
+
+
+def stages_file(fleet: LocalFleet, tools: Toolchain) -> Path:
+    """kwok's Stages: the ones it ships (printed by our kwok-stages) and the local fleet's own."""
+    try:
+        shipped = subprocess.run([str(tools.binary("kwok-stages"))], capture_output=True, text=True, check=True,
+                                 timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LocalFleetError(f"kwok-stages failed ({type(exc).__name__}): run `make toolchain` again") from None
+    own = resources.files("automation.local").joinpath("data/stages.yaml").read_text()
+    path = fleet.folder / "stages.yaml"
+    path.write_text(shipped.rstrip() + "\n---\n" + own)
+    return path
+
+
+def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalCluster]:
+    clusters = existing_clusters(fleet)
+    if not clusters:
+        raise LocalFleetError("the fleet has no InferenceCluster with source Existing: a local fleet runs only those "
+                              "(GKE, EKS, AKS and Nebius clusters need their clouds)")
+    missing = tools.missing(control_plane_binaries())
+    if missing:
+        raise ToolchainMissing(f"the local fleet needs {', '.join(missing)}: run `make toolchain` (it builds the "
+                               "real engine from pinned Go modules; about an hour the first time on 2 cores)")
+    local = LocalFleet.load(control_plane.local_folder(state))
+    pki = pki_.ensure(local.folder / "pki")
+    stages = stages_file(local, tools)
+    write_chart_sources(local.folder)
+    control_plane.start_etcd(local, tools)
+    classes = {c.name: c for c in fleet.of("InferenceClass")}
+    started = []
+    for ic in clusters:
+        current = local.clusters.get(ic.name)
+        if current and all(p.alive() for p in current.processes):
+            cluster = current
+            say(f"{ic.name}: already up at {cluster.server}")
+        else:
+            if current:
+                control_plane.stop(LocalFleet(local.folder, clusters={ic.name: current}))
+            say(f"{ic.name}: starting a control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
+            cluster = control_plane.start_cluster(local, ic.name, tools, pki, stages)
+        api = KubeClient(Path(cluster.kubeconfig), timeout=30, cluster=f"local cluster {ic.name}")
+        made = hardware(ic, classes)
+        for obj in made.device_classes + made.nodes + made.slices:
+            _apply(api, obj)
+        devices = sum(len(s["spec"]["devices"]) for s in made.slices)
+        say(f"{ic.name}: up at {cluster.server}; {len(made.nodes)} simulated node(s), {devices} simulated device(s); "
+            f"kubeconfig {cluster.kubeconfig}")
+        started.append(cluster)
+    return started
+
+
+def chart_sources_file(state: Path) -> Path:
+    return control_plane.local_folder(state) / "chart-sources.json"
+
+
+def write_chart_sources(folder: Path) -> None:
+    """The stand-in charts, and the chart sources that point a local cluster's platform stack at them
+    (automation/execution/pulumi_runner.py reads them for the clusters of this local fleet)."""
+    import json
+
+    from automation.local import standin_charts
+
+    sources = standin_charts.write(folder / "charts")
+    (folder / "chart-sources.json").write_text(json.dumps(sources, indent=2, sort_keys=True))
+
+
+def control_plane_binaries() -> tuple[str, ...]:
+    return ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages")
+
+
+def _apply(api: KubeClient, obj: dict) -> None:
+    """Server-side apply, retried while the API server is still settling (a kind served a moment later)."""
+    import time
+
+    for attempt in range(20):
+        try:
+            api.apply(obj)
+            if obj["kind"] == "Node":  # the capacity is status: a kubelet would report it
+                api.apply_status(obj)
+            return
+        except KubeError as exc:
+            if exc.status not in (404, 409, 429, 500, 503) or attempt == 19:
+                raise
+            time.sleep(0.5)
+
+
+def status(state: Path) -> list[ClusterState]:
+    local = LocalFleet.load(control_plane.local_folder(state))
+    out = []
+    for name, cluster in sorted(local.clusters.items()):
+        alive = bool(cluster.processes) and all(p.alive() for p in cluster.processes)
+        nodes = None
+        if alive:
+            try:
+                nodes = len(KubeClient(Path(cluster.kubeconfig), timeout=5).list("v1", "Node", None))
+            except KubeError:
+                nodes = None
+        out.append(ClusterState(name, cluster.server, cluster.kubeconfig, alive and nodes is not None, nodes))
+    return out
+
+
+def down(state: Path) -> list[str]:
+    local = LocalFleet.load(control_plane.local_folder(state))
+    stopped = control_plane.stop(local)
+    if local.file.exists():
+        local.file.unlink()
+    return stopped
+
+
+def env_lines(state: Path, tools: Toolchain) -> list[str]:
+    """Shell lines that put the toolchain first on PATH and name the local clusters' kubeconfigs (as
+    `minikube docker-env` prints them: `eval "$(modelplane local env)"`)."""
+    from automation.execution.pulumi_runner import kubeconfig_env
+
+    local = LocalFleet.load(control_plane.local_folder(state))
+    lines = [f"export PATH={shlex.quote(str(tools.folder))}:\"$PATH\""]
+    lines.append(f"export PULUMI_HOME={shlex.quote(str(tools.pulumi_home))}")
+    configs = [c.kubeconfig for _, c in sorted(local.clusters.items())]
+    for name, cluster in sorted(local.clusters.items()):
+        lines.append(f"export {kubeconfig_env(name)}={shlex.quote(cluster.kubeconfig)}")
+    if configs:
+        lines.append(f"export KUBECONFIG={shlex.quote(':'.join(configs))}")
+    return lines

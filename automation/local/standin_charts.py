@@ -1,0 +1,109 @@
+"""Stand-in charts for the local fleet: one per chart the platform installs, written from the chart's declaration in
+components/versions.py, so a platform stack can run its Helm releases where no chart repository can be reached.
+
+A stand-in holds what the platform's later objects need of the real chart (its CRDs: the bundled upstream files
+where the project has them, else a CRD of the declared group, kind and versions that keeps any fields) and one
+controller Deployment that never runs a container (kwok marks its pod ready), so Helm's wait has something to wait
+for. It has no webhooks and no APIServices (nothing may dial a simulated pod). They are stand-ins: the real charts'
+values, webhooks and controllers are not exercised, and output and docs say so.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from components.versions import CHARTS, Chart
+
+BUNDLED = Path(__file__).resolve().parents[2] / "workloads" / "crds" / "upstream"
+STANDIN_LABEL = "modelplane.ai/stand-in"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: kwok runs no container
+
+
+def plural(kind: str) -> str:
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x")):
+        return lower + "es"
+    return lower + "s"
+
+
+def cluster_scoped(kind: str) -> bool:
+    return kind.startswith("Cluster") or kind in ("NodeFeatureRule",)
+
+
+@lru_cache(maxsize=1)
+def bundled_crds() -> dict[tuple[str, str], dict]:
+    """(group, kind) -> the bundled upstream CRD."""
+    out = {}
+    for path in sorted(BUNDLED.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                spec = doc["spec"]
+                out[(spec["group"], spec["names"]["kind"])] = doc
+    return out
+
+
+def crd(group: str, kind: str, versions: list[str]) -> dict:
+    bundled = bundled_crds().get((group, kind))
+    if bundled is not None:
+        doc = json.loads(json.dumps(bundled))
+        doc.pop("status", None)
+        doc["metadata"].pop("creationTimestamp", None)
+        return doc
+    names = {"kind": kind, "listKind": f"{kind}List", "plural": plural(kind), "singular": kind.lower()}
+    served = versions or ["v1alpha1"]
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{names['plural']}.{group}", "labels": {STANDIN_LABEL: "true"}},
+            "spec": {"group": group, "names": names, "scope": "Cluster" if cluster_scoped(kind) else "Namespaced",
+                     "versions": [{"name": v, "served": True, "storage": v == served[-1],
+                                   "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}
+                                  for v in served]}}
+
+
+def chart_files(spec: Chart) -> dict[str, str]:
+    """The stand-in chart's files (path -> text)."""
+    version = spec.version.lstrip("v")
+    files = {"Chart.yaml": yaml.safe_dump({
+        "apiVersion": "v2", "name": spec.chart, "version": version, "appVersion": version,
+        "description": f"Stand-in for {spec.chart} {spec.version} (the modelplane local fleet): its CRDs and one "
+                       "controller Deployment that runs no container; no webhooks, no APIServices."}, sort_keys=False),
+        "values.yaml": "{}\n"}
+    if spec.crds and not spec.skip_crds:
+        by_group: dict[str, list[str]] = {}
+        for served in spec.serves:
+            group, _, version_name = served.rpartition("/")
+            by_group.setdefault(group, []).append(version_name)
+        docs = [crd(group, kind, by_group.get(group, [])) for group, kind in spec.crds]
+        files["crds/crds.yaml"] = yaml.safe_dump_all(docs, sort_keys=False)
+    labels = {"app.kubernetes.io/name": spec.key, STANDIN_LABEL: "true"}
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": f"{spec.key}-stand-in", "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "controller", "image": PAUSE_IMAGE}]}}}}
+    files["templates/controller.yaml"] = yaml.safe_dump(deployment, sort_keys=False).replace(
+        "name: " + f"{spec.key}-stand-in", "name: " + f"{spec.key}-stand-in\n  namespace: {{{{ .Release.Namespace }}}}")
+    return files
+
+
+def write(folder: Path) -> dict[str, str]:
+    """Every chart's stand-in under `folder/<key>/`; returns the chart sources (key -> absolute path) that point
+    the platform's releases at them."""
+    sources = {}
+    for key, spec in sorted(CHARTS.items()):
+        root = folder / key
+        for name, text in chart_files(spec).items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
+        sources[key] = str(root.resolve())
+    return sources

@@ -1,0 +1,124 @@
+"""Where the real engine's programs are: the Pulumi CLI, the Kubernetes provider, the control plane, etcd, kwok.
+
+`make toolchain` builds them from pinned Go modules (tools/realengine/build.py) and links them into the project's
+git-ignored `.modelplane/toolchain/bin/`. Commands find that folder from any working directory through this
+package's own location (the project the command is installed from), or through $MODELPLANE_TOOLCHAIN_BIN. A
+`pulumi` on PATH whose version is at least the toolchain's minimum is used in place of the built one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+BUILT = PROJECT / ".modelplane" / "toolchain" / "bin"
+# the oldest Pulumi CLI the project runs its inline programs with (refresh and destroy of inline programs: 3.181)
+MINIMUM_PULUMI = (3, 181, 0)
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages")
+ENGINE = ("pulumi", "pulumi-resource-kubernetes")
+
+
+class ToolchainMissing(Exception):
+    pass
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    core = text.strip().lstrip("v").split("-")[0].split("+")[0]
+    try:
+        return tuple(int(p) for p in core.split("."))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    folder: Path
+
+    def binary(self, name: str) -> Path:
+        if name == "pulumi":
+            ambient = ambient_pulumi()
+            if ambient is not None:
+                return ambient
+        path = self.folder / name
+        if not os.access(path, os.X_OK):
+            raise ToolchainMissing(f"{name} is not built: run `make toolchain` in {PROJECT} (it builds the real "
+                                   "engine from pinned Go modules; about an hour the first time on 2 cores)")
+        return path
+
+    def missing(self, names: tuple[str, ...] = CONTROL_PLANE + ENGINE) -> list[str]:
+        out = []
+        for name in names:
+            try:
+                self.binary(name)
+            except ToolchainMissing:
+                out.append(name)
+        return out
+
+    @property
+    def pulumi_home(self) -> Path:
+        """The toolchain's own Pulumi home: the provider built here is registered there for the Python SDK's
+        version, so a user's ~/.pulumi plugin cache never holds it (docs/local-fleet.md, "The toolchain")."""
+        return self.folder.parent / "pulumi-home"
+
+
+def find() -> Toolchain:
+    explicit = os.environ.get("MODELPLANE_TOOLCHAIN_BIN")
+    return Toolchain(Path(explicit) if explicit else BUILT)
+
+
+def ambient_pulumi() -> Path | None:
+    """A `pulumi` on PATH, outside the toolchain, new enough to use."""
+    found = shutil.which("pulumi")
+    if not found or Path(found).resolve().parent == BUILT.resolve():
+        return None
+    try:
+        out = subprocess.run([found, "version"], capture_output=True, text=True, timeout=30,
+                             env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"}).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = _version(out)
+    return Path(found) if version is not None and version >= MINIMUM_PULUMI else None
+
+
+def provider_version() -> str:
+    """The Kubernetes provider version the Python SDK asks the engine for."""
+    import json
+    from importlib import resources
+
+    return json.loads(resources.files("pulumi_kubernetes").joinpath("pulumi-plugin.json").read_text())["version"]
+
+
+def register_provider(tools: Toolchain) -> None:
+    """The provider built here, registered in the toolchain's Pulumi home under the version the SDK requests: the
+    proxy serves only an older provider (tools/realengine/build.py PROVIDER_VERSION), and the engine would
+    otherwise try to download the requested one. Done once; a user's own ~/.pulumi is never touched."""
+    version = provider_version()
+    plugin = tools.pulumi_home / "plugins" / f"resource-kubernetes-v{version}"
+    if (plugin / "pulumi-resource-kubernetes").is_file():
+        return
+    built = tools.binary("pulumi-resource-kubernetes")
+    done = subprocess.run([str(tools.binary("pulumi")), "plugin", "install", "resource", "kubernetes", version,
+                           "--file", str(built)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PULUMI_HOME": str(tools.pulumi_home), "PULUMI_SKIP_UPDATE_CHECK": "true"})
+    if done.returncode != 0:
+        raise ToolchainMissing(f"registering the built Kubernetes provider as {version} failed: "
+                               f"{(done.stderr or done.stdout).strip().splitlines()[-1:] or ['no output']}")
+
+
+def activate() -> bool:
+    """When no Pulumi CLI is on PATH and the toolchain has one: put the toolchain first on PATH and use its Pulumi
+    home (unless PULUMI_HOME is set), for this process and what it starts. True when it did."""
+    if shutil.which("pulumi") is not None:
+        return False
+    tools = find()
+    if tools.missing(ENGINE):
+        return False
+    os.environ["PATH"] = f"{tools.folder}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ.setdefault("PULUMI_HOME", str(tools.pulumi_home))
+    if Path(os.environ["PULUMI_HOME"]) == tools.pulumi_home:
+        register_provider(tools)
+    return True
