@@ -236,6 +236,22 @@ def test_a_front_proxied_user_is_authorized_by_the_cluster(front_proxied):
         assert "namespace" not in reviewer.reviews[-1]["resourceAttributes"]
 
 
+@pytest.mark.parametrize("headers,groups", [
+    ([("X-Remote-Group", "system:masters,team-a")], ["system:masters,team-a"]),  # one value is one group
+    ([("X-Remote-Group", "system:masters"), ("X-Remote-Group", "team-a")], ["system:masters", "team-a"]),
+    ([("X-Remote-Group", "")], []),
+])
+def test_each_remote_group_header_is_one_group_as_the_api_server_reads_it(front_proxied, headers, groups):
+    """Issue 65: a value was split on commas, so `X-Remote-Group: system:masters,team-a` (one group named so) was
+    reviewed as membership of system:masters."""
+    url, files, reviewer = front_proxied
+    with _client(files, "client") as proxy:
+        proxy.get(f"{url}{API}/namespaces/team-a/modeldeployments",
+                  headers=[("X-Remote-User", "alice"), ("X-Remote-User", "mallory"), *headers])
+    assert reviewer.reviews[-1]["groups"] == groups
+    assert reviewer.reviews[-1]["user"] == "alice"  # the first user header, as the API server's headerValue
+
+
 @pytest.mark.parametrize("cert,headers,code", [
     (None, {}, 401),  # no certificate, no header, no token
     (None, {"X-Remote-User": "alice"}, 401),  # the header alone, from anyone, means nothing
@@ -264,6 +280,14 @@ def test_bearer_tokens_keep_working_beside_the_front_proxy(front_proxied):
 @pytest.mark.parametrize("method,path,query,expected", [
     ("GET", f"{API}/namespaces/ns/modeldeployments", "", ("list", "modeldeployments", "ns", "", "")),
     ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=true", ("watch", "modeldeployments", "ns", "", "")),
+    # issue 65: the API server's reading of the parameter (the first value; all but false/0 is a watch)
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=True", ("watch", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=", ("watch", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=yes", ("watch", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=FALSE", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=0", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=false&watch=true", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=true&watch=false", ("watch", "modeldeployments", "ns", "", "")),
     ("PUT", f"{API}/namespaces/ns/modeldeployments/q/scale", "", ("update", "modeldeployments", "ns", "q", "scale")),
     ("DELETE", f"{API}/namespaces/ns/modelservices", "", ("deletecollection", "modelservices", "ns", "", "")),
     ("POST", f"{API}/inferenceclusters", "", ("create", "inferenceclusters", "", "", "")),

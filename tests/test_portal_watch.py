@@ -188,3 +188,24 @@ def test_serve_stops_promptly_with_a_watch_open(tmp_path):
         process.kill()
         raise
     assert process.returncode is not None
+
+
+@pytest.mark.parametrize("query,streams", [
+    ("watch=True", True),  # the Python client's spelling: the API server serves a watch
+    ("watch=", True),
+    ("watch=FALSE", False),
+    ("watch=0", False),
+    ("watch=false&watch=true", False),  # the first value, as front_proxy.attributes authorizes it
+    ("watch=true&watch=false", True),
+])
+def test_the_watch_parameter_is_read_as_the_api_server_reads_it(portal, query, streams):
+    """Issue 65: only `true` and `1` were watches (`watch=True` got a List), and the LAST value was served while the
+    front proxy authorized the FIRST (`watch=false&watch=true`: reviewed as a list, served as a watch)."""
+    with portal.client(TEAM_A) as team:
+        with team.stream("GET", f"{COLLECTION}?{query}&timeoutSeconds=1") as response:
+            assert response.status_code == 200
+            lines = [json.loads(line) for line in response.iter_lines() if line]
+    if streams:
+        assert all("type" in event for event in lines)
+    else:
+        assert [body["kind"] for body in lines] == ["ModelDeploymentList"]

@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import parse_qs
 
 from automation.portal.auth import Principal
 from automation.portal.guard import Caller, status_body
+from automation.portal.watch import requested as watch_requested
 
 PEER_CERT = "modelplane.peer_cert"  # the verified client certificate (DER), put in each request's state
 GROUP, VERSION = "modelplane.ai", "v1alpha1"
@@ -65,7 +65,7 @@ def attributes(method: str, path: str, query: str) -> Attributes:
     if len(parts) > 3 or not all(SEGMENT.match(p) for p in parts):
         return Attributes(verb=verb, path=path)  # no resource of ours: the routes answer 404
     if verb == "get" and not name:
-        verb = "watch" if parse_qs(query).get("watch", [""])[0] in ("true", "1") else "list"
+        verb = "watch" if watch_requested(query) else "list"
     if verb == "delete" and not name:
         verb = "deletecollection"
     return Attributes(verb, resource, namespace, name, subresource)
@@ -138,15 +138,13 @@ class FrontProxy:
         state = scope.setdefault("state", {})
         state.pop("caller", None)  # only this middleware and the guard set it
         der = state.pop(PEER_CERT, None)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        user = headers.get("x-remote-user")
+        user = next(iter(_values(scope, b"x-remote-user")), None)  # the first one, as the API server reads it
         if der is None or not user:
             return await self.app(scope, receive, send)
         name = verified_name(der, self.ca)
         if name is None or (self.allowed_names and name not in self.allowed_names):
             return await _refuse(send, 401, "Unauthorized", "the client certificate is not the front proxy's")
-        groups = [g.strip() for k, v in scope.get("headers", []) if k.lower() == b"x-remote-group"
-                  for g in v.decode("latin-1").split(",") if g.strip()]
+        groups = _values(scope, b"x-remote-group")
         asked = attributes(scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1"))
         try:
             allowed = await run_in_threadpool(self.reviewer.allowed, asked.review(user, groups))
@@ -161,6 +159,13 @@ class FrontProxy:
         principal = Principal(user, frozenset({asked.namespace} if asked.namespace else ()), cluster_wide)
         state["caller"] = Caller(principal, "front-proxy")
         return await self.app(scope, receive, send)
+
+
+def _values(scope, name: bytes) -> list[str]:
+    """Every non-empty value of a header, each one whole: the API server's request-header authenticator takes each
+    `X-Remote-Group` value as one group (a group name may hold a comma; several groups are several headers)."""
+    return [v.decode("latin-1").strip() for k, v in scope.get("headers", [])
+            if k.lower() == name and v.strip()]
 
 
 async def _refuse(send, code: int, reason: str, message: str) -> None:

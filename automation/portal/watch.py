@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 from typing import AsyncIterator, Callable
+from urllib.parse import parse_qs
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -32,8 +33,17 @@ DEFAULT_TIMEOUT, MAX_TIMEOUT = 1800, 3600  # seconds a watch lasts (the API serv
 API_VERSION = "modelplane.ai/v1alpha1"
 
 
+def requested(query: str) -> bool:
+    """Whether a list request is a watch, as the API server decides it (apimachinery converts ListOptions.Watch with
+    Convert_Slice_string_To_bool): the FIRST `watch` value, and any value but `false` (any case) or `0` is a watch,
+    an empty one too (the Python client sends `watch=True`). Authorization (front_proxy.attributes) and serving both
+    ask here, so `watch=false&watch=true` cannot be authorized as a list and served as a watch."""
+    values = parse_qs(query, keep_blank_values=True).get("watch")
+    return bool(values) and values[0] != "0" and values[0].lower() != "false"
+
+
 def watching(request: Request) -> bool:
-    return request.query_params.get("watch") in ("true", "1")
+    return requested(request.scope.get("query_string", b"").decode("latin-1"))
 
 
 class Tail:
