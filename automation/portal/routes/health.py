@@ -15,8 +15,9 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/healthz")
-def healthz():
-    """The process answers (liveness): no database, no token."""
+async def healthz():
+    """The process answers (liveness): no database, no token, no worker thread (on the event loop: threads held by
+    slow work, a cluster's authorization that does not answer, never make it look dead)."""
     return {"status": "ok"}
 
 
