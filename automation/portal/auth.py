@@ -110,8 +110,12 @@ def _shown(part: int | str, named: set[str]) -> str:
 
 def _namespaces_named(data: object) -> set[str]:
     items = data.get("tokens") if isinstance(data, dict) else data
-    return {n for i in (items if isinstance(items, list) else []) if isinstance(i, dict)
-            for n in (i.get("namespaces") if isinstance(i.get("namespaces"), list) else []) if isinstance(n, str)}
+    named: set[str] = set()
+    for item in items if isinstance(items, list) else []:
+        listed = item.get("namespaces") if isinstance(item, dict) else None
+        if isinstance(listed, list):
+            named.update(n for n in listed if isinstance(n, str))
+    return named
 
 
 class Tokens:
@@ -231,7 +235,7 @@ class TokensFile:
         if raw is None:
             raise TokensFileError(f"{self.path}: cannot read tokens file: no such file, or not readable")
         self._current = Tokens.from_bytes(raw, self.path)
-        self._seen = hashlib.sha256(raw).digest()  # the bytes loaded: a change of content, whatever the stat says
+        self._seen: bytes | None = hashlib.sha256(raw).digest()  # the bytes loaded: a change of content, whatever the stat says
         self._checked = self._clock()
         self.last_error: str | None = None
 

@@ -39,7 +39,7 @@ def requested(query: str) -> bool:
     Convert_Slice_string_To_bool): the FIRST `watch` value, and any value but `false` (any case) or `0` is a watch,
     an empty one too (the Python client sends `watch=True`). Authorization (front_proxy.attributes) and serving both
     ask here, so `watch=false&watch=true` cannot be authorized as a list and served as a watch."""
-    values = parse_qs(query, keep_blank_values=True).get("watch")
+    values = parse_qs(query, keep_blank_values=True).get("watch") or []
     return bool(values) and values[0] != "0" and values[0].lower() != "false"
 
 
