@@ -519,9 +519,9 @@ def _parse(text: str, source: str, max_expanded: int) -> tuple[list[Document], l
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
-        problems.append(Problem(source, line, "", "", f"YAML syntax error: {exc.problem or exc.context}"))
+        problems.append(Problem(source, line, "", "", f"YAML syntax error: {unquoted(exc.problem or exc.context or '')}"))
     except yaml.YAMLError as exc:  # ReaderError: control characters, bad encoding
-        problems.append(Problem(source, 1, "", "", f"not readable as YAML: {_one_line(exc)}"))
+        problems.append(Problem(source, 1, "", "", f"not readable as YAML: {yaml_problem(exc)}"))
     except RecursionError:
         problems.append(Problem(source, 1, "", "", "YAML nesting is too deep"))
     except (ValueError, TypeError, OverflowError) as exc:  # a scalar the constructor could not build
@@ -554,6 +554,27 @@ def _expands_too_far(node: yaml.Node, source: str, max_expanded: int,
     return Problem(source, node.start_mark.line + 1, "", "",
                    f"the document expands to about {size:,} bytes through YAML aliases (at most {max_expanded:,}): "
                    "refused")
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def unquoted(message: str) -> str:
+    """PyYAML's message without the text it quotes (a tag, a key, a scalar: on a Secret's or a token's line, the
+    secret); its own names ('<block end>') and single characters ('\\t') stay."""
+    return _QUOTED.sub(lambda m: m[0] if len(m[0]) <= 5 or m[0][1:2] == "<" else "'...'", message)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, never the text: str(exc) quotes the offending line, which in a tokens file or a kubeconfig
+    holds a token or a key."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        what = unquoted(" ".join(w for w in (exc.context, exc.problem) if w) or "a syntax error")
+        return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark else what
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character {exc.position + 1}: {exc.reason} (a control character, or not UTF-8)"
+    return type(exc).__name__
 
 
 def _one_line(exc: BaseException) -> str:

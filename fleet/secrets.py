@@ -12,7 +12,8 @@ values come from, first to last:
    `__` once encoded, so the first two `__` split them (`ml`/`team-hf` is `ML__TEAM_HF__...`, `ml-team`/`hf` is
    `ML_TEAM__HF__...`). A namespace or name with `--`, or a name with `.`, has no such variable;
 3. files `<secrets dir>/<namespace>/<name>/<key>` (`--secrets-dir`; the layout of a mounted Secret), each part
-   one path segment, and the file inside the folder once links are followed (a mounted Secret's own links are).
+   one path segment, and the file inside its namespace's folder once links are followed (a mounted Secret's own
+   links are; a link to another namespace's folder is not).
 
 A `SecretValue` never shows its text in `repr`, `str` or an f-string; `reveal()` is the one way out, used
 only where the value goes into a Pulumi secret.
@@ -83,13 +84,14 @@ class SecretRef:
 
     def file_in(self, directory: Path) -> Path | None:
         """The file holding the value under `directory`, or None when a part is not one path segment or the file
-        (links followed) is outside the folder."""
+        (links followed) is outside its namespace's folder: a link in one namespace's folder to another's (or a
+        namespace's folder that is a link) would hand that namespace's secrets to a reference from this one."""
         parts = (self.namespace, self.name, self.key)
         if any(not p or "/" in p or "\\" in p or "\0" in p or p in (".", "..") for p in parts):
             return None
         path = directory.joinpath(*parts)
         try:
-            if not path.resolve(strict=True).is_relative_to(directory.resolve(strict=True)):
+            if not path.resolve(strict=True).is_relative_to(directory.resolve(strict=True) / self.namespace):
                 return None
         except (OSError, RuntimeError):  # missing, or a loop of links
             return None

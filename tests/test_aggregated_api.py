@@ -10,6 +10,7 @@ import datetime
 import shutil
 import ssl
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,8 @@ import uvicorn
 from automation.operator.export import PULUMI_IMAGE
 from automation.portal.app import create_app
 from automation.portal.auth import TokensFile
-from automation.portal.front_proxy import FrontProxySettings, attributes
+from automation.portal import front_proxy
+from automation.portal.front_proxy import ClusterReviewer, FrontProxySettings, attributes
 from automation.portal.store import Store
 from tests.portal_server import API, TEAM_A, free_port, write_tokens
 from workloads import aggregated_api
@@ -174,17 +176,15 @@ class StrictReviewer:
                    for ns in (attrs.get("namespace", ""), "*"))
 
 
-@pytest.fixture(scope="module")
-def front_proxied(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("front-proxy")
+@contextmanager
+def _front_proxied_portal(folder: Path, reviewer):
+    """A portal over TLS that believes the front proxy (CA `proxy_ca`, name front-proxy-client) and asks `reviewer`."""
     proxy_ca, rogue_ca, server_ca = _cert("front-proxy-ca", ca=True), _cert("rogue-ca", ca=True), _cert("srv-ca", ca=True)
     files = {"proxy_ca": _write(folder, "proxy-ca", proxy_ca)[0], "server_ca": _write(folder, "server-ca", server_ca)[0],
              "client": _write(folder, "client", _cert("front-proxy-client", proxy_ca)),
              "other_name": _write(folder, "other", _cert("someone-else", proxy_ca)),
              "rogue": _write(folder, "rogue", _cert("front-proxy-client", rogue_ca))}
     cert, key = _write(folder, "server", _cert("portal", server_ca, server=True))
-    reviewer = StrictReviewer({("alice", "list", "modeldeployments", "team-a"), ("alice", "get", "modeldeployments", "team-a"),
-                               ("system:masters", "list", "modeldeployments", "*")})
     settings = FrontProxySettings(Path(files["proxy_ca"]), ("front-proxy-client",), reviewer)
     store = Store(f"sqlite:///{folder / 'portal.db'}")
     app = create_app(store, TokensFile(write_tokens(folder)), apply=False, front_proxy=settings)
@@ -200,9 +200,19 @@ def front_proxied(tmp_path_factory):
             break
         except httpx.HTTPError:
             threading.Event().wait(0.1)
-    yield url, files, reviewer
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield url, files
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def front_proxied(tmp_path_factory):
+    reviewer = StrictReviewer({("alice", "list", "modeldeployments", "team-a"), ("alice", "get", "modeldeployments", "team-a"),
+                               ("system:masters", "list", "modeldeployments", "*")})
+    with _front_proxied_portal(tmp_path_factory.mktemp("front-proxy"), reviewer) as (url, files):
+        yield url, files, reviewer
 
 
 def _client(files, cert: str | None):
@@ -236,6 +246,22 @@ def test_a_front_proxied_user_is_authorized_by_the_cluster(front_proxied):
         assert "namespace" not in reviewer.reviews[-1]["resourceAttributes"]
 
 
+@pytest.mark.parametrize("headers,groups", [
+    ([("X-Remote-Group", "system:masters,team-a")], ["system:masters,team-a"]),  # one value is one group
+    ([("X-Remote-Group", "system:masters"), ("X-Remote-Group", "team-a")], ["system:masters", "team-a"]),
+    ([("X-Remote-Group", "")], []),
+])
+def test_each_remote_group_header_is_one_group_as_the_api_server_reads_it(front_proxied, headers, groups):
+    """Issue 65: a value was split on commas, so `X-Remote-Group: system:masters,team-a` (one group named so) was
+    reviewed as membership of system:masters."""
+    url, files, reviewer = front_proxied
+    with _client(files, "client") as proxy:
+        proxy.get(f"{url}{API}/namespaces/team-a/modeldeployments",
+                  headers=[("X-Remote-User", "alice"), ("X-Remote-User", "mallory"), *headers])
+    assert reviewer.reviews[-1]["groups"] == groups
+    assert reviewer.reviews[-1]["user"] == "alice"  # the first user header, as the API server's headerValue
+
+
 @pytest.mark.parametrize("cert,headers,code", [
     (None, {}, 401),  # no certificate, no header, no token
     (None, {"X-Remote-User": "alice"}, 401),  # the header alone, from anyone, means nothing
@@ -264,6 +290,14 @@ def test_bearer_tokens_keep_working_beside_the_front_proxy(front_proxied):
 @pytest.mark.parametrize("method,path,query,expected", [
     ("GET", f"{API}/namespaces/ns/modeldeployments", "", ("list", "modeldeployments", "ns", "", "")),
     ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=true", ("watch", "modeldeployments", "ns", "", "")),
+    # issue 65: the API server's reading of the parameter (the first value; all but false/0 is a watch)
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=True", ("watch", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=", ("watch", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=yes", ("watch", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=FALSE", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=0", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=false&watch=true", ("list", "modeldeployments", "ns", "", "")),
+    ("GET", f"{API}/namespaces/ns/modeldeployments", "watch=true&watch=false", ("watch", "modeldeployments", "ns", "", "")),
     ("PUT", f"{API}/namespaces/ns/modeldeployments/q/scale", "", ("update", "modeldeployments", "ns", "q", "scale")),
     ("DELETE", f"{API}/namespaces/ns/modelservices", "", ("deletecollection", "modelservices", "ns", "", "")),
     ("POST", f"{API}/inferenceclusters", "", ("create", "inferenceclusters", "", "", "")),
@@ -271,3 +305,96 @@ def test_bearer_tokens_keep_working_beside_the_front_proxy(front_proxied):
 def test_request_attributes_are_the_api_servers(method, path, query, expected):
     a = attributes(method, path, query)
     assert (a.verb, a.resource, a.namespace, a.name, a.subresource) == expected and not a.path
+
+
+# ---- a cluster whose authorization does not answer ---------------------------------------------------------------
+
+class HangingReviewer:
+    """A cluster whose SubjectAccessReviews never come back (until the test lets them go)."""
+
+    def __init__(self):
+        self.entered, self.release, self._lock = 0, threading.Event(), threading.Lock()
+
+    def allowed(self, review: dict) -> bool:
+        with self._lock:
+            self.entered += 1
+        self.release.wait(60)
+        return True
+
+
+def test_a_review_that_never_answers_takes_a_bounded_few_threads_and_healthz_answers(tmp_path, monkeypatch):
+    """Issue 65: each request's review held a worker thread with no timeout: 50 of them stalled /healthz. Reviews
+    now run on MAX_REVIEWS threads of their own; the next request is answered 429 with Retry-After at once."""
+    monkeypatch.setattr(front_proxy, "REVIEW_TIMEOUT", 30.0)  # they hang for the whole test
+    reviewer = HangingReviewer()
+    with _front_proxied_portal(tmp_path, reviewer) as (url, files):
+        answers: list[httpx.Response | Exception] = []
+
+        def ask() -> None:
+            with _client(files, "client") as proxy:
+                try:
+                    answers.append(proxy.get(f"{url}{API}/namespaces/team-a/modeldeployments",
+                                             headers={"X-Remote-User": "alice"}, timeout=60))
+                except httpx.HTTPError as exc:
+                    answers.append(exc)
+
+        askers = [threading.Thread(target=ask, daemon=True) for _ in range(50)]
+        try:
+            for asker in askers:
+                asker.start()
+            refused = 50 - front_proxy.MAX_REVIEWS
+            for _ in range(600):  # every request past the bound is answered while the others hang
+                if len(answers) >= refused:
+                    break
+                threading.Event().wait(0.05)
+            with _client(files, None) as anyone:
+                assert anyone.get(f"{url}/healthz", timeout=10).status_code == 200
+            assert reviewer.entered == front_proxy.MAX_REVIEWS
+            assert len(answers) == refused
+            assert all(isinstance(a, httpx.Response) and a.status_code == 429 and a.headers["retry-after"] == "1"
+                       and a.json()["reason"] == "TooManyRequests" for a in answers)
+        finally:
+            reviewer.release.set()
+            for asker in askers:
+                asker.join(30)
+        assert len(answers) == 50 and sum(a.status_code == 200 for a in answers if isinstance(a, httpx.Response)) \
+            == front_proxy.MAX_REVIEWS  # let go, the held ones are answered
+
+
+def test_a_review_past_its_timeout_is_a_503(tmp_path, monkeypatch):
+    monkeypatch.setattr(front_proxy, "REVIEW_TIMEOUT", 0.2)
+    reviewer = HangingReviewer()
+    with _front_proxied_portal(tmp_path, reviewer) as (url, files), _client(files, "client") as proxy:
+        try:
+            answer = proxy.get(f"{url}{API}/namespaces/team-a/modeldeployments", headers={"X-Remote-User": "alice"},
+                               timeout=20)
+        finally:
+            reviewer.release.set()
+    assert _status(answer, 503)["message"] == "the cluster's authorization did not answer within 0.2 seconds"
+
+
+def test_the_cluster_reviewer_gives_up_on_an_api_server_that_never_answers():
+    """A SubjectAccessReview to a loopback API server that accepts the connection and never answers."""
+    import socket
+
+    from kubernetes import client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        configuration = client.Configuration()
+        configuration.host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        reviewer = ClusterReviewer(configuration, timeout=0.3)
+        outcome: list[BaseException | bool] = []
+
+        def review() -> None:
+            try:
+                outcome.append(reviewer.allowed(attributes("GET", f"{API}/modeldeployments", "").review("alice", [])))
+            except Exception as exc:
+                outcome.append(exc)
+
+        asking = threading.Thread(target=review, daemon=True)
+        asking.start()
+        asking.join(30)  # a bound for the test itself: the review's own timeout is 0.3 s
+        assert not asking.is_alive(), "the review waited on past its timeout"
+    assert len(outcome) == 1 and isinstance(outcome[0], Exception) and "timed out" in str(outcome[0]).lower()

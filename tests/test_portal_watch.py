@@ -5,15 +5,17 @@ once the change log no longer reaches back, BOOKMARKs, timeoutSeconds, and each 
 from __future__ import annotations
 
 import json
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
 import httpx
 import pytest
+import yaml
 
 from automation.portal import watch
 from tests.manifests import cluster, deployment
-from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, ThreadServer
+from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, TOKENS, ThreadServer
 from tests.test_portal import seed_fleet
 
 COLLECTION = API + "/namespaces/team-a/modeldeployments"
@@ -188,3 +190,73 @@ def test_serve_stops_promptly_with_a_watch_open(tmp_path):
         process.kill()
         raise
     assert process.returncode is not None
+
+
+@pytest.mark.parametrize("query,streams", [
+    ("watch=True", True),  # the Python client's spelling: the API server serves a watch
+    ("watch=", True),
+    ("watch=FALSE", False),
+    ("watch=0", False),
+    ("watch=false&watch=true", False),  # the first value, as front_proxy.attributes authorizes it
+    ("watch=true&watch=false", True),
+])
+def test_the_watch_parameter_is_read_as_the_api_server_reads_it(portal, query, streams):
+    """Issue 65: only `true` and `1` were watches (`watch=True` got a List), and the LAST value was served while the
+    front proxy authorized the FIRST (`watch=false&watch=true`: reviewed as a list, served as a watch)."""
+    with portal.client(TEAM_A) as team:
+        with team.stream("GET", f"{COLLECTION}?{query}&timeoutSeconds=1") as response:
+            assert response.status_code == 200
+            lines = [json.loads(line) for line in response.iter_lines() if line]
+    if streams:
+        assert all("type" in event for event in lines)
+    else:
+        assert [body["kind"] for body in lines] == ["ModelDeploymentList"]
+
+
+def _revoke_team_a(server) -> None:
+    server.tokens_path.write_text(yaml.safe_dump([t for t in TOKENS if t["name"] != "team-a"]))
+
+
+def test_a_watch_of_a_revoked_token_ends_within_the_recheck_interval(tmp_path, monkeypatch):
+    """Issue 65: a watch opened before its token was revoked streamed on until its timeout (up to an hour)."""
+    monkeypatch.setattr(watch, "RECHECK", 0.1)
+    with ThreadServer(tmp_path, check_every=0.05) as server, server.client(TEAM_A) as team:
+        seed_fleet(server, gpus=8)
+        with watching(team, COLLECTION, resourceVersion=version(team), timeoutSeconds="20") as events:
+            _revoke_team_a(server)
+            seen = list(events)  # the stream ends: at the next check, not at timeoutSeconds
+        assert [(e["type"], e["object"]["code"]) for e in seen] == [("ERROR", 401)]
+        assert team.get(COLLECTION).status_code == 401
+
+
+def test_a_watch_of_a_revoked_token_ends_at_its_next_event(tmp_path, monkeypatch):
+    """No event of a revoked watcher's is sent, however long until the periodic check."""
+    monkeypatch.setattr(watch, "RECHECK", 3600.0)
+    with ThreadServer(tmp_path, check_every=0.05) as server, server.client(TEAM_A) as team, \
+            server.client(ADMIN) as admin:
+        seed_fleet(server, gpus=8)
+        with watching(team, COLLECTION, resourceVersion=version(team), timeoutSeconds="20") as events:
+            _revoke_team_a(server)
+            time.sleep(0.2)  # past the tokens file's check interval
+            assert admin.post(COLLECTION, json=deployment("after", namespace="team-a")).status_code == 201
+            first = next(events)
+            rest = list(events)
+        assert (first["type"], first["object"]["code"], rest) == ("ERROR", 401, [])
+
+
+def test_a_watch_ends_when_its_tokens_namespaces_change(tmp_path, monkeypatch):
+    monkeypatch.setattr(watch, "RECHECK", 0.1)
+    with ThreadServer(tmp_path, check_every=0.05) as server, server.client(TEAM_A) as team:
+        seed_fleet(server, gpus=8)
+        with watching(team, COLLECTION, resourceVersion=version(team), timeoutSeconds="20") as events:
+            server.tokens_path.write_text(yaml.safe_dump(
+                [t if t["name"] != "team-a" else {**t, "namespaces": ["team-c"]} for t in TOKENS]))
+            seen = list(events)
+        assert [(e["type"], e["object"]["code"]) for e in seen] == [("ERROR", 401)]
+
+
+def test_a_watch_of_a_valid_token_is_not_ended_by_the_checks(portal, monkeypatch):
+    monkeypatch.setattr(watch, "RECHECK", 0.05)
+    with portal.client(TEAM_A) as team, watching(team, COLLECTION, resourceVersion=version(team),
+                                                   timeoutSeconds="1") as events:
+        assert list(events) == []  # to its timeout, nothing but what changes (nothing)

@@ -82,9 +82,9 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     from automation.portal.worker import operator_runner
 
     try:  # checked before listening; read, not loaded, so that its warnings are said once, by the portal
-        Tokens.parse(Path(tokens_file).read_text(), tokens_file)
+        Tokens.from_bytes(Path(tokens_file).read_bytes(), tokens_file, warn=False)
     except OSError as exc:
-        click.echo(f"error: {tokens_file}: cannot read tokens file: {exc}", err=True)
+        click.echo(f"error: {tokens_file}: cannot read tokens file: {exc.strerror or type(exc).__name__}", err=True)
         raise SystemExit(2) from None
     except TokensFileError as exc:
         click.echo(f"error: {exc}", err=True)

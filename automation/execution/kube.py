@@ -10,6 +10,7 @@ and the API server's own message; a credential never appears in one.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 import yaml
 
 from automation.execution.runner import AutomationError
+from fleet.loader import yaml_problem
 
 FIELD_MANAGER = "modelplane"
 # (apiVersion, kind) -> (resource, namespaced): the kinds the executor writes and reads.
@@ -98,9 +100,31 @@ def _server_message(body: Any) -> str:
 
 
 def _without_values(message: str) -> str:
-    """The client's message without the kubeconfig's values: it shows the entry it could not read as a dict, and
-    that entry can be a user's, with its token (`Expected key user in PATH/{'name': 'u', 'token': '...'}`)."""
-    return " ".join(re.sub(r"\{.*\}", "{...}", message, flags=re.S).split())
+    """The client's message without the kubeconfig's values. It shows an entry it could not read as a dict, and that
+    entry can be a user's, with its token (`Expected key user in PATH/{'name': 'u', 'token': '...'}`); it names a
+    missing file by the value given for its path, which is the key itself when a key was pasted where its path goes
+    (`client-key:` for `client-key-data:`); and an exec or gcp plugin's failure carries its command line and stderr."""
+    message = re.sub(r"\{.*\}", "{...}", message, flags=re.S)
+    message = re.sub(r"File does not exist: .*", "a file it names does not exist (or is a value given where its path "
+                     "goes: certificate-authority, client-certificate, client-key, tokenFile?)", message, flags=re.S)
+    message = re.sub(r"^((?:exec|cmd-path): process returned -?\d+).*", r"\1 (its output is not shown)", message,
+                     flags=re.S)
+    return " ".join(message.split())
+
+
+class _PluginOutput(logging.Filter):
+    """The client logs an exec plugin's failure on the root logger with the plugin's stderr: said without it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "kubernetes" in record.pathname and record.name == "root":
+            record.msg, record.args = "kubeconfig: %s", (_without_values(record.getMessage()),)
+        return True
+
+
+def _quiet_plugins() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(f, _PluginOutput) for f in root.filters):
+        root.addFilter(_PluginOutput())
 
 
 class KubeClient:
@@ -112,6 +136,7 @@ class KubeClient:
         from kubernetes.config.config_exception import ConfigException
 
         self.timeout, self.cluster = timeout, cluster
+        _quiet_plugins()
         try:
             if not kubeconfig.is_file():
                 raise KubeError(f"kubeconfig {kubeconfig}: no such file (settings: kubeconfig, or $KUBECONFIG)")
@@ -122,7 +147,11 @@ class KubeClient:
             self.client = client.ApiClient(configuration)
         except ConfigException as exc:
             raise KubeError(f"kubeconfig {kubeconfig}: {_without_values(str(exc))}") from None
-        except (AttributeError, TypeError, ValueError, KeyError, yaml.YAMLError) as exc:  # a field of the wrong type
+        except yaml.YAMLError as exc:  # line, column and problem: PyYAML's own message quotes the line
+            raise KubeError(f"kubeconfig {kubeconfig}: not readable as YAML: {yaml_problem(exc)}") from None
+        except OSError as exc:  # a file it names (tokenFile) cannot be read: the path may be a pasted value
+            raise KubeError(f"kubeconfig {kubeconfig}: cannot read a file it names ({exc.strerror or type(exc).__name__})") from None
+        except (AttributeError, TypeError, ValueError, KeyError) as exc:  # a field of the wrong type
             raise KubeError(f"kubeconfig {kubeconfig}: not a kubeconfig the Kubernetes client can read "
                             f"({type(exc).__name__}); check it with `kubectl config view --kubeconfig {kubeconfig}`") from None
         self.server = self.client.configuration.host

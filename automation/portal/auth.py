@@ -12,7 +12,8 @@ It is parsed with a strict schema: booleans are booleans (`admin: "false"` is an
 admin), unknown keys, empty or duplicate tokens, duplicate names, malformed `tokenSha256` and entries
 with both `token` and `tokenSha256` are errors naming the entry. Prefer `tokenSha256`: then the file holds no
 usable secret. Tokens are compared in constant time; a token is never logged or returned.
-`TokensFile` reloads the file when it changes (or on SIGHUP); a bad reload keeps the old tokens.
+`TokensFile` reloads the file when its bytes change (or on SIGHUP); a file that is gone or does not load grants
+nothing until it loads (fail closed). No message quotes the file's text: YAML errors say line, column and problem.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 
 from fleet.errors import ModelplaneError
+from fleet.loader import yaml_problem
 
 log = logging.getLogger("modelplane.portal")
 
@@ -94,6 +96,28 @@ def _entry_label(data: object, index: int) -> str:
     return f"entry {index} ({name})" if isinstance(name, str) else f"entry {index}"
 
 
+_FIELDS = {*TokenEntry.model_fields, *TokensDocument.model_fields, *Quota.model_fields}
+_TOKEN_MIN = 16  # TokenEntry.token's min_length: anything shorter is no token
+
+
+def _shown(part: int | str, named: set[str]) -> str:
+    """A part of an error's location, unless it could be a token written where a key goes (`{name: a, token
+    s3cr3t...}` has the key `token s3cr3t...`): keys the schema knows, short ones and namespaces an entry names."""
+    if not isinstance(part, str) or part in _FIELDS or len(part) < _TOKEN_MIN or part in named or part == "[key]":
+        return str(part)
+    return f"<a key of {len(part)} characters, not shown>"
+
+
+def _namespaces_named(data: object) -> set[str]:
+    items = data.get("tokens") if isinstance(data, dict) else data
+    named: set[str] = set()
+    for item in items if isinstance(items, list) else []:
+        listed = item.get("namespaces") if isinstance(item, dict) else None
+        if isinstance(listed, list):
+            named.update(n for n in listed if isinstance(n, str))
+    return named
+
+
 class Tokens:
     def __init__(self, entries: list[tuple[str, Principal]], quotas: dict[str, Quota] | None = None):
         self._entries = entries  # (sha256 hex, principal)
@@ -104,7 +128,7 @@ class Tokens:
         try:
             data = yaml.load(text, Loader=_NoAliasLoader)
         except yaml.YAMLError as exc:
-            raise TokensFileError(f"{path}: not readable as YAML: {' '.join(str(exc).split())[:200]}") from None
+            raise TokensFileError(f"{path}: not readable as YAML: {yaml_problem(exc)}") from None
         document = {"tokens": data} if isinstance(data, list) else data
         try:
             parsed = TokensDocument.model_validate(document)
@@ -112,13 +136,14 @@ class Tokens:
             if not isinstance(data, list) and not isinstance(data, dict):
                 raise TokensFileError(f"{path}: expected a list of tokens or {{tokens: [...], quotas: {{...}}}}") from None
             said = []  # every bad entry, so that one round of fixes is enough
-            for error in exc.errors()[:10]:
-                where = list(error["loc"])
-                if len(where) >= 2 and where[0] == "tokens" and isinstance(where[1], int):
-                    field = ".".join(str(p) for p in where[2:]) or "entry"
-                    said.append(f"{_entry_label(data, where[1])}: {field}: {error['msg']}")
+            named = _namespaces_named(data)
+            for error in exc.errors()[:10]:  # a message never has the input, and keys are shown only when safe
+                where = [_shown(p, named) for p in error["loc"]]
+                if len(where) >= 2 and where[0] == "tokens" and isinstance(error["loc"][1], int):
+                    field = ".".join(where[2:]) or "entry"
+                    said.append(f"{_entry_label(data, error['loc'][1])}: {field}: {error['msg']}")
                 else:
-                    said.append(f"{'.'.join(str(p) for p in where) or 'file'}: {error['msg']}")
+                    said.append(f"{'.'.join(where) or 'file'}: {error['msg']}")
             more = f"; and {exc.error_count() - 10} more" if exc.error_count() > 10 else ""
             raise TokensFileError(f"{path}: " + "; ".join(said) + more) from None
         entries: list[tuple[str, Principal]] = []
@@ -139,11 +164,19 @@ class Tokens:
     @classmethod
     def load(cls, path: str | Path) -> Tokens:
         try:
-            text = Path(path).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TokensFileError(f"{path}: cannot read tokens file: {exc}") from None
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise TokensFileError(f"{path}: cannot read tokens file: {exc.strerror or type(exc).__name__}") from None
+        return cls.from_bytes(raw, path)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, path: str | Path, warn: bool = True) -> Tokens:
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise TokensFileError(f"{path}: byte {exc.start + 1} is not UTF-8") from None
         tokens = cls.parse(text, path)
-        if tokens.has_plaintext(text) and readable_by_others(path):
+        if warn and tokens.has_plaintext(text) and readable_by_others(path):
             log.warning("%s holds plaintext tokens and is readable by other users: chmod 600 it, or use tokenSha256",
                         path)
         return tokens
@@ -184,8 +217,12 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 
 class TokensFile:
-    """The current tokens of a file: reloaded when the file changes (looked at once a second) or on SIGHUP.
-    A reload that fails keeps the tokens in force and logs why, so a typo never locks everyone out."""
+    """The current tokens of a file: reloaded when its bytes change (looked at once a second) or on SIGHUP.
+
+    Fail closed: a file that is gone, or that no longer loads, grants nothing (every token is refused, the quotas in
+    force stay) until it loads again, and each check says so in an error log line (and /readyz answers 503), so a
+    revocation saved with a typo never leaves the revoked token working. docs/portal.md "Tokens" argues the choice.
+    The file must load at start (TokensFileError)."""
 
     def __init__(self, path: str | Path, check_every: float = 1.0):
         import time
@@ -194,37 +231,51 @@ class TokensFile:
         self._clock = time.monotonic
         self._check_every = check_every
         self._lock = threading.Lock()
-        self._current = Tokens.load(self.path)
-        self._stamp = self._stat()
+        raw = self._read()
+        if raw is None:
+            raise TokensFileError(f"{self.path}: cannot read tokens file: no such file, or not readable")
+        self._current = Tokens.from_bytes(raw, self.path)
+        self._seen: bytes | None = hashlib.sha256(raw).digest()  # the bytes loaded: a change of content, whatever the stat says
         self._checked = self._clock()
         self.last_error: str | None = None
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _read(self) -> bytes | None:
         try:
-            info = os.stat(self.path)
-            return info.st_mtime_ns, info.st_size, info.st_ino
+            return self.path.read_bytes()
         except OSError:
             return None
 
     def reload(self) -> bool:
-        """Load the file now; True when the new tokens are in force."""
+        """Load the file now; True when its tokens are in force."""
         with self._lock:
-            self._stamp, self._checked = self._stat(), self._clock()
-            try:
-                self._current = Tokens.load(self.path)
-            except TokensFileError as exc:
-                self.last_error = str(exc)
-                log.error("tokens not reloaded, the previous ones stay in force: %s", exc)
-                return False
-            self.last_error = None
-            log.warning("tokens reloaded from %s", self.path)
-            return True
+            return self._load(self._read(), force=True)
+
+    def _load(self, raw: bytes | None, force: bool = False) -> bool:
+        seen = hashlib.sha256(raw).digest() if raw is not None else None
+        if seen == self._seen and not force:
+            if self.last_error is not None:  # still broken: said at every check until it is fixed
+                log.error("every token is refused until the tokens file loads: %s", self.last_error)
+            return self.last_error is None
+        self._seen, self._checked = seen, self._clock()
+        try:
+            if raw is None:
+                raise TokensFileError(f"{self.path}: the tokens file is gone (or not readable)")
+            self._current = Tokens.from_bytes(raw, self.path)
+        except TokensFileError as exc:
+            self._current = Tokens([], self._current.quotas)  # no caller; the quotas in force stay
+            self.last_error = str(exc)
+            log.error("every token is refused until the tokens file loads: %s", exc)
+            return False
+        self.last_error = None
+        log.warning("tokens reloaded from %s", self.path)
+        return True
 
     def current(self) -> Tokens:
         if self._clock() - self._checked >= self._check_every:
-            self._checked = self._clock()
-            if self._stat() != self._stamp:
-                self.reload()
+            with self._lock:
+                if self._clock() - self._checked >= self._check_every:
+                    self._checked = self._clock()
+                    self._load(self._read())
         return self._current
 
     def resolve(self, token: str | None) -> Principal | None:

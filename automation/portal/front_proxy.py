@@ -13,16 +13,19 @@ scoped to exactly what the review allowed (its namespace, or every namespace for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import parse_qs
 
 from automation.portal.auth import Principal
 from automation.portal.guard import Caller, status_body
+from automation.portal.watch import requested as watch_requested
 
 PEER_CERT = "modelplane.peer_cert"  # the verified client certificate (DER), put in each request's state
 GROUP, VERSION = "modelplane.ai", "v1alpha1"
@@ -65,7 +68,7 @@ def attributes(method: str, path: str, query: str) -> Attributes:
     if len(parts) > 3 or not all(SEGMENT.match(p) for p in parts):
         return Attributes(verb=verb, path=path)  # no resource of ours: the routes answer 404
     if verb == "get" and not name:
-        verb = "watch" if parse_qs(query).get("watch", [""])[0] in ("true", "1") else "list"
+        verb = "watch" if watch_requested(query) else "list"
     if verb == "delete" and not name:
         verb = "deletecollection"
     return Attributes(verb, resource, namespace, name, subresource)
@@ -76,17 +79,25 @@ class AccessReviewer(Protocol):
         """Whether the cluster allows the SubjectAccessReview `review` (raises when the cluster refuses it)."""
 
 
-class ClusterReviewer:
-    """SubjectAccessReviews created with the pod's service account (bound to system:auth-delegator)."""
+REVIEW_TIMEOUT = 5.0  # seconds a SubjectAccessReview may take (the API server's webhook authorizer: 30; ours is one hop)
+MAX_REVIEWS = 16  # reviews in flight at once: the next request is answered 429 at once rather than waiting
 
-    def __init__(self) -> None:
+
+class ClusterReviewer:
+    """SubjectAccessReviews created with the pod's service account (bound to system:auth-delegator), each given
+    REVIEW_TIMEOUT seconds to connect and to answer. `configuration`: another API server's (tests); default the
+    pod's own."""
+
+    def __init__(self, configuration=None, timeout: float = REVIEW_TIMEOUT) -> None:
         from kubernetes import client, config
 
-        config.load_incluster_config()
-        self._api = client.AuthorizationV1Api()
+        if configuration is None:
+            config.load_incluster_config()
+        self._api = client.AuthorizationV1Api(client.ApiClient(configuration) if configuration else None)
+        self.timeout = timeout
 
     def allowed(self, review: dict) -> bool:
-        answer = self._api.create_subject_access_review(review)
+        answer = self._api.create_subject_access_review(review, _request_timeout=(self.timeout, self.timeout))
         return bool(answer.status and answer.status.allowed)
 
 
@@ -129,27 +140,35 @@ class FrontProxy:
 
     def __init__(self, app, ca_file: Path, allowed_names: tuple[str, ...], reviewer: AccessReviewer):
         self.app, self.ca, self.allowed_names, self.reviewer = app, Path(ca_file).read_bytes(), allowed_names, reviewer
+        # reviews run on threads of their own, at most MAX_REVIEWS at once: a cluster that does not answer holds
+        # those and no more, never the threads that serve everything else (/healthz answers on the event loop)
+        self._threads = ThreadPoolExecutor(MAX_REVIEWS, thread_name_prefix="access-review")
+        self._slots = threading.BoundedSemaphore(MAX_REVIEWS)
 
     async def __call__(self, scope, receive, send):
-        from starlette.concurrency import run_in_threadpool
-
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         state = scope.setdefault("state", {})
         state.pop("caller", None)  # only this middleware and the guard set it
         der = state.pop(PEER_CERT, None)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        user = headers.get("x-remote-user")
+        user = next(iter(_values(scope, b"x-remote-user")), None)  # the first one, as the API server reads it
         if der is None or not user:
             return await self.app(scope, receive, send)
         name = verified_name(der, self.ca)
         if name is None or (self.allowed_names and name not in self.allowed_names):
             return await _refuse(send, 401, "Unauthorized", "the client certificate is not the front proxy's")
-        groups = [g.strip() for k, v in scope.get("headers", []) if k.lower() == b"x-remote-group"
-                  for g in v.decode("latin-1").split(",") if g.strip()]
+        groups = _values(scope, b"x-remote-group")
         asked = attributes(scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1"))
+        if not self._slots.acquire(blocking=False):
+            return await _refuse(send, 429, "TooManyRequests", "too many authorization reviews in flight; retry",
+                                 ((b"retry-after", b"1"),))
+        review = self._threads.submit(self.reviewer.allowed, asked.review(user, groups))
+        review.add_done_callback(lambda _: self._slots.release())  # its thread is free (or it never started)
         try:
-            allowed = await run_in_threadpool(self.reviewer.allowed, asked.review(user, groups))
+            allowed = await asyncio.wait_for(asyncio.wrap_future(review), REVIEW_TIMEOUT + 1)
+        except TimeoutError:  # a reviewer without a timeout of its own: the slot stays taken until it returns
+            return await _refuse(send, 503, "ServiceUnavailable",
+                                 f"the cluster's authorization did not answer within {REVIEW_TIMEOUT:g} seconds")
         except Exception as exc:  # the cluster did not answer: never a guess
             return await _refuse(send, 503, "ServiceUnavailable", f"the cluster's authorization failed: {type(exc).__name__}")
         if not allowed:
@@ -163,10 +182,17 @@ class FrontProxy:
         return await self.app(scope, receive, send)
 
 
-async def _refuse(send, code: int, reason: str, message: str) -> None:
+def _values(scope, name: bytes) -> list[str]:
+    """Every non-empty value of a header, each one whole: the API server's request-header authenticator takes each
+    `X-Remote-Group` value as one group (a group name may hold a comma; several groups are several headers)."""
+    return [v.decode("latin-1").strip() for k, v in scope.get("headers", [])
+            if k.lower() == name and v.strip()]
+
+
+async def _refuse(send, code: int, reason: str, message: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = status_body(code, reason, message)
-    await send({"type": "http.response.start", "status": code,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.start", "status": code, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable
+from urllib.parse import parse_qs
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -29,11 +30,21 @@ log = logging.getLogger("modelplane.portal")
 POLL = 0.25  # seconds between reads of the current resourceVersion (one read per process, whatever the watchers)
 BOOKMARK_EVERY = 60.0  # seconds between BOOKMARKs, as the API server sends them about once a minute
 DEFAULT_TIMEOUT, MAX_TIMEOUT = 1800, 3600  # seconds a watch lasts (the API server: 30 to 60 minutes)
+RECHECK = 5.0  # seconds at most between checks that the watcher's token (or session) still names the same caller
 API_VERSION = "modelplane.ai/v1alpha1"
 
 
+def requested(query: str) -> bool:
+    """Whether a list request is a watch, as the API server decides it (apimachinery converts ListOptions.Watch with
+    Convert_Slice_string_To_bool): the FIRST `watch` value, and any value but `false` (any case) or `0` is a watch,
+    an empty one too (the Python client sends `watch=True`). Authorization (front_proxy.attributes) and serving both
+    ask here, so `watch=false&watch=true` cannot be authorized as a list and served as a watch."""
+    values = parse_qs(query, keep_blank_values=True).get("watch") or []
+    return bool(values) and values[0] != "0" and values[0].lower() != "false"
+
+
 def watching(request: Request) -> bool:
-    return request.query_params.get("watch") in ("true", "1")
+    return requested(request.scope.get("query_string", b"").decode("latin-1"))
 
 
 class Tail:
@@ -102,8 +113,28 @@ def respond(portal: Portal, who: Principal, kind: str, namespace: str | None, re
     seconds = min(int(timeout), MAX_TIMEOUT) if timeout else DEFAULT_TIMEOUT
     bookmarks = params.get("allowWatchBookmarks") == "true"
     shown = shape(request, kind)
-    stream = events(portal, who, kind, namespace, int(version) or None, seconds, bookmarks, matches, shown)
+    stream = events(portal, who, kind, namespace, int(version) or None, seconds, bookmarks, matches, shown,
+                    still_allowed(portal, who, request))
     return StreamingResponse(stream, media_type="application/json")
+
+
+def still_allowed(portal: Portal, who: Principal, request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether the request's credentials still name `who` (a revoked token, an ended session or a token whose
+    namespaces changed: no). A front-proxied caller was authorized by the cluster for this request and is not
+    asked again: the API server in front holds that watch, as it holds its own."""
+    caller = request.scope.get("state", {}).get("caller")
+    headers, cookies = request.headers, request.cookies
+
+    async def check() -> bool:
+        if caller is not None and caller.how == "front-proxy":
+            return True
+        if headers.get("authorization", "").lower().startswith("bearer "):
+            now = portal.authenticate(headers, {})  # in memory, on the loop (deps.caller does the same)
+        else:
+            now = await run_in_threadpool(portal.authenticate, headers, cookies)  # a session: a database read
+        return now is not None and now.principal == who
+
+    return check
 
 
 def shape(request: Request, kind: str) -> Callable[[dict], dict]:
@@ -125,7 +156,10 @@ def line(kind_of_event: str, obj: dict) -> bytes:
 
 async def events(portal: Portal, who: Principal, kind: str, namespace: str | None, start: int | None,
                  seconds: float, bookmarks: bool, matches: Callable[[dict], bool],
-                 shown: Callable[[dict], dict] = lambda body: body) -> AsyncIterator[bytes]:
+                 shown: Callable[[dict], dict] = lambda body: body,
+                 allowed: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[bytes]:
+    """The watch's lines. `allowed`: asked before each batch of events and at least every RECHECK seconds; once it
+    says no, the watch ends with an ERROR event (401), as a revoked token's next request would be answered."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     store, tail = portal.store, tail_of(portal)
@@ -153,10 +187,19 @@ async def events(portal: Portal, who: Principal, kind: str, namespace: str | Non
     else:
         since = start
     next_bookmark = loop.time() + BOOKMARK_EVERY
+    next_check = loop.time() + RECHECK
     first = True
     while (left := deadline - loop.time()) > 0:
         if not first:
-            await tail.wait_past(since, min(left, next_bookmark - loop.time()) if bookmarks else left)
+            wake = min(next_bookmark, next_check) if bookmarks else next_check
+            await tail.wait_past(since, min(left, max(0.0, wake - loop.time())))
+        if allowed is not None and (loop.time() >= next_check or (not first and tail.version > since)):
+            next_check = loop.time() + RECHECK
+            if not await allowed():
+                yield line("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                     "message": "the watch's credentials are no longer valid (revoked, or changed)",
+                                     "reason": "Unauthorized", "code": 401})
+                return
         if first or tail.version > since:
             oldest, current, found = await run_in_threadpool(changed, since)
             if since < oldest:

@@ -62,6 +62,26 @@ def test_a_link_out_of_the_secrets_dir_is_not_followed_but_a_mounted_secrets_own
     assert store.get(SecretRef("ml-team", "hf", "OTHER")) is None
 
 
+@pytest.mark.parametrize("link", ["key", "name", "namespace"])
+def test_a_link_in_one_namespaces_folder_never_reaches_anothers(tmp_path, link):
+    """Issue 65: the link stayed inside --secrets-dir, so it was followed into the other namespace's folder."""
+    secrets = tmp_path / "secrets"
+    (secrets / "other-ns" / "hf").mkdir(parents=True)
+    (secrets / "other-ns" / "hf" / "HF_TOKEN").write_text("other-ns's token\n")
+    (secrets / "ml-team").mkdir()
+    if link == "key":  # ml-team/hf/HF_TOKEN -> ../../other-ns/hf/HF_TOKEN
+        (secrets / "ml-team" / "hf").mkdir()
+        (secrets / "ml-team" / "hf" / "HF_TOKEN").symlink_to("../../other-ns/hf/HF_TOKEN")
+    elif link == "name":  # ml-team/hf -> ../other-ns/hf
+        (secrets / "ml-team" / "hf").symlink_to("../other-ns/hf")
+    else:  # the namespace's folder itself
+        (secrets / "ml-team").rmdir()
+        (secrets / "ml-team").symlink_to("other-ns")
+    store = SecretStore(environ={}, directory=secrets)
+    assert store.get(SecretRef("other-ns", "hf", "HF_TOKEN")).reveal() == "other-ns's token"
+    assert store.get(SecretRef("ml-team", "hf", "HF_TOKEN")) is None
+
+
 def _cache_fleet(tmp_path, auth: dict, extra: list[dict] = ()) -> pathlib.Path:
     docs = [d for d in yaml.safe_load_all((ROOT / "examples" / "models" / "qwen3-coder.yaml").read_text()) if d]
     next(d for d in docs if d["kind"] == "ModelCache")["spec"]["huggingFace"]["authSecret"] = auth

@@ -103,18 +103,65 @@ def test_plaintext_tokens_readable_by_others_are_warned_about(tmp_path, caplog):
     assert "readable by other users" not in caplog.text
 
 
-def test_a_revoked_token_stops_working_without_a_restart_and_a_bad_edit_keeps_the_old_tokens(tmp_path):
+def test_a_revoked_token_stops_working_without_a_restart_and_a_bad_edit_refuses_every_token(tmp_path):
+    """Issue 65: a revocation saved with a typo kept the old tokens, the one being revoked with them. Now a file that
+    does not load grants nothing (fail closed), and /readyz says why, until it is fixed."""
     with ThreadServer(tmp_path, check_every=0.05) as portal:
         with portal.client(TEAM_A) as team:
             assert team.get(API + "/namespaces/team-a/modeldeployments").status_code == 200
             portal.tokens_path.write_text(yaml.safe_dump([t for t in TOKENS if t["name"] != "team-a"]))
             time.sleep(0.2)
             assert team.get(API + "/namespaces/team-a/modeldeployments").status_code == 401
-        portal.tokens_path.write_text("- {name: ops, admin: maybe}\n")  # a typo while editing
-        time.sleep(0.2)
-        with portal.client(ADMIN) as admin:
-            assert admin.get("/plan").status_code == 200  # the tokens in force stay in force
-        assert "admin" in (portal.tokens.last_error or "")
+        with portal.client(ADMIN) as admin, portal.client(None) as anyone:
+            portal.tokens_path.write_text("- {name: ops, admin: maybe}\n")  # a typo while editing
+            time.sleep(0.2)
+            assert admin.get("/plan").status_code == 401
+            ready = anyone.get("/readyz")
+            assert ready.status_code == 503 and "every token is refused" in ready.json()["message"]
+            assert "entry 0 (ops): admin" in ready.json()["message"]
+            assert anyone.get("/healthz").status_code == 200  # alive: nothing to restart
+            portal.tokens_path.write_text(yaml.safe_dump(TOKENS))  # fixed
+            time.sleep(0.2)
+            assert admin.get("/plan").status_code == 200 and anyone.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("broken", ["typo", "deleted", "empty", "not utf-8"])
+def test_a_tokens_file_that_does_not_load_refuses_every_token_and_says_so_at_each_check(tmp_path, caplog, broken):
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump({"tokens": [{"name": "ops", "token": "ops-token-00000001"}],
+                                    "quotas": {"team-a": {"maxGPUs": 4}}}))
+    holder = TokensFile(path, check_every=0)
+    assert holder.resolve("ops-token-00000001") is not None
+    if broken == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes({"typo": b"- {name: ops, token: ops-token-00000001, admin: maybe}\n", "empty": b"",
+                          "not utf-8": b"- {name: ops, token: ops-token-\xff0000001}\n"}[broken])
+    with caplog.at_level(logging.ERROR, logger="modelplane.portal"):
+        assert holder.resolve("ops-token-00000001") is None
+        assert holder.resolve("ops-token-00000001") is None
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(said) == 2 and all("every token is refused" in m for m in said)  # each check, not once
+    assert holder.last_error and holder.quotas["team-a"].maxGPUs == 4  # the limits in force stay
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001"}]))
+    assert holder.resolve("ops-token-00000001") is not None and holder.last_error is None
+
+
+def test_an_edit_that_keeps_the_size_and_the_modification_time_is_seen(tmp_path):
+    """Issue 65: changes were told by (mtime, size, inode), so an edit in place restoring the mtime was never
+    loaded. They are told by the file's bytes."""
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump([{"name": "ops", "token": "ops-token-00000001"}]))
+    before = os.stat(path)
+    holder = TokensFile(path, check_every=0)
+    with open(path, "r+b") as file:  # the same inode, the same size
+        text = file.read()
+        file.seek(0)
+        file.write(text.replace(b"ops-token-00000001", b"ops-token-00000002"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_mtime_ns, after.st_size, after.st_ino) == (before.st_mtime_ns, before.st_size, before.st_ino)
+    assert holder.resolve("ops-token-00000002") is not None and holder.resolve("ops-token-00000001") is None
 
 
 def test_sighup_reloads_the_tokens_file_of_a_running_portal(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from automation.portal.auth import TokensFile
 from automation.portal.deps import Objects
 from automation.portal.service import ApiError
 
@@ -14,14 +15,20 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/healthz")
-def healthz():
-    """The process answers (liveness): no database, no token."""
+async def healthz():
+    """The process answers (liveness): no database, no token, no worker thread (on the event loop: threads held by
+    slow work, a cluster's authorization that does not answer, never make it look dead)."""
     return {"status": "ok"}
 
 
 @router.get("/readyz")
 def readyz(portal: Objects):
-    """The portal can serve (readiness): its database answers."""
+    """The portal can serve (readiness): its tokens file loads (else every token is refused) and its database
+    answers."""
+    if isinstance(portal.tokens, TokensFile):
+        portal.tokens.current()  # the file as it is now (looked at once a second at most)
+        if portal.tokens.last_error:
+            raise ApiError(503, "ServiceUnavailable", f"every token is refused: {portal.tokens.last_error}")
     try:
         with portal.store.read() as conn:
             portal.store.get_state(conn, "plan")
