@@ -76,17 +76,13 @@ def main() -> None:
     parser.add_argument("--attackers", type=int, default=3)
     parser.add_argument("--copies", type=int, default=20)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        portal = Portal(Path(folder))
-        try:
-            with portal.client(ADMIN) as admin:
-                seed_one_cluster(admin, gpus=8)
-            with portal.client(TEAM_B) as team:
-                team.put(f"{API}/namespaces/team-b/modeldeployments/target",
-                         json=deployment("target", namespace="team-b")).raise_for_status()
-            accepted, others, answers = attack(portal, args.seconds, args.attackers, args.copies)
-        finally:
-            portal.close()
+    with tempfile.TemporaryDirectory() as folder, Portal(Path(folder)) as portal:
+        with portal.client(ADMIN) as admin:
+            seed_one_cluster(admin, gpus=8)
+        with portal.client(TEAM_B) as team:
+            team.put(f"{API}/namespaces/team-b/modeldeployments/target",
+                     json=deployment("target", namespace="team-b")).raise_for_status()
+        accepted, others, answers = attack(portal, args.seconds, args.attackers, args.copies)
     print(f"{args.attackers} attackers, {args.copies} copies each patch, {args.seconds:g} s")
     if accepted:
         print(f"team-a: {len(accepted)} writes accepted, p50 {percentile(accepted, .5) * 1000:.1f} ms, "
