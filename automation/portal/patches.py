@@ -108,7 +108,10 @@ def _measured(target: Any, operation: dict) -> tuple[list[dict], int]:
     return [operation], 0  # remove, move, test put nothing new in (and a copy from nowhere fails as it runs)
 
 
-class _Add(jsonpatch.AddOperation):
+_AddOperation: Any = jsonpatch.AddOperation  # its stubs leave out the _apply and _add it documents for subclasses
+
+
+class _Add(_AddOperation):
     """An add that inserts its value as it is: the library deep-copies it (up to a second per megabyte of small
     values) lest the document share it with the patch, which here is parsed for this one request and applied once."""
 
@@ -213,9 +216,10 @@ def _overlaps(path: Path, trie: Trie) -> bool:
     for key in path:
         if None in node:
             return True
-        node = node.get(key)
-        if node is None:
+        below = node.get(key)
+        if below is None:
             return False
+        node = below
     return True
 
 
