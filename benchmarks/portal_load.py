@@ -40,6 +40,12 @@ class Portal:
         self.process.terminate()
         self.process.wait(10)
 
+    def __enter__(self) -> Portal:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
 
 def run_for(threads: list[threading.Thread], seconds: float, stop: threading.Event) -> None:
     """Start the threads, let them run for `seconds`, then set `stop` and wait for each."""
@@ -120,12 +126,8 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=20)
     parser.add_argument("--readers", type=int, default=4)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        portal = Portal(Path(folder))
-        try:
-            run(portal, args)
-        finally:
-            portal.close()
+    with tempfile.TemporaryDirectory() as folder, Portal(Path(folder)) as portal:
+        run(portal, args)
 
 
 def run(portal: Portal, args) -> None:

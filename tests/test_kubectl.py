@@ -262,6 +262,9 @@ def test_scale_then_delete(session):
     kubectl(env, "apply", "-f", "-", stdin=MANIFEST.replace("applied", "scaled").replace("REPLICAS", "1"))
     assert kubectl(env, "scale", "md", "scaled", "--replicas=2").stdout.strip() == "modeldeployment.modelplane.ai/scaled scaled"
     assert replicas_of(env, "scaled") == "2"
+    # a server-side dry run is checked and answered, and scales nothing (it once scaled for real: issue 65)
+    assert "server dry run" in kubectl(env, "scale", "md", "scaled", "--replicas=4", "--dry-run=server").stdout
+    assert replicas_of(env, "scaled") == "2"
     assert kubectl(env, "delete", "md", "scaled").stdout.strip() == 'modeldeployment.modelplane.ai "scaled" deleted'
     gone = kubectl(env, "get", "md", "scaled", check=False)
     assert gone.returncode == 1 and "NotFound" in gone.stderr

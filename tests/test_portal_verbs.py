@@ -108,6 +108,54 @@ def test_post_with_dry_run_validates_and_stores_nothing(team):
               422, "Invalid")
 
 
+# ---- dryRun=All on every write --------------------------------------------------------------------------------
+
+def _applied_config(replicas: int) -> bytes:
+    return yaml.safe_dump(deployment("dryrun", namespace="team-a", replicas=replicas)).encode()
+
+
+DRY_RUNS = [  # (what, method, path under the object, body, media type, the object exists before?, expected code)
+    ("create", "POST", None, json.dumps(deployment("dryrun", namespace="team-a")).encode(), "application/json", False, 201),
+    ("put-create", "PUT", "", json.dumps(deployment("dryrun", namespace="team-a")).encode(), "application/json", False, 201),
+    ("put-update", "PUT", "", json.dumps(deployment("dryrun", namespace="team-a", replicas=2)).encode(),
+     "application/json", True, 200),
+    ("merge-patch", "PATCH", "", b'{"spec":{"replicas":3}}', MERGE, True, 200),
+    ("json-patch", "PATCH", "", b'[{"op":"replace","path":"/spec/replicas","value":3}]', JSON_PATCH, True, 200),
+    ("apply-patch", "PATCH", "", _applied_config(3), APPLY, True, 200),
+    ("delete", "DELETE", "", b"", "application/json", True, 200),
+    ("scale-put", "PUT", "/scale", b'{"kind":"Scale","apiVersion":"autoscaling/v1","spec":{"replicas":4}}',
+     "application/json", True, 200),
+    ("scale-merge-patch", "PATCH", "/scale", b'{"spec":{"replicas":4}}', MERGE, True, 200),
+    ("scale-json-patch", "PATCH", "/scale", b'[{"op":"replace","path":"/spec/replicas","value":4}]', JSON_PATCH,
+     True, 200),
+]
+
+
+@pytest.mark.parametrize("what,method,under,body,media,exists,code", DRY_RUNS, ids=[row[0] for row in DRY_RUNS])
+def test_a_dry_run_of_every_write_stores_nothing(team, what, method, under, body, media, exists, code):
+    """Finding (issue 65): `dryRun=All` was ignored on /scale (`kubectl scale --dry-run=server` scaled 1 to 4)."""
+    if exists:
+        fresh(team, "dryrun")
+    else:
+        team.delete(OBJ.format(name="dryrun"))
+    before = team.get(OBJ.format(name="dryrun"))
+    listed = version_of(team)
+    path = COLLECTION if under is None else OBJ.format(name="dryrun") + under
+    answer = team.request(method, path, content=body, headers={"Content-Type": media},
+                          params={"dryRun": "All", "fieldManager": "dry", **({"force": "true"} if media == APPLY else {})})
+    assert answer.status_code == code, answer.text
+    after = team.get(OBJ.format(name="dryrun"))
+    assert after.status_code == before.status_code == (200 if exists else 404)
+    if exists:  # unchanged: its version, its spec, its metadata
+        assert {k: v for k, v in after.json().items() if k != "status"} == {
+            k: v for k, v in before.json().items() if k != "status"}
+    assert version_of(team) == listed  # nothing at all was stored
+
+
+def version_of(team: httpx.Client) -> str:
+    return team.get(COLLECTION).json()["metadata"]["resourceVersion"]
+
+
 # ---- PATCH: merge and JSON patches ---------------------------------------------------------------------------
 
 PATCHES = [  # (media type, patch made from the object as created, expected replicas, expected image)
@@ -265,6 +313,12 @@ DELETES = [  # (options made from the stored object, expected code, deleted?)
     (lambda o: {"propagationPolicy": "Sometimes"}, 422, False),
     (lambda o: {"dryRun": ["All"]}, 200, False),
     (lambda o: [1], 400, False),
+    # a malformed value is a 400, as DeleteOptions that do not decode are (an empty list deleted without preconditions)
+    (lambda o: {"preconditions": []}, 400, False),
+    (lambda o: {"preconditions": ""}, 400, False),
+    (lambda o: {"preconditions": {"resourceVersion": 1}}, 400, False),
+    (lambda o: {"dryRun": {}}, 400, False),
+    (lambda o: {"preconditions": None}, 200, True),
 ]
 
 

@@ -97,6 +97,30 @@ def test_an_expired_resource_version_is_an_error_event_with_410_gone(portal):
             assert list(events) == []
 
 
+def test_another_namespaces_writes_never_expire_a_teams_resume_point(portal):
+    """Finding (issue 65): one team's 1,000 writes expired every other team's watch resume point (the change log's
+    window was global). The window is per kind and namespace now (automation/portal/store.py)."""
+    with portal.client(TEAM_A) as team:
+        assert team.put(OBJ.format(name="a1"), json=deployment("a1", namespace="team-a")).status_code == 201
+        since = version(team)
+        with watching(team, COLLECTION, resourceVersion=since, timeoutSeconds="1") as events:
+            assert list(events) == []
+        store = portal.store
+        for i in range(store.watch_window + 5):  # team-b's writes, straight to the store: only the log matters
+            with store.write() as conn:
+                body = deployment(f"b{i % 7}", namespace="team-b")
+                store.put(conn, "ModelDeployment", "team-b", body, store.get(conn, "ModelDeployment", "team-b", body[
+                    "metadata"]["name"]))
+        assert team.patch(OBJ.format(name="a1"), content=b'{"spec":{"replicas":2}}', headers=MERGE).status_code == 200
+        for path in (COLLECTION, API + "/modeldeployments"):  # its namespace, and every namespace it can see
+            with watching(team, path, resourceVersion=since, timeoutSeconds="1") as events:
+                seen = [(e["type"], e["object"]["metadata"].get("name")) for e in events]
+            assert seen == [("MODIFIED", "a1")], path
+    with portal.client(ADMIN) as admin:  # an admin's watch of every namespace spans team-b's window: expired
+        with watching(admin, API + "/modeldeployments", resourceVersion=since) as events:
+            assert [e["object"]["code"] for e in events] == [410]
+
+
 def test_bookmarks_carry_the_current_resource_version(portal, monkeypatch):
     monkeypatch.setattr(watch, "BOOKMARK_EVERY", 0.1)
     with portal.client(TEAM_A) as team, portal.client(ADMIN) as admin:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import copy
 import json
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 import jsonpatch  # RFC 6902 with its `test` op and JSON pointers: kept by the python-json-patch project, small, pure
+import jsonpointer
 
-from automation.portal.service import ApiError
+from automation.portal.service import MAX_OBJECT, ApiError
 
 MERGE, JSON_PATCH, STRATEGIC, APPLY = ("application/merge-patch+json", "application/json-patch+json",
                                        "application/strategic-merge-patch+json", "application/apply-patch+yaml")
@@ -26,6 +28,12 @@ SYSTEM_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", 
                    "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName")
 Path = tuple[str, ...]
 MISSING = object()
+# A JSON patch's budget (docs/portal.md, "Threat model"): at most the API server's number of operations, and the values
+# its add, replace and copy operations put in, at most one object's worth in all (the API server's json-patch has an
+# accumulated copy size limit too). Counted before each operation runs: 20 copies of an object into itself doubled it
+# 20 times, to 2.7 GB in 36 s of the one writer's time, before the result's size was ever looked at.
+MAX_OPERATIONS = 10_000
+MAX_PATCH_GROWTH = MAX_OBJECT
 
 
 def unsupported(content_type: str) -> ApiError:
@@ -48,24 +56,73 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def json_patch(target: dict, raw: bytes) -> Any:
-    """RFC 6902. A malformed patch is a 400, one that does not apply (a failing `test`, a missing path) a 422, as the
-    API server answers them."""
+def json_patch(target: Any, raw: bytes) -> Any:
+    """RFC 6902, applied in place to `target` (a copy the caller made). A malformed patch is a 400, one that does not
+    apply (a failing `test`, a missing path) a 422, as the API server answers them; one past its budget (above) a 413,
+    before the operation that would pass it runs."""
     try:
         operations = json.loads(raw)
     except (ValueError, RecursionError):
         raise ApiError(400, "BadRequest", "the body is not a JSON patch (a JSON list of operations)") from None
     if not isinstance(operations, list) or not all(isinstance(op, dict) for op in operations):
         raise ApiError(400, "BadRequest", "a JSON patch is a list of operation objects")
+    if len(operations) > MAX_OPERATIONS:  # the API server's words
+        raise ApiError(413, "RequestEntityTooLarge", f"The allowed maximum operations in a JSON patch is "
+                                                     f"{MAX_OPERATIONS}, got {len(operations)}")
     try:
-        patch = jsonpatch.JsonPatch(operations)
-        return patch.apply(target)
+        patch = jsonpatch.JsonPatch(operations)  # every operation checked before any runs
+        added = 0
+        for index, operation in enumerate(patch):
+            steps, size = _measured(target, operation)
+            added += size
+            if added > MAX_PATCH_GROWTH:
+                raise ApiError(413, "RequestEntityTooLarge", f"the JSON patch's operation {index} ({operation['op']}) "
+                               f"would take what its add, replace and copy operations put in past {MAX_PATCH_GROWTH} "
+                               "bytes")
+            target = _Steps(steps).apply(target, in_place=True)
+        return target
     except jsonpatch.JsonPatchTestFailed as exc:
         raise ApiError(422, "Invalid", f"the JSON patch's test failed: {str(exc)[:200]}") from None
     except jsonpatch.JsonPatchConflict as exc:
         raise ApiError(422, "Invalid", f"the JSON patch does not apply: {str(exc)[:200]}") from None
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError) as exc:
         raise ApiError(400, "BadRequest", f"the JSON patch is malformed: {str(exc)[:200]}") from None
+
+
+def _measured(target: Any, operation: dict) -> tuple[list[dict], int]:
+    """The steps that make the operation, and the bytes (as JSON) it puts into the document: its value, or what it
+    copies. A copy is an add of its source's JSON text decoded again (the text is its measure; decoding it, in C, is
+    ten times faster than a deep copy), a replace a remove and an add (RFC 6902 defines it so). Measuring a source
+    costs no more than copying it would: it lies in a document that is within its budget so far."""
+    kind, path = operation["op"], operation["path"]
+    if kind in ("add", "replace"):
+        size = len(json.dumps(operation.get("value"), separators=(",", ":")))
+        if kind == "add" or path == "":
+            return [operation], size
+        return [{"op": "remove", "path": path}, {"op": "add", "path": path, "value": operation.get("value")}], size
+    if kind == "copy":
+        source = jsonpointer.resolve_pointer(target, operation["from"], MISSING)
+        if source is not MISSING:
+            text = json.dumps(source, separators=(",", ":"))
+            return [{"op": "add", "path": path, "value": json.loads(text)}], len(text)
+    return [operation], 0  # remove, move, test put nothing new in (and a copy from nowhere fails as it runs)
+
+
+_AddOperation: Any = jsonpatch.AddOperation  # its stubs leave out the _apply and _add it documents for subclasses
+
+
+class _Add(_AddOperation):
+    """An add that inserts its value as it is: the library deep-copies it (up to a second per megabyte of small
+    values) lest the document share it with the patch, which here is parsed for this one request and applied once."""
+
+    def _apply(self, obj: Any, journal: Any) -> Any:
+        if "value" not in self.operation:
+            return super()._apply(obj, journal)  # the library's error
+        return self._add(obj, self.operation["value"], journal)
+
+
+class _Steps(jsonpatch.JsonPatch):
+    operations = MappingProxyType({**jsonpatch.JsonPatch.operations, "add": _Add})
 
 
 # ---- field managers ---------------------------------------------------------------------------------------------
@@ -137,8 +194,33 @@ def managers_of(body: dict | None) -> Managers:
     return out
 
 
-def _overlap(a: Path, b: Path) -> bool:
-    return a[:len(b)] == b or b[:len(a)] == a
+Trie = dict  # paths as nested maps, key by key; None marks where a path ends
+
+
+def _trie(*groups: set[Path]) -> Trie:
+    root: Trie = {}
+    for paths in groups:
+        for path in paths:
+            node = root
+            for key in path:
+                node = node.setdefault(key, {})
+            node[None] = True
+    return root
+
+
+def _overlaps(path: Path, trie: Trie) -> bool:
+    """Whether `path` is a prefix of a path in `trie`, or has one as its prefix: one walk down, so an apply costs its
+    paths times their depth, not the paths of one manager times another's (managedFields are the client's to send,
+    up to 256 KiB of them)."""
+    node = trie
+    for key in path:
+        if None in node:
+            return True
+        below = node.get(key)
+        if below is None:
+            return False
+        node = below
+    return True
 
 
 def _entries(managers: Managers, api_version: str, stamped: set[tuple[str, str]], before: list) -> list[dict]:
@@ -181,10 +263,10 @@ def apply(live: dict | None, config: dict, manager: str, force: bool) -> dict:
     managers = managers_of(live)
     applied = leaves(tracked(config))
     mine = managers.pop((manager, "Apply"), set())
-    others = set().union(*managers.values()) if managers else set()
+    kept = _trie(applied, *managers.values())
     result = base
     for path in mine - applied:  # dropped from this manager's config: gone, unless another manager keeps it
-        if not any(_overlap(path, q) for q in others) and not any(_overlap(path, q) for q in applied):
+        if not _overlaps(path, kept):
             _remove(result, path)
     result = merge_patch(result, _without_nulls(tracked(config)))
     conflicts = sorted({(who, path) for (who, operation), fields in managers.items() for path in fields

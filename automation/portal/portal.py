@@ -341,7 +341,7 @@ class Portal:
 
     @forwarded
     def scale(self, namespace: str, name: str, replicas: int | None, sent_version, raw: bytes = b"",
-              content_type: str = "", manager: str = "modelplane-portal") -> dict:
+              content_type: str = "", manager: str = "modelplane-portal", dry_run: bool = False) -> dict:
         """`kubectl scale`: spec.replicas set on the deployment as stored once this write holds the write lock, so a
         write that committed after the caller read the object is kept, never reverted (as Kubernetes' scale
         subresource updates the latest object). With `sent_version`, only if the object is still at it (409).
@@ -358,7 +358,7 @@ class Portal:
                                 if k in ("name", "namespace", "labels", "annotations")}
             return parse_body(json.dumps(body).encode(), "ModelDeployment", namespace, name)  # the same checks as a PUT
 
-        return self._write("ModelDeployment", namespace, name, scaled, sent_version, manager)[0]
+        return self._write("ModelDeployment", namespace, name, scaled, sent_version, manager, dry_run)[0]
 
     @staticmethod
     def _patched_scale(existing: dict, raw: bytes, content_type: str) -> int:

@@ -27,6 +27,13 @@ from workloads.render import model_stack
 API = "/apis/modelplane.ai/v1alpha1"  # the group and version every manifest names
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
 MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
+# metadata the API server sets and ignores from a client (on a deletion, which here removes the object at once)
+SERVER_METADATA = ("deletionTimestamp", "deletionGracePeriodSeconds")
+# metadata that would promise what this portal does not do: refused (docs/portal.md, "Threat model")
+UNKEPT_METADATA = {
+    "finalizers": "this portal has no controller that removes finalizers: the object could never be deleted",
+    "ownerReferences": "this portal has no garbage collector: the owner's deletion would never delete this object",
+}
 PLURALS = {
     "modeldeployments": ("ModelDeployment", True), "modelservices": ("ModelService", True),
     "modelcaches": ("ModelCache", True), "modelendpoints": ("ModelEndpoint", True),
@@ -90,9 +97,14 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
         raise ApiError(400, "BadRequest", f"metadata.name {meta.get('name')!r} does not match the path ({name!r})")
     if namespace is not None and meta.get("namespace") not in (None, namespace):
         raise ApiError(400, "BadRequest", f"metadata.namespace {meta.get('namespace')!r} does not match the path ({namespace!r})")
+    for field, why in UNKEPT_METADATA.items():
+        if meta.get(field):
+            raise ApiError(422, "Invalid", f"{kind} {name!r} is invalid: metadata.{field}: Forbidden: {why}",
+                           [{"field": f"metadata.{field}", "message": f"Forbidden: {why}"}])
     # completed as a copy: the document's data stays as parsed, which its map of lines is made from when asked
     data = {key: value for key, value in data.items() if key != "status"}  # status is the portal's to write
-    data["metadata"] = {**meta, "name": name, **({"namespace": namespace} if namespace is not None else {})}
+    data["metadata"] = {**{k: v for k, v in meta.items() if k not in SERVER_METADATA},
+                        "name": name, **({"namespace": namespace} if namespace is not None else {})}
     obj, found, _ = validate_document(replace(doc, data=data))
     if found or obj is None:
         errors = [p for p in found if not p.warning] or found

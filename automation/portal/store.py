@@ -28,7 +28,10 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, Operati
 
 from fleet.errors import ModelplaneError
 
-WATCH_WINDOW = 1000  # changes kept for watches (Kubernetes keeps etcd's last 5 minutes): older ones are a 410
+# changes kept for watches, per kind and namespace, so that one team's writes never expire another team's resume point
+# (Kubernetes keeps etcd's last 5 minutes of every change): a watch from an older one is a 410
+WATCH_WINDOW = 1000
+WATCH_LOG_LIMIT = 50_000  # and at most this many in all (the oldest go first), whatever the namespaces written
 WRITE_WAIT = 5.0  # seconds a write waits for the fleet-wide write lock before it is answered 503
 MAX_WAITING_WRITES = 8  # writes queued at once; more are answered 503 at once (threads stay free for reads)
 SESSION_HOURS = 12
@@ -92,6 +95,14 @@ changes = Table(
     Column("type", String(16), nullable=False),  # ADDED | MODIFIED | DELETED
     Column("body", Text, nullable=False),  # the object as stored by it (the last one stored, for DELETED)
 )
+CHANGES_SCOPE = Index("changes_scope", changes.c.kind, changes.c.namespace, changes.c.resource_version)
+# per kind and namespace, the newest change pruned from the log: a watch of that scope resumes from there or later
+watch_floors = Table(
+    "watch_floors", metadata,
+    Column("kind", String(64), primary_key=True),
+    Column("namespace", String(63), primary_key=True),
+    Column("version", Integer, nullable=False),
+)
 
 sessions = Table(
     "sessions", metadata,
@@ -150,6 +161,7 @@ class Store:
                 conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
         try:
             metadata.create_all(self.engine)
+            CHANGES_SCOPE.create(self.engine, checkfirst=True)  # a database made before the index was
         except DBAPIError as exc:
             raise StoreError(f"cannot open database {shown}: {' '.join(str(exc.orig).split())[:200]}") from None
         self._local = threading.Lock()
@@ -160,7 +172,7 @@ class Store:
             self._watcher = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_WRITES)
         self._split_placements()
-        self.watch_window = WATCH_WINDOW
+        self.watch_window, self.watch_log_limit = WATCH_WINDOW, WATCH_LOG_LIMIT
         with self.engine.connect() as conn, conn.begin():  # watches reach back to here, no further
             if self.get_state(conn, "changesFrom") is None:
                 self.set_state(conn, "changesFrom", self.get_state(conn, "resourceVersion") or "0")
@@ -313,18 +325,40 @@ class Store:
                  body: dict) -> None:
         conn.execute(changes.insert().values(resource_version=version, kind=kind, namespace=namespace,
                                              name=body["metadata"]["name"], type=kind_of_change, body=json.dumps(body)))
-        oldest = version - self.watch_window
-        if oldest > int(self.get_state(conn, "changesFrom") or "0"):  # a bounded window, pruned as it moves
-            conn.execute(changes.delete().where(changes.c.resource_version <= oldest))
-            self.set_state(conn, "changesFrom", str(oldest))
+        scope = (changes.c.kind == kind, changes.c.namespace == namespace)
+        cut = conn.execute(select(changes.c.resource_version).where(*scope).order_by(
+            changes.c.resource_version.desc()).offset(self.watch_window).limit(1)).scalar()
+        if cut is not None:  # the scope's window, pruned as it moves
+            conn.execute(changes.delete().where(*scope, changes.c.resource_version <= cut))
+            self._raise_floor(conn, kind, namespace, cut)
+        if version % 100 == 0:  # now and then: the whole log's bound
+            cut = conn.execute(select(changes.c.resource_version).order_by(changes.c.resource_version.desc())
+                               .offset(self.watch_log_limit).limit(1)).scalar()
+            if cut is not None:
+                for pruned_kind, pruned_namespace, newest in conn.execute(
+                        select(changes.c.kind, changes.c.namespace, func.max(changes.c.resource_version))
+                        .where(changes.c.resource_version <= cut).group_by(changes.c.kind, changes.c.namespace)):
+                    self._raise_floor(conn, pruned_kind, pruned_namespace, newest)
+                conn.execute(changes.delete().where(changes.c.resource_version <= cut))
 
-    def changes_since(self, conn: Connection, version: int, kind: str, namespace: str | None,
-                      limit: int = 500) -> tuple[int, int, builtins.list[dict]]:
+    @staticmethod
+    def _raise_floor(conn: Connection, kind: str, namespace: str, version: int) -> None:
+        where = (watch_floors.c.kind == kind, watch_floors.c.namespace == namespace)
+        if not conn.execute(watch_floors.update().where(*where).values(version=version)).rowcount:
+            conn.execute(watch_floors.insert().values(kind=kind, namespace=namespace, version=version))
+
+    def changes_since(self, conn: Connection, version: int, kind: str, namespace: str | None, limit: int = 500,
+                      among: Callable[[str], bool] | None = None) -> tuple[int, int, builtins.list[dict]]:
         """(the oldest version a watch may start from, the current version, the changes after `version` up to it
         of `kind`, in `namespace` unless None: each {resourceVersion, type, namespace, name, body text}; an ADDED or
-        MODIFIED change's text is the text stored by that write)."""
+        MODIFIED change's text is the text stored by that write). The oldest version is the scope's: with `namespace`
+        None, the newest of the namespaces' own (`among`: only those namespaces')."""
         current = int(self.get_state(conn, "resourceVersion") or "0")  # read first: every change up to it is committed
-        since = int(self.get_state(conn, "changesFrom") or "0")
+        floors = select(watch_floors.c.namespace, watch_floors.c.version).where(watch_floors.c.kind == kind)
+        if namespace is not None:
+            floors = floors.where(watch_floors.c.namespace == namespace)
+        since = max([int(self.get_state(conn, "changesFrom") or "0")]  # watches reach back to the store's start
+                    + [floor for ns, floor in conn.execute(floors) if among is None or among(ns)])
         query = select(changes.c.resource_version, changes.c.type, changes.c.namespace, changes.c.body,
                        changes.c.name).where(
             changes.c.resource_version > version, changes.c.resource_version <= current, changes.c.kind == kind)

@@ -7,7 +7,9 @@ changes. A watch holds no worker thread while it waits (an async generator on th
 worker thread for their milliseconds only).
 
 resourceVersion absent or "0": the current objects first, as ADDED, then what changes; N: the changes after N, or,
-when the log no longer reaches back to N, one ERROR event with a 410 Expired Status (clients list again).
+when the log no longer reaches back to N, one ERROR event with a 410 Expired Status (clients list again). The log
+keeps each namespace's last changes of a kind (store.py), so a watch of the namespaces its caller sees is never
+expired by another team's writes.
 """
 
 from __future__ import annotations
@@ -164,8 +166,11 @@ async def events(portal: Portal, who: Principal, kind: str, namespace: str | Non
     deadline = loop.time() + seconds
     store, tail = portal.store, tail_of(portal)
 
-    def visible(row: dict) -> bool:  # cluster-scoped objects are everyone's to read
-        return row["namespace"] == "" or who.can_see(row["namespace"])
+    def visible_namespace(namespace: str) -> bool:  # cluster-scoped objects are everyone's to read
+        return namespace == "" or who.can_see(namespace)
+
+    def visible(row: dict) -> bool:
+        return visible_namespace(row["namespace"])
 
     def initial() -> tuple[int, list[dict]]:
         with store.read() as conn:
@@ -174,7 +179,8 @@ async def events(portal: Portal, who: Principal, kind: str, namespace: str | Non
 
     def changed(after: int) -> tuple[int, int, list[tuple[str, dict]]]:
         with store.read() as conn:
-            oldest, current, rows = store.changes_since(conn, after, kind, namespace)
+            oldest, current, rows = store.changes_since(conn, after, kind, namespace,
+                                                        among=None if who.admin else visible_namespace)
             rows = [r for r in rows if visible(r)]
             bodies = portal.statuses([json.loads(r["body"]) for r in rows], conn) if rows else []
         return oldest, current, [(r["type"], b) for r, b in zip(rows, bodies)]

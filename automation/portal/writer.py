@@ -9,8 +9,10 @@ at a time (the write queue, `writes.py`, already serializes them), and answer or
 stay in the serving process and see each write as soon as it commits: both open the same database, and the read
 cache watches its marker (`Store.marker`), which moves with any connection's commit.
 
-A writer that dies is replaced; the write it was running is answered 503 (its transaction was not committed, or
-committed just before: the client reads the object back, as after any lost answer).
+A writer that dies is replaced. A write it had not begun is sent to the new one (certain not to have run: the pool
+knew its writer was gone before taking it, or the writer had not marked it begun); the write it was running is
+answered 503 (its transaction was not committed, or committed just before: the client reads the object back, as
+after any lost answer).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from automation.portal.service import ApiError
 log = logging.getLogger("modelplane.portal")
 
 _portal: Any = None  # in the writer process: the Portal whose write verbs run there
+_begun: Any = None  # in the writer process: where it marks each write it begins (WriteWorker._begun)
 
 
 class WriteWorker:
@@ -36,23 +39,40 @@ class WriteWorker:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        context = multiprocessing.get_context("spawn")
+        # the number of the last write a writer began, written by it before the write does anything
+        self._begun = context.RawValue("q", 0)
         # spawned, not forked: the serving process has threads (a fork could copy a lock held by one of them)
-        self._new = lambda: ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_start, initargs=(database, str(tokens_file), apply,
-                                                                              os.getpid()))
+        self._new = lambda: ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start, initargs=(
+            database, str(tokens_file), apply, os.getpid(), self._begun))
         self._pool = self._new()
         self._replacing = threading.Lock()
+        self._sending = threading.Lock()
+        self._sent = 0  # the number of the last write sent (one writer runs them in the order sent)
         self._pool.submit(int).result()  # started (imports, the replanner) before the portal listens
 
     def call(self, verb: str, args: tuple, kwargs: dict) -> Any:
-        pool = self._pool
-        try:
-            return pool.submit(_write, verb, args, kwargs).result()
-        except BrokenProcessPool:
-            self._replace(pool)
-            raise ApiError(503, "ServiceUnavailable", "the portal's writer stopped during this write; it may or may "
-                                                      "not have been stored: read the object back, then retry",
-                           headers={"Retry-After": "1"}) from None
+        for _attempt in range(2):  # a write the dead writer never began goes to the new one, once
+            pool = self._pool
+            with self._sending:
+                self._sent += 1
+                number = self._sent
+                try:
+                    future = pool.submit(_write, number, verb, args, kwargs)
+                except BrokenProcessPool:  # the pool knew: its writer died while idle, and nothing was sent
+                    self._replace(pool)
+                    continue
+            try:
+                return future.result()
+            except BrokenProcessPool:
+                self._replace(pool)
+                if self._begun.value < number:  # the writer died before it began this write
+                    continue
+                raise ApiError(503, "ServiceUnavailable", "the portal's writer stopped during this write; it may or "
+                                                          "may not have been stored: read the object back, then retry",
+                               headers={"Retry-After": "1"}) from None
+        raise ApiError(503, "ServiceUnavailable", "the portal's writer stopped twice before this write began; it was "
+                                                  "not stored: retry", headers={"Retry-After": "1"})
 
     def _replace(self, broken: Any) -> None:
         with self._replacing:
@@ -72,8 +92,9 @@ class WriteWorker:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start(database: str, tokens_file: str, apply: bool, parent: int) -> None:
-    global _portal
+def _start(database: str, tokens_file: str, apply: bool, parent: int, begun: Any) -> None:
+    global _portal, _begun
+    _begun = begun
     from automation.portal.replan_worker import ReplanWorker, fewer_collections, watch_parent
     from automation.portal.auth import TokensFile
     from automation.portal.portal import Portal
@@ -84,7 +105,8 @@ def _start(database: str, tokens_file: str, apply: bool, parent: int) -> None:
     _portal = Portal(Store(database), TokensFile(Path(tokens_file)), apply, ReplanWorker())
 
 
-def _write(verb: str, args: tuple, kwargs: dict) -> Any:
+def _write(number: int, verb: str, args: tuple, kwargs: dict) -> Any:
+    _begun.value = number
     return getattr(_portal, verb)(*args, **kwargs)
 
 

@@ -1,15 +1,13 @@
-"""What the portal composes from ModelDeployments (ModelReplicas, read-only) and the scale subresource."""
+"""What the portal composes from ModelDeployments (ModelReplicas, read-only) and the scale subresource as read (its
+writes are with the other write verbs, routes/verbs.py)."""
 
 from __future__ import annotations
-
-import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from automation.portal.deps import Objects, Who, may_write, queued
+from automation.portal.deps import Objects, Who
 from automation.portal.listing import answer_list, answer_object, list_query
-from automation.portal.portal import Portal
 from automation.portal.service import API, ApiError
 
 router = APIRouter(prefix=API)
@@ -56,37 +54,6 @@ def get_scale(namespace: str, name: str, who: Who, portal: Objects):
         if body is None:
             raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
         return JSONResponse(scale_of(portal.with_status(body, conn)))
-
-
-@router.put("/namespaces/{namespace}/modeldeployments/{name}/scale")
-async def put_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
-    """`kubectl scale`: the Scale's spec.replicas becomes the deployment's, through the same checks as a PUT."""
-    may_write(who, namespace, "modeldeployments")
-    raw = await request.body()
-    return await queued(portal, _rescale, portal, namespace, name, raw)
-
-
-def _rescale(portal: Portal, namespace: str, name: str, raw: bytes) -> JSONResponse:
-    try:
-        wanted = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):  # RecursionError: a body nested too deep to parse
-        raise ApiError(400, "BadRequest", "the body is not a JSON Scale object") from None
-    if not isinstance(wanted, dict):
-        raise ApiError(400, "BadRequest", "the body must be a Scale object")
-    spec, meta = wanted.get("spec", {}), wanted.get("metadata", {})
-    if not isinstance(spec, dict):
-        raise ApiError(400, "BadRequest", "spec must be an object")
-    if not isinstance(meta, dict):
-        raise ApiError(400, "BadRequest", "metadata must be an object")
-    if wanted.get("kind") not in (None, "Scale"):
-        raise ApiError(400, "BadRequest", f"the body's kind {str(wanted.get('kind'))[:80]!r} is not Scale")
-    if meta.get("name") not in (None, name):
-        raise ApiError(400, "BadRequest", f"metadata.name {str(meta.get('name'))[:80]!r} does not match the path")
-    replicas = spec.get("replicas")
-    if not isinstance(replicas, int) or isinstance(replicas, bool):
-        raise ApiError(422, "Invalid", "spec.replicas must be an integer")
-    # the change is made to the object as stored inside the write, never to a copy read before it
-    return JSONResponse(scale_of(portal.scale(namespace, name, replicas, meta.get("resourceVersion"))))
 
 
 def scale_of(body: dict) -> dict:

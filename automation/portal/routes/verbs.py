@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import QueryParams
 
 from automation.portal.deps import Objects, Who, may_write, queued
-from automation.portal.portal import kind_of
+from automation.portal.portal import Portal, kind_of
 from automation.portal.routes.composed import read_only, scale_of
 from automation.portal.routes.objects import respond
 from automation.portal.service import API, ApiError
@@ -99,12 +99,44 @@ async def _patch(portal, kind: str, namespace: str | None, name: str, request: R
                                  dry_run(request.query_params)))
 
 
+@router.put("/namespaces/{namespace}/modeldeployments/{name}/scale")
+async def put_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
+    """`kubectl scale`: the Scale's spec.replicas becomes the deployment's, through the same checks as a PUT."""
+    may_write(who, namespace, "modeldeployments")
+    raw = await request.body()
+    return await queued(portal, _rescale, portal, namespace, name, raw, dry_run(request.query_params))
+
+
+def _rescale(portal: Portal, namespace: str, name: str, raw: bytes, dry: bool) -> JSONResponse:
+    try:
+        wanted = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):  # RecursionError: a body nested too deep to parse
+        raise ApiError(400, "BadRequest", "the body is not a JSON Scale object") from None
+    if not isinstance(wanted, dict):
+        raise ApiError(400, "BadRequest", "the body must be a Scale object")
+    spec, meta = wanted.get("spec", {}), wanted.get("metadata", {})
+    if not isinstance(spec, dict):
+        raise ApiError(400, "BadRequest", "spec must be an object")
+    if not isinstance(meta, dict):
+        raise ApiError(400, "BadRequest", "metadata must be an object")
+    if wanted.get("kind") not in (None, "Scale"):
+        raise ApiError(400, "BadRequest", f"the body's kind {str(wanted.get('kind'))[:80]!r} is not Scale")
+    if meta.get("name") not in (None, name):
+        raise ApiError(400, "BadRequest", f"metadata.name {str(meta.get('name'))[:80]!r} does not match the path")
+    replicas = spec.get("replicas")
+    if not isinstance(replicas, int) or isinstance(replicas, bool):
+        raise ApiError(422, "Invalid", "spec.replicas must be an integer")
+    # the change is made to the object as stored inside the write, never to a copy read before it
+    return JSONResponse(scale_of(portal.scale(namespace, name, replicas, meta.get("resourceVersion"), dry_run=dry)))
+
+
 @router.patch("/namespaces/{namespace}/modeldeployments/{name}/scale")
 async def patch_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
     """`kubectl scale` sends a merge patch of the Scale: applied to the Scale as stored, inside the write."""
     may_write(who, namespace, "modeldeployments")
     body = await queued(portal, portal.scale, namespace, name, None, None, await request.body(),
-                        request.headers.get("content-type", ""), manager(request) or "unknown")
+                        request.headers.get("content-type", ""), manager(request) or "unknown",
+                        dry_run(request.query_params))
     return JSONResponse(scale_of(body))
 
 
@@ -139,10 +171,15 @@ def delete_options(raw: bytes, params: QueryParams) -> tuple[dict, bool]:
     if policy is not None and policy not in POLICIES:
         raise ApiError(422, "Invalid", f"propagationPolicy: Unsupported value: {str(policy)[:40]!r}: supported "
                                        f"values: {', '.join(POLICIES)}")
-    preconditions = options.get("preconditions") or {}
-    if not isinstance(preconditions, dict):
-        raise ApiError(400, "BadRequest", "preconditions must be an object")
-    runs = options.get("dryRun") or []
+    # a value of the wrong type is a 400, as DeleteOptions that do not decode are to the API server: an empty list
+    # read as "no preconditions" deleted what the client meant to delete only if unchanged
+    preconditions = options.get("preconditions")
+    preconditions = {} if preconditions is None else preconditions
+    if not isinstance(preconditions, dict) or any(not isinstance(preconditions.get(field), (str, type(None)))
+                                                  for field in ("uid", "resourceVersion")):
+        raise ApiError(400, "BadRequest", "preconditions must be an object of strings (uid, resourceVersion)")
+    runs = options.get("dryRun")
+    runs = [] if runs is None else runs
     if not isinstance(runs, list) or any(v != "All" for v in runs):
         raise ApiError(400, "BadRequest", 'dryRun: Unsupported value: supported values: "All"')
     return preconditions, bool(runs) or dry_run(params)
