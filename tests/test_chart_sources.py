@@ -76,3 +76,18 @@ def test_the_platform_program_reads_chart_sources_from_stack_config_and_refuses_
     bad = {**good, "modelplane:chartSources": json.dumps({"lws": "relative/path"})}
     with pytest.raises(OfflineRunError, match="chartSources.lws"):
         registered(lambda: platform(fleet), config=bad)
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("lws=relative/lws", "chartSources.lws: 'relative/lws' is neither an absolute path nor a repository URL"),
+    ("lws", "--chart-source 'lws': expected KEY=SOURCE"),
+    ("nope=/srv/x", "chartSources.nope: not a chart the platform installs"),
+])
+def test_a_bad_chart_source_flag_is_one_line_and_exit_2(pair, message, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from automation.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["preview", "--offline", "-f", str(ROOT / "local-fleet"), "--chart-source", pair])
+    assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith(f"error: {message}")

@@ -175,9 +175,10 @@ def test_existing_cluster_kubeconfig_reaches_the_program_as_a_path_never_on_argv
     path.write_text(secret)
     assert missing_kubeconfigs(fleet, {}, ["platform-byo-eu"], tmp_path) == [
         "InferenceCluster/byo-eu is Existing: give its kubeconfig with --kubeconfig byo-eu=PATH, "
-        f"$MODELPLANE_KUBECONFIG_BYO_EU=PATH, the file {tmp_path}/kubeconfigs/byo-eu-kubeconfig, or the Secret: a "
+        f"$MODELPLANE_KUBECONFIG_BYO_EU=PATH, the file {tmp_path}/kubeconfigs/byo-eu-kubeconfig, the Secret: a "
         "v1/Secret modelplane-system/byo-eu-kubeconfig with key 'kubeconfig' given with -f, or "
-        "$MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG"]
+        "$MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG, or start a local fleet for it: "
+        "`modelplane local up` (docs/local-fleet.md)"]
     monkeypatch.setenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG", secret)
     assert missing_kubeconfigs(fleet, {}, ["platform-byo-eu"], tmp_path) == []  # the Secret store has it
     monkeypatch.delenv("MODELPLANE_SECRET_MODELPLANE_SYSTEM__BYO_EU_KUBECONFIG__KUBECONFIG")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sys
 from typing import TYPE_CHECKING
 
@@ -50,10 +52,15 @@ def _apply_options(function):
                             type=click.Path(dir_okay=False),
                             help="A Pulumi stack config file (`config:` of KEY: VALUE, as Pulumi.<stack>.yaml) with "
                                  "the same settings. Repeatable.")(function)
+    function = click.option("--chart-source", "chart_sources", multiple=True, metavar="KEY=SOURCE",
+                            help="Where the platform fetches a chart from: KEY a chart key (or * for every chart), "
+                                 "SOURCE a mirror repository URL (https://, oci://) or an absolute chart path. Merged "
+                                 "into the stack config modelplane:chartSources (docs/platform.md, air-gapped fleets). "
+                                 "Repeatable.")(function)
     function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
-                            help="The kubeconfig file of an Existing cluster (else $MODELPLANE_KUBECONFIG_<CLUSTER>, or "
-                                 ".modelplane/kubeconfigs/<existing.secretRef.name>). Read by the program, kept a "
-                                 "Pulumi secret, never put on a command line. Repeatable.")(function)
+                            help="The kubeconfig file of an Existing cluster (else $MODELPLANE_KUBECONFIG_<CLUSTER>, "
+                                 ".modelplane/kubeconfigs/<existing.secretRef.name>, or the local fleet's). Read by the "
+                                 "program, kept a Pulumi secret, never put on a command line. Repeatable.")(function)
     return paths_option(function)
 
 
@@ -61,7 +68,34 @@ def _stack_run(operation: Operation, common: dict, **chosen) -> StackRun:
     """The options every command that runs stacks takes (`_apply_options`), and what this one adds, typed once."""
     options = dict(common)
     config = stack_settings(options.pop("config_pairs"), options.pop("config_files"))
+    with_chart_sources(config, options.pop("chart_sources"))
     return StackRun(operation=operation, config=config, **options, **chosen)
+
+
+def with_chart_sources(config: dict[str, str], pairs: tuple[str, ...]) -> None:
+    """`--chart-source KEY=SOURCE` merged over the stack config's `modelplane:chartSources`; exit 2 naming what is
+    wrong (the program checks the same)."""
+    from components.versions import chart_sources_problems
+
+    key = "modelplane:chartSources"
+    if not pairs and key not in config:
+        return
+    try:
+        sources = json.loads(config[key]) if key in config else {}
+    except ValueError:
+        sources = config[key]
+    for pair in pairs:
+        name, sep, source = pair.partition("=")
+        if not sep:
+            click.echo(f"error: --chart-source {pair!r}: expected KEY=SOURCE", err=True)
+            raise SystemExit(2)
+        if isinstance(sources, dict):
+            sources[name] = source
+    problems = chart_sources_problems(sources)
+    if problems:
+        click.echo(f"error: {problems[0]}", err=True)
+        raise SystemExit(2)
+    config[key] = json.dumps(sources, sort_keys=True)
 
 
 _PRUNE = click.option("--prune", is_flag=True,

@@ -166,7 +166,8 @@ def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], 
             continue
         lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
                      f"${kubeconfig_env(ic.name)}=PATH, the file {root / 'kubeconfigs' / ic.existing_block.secretRef.name}, "
-                     f"or the Secret: {fleet.secrets.where_to_put(ref)}")
+                     f"the Secret: {fleet.secrets.where_to_put(ref)}, or start a local fleet for it: "
+                     "`modelplane local up` (docs/local-fleet.md)")
     return lines
 
 
