@@ -158,6 +158,64 @@ def test_a_failed_stack_fails_the_command_and_its_dependents_are_never_handed_ov
     assert rows["gateway"]["operator"] == "succeeded" and rows["gateway"]["change"] == "none"
 
 
+def test_ctrl_c_hands_no_more_stacks_to_the_operator(kube, tmp_path, capsys):
+    """Two platform Stacks are handed over and watched (--parallel 2), the third waits for a slot; the operator is
+    busy. A real SIGINT, as a terminal's Ctrl-C, reaches the CLI: the two stop being watched, the third is never
+    applied and is listed as skipped."""
+    import os
+    import signal
+    import threading
+
+    kube.cluster.operator_running = False
+    running = {"platform-byo-eu", "platform-eks-us-west"}
+
+    def ctrl_c() -> None:
+        assert wait_until(lambda: set(kube.cluster.stacks()) == running, timeout=60)
+        os.kill(os.getpid(), signal.SIGINT)  # to the main thread, which waits in the CLI's run_interruptibly
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    assert run(kube, tmp_path, "up", "--skip-check", "--parallel", "2") == 130
+    err = capsys.readouterr().err
+    assert set(kube.cluster.stacks()) == running
+    assert not [r for r in kube.cluster.writes() if (r.body or {}).get("metadata", {}).get("name") ==
+                O("platform-gke-us-central")]  # neither its Program nor its Stack
+    assert all(f"cancelled: {stack}" in err for stack in running) and "stopped waiting" in err
+    assert "skipped: platform-gke-us-central: not started: cancelled" in err
+
+
+def test_a_stack_cancelled_before_it_is_written_never_reaches_the_operator():
+    """Ctrl-C can fall after a stack's run began (its live Stack read) and before its Program and Stack are
+    applied: neither is applied then."""
+    from automation.operator.runner import OperatorRunner
+    from automation.planning.stacks import desired_state
+    from fleet.scheduler import schedule
+    from tests.manifests import run as load
+
+    fleet = load(*[d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+                   if d]).fleet
+    schedule(fleet)
+    spec = desired_state(fleet).specs["model-ml-team.qwen3-8b"]
+
+    class CancelledOnRead:  # the API as the stack sees it: Ctrl-C lands while its live Stack is read
+        def __init__(self) -> None:
+            self.applied: list[str] = []
+
+        def get(self, *_):
+            runner.cancel(spec.name)
+            return None
+
+        def apply(self, obj):
+            self.applied.append(obj["kind"])
+            return {**obj, "metadata": {**obj["metadata"], "generation": 1}}
+
+    api = CancelledOnRead()
+    runner = OperatorRunner(api, ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT),
+                            poll=0, sleep=lambda _: None)
+    result = runner.run("up", spec, lambda event: None)
+    assert not result.ok and "interrupted: not handed to the operator" in (result.error or "")
+    assert "Stack" not in api.applied and "Program" not in api.applied
+
+
 def test_a_stalled_stack_is_a_failure_with_the_operators_reason(kube, tmp_path, capsys):
     kube.cluster.stalls["gateway"] = ("SpecInvalid", "invalid backend URL")
     assert run(kube, tmp_path, "up", "--skip-check") == 1

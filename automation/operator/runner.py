@@ -18,7 +18,9 @@ skipped, state recorded after success); only what "run one stack" means changes:
   "false"` run first), which the CLI allows only with `--yes-destroy-clusters`.
 
 The operator keeps going when this process stops waiting (Ctrl-C, a timeout): the message says so, and
-`modelplane status --executor operator` reads where it got to.
+`modelplane status --executor operator` reads where it got to. What a stack writes to the cluster (its Program,
+its Stack, a delete) is written only while the stack is not cancelled, checked under that stack's own lock, which
+`cancel` takes too: after Ctrl-C nothing more of a stack reaches the operator.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ class OperatorRunner:
         self.clock = clock
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
+        self._gates: dict[str, threading.Lock] = {}  # stack -> held while it writes, and by its cancel
         self._shared_done: set[str] = set()  # namespaces whose shared objects are applied
         self._counter = itertools.count()
 
@@ -205,8 +208,21 @@ class OperatorRunner:
             return RunResult(stack.name, operation, False, error=str(exc))
 
     def cancel(self, stack_name: str) -> None:
-        with self._lock:
+        with self._gate(stack_name), self._lock:  # after a write in flight: none follows
             self._cancelled.add(stack_name)
+
+    def _gate(self, stack: str) -> threading.Lock:
+        with self._lock:
+            return self._gates.setdefault(stack, threading.Lock())
+
+    def _write(self, stack: str, write: Callable[[], Any]) -> Any:
+        """One write of a stack's to the cluster, unless the stack was cancelled (then AutomationError)."""
+        with self._gate(stack):
+            with self._lock:
+                cancelled = stack in self._cancelled
+            if cancelled:
+                raise AutomationError("interrupted: not handed to the operator (nothing more of it was written)")
+            return write()
 
     def rename(self, old: StackId, new: StackId) -> None:
         raise AutomationError(f"stack {old} is recorded under a legacy name: rename it to {new} with the local "
@@ -236,7 +252,7 @@ class OperatorRunner:
         revision = None
         stored: dict = {}
         for obj in objects:
-            stored = self.api.apply(obj)
+            stored = self._write(stack, lambda: self.api.apply(obj))
             on_event({"stack": stack, "type": "resource", "op": "apply", "urn": describe(obj)})
             if obj["kind"] == "Program":  # the operator's artifact revision of a Program is its generation
                 revision = str((stored.get("metadata") or {}).get("generation", ""))
@@ -292,7 +308,7 @@ class OperatorRunner:
                 body["spec"].setdefault("config", {})["modelplane:deletionProtection"] = "false"
                 request = self._request()
                 body["metadata"]["annotations"][RECONCILE_REQUEST] = request
-                stored = self.api.apply(body)
+                stored = self._write(spec.name, lambda: self.api.apply(body))
                 on_event({"stack": spec.name, "type": "diagnostic", "severity": "info",
                           "message": "lifting deletion protection before the destroy"})
                 lifted = self._wait(spec.name, "up", name, int(stored["metadata"]["generation"]), request, None,
@@ -302,8 +318,8 @@ class OperatorRunner:
                 live = self.api.get(*STACKS, namespace, name) or live
             body = _owned(live)
             body["spec"]["destroyOnFinalize"] = True
-            self.api.apply(body)
-        self.api.delete(*STACKS, namespace, name)
+            self._write(spec.name, lambda: self.api.apply(body))
+        self._write(spec.name, lambda: self.api.delete(*STACKS, namespace, name))
         on_event({"stack": spec.name, "type": "resource", "op": "delete", "urn": f"Stack {namespace}/{name}"})
         deadline = self.clock() + self.timeout
         while True:
