@@ -155,6 +155,22 @@ def _labelled(obj: dict, options: ExportOptions, preview: bool = False) -> dict:
     return obj
 
 
+def _own(live: dict | None, spec: StackSpec, name: str, options: ExportOptions) -> dict | None:
+    """The live Stack of this name, when it is this fleet's stack's; AutomationError when it is another stack's
+    (their names' hashes collide, automation/operator/export.py): writing or deleting it would change that one."""
+    if live is None:
+        return None
+    meta = live.get("metadata") or {}
+    stack = (meta.get("annotations") or {}).get(STACK_ANNOTATION)
+    fleet = (meta.get("labels") or {}).get(FLEET_LABEL)
+    if stack != spec.name or fleet != options.fleet_name:
+        holder = f"stack {stack}" + (f" of fleet {fleet}" if fleet else "") if stack else "an object no stack annotates"
+        raise AutomationError(f"the operator object name {name!r} of stack {spec.name} is the live Stack of {holder} "
+                              "(their names' hash collides): nothing was written; rename a cluster or deployment so "
+                              "that they differ")
+    return live
+
+
 def _owned(live: dict) -> dict:
     """What we apply of a live Stack to change one field: its spec and our labels and annotations (server-side
     apply would otherwise drop the fields we own and leave out)."""
@@ -260,7 +276,7 @@ class OperatorRunner:
 
     def _up(self, spec: StackSpec, on_event: EventSink) -> RunResult:
         name = self.options.object_name(spec.id)
-        live = self.api.get(*STACKS, self.options.namespace, name)
+        live = _own(self.api.get(*STACKS, self.options.namespace, name), spec, name, self.options)
         if live is not None and spec.name not in self.force and applied_fingerprint(live) == spec.fingerprint:
             done = verdict(live, (live["metadata"].get("annotations") or {}).get(RECONCILE_REQUEST, ""))
             return RunResult(spec.name, "up", True, outputs=done.outputs if done else {},
@@ -298,7 +314,7 @@ class OperatorRunner:
 
     def _destroy(self, spec: StackSpec, on_event: EventSink) -> RunResult:
         namespace, name = self.options.namespace, self.options.object_name(spec.id)
-        live = self.api.get(*STACKS, namespace, name)
+        live = _own(self.api.get(*STACKS, namespace, name), spec, name, self.options)
         if live is None:
             self.api.delete(*PROGRAMS, namespace, name)
             return RunResult(spec.name, "destroy", True, summary="not on the operator: nothing to destroy")
