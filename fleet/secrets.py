@@ -5,7 +5,10 @@ names `existing.secretRef` (name, key), a kubeconfig, in `modelplane-system` as 
 values come from, first to last:
 
 1. `v1/Secret` manifests given with `-f` next to the fleet (`data` base64, or `stringData`), matched by
-   namespace and name (a Secret must name its namespace: it is read only by references from there);
+   namespace and name (a Secret must name its namespace: it is read only by references from there). A manifest
+   may not give a key that 2. or 3. gives too: the fleet's files (a pull request) would silently replace what
+   the person running the command gives, such as a cluster's kubeconfig; that is a validation error naming
+   the file, the Secret, the key and the other source, never a value;
 2. environment variables `MODELPLANE_SECRET_<NAMESPACE>__<NAME>__<KEY>` (upper case, `-` and `.` as `_`,
    the three parts joined by `__`), which is also how a Pulumi ESC environment hands them over:
    `esc run <env> -- modelplane up ...`. The name is one reference's alone: a namespace and a name never hold
@@ -150,6 +153,15 @@ class SecretStore:
             if path is not None and path.is_file():
                 return SecretValue(path.read_text().rstrip("\n"))
         return None
+
+    def given_elsewhere(self, ref: SecretRef) -> str | None:
+        """Where the environment or the secrets folder gives this reference's value (a name or a path, never the
+        value), or None: a Secret manifest giving it too would replace it (fleet/validate.py refuses that)."""
+        variable = ref.environment_variable
+        if variable is not None and variable in self.environ:
+            return f"${variable}"
+        path = ref.file_in(self.directory) if self.directory is not None else None
+        return str(path) if path is not None and path.is_file() else None
 
     def where_to_put(self, ref: SecretRef) -> str:
         """How a user gives this value (for messages; names the places, never a value)."""
