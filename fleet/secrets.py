@@ -137,8 +137,27 @@ class SecretStore:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     directory: Path | None = None
 
-    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue]) -> None:
+    # where each manifest was given ("file:line"): named by messages and `review`, never a value
+    manifest_places: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue], where: str = "") -> None:
         self.manifests[(namespace, name)] = values
+        self.manifest_places[(namespace, name)] = where
+
+    def manifest_of(self, ref: SecretRef) -> str | None:
+        """The place ("file:line") of the Secret manifest that gives this reference's value, or None."""
+        values = self.manifests.get((ref.namespace, ref.name))
+        return self.manifest_places.get((ref.namespace, ref.name), "") if values and ref.key in values else None
+
+    def manifest_refs(self) -> list[str]:
+        """Every reference a manifest gives (`namespace/name key 'key'`), sorted: what a stack's fingerprint and
+        a kept summary's key hold of the manifests (never a value, nor where: files move between checkouts)."""
+        return sorted(str(SecretRef(ns, name, key)) for (ns, name), values in self.manifests.items() for key in values)
+
+    def source_of(self, ref: SecretRef) -> str | None:
+        """Where `get` reads this reference's value from, named (never the value), or None."""
+        place = self.manifest_of(ref)
+        return f"Secret manifest {place}" if place is not None else self.given_elsewhere(ref)
 
     def get(self, ref: SecretRef) -> SecretValue | None:
         """The value, only from the reference's own namespace (a manifest, its variable, its file)."""
@@ -161,7 +180,7 @@ class SecretStore:
         if variable is not None and variable in self.environ:
             return f"${variable}"
         path = ref.file_in(self.directory) if self.directory is not None else None
-        return str(path) if path is not None and path.is_file() else None
+        return f"--secrets-dir {path}" if path is not None and path.is_file() else None
 
     def where_to_put(self, ref: SecretRef) -> str:
         """How a user gives this value (for messages; names the places, never a value)."""

@@ -25,6 +25,7 @@ from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJ
 from automation.record.backend import default_backend
 from automation.record.applied import RECORD_OUTPUT, UpdateWindow, utc_now
 from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
+from automation.planning.secret_sources import kubeconfig_env, kubeconfig_files, replaced_kubeconfigs
 from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
 
@@ -147,19 +148,19 @@ def missing_credentials(fleet: Fleet, given: dict[str, str], root: Path, backend
     return out
 
 
-def kubeconfig_env(cluster: str) -> str:
-    return "MODELPLANE_KUBECONFIG_" + cluster.upper().replace("-", "_").replace(".", "_")
-
-
 def existing_kubeconfigs(fleet: Fleet, given: dict[str, str], root: Path) -> dict[str, str]:
     """The kubeconfig file of every Existing cluster: `--kubeconfig CLUSTER=PATH`, else $MODELPLANE_KUBECONFIG_<CLUSTER>,
-    else `<state dir>/kubeconfigs/<existing.secretRef.name>`. Absolute paths; missing ones are left out."""
+    else `<state dir>/kubeconfigs/<existing.secretRef.name>` (secret_sources.kubeconfig_files). Absolute paths;
+    missing ones are left out. Refused (AutomationError) where a Secret manifest gives one too: the program would
+    read the manifest's instead, unsaid. The CLI's runner and the portal's both ask here before they run."""
+    refused = replaced_kubeconfigs(fleet, given, root)
+    if refused:
+        raise AutomationError("; ".join(refused))
     out = {}
     for ic in fleet.of("InferenceCluster"):
         if ic.spec.cluster.source != "Existing":
             continue
-        candidates = [given.get(ic.name), os.environ.get(kubeconfig_env(ic.name)),
-                      str(root / "kubeconfigs" / ic.existing_block.secretRef.name)]
+        candidates = [path for _, path in kubeconfig_files(ic, given, root)]
         found = next((c for c in candidates if c and Path(c).expanduser().is_file()), None)
         if found:
             out[ic.name] = str(Path(found).expanduser().resolve())
