@@ -202,6 +202,26 @@ def _called_functions(tree: lark.Tree) -> Iterable[str]:
             yield str(node.children[1])
 
 
+def _malformed_comprehension(tree: lark.Tree) -> str | None:
+    """celpy evaluates a comprehension only as `r.<macro>(x, body)`: any other arity compiled, then failed on every
+    device (a selector that silently matches nothing). CEL's three-argument `map(x, filter, body)` is one."""
+    for node in tree.iter_subtrees_topdown():
+        if node.data != "member_dot_arg" or str(node.children[1]) not in _COMPREHENSIONS:
+            continue
+        name, last = str(node.children[1]), node.children[-1]
+        args = last.children if isinstance(last, lark.Tree) and last.data == "exprlist" else []
+        variable = _descend(args[0]) if args else None
+        named = isinstance(variable, lark.Token) and variable.type == "IDENT"
+        if len(args) == 2 and named:
+            continue
+        if name == "map" and len(args) == 3:
+            return ("`map(x, filter, body)`, the three-argument map, is not supported: write "
+                    "`.filter(x, filter).map(x, body)`")
+        given = "its first argument is not a variable name" if len(args) == 2 else f"it was given {len(args)} argument(s)"
+        return f"`{name}` takes a variable and a body, `{name}(x, body)`: {given}"
+    return None
+
+
 # ---- cost: a static estimate at compile time, a step budget at evaluation -----------------------
 #
 # Kubernetes refuses a DRA selector whose estimated worst-case cost is over 1,000,000 cel-go units and
@@ -522,6 +542,8 @@ class CelEvaluator:
         unknown = sorted({f for f in _called_functions(tree) if f not in KNOWN_FUNCTIONS})
         if unknown:
             raise CelCompileError(f"unknown function {unknown[0]!r}")
+        if malformed := _malformed_comprehension(tree):
+            raise CelCompileError(malformed)
         ordered = _ordered_quantities(tree)
         if ordered:
             raise CelCompileError(f"`{ordered}` on a quantity or semver: {ORDERING_HINT}")

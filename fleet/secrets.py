@@ -5,7 +5,10 @@ names `existing.secretRef` (name, key), a kubeconfig, in `modelplane-system` as 
 values come from, first to last:
 
 1. `v1/Secret` manifests given with `-f` next to the fleet (`data` base64, or `stringData`), matched by
-   namespace and name (a Secret must name its namespace: it is read only by references from there);
+   namespace and name (a Secret must name its namespace: it is read only by references from there). A manifest
+   may not give a key that 2. or 3. gives too: the fleet's files (a pull request) would silently replace what
+   the person running the command gives, such as a cluster's kubeconfig; that is a validation error naming
+   the file, the Secret, the key and the other source, never a value;
 2. environment variables `MODELPLANE_SECRET_<NAMESPACE>__<NAME>__<KEY>` (upper case, `-` and `.` as `_`,
    the three parts joined by `__`), which is also how a Pulumi ESC environment hands them over:
    `esc run <env> -- modelplane up ...`. The name is one reference's alone: a namespace and a name never hold
@@ -136,8 +139,27 @@ class SecretStore:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     directory: Path | None = None
 
-    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue]) -> None:
+    # where each manifest was given ("file:line"): named by messages and `review`, never a value
+    manifest_places: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue], where: str = "") -> None:
         self.manifests[(namespace, name)] = values
+        self.manifest_places[(namespace, name)] = where
+
+    def manifest_of(self, ref: SecretRef) -> str | None:
+        """The place ("file:line") of the Secret manifest that gives this reference's value, or None."""
+        values = self.manifests.get((ref.namespace, ref.name))
+        return self.manifest_places.get((ref.namespace, ref.name), "") if values and ref.key in values else None
+
+    def manifest_refs(self) -> list[str]:
+        """Every reference a manifest gives (`namespace/name key 'key'`), sorted: what a stack's fingerprint and
+        a kept summary's key hold of the manifests (never a value, nor where: files move between checkouts)."""
+        return sorted(str(SecretRef(ns, name, key)) for (ns, name), values in self.manifests.items() for key in values)
+
+    def source_of(self, ref: SecretRef) -> str | None:
+        """Where `get` reads this reference's value from, named (never the value), or None."""
+        place = self.manifest_of(ref)
+        return f"Secret manifest {place}" if place is not None else self.given_elsewhere(ref)
 
     def get(self, ref: SecretRef) -> SecretValue | None:
         """The value, only from the reference's own namespace (a manifest, its variable, its file)."""
@@ -152,6 +174,15 @@ class SecretStore:
             if path is not None and path.is_file():
                 return SecretValue(path.read_text().rstrip("\n"))
         return None
+
+    def given_elsewhere(self, ref: SecretRef) -> str | None:
+        """Where the environment or the secrets folder gives this reference's value (a name or a path, never the
+        value), or None: a Secret manifest giving it too would replace it (fleet/validate.py refuses that)."""
+        variable = ref.environment_variable
+        if variable is not None and variable in self.environ:
+            return f"${variable}"
+        path = ref.file_in(self.directory) if self.directory is not None else None
+        return f"--secrets-dir {path}" if path is not None and path.is_file() else None
 
     def where_to_put(self, ref: SecretRef) -> str:
         """How a user gives this value (for messages; names the places, never a value)."""

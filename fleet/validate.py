@@ -25,7 +25,7 @@ from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
-from fleet.secrets import SecretManifestError, SecretStore, secret_from_manifest
+from fleet.secrets import SecretManifestError, SecretRef, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
 from fleet.topology import nvlink_label, topology_conflicts
 
@@ -488,7 +488,13 @@ def _read_secret(doc: Document, fleet: Fleet, notes: list[str]) -> list[Problem]
     key = (namespace, name)
     if key in fleet.secrets.manifests:
         return [Problem(doc.source, doc.line, label, "metadata.name", f"duplicate Secret {namespace}/{name}")]
-    fleet.secrets.add_manifest(namespace, name, values)
+    replaced = [(key, where) for key in values if (where := fleet.secrets.given_elsewhere(SecretRef(namespace, name, key)))]
+    if replaced:  # the files may not quietly replace a value the one running the command gives
+        return [Problem(doc.source, doc.line, label, f"data.{key}",
+                        f"Secret {namespace}/{name} key {key!r} is also given by {where}: a Secret in the manifests "
+                        "may not replace a value the environment or --secrets-dir gives; remove one of the two")
+                for key, where in replaced]
+    fleet.secrets.add_manifest(namespace, name, values, f"{doc.source}:{doc.line}")
     notes.append(f"{doc.source}:{doc.line}: read Secret {namespace}/{name} "
                  f"({len(values)} key(s); values are never printed)")
     return []

@@ -24,7 +24,8 @@ and provider-side deletion guards; `stack rename` needs the new name free.
 Told what to do through `control.json` in its folder (`PULUMI_DOUBLE_DIR`):
   {"fail": {"<stack>": "error text"},   the next up/preview/destroy/refresh of that stack fails before its program
    "failOn": {"<stack>": {"resource": "<type or name>", "error": "text"}},  that create fails, mid-update
-   "hang": ["<stack>"],                 up/destroy/refresh of that stack waits until SIGINT
+   "hang": ["<stack>"],                 up/destroy/refresh of that stack waits until SIGINT (while it waits, the
+                                        files `hanging` and `hanging.<stack>` are in the folder)
    "resourceOutputs": {"<stack>": {"<type>[::<name>]": {...}}},  what a mocked provider returns
    "replaceOn": {"<type>": ["<input key>"]},  a change of these inputs replaces the resource
    "drift": ["<stack>"]}                refresh --preview-only of that stack reports changes
@@ -475,7 +476,7 @@ class Double:
             if failure:
                 return self.failed(events, failure, {})
             if name in (self.control.get("hang") or []) and not preview_only:
-                self.wait_for_interrupt(events, verb)
+                self.wait_for_interrupt(events, verb, name)
             if verb in ("up", "preview"):
                 return self.update(name, events, config, secret_keys, client, preview_only,
                                    int(_flag(args, "--parallel") or 4))
@@ -581,14 +582,17 @@ class Double:
         events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 1}})
         return "", 0
 
-    def wait_for_interrupt(self, events: Events, verb: str) -> None:
+    def wait_for_interrupt(self, events: Events, verb: str, stack: str) -> None:
         interrupted = []
         signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-        (self.folder / "hanging").write_text(str(os.getpid()))
+        markers = (self.folder / "hanging", self.folder / f"hanging.{stack}")  # any stack's, and this one's
+        for marker in markers:
+            marker.write_text(str(os.getpid()))
         deadline = time.monotonic() + 60  # a test that forgets to interrupt still ends
         while not interrupted and time.monotonic() < deadline:
             time.sleep(0.05)
-        (self.folder / "hanging").unlink(missing_ok=True)
+        for marker in markers:
+            marker.unlink(missing_ok=True)
         events.emit({"cancelEvent": {}})
         raise Refused(f"error: {verb} canceled" if interrupted else f"error: {verb} timed out in the double")
 

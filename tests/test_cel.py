@@ -230,3 +230,40 @@ def test_importing_the_dialect_analyses_no_grammar_and_stale_tables_are_not_load
 
     assert run("shipped") == "loaded True"
     assert run("stale") == "built True"
+
+
+@pytest.mark.parametrize("expression,fragment", [
+    (f"{NVIDIA}.sm.map(x, x > 1, x).size() > 0", "the three-argument map, is not supported"),
+    ("[1, 2].map(x, x > 1, x).size() == 1", "write `.filter(x, filter).map(x, body)`"),
+    ("[1, 2].all(x)", "`all` takes a variable and a body, `all(x, body)`: it was given 1 argument(s)"),
+    ("[1, 2].exists(x, x > 1, x)", "`exists` takes a variable and a body"),
+    ("[1, 2].filter(1, true).size() == 2", "its first argument is not a variable name"),
+])
+def test_a_comprehension_celpy_cannot_evaluate_is_refused_when_compiled(expression, fragment):
+    """Such a selector compiled, then failed on every device: a class or member that silently matched nothing."""
+    assert fragment in (check_expression(expression) or "")
+
+
+@pytest.mark.parametrize("expression,expected", [
+    ("[1, 2, 3].filter(x, x > 1).map(x, x * 2) == [4, 6]", True),  # what the refused three-argument map says
+    ("[1, 2, 3].map(x, x * 2) == [2, 4, 6]", True),
+    ("[1, 2, 3].filter(x, x > 5).map(x, x).size() == 0", True),
+])
+def test_the_two_argument_comprehensions_evaluate(expression, expected):
+    assert CelEvaluator().matches(expression, L4) is expected
+
+
+def test_validate_names_the_selector_field_of_a_three_argument_map(tmp_path, capsys):
+    import yaml as _yaml
+
+    from automation.cli import main
+    from tests.manifests import cluster, deployment, gpu_class, member
+
+    three = member(cel="device.attributes.map(x, x != '', x).size() > 0")
+    path = tmp_path / "f.yaml"
+    path.write_text(_yaml.safe_dump_all([gpu_class(), cluster("c1"),
+                                         deployment("mapped", engines=[{"name": "vllm", "members": [three]}])]))
+    assert main(["validate", "-f", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "the three-argument map, is not supported" in err and "f.yaml" in err
+    assert "ModelDeployment/mapped: spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel" in err

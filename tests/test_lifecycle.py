@@ -328,6 +328,26 @@ def test_ctrl_c_interrupts_running_engines_and_starts_nothing_new(double):
     assert set(double.recorded()) == EVERY_STACK
 
 
+def test_ctrl_c_starts_no_stack_queued_behind_the_running_ones(double):
+    """Two platform stacks run (--parallel 2), the third waits for a free slot: after Ctrl-C it never starts, no
+    `pulumi` process starts at all, and it is listed as skipped."""
+    running = ["platform-byo-eu", "platform-eks-us-west"]
+    double.control(hang=running)
+    process = _start_up(double, double.fleet())
+    for stack in running:
+        _wait_for(double.root / "double" / f"hanging.{stack}")
+    before = len(double.calls())
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert double.calls()[before:] == []  # nothing started after the interrupt, the queued stack's up least of all
+    assert "platform-gke-us-central" not in {c["stack"] for c in double.calls()}
+    assert all(f"cancelled: {stack}" in err for stack in running)  # each running engine got the SIGINT
+    assert not list((double.root / "double").glob("hanging*"))
+    assert "[platform-gke-us-central] skipped: not started: cancelled" in err
+    assert "skipped: platform-gke-us-central: not started: cancelled" in err  # and in the run's summary
+
+
 def test_a_second_up_on_the_same_state_is_refused_while_one_runs(double, capsys):
     double.control(hang=["platform-gke-us-central"])
     process = _start_up(double, double.fleet())

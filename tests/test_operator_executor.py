@@ -6,6 +6,7 @@ real cluster or operator ran."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -156,6 +157,64 @@ def test_a_failed_stack_fails_the_command_and_its_dependents_are_never_handed_ov
     assert rows["model-ml-team.qwen3-8b"]["operator"].startswith("up failed on the operator: error: quota exceeded")
     assert rows["service-ml-team.qwen3-8b"]["operator"] == "no Stack object"
     assert rows["gateway"]["operator"] == "succeeded" and rows["gateway"]["change"] == "none"
+
+
+def test_ctrl_c_hands_no_more_stacks_to_the_operator(kube, tmp_path, capsys):
+    """Two platform Stacks are handed over and watched (--parallel 2), the third waits for a slot; the operator is
+    busy. A real SIGINT, as a terminal's Ctrl-C, reaches the CLI: the two stop being watched, the third is never
+    applied and is listed as skipped."""
+    import os
+    import signal
+    import threading
+
+    kube.cluster.operator_running = False
+    running = {"platform-byo-eu", "platform-eks-us-west"}
+
+    def ctrl_c() -> None:
+        assert wait_until(lambda: set(kube.cluster.stacks()) == running, timeout=60)
+        os.kill(os.getpid(), signal.SIGINT)  # to the main thread, which waits in the CLI's run_interruptibly
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    assert run(kube, tmp_path, "up", "--skip-check", "--parallel", "2") == 130
+    err = capsys.readouterr().err
+    assert set(kube.cluster.stacks()) == running
+    assert not [r for r in kube.cluster.writes() if (r.body or {}).get("metadata", {}).get("name") ==
+                O("platform-gke-us-central")]  # neither its Program nor its Stack
+    assert all(f"cancelled: {stack}" in err for stack in running) and "stopped waiting" in err
+    assert "skipped: platform-gke-us-central: not started: cancelled" in err
+
+
+def test_a_stack_cancelled_before_it_is_written_never_reaches_the_operator():
+    """Ctrl-C can fall after a stack's run began (its live Stack read) and before its Program and Stack are
+    applied: neither is applied then."""
+    from automation.operator.runner import OperatorRunner
+    from automation.planning.stacks import desired_state
+    from fleet.scheduler import schedule
+    from tests.manifests import run as load
+
+    fleet = load(*[d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+                   if d]).fleet
+    schedule(fleet)
+    spec = desired_state(fleet).specs["model-ml-team.qwen3-8b"]
+
+    class CancelledOnRead:  # the API as the stack sees it: Ctrl-C lands while its live Stack is read
+        def __init__(self) -> None:
+            self.applied: list[str] = []
+
+        def get(self, *_):
+            runner.cancel(spec.name)
+            return None
+
+        def apply(self, obj):
+            self.applied.append(obj["kind"])
+            return {**obj, "metadata": {**obj["metadata"], "generation": 1}}
+
+    api = CancelledOnRead()
+    runner = OperatorRunner(api, ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT),
+                            poll=0, sleep=lambda _: None)
+    result = runner.run("up", spec, lambda event: None)
+    assert not result.ok and "interrupted: not handed to the operator" in (result.error or "")
+    assert "Stack" not in api.applied and "Program" not in api.applied
 
 
 def test_a_stalled_stack_is_a_failure_with_the_operators_reason(kube, tmp_path, capsys):
@@ -402,3 +461,53 @@ def test_the_fake_operator_is_as_strict_as_pko_about_names_and_follows_a_branch_
     assert wait_until(lambda: len(cluster.runs) > ran)
     time.sleep(0.1)  # a few more operator passes
     assert [name for name, _ in cluster.runs[ran:]] == ["on-a-branch"]
+
+
+def _colliding(monkeypatch, stack: str, taken: str) -> None:
+    """Force `stack`'s operator object name to be `taken`'s, as a 32-bit hash collision would."""
+    from automation.operator import export
+
+    real = export.object_name
+    monkeypatch.setattr(export, "object_name", lambda name: real(taken) if name == stack else real(name))
+
+
+def test_two_stacks_whose_object_names_collide_are_refused_before_anything_is_written(kube, tmp_path, monkeypatch,
+                                                                                      capsys):
+    from automation.operator import export
+
+    monkeypatch.setattr(export, "_digest", lambda stack: "0badc0de")  # every hashed name gets the same hash
+    with pytest.raises(export.ExportError, match="stacks model-ml-team.qwen and model-ml.team-qwen get the same"):
+        export.object_names(ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT),
+                            ["model-ml-team.qwen", "model-ml.team-qwen"])
+    monkeypatch.undo()
+    _colliding(monkeypatch, "model-ml-team.qwen3-coder", "model-ml-team.qwen3-8b")
+    assert run(kube, tmp_path, "up", "--skip-check") == 2
+    err = capsys.readouterr().err
+    assert "stacks model-ml-team.qwen3-8b and model-ml-team.qwen3-coder get the same operator object name" in err
+    assert kube.cluster.writes() == []
+
+
+@pytest.mark.parametrize("operation", ["up", "destroy"])
+def test_a_live_stack_of_another_name_is_never_written_over_or_deleted(kube, tmp_path, monkeypatch, capsys, operation):
+    """A collision with a Stack already in the cluster (another fleet's in the namespace, or one applied before):
+    the stack that collides is refused, and the live one is left as it was."""
+    from automation.operator.runner import OperatorRunner
+    from automation.planning.stacks import desired_state
+    from fleet.scheduler import schedule
+    from tests.manifests import run as load
+
+    assert run(kube, tmp_path, "up", "--skip-check") == 0
+    before = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
+    fleet = load(*[d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+                   if d]).fleet
+    schedule(fleet)
+    spec = desired_state(fleet).specs["model-ml-team.qwen3-coder"]
+    spec = dataclasses.replace(spec, fingerprint="another-fingerprint")  # so that `up` would apply it
+    _colliding(monkeypatch, "model-ml-team.qwen3-coder", "model-ml-team.qwen3-8b")
+    runner = OperatorRunner(KubeClient(kube.kubeconfig), ExportOptions(
+        backend="s3://acme-fleet-state", git_url="https://github.com/acme/fleet", git_ref=COMMIT), poll=0.01)
+    writes = len(kube.cluster.writes())
+    result = runner.run(operation, spec, lambda event: None)
+    assert not result.ok and "is the live Stack of stack model-ml-team.qwen3-8b" in (result.error or "")
+    assert kube.cluster.writes()[writes:] == []
+    assert kube.cluster.stacks()["model-ml-team.qwen3-8b"] == before

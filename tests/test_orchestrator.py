@@ -6,7 +6,9 @@ failure, and cancellation. No test here claims anything was deployed: the fake r
 
 import asyncio
 import gc
+import os
 import pathlib
+import signal
 import threading
 import time
 import weakref
@@ -60,7 +62,8 @@ class FakeRunner:
         self.record = record
         self.calls: list[tuple[str, str]] = []
         self.fail = set(fail)
-        self.block = block  # a stack name that waits until cancelled
+        self.block = {block} if isinstance(block, str) else set(block or ())  # stacks that wait until cancelled
+        self.blocked = 0  # how many of them are waiting
         self.cancelled: list[str] = []
         self.release = threading.Event()
         self.started = threading.Event()
@@ -75,7 +78,9 @@ class FakeRunner:
             self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
             on_event({"stack": stack.name, "type": "resource", "op": "create"})
-            if stack.name == self.block:
+            if stack.name in self.block:
+                with self._lock:
+                    self.blocked += 1
                 self.started.set()
                 self.release.wait(5)
                 return RunResult(stack.name, operation, False, error="update canceled")
@@ -197,6 +202,35 @@ def test_cancel_stops_new_stacks_and_cancels_running_ones(tmp_path):
     assert started <= {"platform-byo-eu", "platform-eks-us-west", "platform-gke-us-central"}  # nothing after the first wave
     assert "platform-eks-us-west" not in store.fingerprints()
     assert {o.status for o in report.outcomes if o.stack == "platform-eks-us-west"} == {"cancelled"}
+
+
+def test_ctrl_c_starts_no_stack_queued_in_the_pool_and_lists_each_not_started_as_skipped():
+    """Two platform stacks run (parallel=2), the third is queued in the pool: a real SIGINT, as a terminal's
+    Ctrl-C, reaches the CLI's wait (run_interruptibly); the queued stack never starts."""
+    from automation.execution.session import run_interruptibly
+
+    specs = desired()
+    running = {"platform-byo-eu", "platform-eks-us-west"}
+    store, events, said = MemoryRecord(), [], []
+    runner = FakeRunner(block=running, record=store)
+    orchestrator = Orchestrator(runner, store, events.append, parallel=2)
+
+    def ctrl_c() -> None:
+        while runner.blocked < len(running):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)  # to the main thread, which waits in run_interruptibly
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    report = run_interruptibly(orchestrator, "up", changes(specs, {}), specs, said.append)
+    assert report.cancelled and said and said[0].startswith("cancelling")
+    assert {name for _, name in runner.calls} == running  # nothing started after the interrupt
+    assert set(runner.cancelled) == running  # every running stack was asked to stop
+    assert {o.stack: o.status for o in report.outcomes if o.stack in running} == dict.fromkeys(running, "cancelled")
+    skipped = {o.stack: o.reason for o in report.outcomes if o.status == "skipped"}
+    assert set(skipped) == set(specs) - running  # listed: the queued one, and those it and the cancelled ones hold up
+    assert skipped["platform-gke-us-central"] == "not started: cancelled"
+    assert {e["stack"] for e in events if e["type"] == "skipped"} == set(skipped)  # each one printed
+    assert store.fingerprints() == {}
 
 
 def test_preview_records_nothing(tmp_path):

@@ -224,3 +224,23 @@ def test_destroying_a_platform_stack_lifts_protection_only_when_asked(tmp_path, 
     unprotect = next(i for i, c in enumerate(command.calls) if "modelplane:deletionProtection" in c[0])
     assert "false" in " ".join(command.calls[unprotect][0])
     assert unprotect < verbs.index("up") < verbs.index("destroy")
+
+
+def test_a_stack_interrupted_between_its_commands_starts_no_more_of_them(tmp_path, specs, monkeypatch):
+    """Ctrl-C can fall after a stack's `stack select` and `config set-all` and before its `up`: no `pulumi` process
+    of it starts after that (with the CLI double at the process boundary), but the reads the SDK makes after an
+    update."""
+    from tests import pulumi_double
+
+    work = pulumi_double.on_path(tmp_path, monkeypatch, "pw")
+    fleet, desired = specs
+    spec = desired["platform-gke-us-central"]
+    runner = PulumiRunner(work / ".modelplane", fleet)
+    stack = runner.stack(spec)  # the workspace is selected and configured
+    before = len(pulumi_double.calls(tmp_path / "double"))
+    runner.cancel(spec.name)  # no process of it runs now
+    result = runner.run("up", spec, lambda event: None)
+    assert not result.ok and "interrupted: `pulumi up" in (result.error or "")
+    assert pulumi_double.calls(tmp_path / "double")[before:] == []
+    stack.outputs()  # what the SDK reads after an update still runs
+    assert [c["argv"][1:3] for c in pulumi_double.calls(tmp_path / "double")[before:]] == [["stack", "output"]] * 2

@@ -220,6 +220,16 @@ def _nothing_to_do(run: StackRun, prepared) -> None:
         click.echo(f"nothing to {run.operation}: every stack is up to date with the manifests")
 
 
+def _distinct_object_names(runner, stacks: list[str]) -> None:
+    from automation.execution.runner import AutomationError
+    from automation.operator.export import ExportError, object_names
+
+    try:
+        object_names(runner.options, set(stacks))
+    except ExportError as exc:
+        raise AutomationError(str(exc)) from None
+
+
 def run_stacks(run: StackRun) -> None:
     """The one road, from the CLI: lock -> read the record -> plan with it -> the checks -> the executor's runner
     -> migrate old names -> the orchestrator, which records each stack once it succeeded."""
@@ -251,6 +261,8 @@ def run_stacks(run: StackRun) -> None:
         moves = sorted(getattr(record, "legacy", {}).items())  # platform stacks still in the old project
         renames = plan_renames(applied, loaded.fleet)
         prepared = prepare(loaded.fleet, applied, host)
+        if run.on_operator:  # two stacks on one Stack object: refused before anything is written
+            _distinct_object_names(runner, [*prepared.specs, *applied.stacks])
         items = _selected_or_exit(prepared, run, loaded.fleet)
         if not items and not renames and not moves:
             lock.unlock()

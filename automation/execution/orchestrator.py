@@ -12,7 +12,9 @@
 - Programs run in this process leave cyclic garbage: collected every few runs against a frozen heap while the
   stacks run (automation/execution/collector.py).
 - Cancelling (Ctrl-C) starts nothing new and asks running operations to cancel through the
-  runner (Pulumi stops at a safe point); they are waited for, never killed mid-write.
+  runner (Pulumi stops at a safe point); they are waited for, never killed mid-write. A stack not started by
+  then, queued in the pool or in a later wave, is skipped and reported ("not started: cancelled"): whether a
+  stack starts is decided under the same lock `cancel` reads the running ones with, so none slips between.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from automation.execution.collector import RunsCollector
 from automation.execution.runner import EventSink, Operation, RunResult, StackRunner
 from automation.record.applied import Record
 from automation.planning.stacks import StackChange, StackSpec, waves
+
+
+NOT_STARTED = "not started: cancelled"
 
 
 @dataclass
@@ -72,9 +77,17 @@ class Orchestrator:
             return "preview-destroy" if operation == "preview" else "destroy"
         return operation
 
+    def _not_started(self, change: StackChange) -> Outcome:
+        self.on_event({"stack": change.name, "type": "skipped", "reason": NOT_STARTED})
+        return Outcome(change.name, "skipped", reason=NOT_STARTED)
+
     def _run_one(self, operation: Operation, change: StackChange, spec: StackSpec | None) -> Outcome:
-        with self._lock:
-            self._running.add(change.name)
+        with self._lock:  # a stack queued in the pool when Ctrl-C came never starts
+            starts = not self.cancel_requested.is_set()
+            if starts:
+                self._running.add(change.name)
+        if not starts:
+            return self._not_started(change)
         try:
             op = self._operation(operation, change)
             self.on_event({"stack": change.name, "type": "start", "operation": op})
@@ -115,7 +128,7 @@ class Orchestrator:
                         continue
                     if self.cancel_requested.is_set():
                         broken[change.name] = "was cancelled"
-                        report.outcomes.append(Outcome(change.name, "cancelled", reason="not started: cancelled"))
+                        report.outcomes.append(self._not_started(change))
                         continue
                     pending[pool.submit(self._run_one, operation, change, specs.get(change.name))] = change
                 while pending:

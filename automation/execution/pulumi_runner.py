@@ -25,6 +25,7 @@ from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJ
 from automation.record.backend import default_backend
 from automation.record.applied import RECORD_OUTPUT, UpdateWindow, utc_now
 from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
+from automation.planning.secret_sources import kubeconfig_env, kubeconfig_files, replaced_kubeconfigs
 from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
 
@@ -34,18 +35,27 @@ if TYPE_CHECKING:
 LOAD_BALANCER_WAIT = 600.0  # seconds for the cloud to delete a destroyed cluster's load balancers
 
 
+READS = (("stack", "output"), ("stack", "history"))  # what the SDK reads after an update, changing nothing
+
+
 def interruptible_command(auto: Any) -> Any:
     """The automation API's PulumiCommand, able to interrupt the `pulumi` process of one stack.
 
     On a DIY backend `pulumi cancel` only removes the stack's lock while the engine keeps going; the
     clean stop is SIGINT to the process itself (the engine finishes the steps in flight, writes its
     state, and exits). The SDK keeps no handle on its process, so this command starts it itself.
+
+    One stack's operation is several processes (`stack select`, `config set-all`, `up`, then reads of what it
+    did): once the stack is interrupted, the command starts none of them again but those reads, so an interrupt
+    that falls between two of them still stops the stack. Whether a process starts is decided under the lock
+    `interrupt` takes, so no process of an interrupted stack starts unsignalled.
     """
 
     class InterruptibleCommand(auto.PulumiCommand):
         def __init__(self) -> None:
             super().__init__()
             self._processes: dict[str, set[subprocess.Popen]] = {}
+            self._interrupted: set[str] = set()  # stacks that start no new operation (Ctrl-C came)
             self._guard = threading.Lock()
 
         def run(self, args, cwd, additional_env, on_output=None, on_error=None):
@@ -54,9 +64,13 @@ def interruptible_command(auto: Any) -> Any:
                 argv.insert(0, "--non-interactive")
             stack = argv[argv.index("--stack") + 1] if "--stack" in argv[:-1] else ""
             env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
-            process = subprocess.Popen([self.command, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, encoding="utf-8")
+            words = tuple(a for a in argv if not a.startswith("-"))[:2]
             with self._guard:
+                if stack in self._interrupted and words not in READS:
+                    raise auto.errors.create_command_error(auto._cmd.CommandResult(
+                        stdout="", stderr=f"error: interrupted: `pulumi {' '.join(words)}` was not started", code=255))
+                process = subprocess.Popen([self.command, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, encoding="utf-8")
                 self._processes.setdefault(stack, set()).add(process)
             try:
                 out, err = process.communicate()
@@ -71,12 +85,12 @@ def interruptible_command(auto: Any) -> Any:
                 raise auto.errors.create_command_error(result)
             return result
 
-        def interrupt(self, stack: str) -> bool:
+        def interrupt(self, stack: str) -> None:
             with self._guard:
+                self._interrupted.add(stack)
                 running = list(self._processes.get(stack, ()))
             for process in running:
                 process.send_signal(signal.SIGINT)
-            return bool(running)
 
     return InterruptibleCommand()
 
@@ -134,21 +148,20 @@ def missing_credentials(fleet: Fleet, given: dict[str, str], root: Path, backend
     return out
 
 
-def kubeconfig_env(cluster: str) -> str:
-    return "MODELPLANE_KUBECONFIG_" + cluster.upper().replace("-", "_").replace(".", "_")
-
-
 def existing_kubeconfigs(fleet: Fleet, given: dict[str, str], root: Path) -> dict[str, str]:
     """The kubeconfig file of every Existing cluster: `--kubeconfig CLUSTER=PATH`, else $MODELPLANE_KUBECONFIG_<CLUSTER>,
     else `<state dir>/kubeconfigs/<existing.secretRef.name>`, else the local fleet's (`modelplane local up`:
-    `<state dir>/local/<cluster>/kubeconfig`). Absolute paths; missing ones are left out."""
+    `<state dir>/local/<cluster>/kubeconfig`) (secret_sources.kubeconfig_files). Absolute paths;
+    missing ones are left out. Refused (AutomationError) where a Secret manifest gives one too: the program would
+    read the manifest's instead, unsaid. The CLI's runner and the portal's both ask here before they run."""
+    refused = replaced_kubeconfigs(fleet, given, root)
+    if refused:
+        raise AutomationError("; ".join(refused))
     out = {}
     for ic in fleet.of("InferenceCluster"):
         if ic.spec.cluster.source != "Existing":
             continue
-        candidates = [given.get(ic.name), os.environ.get(kubeconfig_env(ic.name)),
-                      str(root / "kubeconfigs" / ic.existing_block.secretRef.name),
-                      str(root / "local" / ic.name / "kubeconfig")]
+        candidates = [path for _, path in kubeconfig_files(ic, given, root)]
         found = next((c for c in candidates if c and Path(c).expanduser().is_file()), None)
         if found:
             out[ic.name] = str(Path(found).expanduser().resolve())
@@ -456,7 +469,8 @@ class PulumiRunner:
     def cancel(self, stack_name: str) -> None:
         """Stop a running operation cleanly: SIGINT to its `pulumi` process, which it waits for (never a kill)."""
         interrupt = getattr(self.command, "interrupt", None)
-        if interrupt is not None and interrupt(backend_name(stack_name, self.fleet_name)):
+        if interrupt is not None:  # also between two of its processes: the next one never starts
+            interrupt(backend_name(stack_name, self.fleet_name))
             return
         stack = self._stacks.get(stack_name)
         if stack is not None:  # a command we cannot signal: ask the backend (on Pulumi Cloud this stops the update)

@@ -25,6 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from automation.operator.pulumi_yaml import Malformed, NotLiteral, escaped, references
 from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
@@ -112,14 +113,36 @@ def object_name(stack: str) -> str:
     """The Kubernetes name of a stack's Stack and Program: a DNS-1035 label of at most 42 characters, so that
     every object PKO derives from it is valid. The stack name itself when it is one (`_` read as `-`); otherwise
     its head, made a label, and a hash of the whole, so `model-ml-team.qwen` and `model-ml.team-qwen` stay apart
-    (the full name is annotated). A Program's name is its Pulumi project: part of the stack's identity."""
+    (the full name is annotated). A Program's name is its Pulumi project: part of the stack's identity.
+
+    The hash is 32 bits (longer would rename every live Stack that has one), so two stacks can share a name:
+    `object_names` refuses that among one fleet's stacks, and the operator executor refuses to write over, or
+    delete, a live Stack annotated as another stack's."""
     name = stack.replace("_", "-")
     if len(name) <= MAX_NAME and DNS_1035.match(name):
         return name
-    digest = hashlib.sha256(stack.encode()).hexdigest()[:8]
+    digest = _digest(stack)
     head = re.sub(r"[^a-z0-9-]+", "-", name.lower())
     head = head if head[:1].isalpha() else f"s-{head}"
     return f"{head[:MAX_NAME - 9].rstrip('-')}-{digest}"
+
+
+def _digest(stack: str) -> str:
+    return hashlib.sha256(stack.encode()).hexdigest()[:8]
+
+
+def object_names(options: ExportOptions, stacks: Iterable[str]) -> dict[str, str]:
+    """Stack -> its operator object name; ExportError when two stacks get the same one (one's Stack and Program
+    would replace the other's in the cluster)."""
+    owners: dict[str, str] = {}
+    for stack in sorted(stacks):
+        kube_name = options.object_name(stack)
+        if kube_name in owners:
+            raise ExportError(f"stacks {owners[kube_name]} and {stack} get the same operator object name "
+                              f"{kube_name!r} (its hash collides); nothing was written: rename a cluster or "
+                              "deployment so that their stacks differ")
+        owners[kube_name] = stack
+    return {stack: name for name, stack in owners.items()}
 
 
 def derived_name_problems(name: str) -> list[str]:
@@ -322,14 +345,9 @@ def shared_objects(options: ExportOptions) -> list[dict]:
 def export(desired: DesiredState, options: ExportOptions) -> dict[str, list[dict]]:
     """File name -> the objects it holds: `_operator.yaml`, then one `<stack>.yaml` per desired stack."""
     files: dict[str, list[dict]] = {"_operator.yaml": shared_objects(options)}
-    owners: dict[str, str] = {}
+    names = object_names(options, desired.specs)
     for name, spec in sorted(desired.specs.items()):
-        kube_name = options.object_name(spec.id)
-        if kube_name in owners:  # one would replace the other's Stack in the cluster
-            raise ExportError(f"stacks {owners[kube_name]} and {spec.name} get the same operator object name "
-                              f"{kube_name!r}; rename a cluster or deployment so that their stacks differ")
-        owners[kube_name] = spec.name
-        files[f"{kube_name}.yaml"] = stack_objects(options, spec)
+        files[f"{names[name]}.yaml"] = stack_objects(options, spec)
     return files
 
 

@@ -18,7 +18,9 @@ skipped, state recorded after success); only what "run one stack" means changes:
   "false"` run first), which the CLI allows only with `--yes-destroy-clusters`.
 
 The operator keeps going when this process stops waiting (Ctrl-C, a timeout): the message says so, and
-`modelplane status --executor operator` reads where it got to.
+`modelplane status --executor operator` reads where it got to. What a stack writes to the cluster (its Program,
+its Stack, a delete) is written only while the stack is not cancelled, checked under that stack's own lock, which
+`cancel` takes too: after Ctrl-C nothing more of a stack reaches the operator.
 """
 
 from __future__ import annotations
@@ -153,6 +155,22 @@ def _labelled(obj: dict, options: ExportOptions, preview: bool = False) -> dict:
     return obj
 
 
+def _own(live: dict | None, spec: StackSpec, name: str, options: ExportOptions) -> dict | None:
+    """The live Stack of this name, when it is this fleet's stack's; AutomationError when it is another stack's
+    (their names' hashes collide, automation/operator/export.py): writing or deleting it would change that one."""
+    if live is None:
+        return None
+    meta = live.get("metadata") or {}
+    stack = (meta.get("annotations") or {}).get(STACK_ANNOTATION)
+    fleet = (meta.get("labels") or {}).get(FLEET_LABEL)
+    if stack != spec.name or fleet != options.fleet_name:
+        holder = f"stack {stack}" + (f" of fleet {fleet}" if fleet else "") if stack else "an object no stack annotates"
+        raise AutomationError(f"the operator object name {name!r} of stack {spec.name} is the live Stack of {holder} "
+                              "(their names' hash collides): nothing was written; rename a cluster or deployment so "
+                              "that they differ")
+    return live
+
+
 def _owned(live: dict) -> dict:
     """What we apply of a live Stack to change one field: its spec and our labels and annotations (server-side
     apply would otherwise drop the fields we own and leave out)."""
@@ -181,6 +199,7 @@ class OperatorRunner:
         self.clock = clock
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
+        self._gates: dict[str, threading.Lock] = {}  # stack -> held while it writes, and by its cancel
         self._shared_done: set[str] = set()  # namespaces whose shared objects are applied
         self._counter = itertools.count()
 
@@ -205,8 +224,21 @@ class OperatorRunner:
             return RunResult(stack.name, operation, False, error=str(exc))
 
     def cancel(self, stack_name: str) -> None:
-        with self._lock:
+        with self._gate(stack_name), self._lock:  # after a write in flight: none follows
             self._cancelled.add(stack_name)
+
+    def _gate(self, stack: str) -> threading.Lock:
+        with self._lock:
+            return self._gates.setdefault(stack, threading.Lock())
+
+    def _write(self, stack: str, write: Callable[[], Any]) -> Any:
+        """One write of a stack's to the cluster, unless the stack was cancelled (then AutomationError)."""
+        with self._gate(stack):
+            with self._lock:
+                cancelled = stack in self._cancelled
+            if cancelled:
+                raise AutomationError("interrupted: not handed to the operator (nothing more of it was written)")
+            return write()
 
     def rename(self, old: StackId, new: StackId) -> None:
         raise AutomationError(f"stack {old} is recorded under a legacy name: rename it to {new} with the local "
@@ -236,7 +268,7 @@ class OperatorRunner:
         revision = None
         stored: dict = {}
         for obj in objects:
-            stored = self.api.apply(obj)
+            stored = self._write(stack, lambda: self.api.apply(obj))
             on_event({"stack": stack, "type": "resource", "op": "apply", "urn": describe(obj)})
             if obj["kind"] == "Program":  # the operator's artifact revision of a Program is its generation
                 revision = str((stored.get("metadata") or {}).get("generation", ""))
@@ -244,7 +276,7 @@ class OperatorRunner:
 
     def _up(self, spec: StackSpec, on_event: EventSink) -> RunResult:
         name = self.options.object_name(spec.id)
-        live = self.api.get(*STACKS, self.options.namespace, name)
+        live = _own(self.api.get(*STACKS, self.options.namespace, name), spec, name, self.options)
         if live is not None and spec.name not in self.force and applied_fingerprint(live) == spec.fingerprint:
             done = verdict(live, (live["metadata"].get("annotations") or {}).get(RECONCILE_REQUEST, ""))
             return RunResult(spec.name, "up", True, outputs=done.outputs if done else {},
@@ -282,7 +314,7 @@ class OperatorRunner:
 
     def _destroy(self, spec: StackSpec, on_event: EventSink) -> RunResult:
         namespace, name = self.options.namespace, self.options.object_name(spec.id)
-        live = self.api.get(*STACKS, namespace, name)
+        live = _own(self.api.get(*STACKS, namespace, name), spec, name, self.options)
         if live is None:
             self.api.delete(*PROGRAMS, namespace, name)
             return RunResult(spec.name, "destroy", True, summary="not on the operator: nothing to destroy")
@@ -292,7 +324,7 @@ class OperatorRunner:
                 body["spec"].setdefault("config", {})["modelplane:deletionProtection"] = "false"
                 request = self._request()
                 body["metadata"]["annotations"][RECONCILE_REQUEST] = request
-                stored = self.api.apply(body)
+                stored = self._write(spec.name, lambda: self.api.apply(body))
                 on_event({"stack": spec.name, "type": "diagnostic", "severity": "info",
                           "message": "lifting deletion protection before the destroy"})
                 lifted = self._wait(spec.name, "up", name, int(stored["metadata"]["generation"]), request, None,
@@ -302,8 +334,8 @@ class OperatorRunner:
                 live = self.api.get(*STACKS, namespace, name) or live
             body = _owned(live)
             body["spec"]["destroyOnFinalize"] = True
-            self.api.apply(body)
-        self.api.delete(*STACKS, namespace, name)
+            self._write(spec.name, lambda: self.api.apply(body))
+        self._write(spec.name, lambda: self.api.delete(*STACKS, namespace, name))
         on_event({"stack": spec.name, "type": "resource", "op": "delete", "urn": f"Stack {namespace}/{name}"})
         deadline = self.clock() + self.timeout
         while True:

@@ -13,7 +13,9 @@ The key hashes the validated base objects, the recorded placements and gateway a
 the control plane and this project's own code, so a summary is never reused across a change to any of them. A
 second key, of the base's files as read (names and bytes) with the same placements, control plane and code, leads to the same
 summary without parsing the base: the same bytes load to the same objects. The summary holds
-no secret (secret values are never rendered, so no fingerprint depends on them). It is written and read as
+no secret (secret values are never rendered, so no fingerprint depends on them); it names the secrets the
+base's Secret manifests give (a stack's fingerprint holds which of its secrets a manifest gives, and `review`
+names where each comes from), and the objects' key hashes those names too. It is written and read as
 fleet/disk_cache.py says: only in a folder that is the user's alone, authenticated with a key made there, so an
 entry edited by hand or by anyone else, or copied from another cache, is ignored and rewritten; what is read is
 also checked for its shape.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +43,7 @@ from workloads.gateways import Gateways
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-FORMAT = 5
+FORMAT = 6
 KEEP = 16
 _SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
 
@@ -59,6 +61,7 @@ class BaseSummary:
     fingerprints: dict[str, str]  # every stack
     known: dict[str, Known]  # model, team, service and endpoints stacks: input digest and fingerprint
     platform: str | None = None  # the digest of what its platform and gateway stacks were computed from
+    manifests: list[str] = field(default_factory=list)  # the secrets its Secret manifests give (names, no value)
 
     def digests(self) -> dict[str, str]:
         """The digest of each stack's inputs: those of `known`, and the platform and gateway
@@ -80,18 +83,19 @@ class BaseSummary:
                 fingerprints[name] = computed
                 if name in known:
                     known[name] = other.known[name]
-        return BaseSummary(self.replicas, fingerprints, known, self.platform)
+        return BaseSummary(self.replicas, fingerprints, known, self.platform, self.manifests)
 
     @classmethod
     def of(cls, state: DesiredState) -> BaseSummary:
         return cls([BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
                    {name: spec.fingerprint for name, spec in state.specs.items()},
-                   state.known(), state.platform.inputs if state.platform is not None else None)
+                   state.known(), state.platform.inputs if state.platform is not None else None, state.manifests)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT,
                            "replicas": [{"name": r.name, "key": r.key, "cluster": r.cluster} for r in self.replicas], "fingerprints": self.fingerprints,
-                           "known": {name: list(k) for name, k in self.known.items()}, "platform": self.platform},
+                           "known": {name: list(k) for name, k in self.known.items()}, "platform": self.platform,
+                           "manifests": self.manifests},
                           sort_keys=True)
 
     @classmethod
@@ -101,7 +105,7 @@ class BaseSummary:
             raise ValueError(f"summary format {data.get('format')!r}, expected {FORMAT}")
         return cls([BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
                    {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()},
-                   data["platform"])
+                   data["platform"], [str(m) for m in data["manifests"]])
 
 
 @lru_cache(maxsize=1)
@@ -123,6 +127,7 @@ def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str |
     _context(digest, recorded, control_plane, gateways)
     for obj in fleet.objects:
         digest.update(fleet.text_of(obj).encode() + b"\0")
+    digest.update(json.dumps(fleet.secrets.manifest_refs()).encode())  # fingerprints hold them (stacks.from_manifests)
     return digest.hexdigest()
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.base_plan import BasePlan, BaseSide
+from automation.planning.secret_sources import changed_sources
 from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
 from components.args import control_plane_cluster, preferred_control_plane
@@ -38,6 +39,8 @@ class Comparison:
     removed: list[dict] = field(default_factory=list)
     moved: list[dict] = field(default_factory=list)
     head: DesiredState | None = None  # as compared: a stack whose inputs are the base's is not composed (`reused`)
+    # each created or updated stack's secrets, with where each comes from (secret_sources.changed_sources), no value
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def changed(self) -> list[StackChange]:
@@ -204,7 +207,8 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
         head = desired_state(head_fleet, recorded, control_plane, explain=explain, memo=memo)
         stack_changes = changes(head.specs, summary.fingerprints)
     head_plan = head.plan
-    result = Comparison(head_plan, stack_changes, head=head)
+    result = Comparison(head_plan, stack_changes, head=head,
+                        sources=changed_sources(head_fleet, head.specs, stack_changes, summary.manifests))
     before = {r.name: r for r in summary.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
@@ -254,6 +258,10 @@ def markdown(result: Comparison) -> str:
                      f"{counts['update']} to update, {counts['delete']} to delete.")
         lines += ["", "| stack | change |", "|---|---|"]
         lines += [f"| `{s.name}` | {s.change} |" for s in result.changed]
+    if result.sources:  # a value the fleet's files give instead of the runner's own is seen in review
+        lines += ["", "**Where the changed stacks' secrets come from** (never their values)", ""]
+        lines += [f"- `{name}`: " + "; ".join(f"`{line}`" for line in found)
+                  for name, found in sorted(result.sources.items())]
     for title, rows, fmt in (
         ("Replicas added", result.added, lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}`"),
         ("Replicas moved", result.moved, lambda r: f"`{r['deployment']}` `{r['name']}`: `{r['cluster']}` -> `{r['to']}` ({r['reason']})"),

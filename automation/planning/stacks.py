@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
 
 from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, fleet_gateway,
                              gateway_args, host_extras, weight_streaming)
@@ -33,7 +33,9 @@ from components.versions import pinned, project_version
 from fleet.memory import RecordedReplica
 from fleet.plan import PlacedReplica, Plan
 from fleet.scheduler import PlanMemo, schedule
+from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import ORDER, StackId, StackKind
+from workloads.cache import secret_refs
 from workloads.gateways import Gateways
 from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys,
                               platform_stack, render, service_stack, stack_inputs, team_stack)
@@ -184,6 +186,30 @@ def fingerprint(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def from_manifests(fleet: Fleet, refs: Iterable[SecretRef]) -> list[str]:
+    """Those of a stack's secrets whose value a Secret manifest of the fleet gives (`namespace/name key 'key'`),
+    sorted. Part of the stack's fingerprint: a value that comes from the fleet's files (a pull request) instead of
+    what the one running the command gives, or back, is a change of the stack. Only whether it is a manifest, and
+    never a value: the environment and --secrets-dir differ between machines that run the same fleet, and a file's
+    name between checkouts of it (docs/teams.md, where secret values come from)."""
+    return sorted({str(ref) for ref in refs if fleet.secrets.manifest_of(ref) is not None})
+
+
+def with_sources(digest: str, manifests: list[str]) -> str:
+    """A stack's fingerprint with its secrets given by manifests (`from_manifests`) folded in; the same without."""
+    return fingerprint({"fingerprint": digest, "secretsFromManifests": manifests}) if manifests else digest
+
+
+def object_secrets(objects: Mapping[str, list[dict]]) -> list[SecretRef]:
+    """The user's Secrets a workload stack's rendered objects are filled from (its placeholder Secrets')."""
+    return [ref for objs in objects.values() for o in objs if o["kind"] == "Secret" for ref in secret_refs(o).values()]
+
+
+def cluster_secrets(fleet: Fleet) -> dict[str, list[SecretRef]]:
+    """The secrets each cluster's platform stack reads: an Existing cluster's kubeconfig."""
+    return {ic.name: [ref] if (ref := kubeconfig_ref(ic)) is not None else [] for ic in fleet.of("InferenceCluster")}
+
+
 def kind_of(stack: str) -> StackKind:
     return StackId.parse(stack).kind
 
@@ -247,8 +273,11 @@ class KnownPlatform(NamedTuple):
 def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None) -> str:
     """A digest of everything `platform_specs` reads: every InferenceCluster, InferenceClass and InferenceGateway
     whole, whether any deployment streams weights (the one thing it reads of deployments), the cluster that hosts
-    the control plane, the chart versions and this release. A deployment, service or cache changed: same digest."""
-    digest = hashlib.sha256(json.dumps([host, pinned(versions), project_version(), weight_streaming(fleet)]).encode())
+    the control plane, the chart versions, this release, and which clusters' kubeconfigs a Secret manifest gives
+    (`from_manifests`). A deployment, service or cache changed: same digest."""
+    kubeconfigs = from_manifests(fleet, [ref for refs in cluster_secrets(fleet).values() for ref in refs])
+    digest = hashlib.sha256(json.dumps([host, pinned(versions), project_version(), weight_streaming(fleet),
+                                        kubeconfigs]).encode())
     for kind in ("InferenceCluster", "InferenceClass", "InferenceGateway"):
         for obj in fleet.of(kind):
             digest.update(fleet.text_of(obj).encode() + b"\0")
@@ -261,12 +290,14 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None)
     stacks: dict[str, StackSpec] = {}
     release = project_version()
     gateway = gateway_args(fleet, host)
+    secrets = cluster_secrets(fleet)
     for name, args in every_cluster_args(fleet).items():
         metallb, rate_limit = host_extras(gateway, name, host)
         platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit,
                                    envoy_front_door=gateway is not None and gateway.backend == "Envoy")
         id = StackId.platform(name)
-        stacks[str(id)] = StackSpec(id, fingerprint(platform.fingerprinted()), targets=[name], payload=platform)
+        digest = with_sources(fingerprint(platform.fingerprinted()), from_manifests(fleet, secrets.get(name, [])))
+        stacks[str(id)] = StackSpec(id, digest, targets=[name], payload=platform)
     if gateway is not None:
         front = GatewayPayload(gateway, pinned(versions), host, release)
         stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(front.fingerprinted()),
@@ -301,8 +332,11 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         if host and on_control_plane:
             deps.append(platform_stack(host))
         id = StackId.parse(name)
+        # a stack from `known` keeps its fingerprint: only model, team, service and endpoints stacks are, and they
+        # read no secret; a composed one holds where its secrets come from
         digest = known.get(name) or (endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints"
-                                     else fingerprint(payload.fingerprinted()))
+                                     else with_sources(fingerprint(payload.fingerprinted()),
+                                                       from_manifests(fleet, object_secrets(payload.objects))))
         stacks[name] = StackSpec(id, digest, deps, order, payload)
     _link(fleet, plan, stacks, host, rendered.backends)
     return stacks
@@ -354,6 +388,7 @@ class DesiredState:
     inputs: StackInputs | None = None  # of the model, team, service and endpoints stacks (when asked for)
     reused: dict[str, tuple] = field(default_factory=dict)  # stacks from `known` (not composed): their identities
     platform: KnownPlatform | None = None  # the platform and gateway stacks with their inputs (when asked for)
+    manifests: list[str] = field(default_factory=list)  # the secrets the fleet's Secret manifests give (no value)
 
     def digests(self) -> dict[str, str]:
         """The digest of each stack's inputs, where known: the model, team, service and endpoints stacks' (`inputs`),
@@ -418,7 +453,7 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     if platform_digest is not None:
         mine = platform if same is not None else KnownPlatform(platform_digest, {
             name: spec for name, spec in specs.items() if spec.kind in ("platform", "gateway")})
-    return DesiredState(plan, rendered, specs, inputs, reused, mine)
+    return DesiredState(plan, rendered, specs, inputs, reused, mine, fleet.secrets.manifest_refs())
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
