@@ -76,7 +76,7 @@ def families() -> list[Family]:
                (f"-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version={PROVIDER_VERSION}",),
                generate=True),
         Family("kube", tuple((name, f"k8s.io/kubernetes/cmd/{name}")
-                             for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")), 20,
+                             for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")), 20,
                (f"-X {component}.gitVersion={kube}", f"-X {component}.gitMajor=1", f"-X {component}.gitMinor={minor}",
                 f"-X {component}.gitTreeState=clean")),
         Family("etcd", (("etcd", "."),), 3),

@@ -1,5 +1,5 @@
 // The Kubernetes provider's own main, which cannot be built as published: it embeds two files that upstream
-// generates with `go generate` and does not ship in the module. tools/realengine/build.sh writes them from the
+// generates with `go generate` and does not ship in the module. tools/realengine/build.py writes them from the
 // module's committed schema.json and terraform-mapping.json before it builds this package.
 package main
 
