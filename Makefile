@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean browser cel-tables toolchain
+.PHONY: demo demo-real test bench clean browser cel-tables toolchain
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -22,6 +22,24 @@ demo: $(STAMP)
 	$(BIN)/modelplane render -f examples/ --out out/render
 	@echo
 	$(BIN)/modelplane preview --offline -f examples/ > out/preview.txt && tail -n 1 out/preview.txt
+	@echo
+	@$(MAKE) --no-print-directory demo-real
+
+# The main job for real: the real Pulumi engine applies local-fleet/ to a local fleet of real control planes
+# (simulated nodes and GPUs; docs/local-fleet.md). The first run builds the toolchain (about an hour on 2 cores).
+DEMO_STATE := .modelplane/demo
+demo-real: $(STAMP)
+	@if ! $(PYTHON) tools/realengine/build.py; then \
+	  echo "the real engine could not be built (above): the demo ends with the offline preview"; exit 0; fi; \
+	set -e; export PULUMI_CONFIG_PASSPHRASE=demo; \
+	echo; echo "$$ modelplane local up -f local-fleet/"; $(BIN)/modelplane local up -f local-fleet/ --state $(DEMO_STATE); \
+	echo; echo "$$ modelplane up -f local-fleet/   (the real Pulumi CLI and Kubernetes provider)"; \
+	$(BIN)/modelplane up -f local-fleet/ --state $(DEMO_STATE); \
+	echo; echo "$$ modelplane status -f local-fleet/"; $(BIN)/modelplane status -f local-fleet/ --state $(DEMO_STATE); \
+	echo; echo "$$ kubectl get pods -n ml-team -o wide   (local-a, then local-b: pods on simulated GPU nodes)"; \
+	for c in local-a local-b; do .modelplane/toolchain/bin/kubectl --kubeconfig $(DEMO_STATE)/local/$$c/kubeconfig \
+	  get pods -n ml-team -o wide; done; \
+	echo; echo "the local fleet keeps running: $(BIN)/modelplane local down --state $(DEMO_STATE) stops it"
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .

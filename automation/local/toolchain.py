@@ -110,14 +110,16 @@ def register_provider(tools: Toolchain) -> None:
 
 
 def activate() -> bool:
-    """When no Pulumi CLI is on PATH and the toolchain has one: put the toolchain first on PATH and use its Pulumi
-    home (unless PULUMI_HOME is set), for this process and what it starts. True when it did."""
-    if shutil.which("pulumi") is not None:
-        return False
+    """When no other Pulumi CLI is on PATH and the toolchain has one: put the toolchain first on PATH and use its
+    Pulumi home (unless PULUMI_HOME is set), for this process and what it starts. True when it did."""
     tools = find()
+    found = shutil.which("pulumi")
+    if found is not None and Path(found).resolve() != (tools.folder / "pulumi").resolve():
+        return False  # the user's own CLI, with the user's own plugins
     if tools.missing(ENGINE):
         return False
-    os.environ["PATH"] = f"{tools.folder}{os.pathsep}{os.environ.get('PATH', '')}"
+    if found is None:
+        os.environ["PATH"] = f"{tools.folder}{os.pathsep}{os.environ.get('PATH', '')}"
     os.environ.setdefault("PULUMI_HOME", str(tools.pulumi_home))
     if Path(os.environ["PULUMI_HOME"]) == tools.pulumi_home:
         register_provider(tools)
