@@ -126,8 +126,13 @@ def test_the_service_is_one_rule_over_fqdn_backends_with_the_endpoint_host_set_p
     # every endpoint is an FQDN, a replica's the cluster DNS name of its Service
     assert all(list(ep) == ["fqdn", "hostname"] for s in specs.values() for ep in s["endpoints"])
     assert specs[f"ep-{ra}"]["endpoints"][0] == {
-        "fqdn": {"hostname": f"ep-{ra}.ml-team.svc.cluster.local", "port": 80},
+        "fqdn": {"hostname": f"ep-{ra}.ml-team.svc.cluster.local", "port": 443},
         "hostname": f"{ra}.ml-team.fleet.modelplane.internal"}
+    # the cluster gateway's fleet listener: the front door's client certificate, SNI the fleet Host (issue 65)
+    assert specs[f"ep-{ra}"]["tls"] == {
+        "sni": f"{ra}.ml-team.fleet.modelplane.internal", "insecureSkipVerify": True,
+        "clientCertificateRef": {"group": "", "kind": "Secret", "name": "modelplane-front-door-client",
+                                 "namespace": "modelplane-system"}}
     assert specs["overflow-together"]["endpoints"][0] == {
         "fqdn": {"hostname": "api.together.xyz", "port": 443}, "hostname": "api.together.xyz"}
     assert specs["overflow-together"]["tls"] == {"sni": "api.together.xyz", "wellKnownCACertificates": "System"}
@@ -149,7 +154,7 @@ def test_a_replica_service_follows_its_gateway_address_an_external_name_for_a_ho
     services = {s["metadata"]["name"]: s for s in find(result, "Service", stack="endpoints-ml-team")}
     ra, rb = replica_name("qwen", "a", 0), replica_name("qwen", "b", 0)
     assert services[f"ep-{ra}"]["metadata"]["annotations"] == {"modelplane.ai/gateway-of": "a"}
-    assert services[f"ep-{ra}"]["spec"] == {"ports": [{"name": "backend", "port": 80, "targetPort": 80,
+    assert services[f"ep-{ra}"]["spec"] == {"ports": [{"name": "backend", "port": 443, "targetPort": 443,
                                                         "protocol": "TCP"}]}
     assert services[f"ep-{rb}"]["spec"]["type"] == "ExternalName" and services[f"ep-{rb}"]["spec"]["externalName"] == elb
     # either way Envoy resolves the Service's name
@@ -655,6 +660,13 @@ def test_up_applies_the_envoy_front_door_and_a_hostname_gateway_turns_a_replica_
                 if any(r["type"] == "kubernetes:apps/v1:Deployment" and r["inputs"]["metadata"]["name"] == "modelplane-rate-limit"
                        for r in pulumi_double.resources(backend, "modelplane", f"platform-{c}")))
     assert host == "eks-us-west"  # the control plane's host, and only it, runs the rate-limit store
+    # the gateway stack recorded its client CA, and the platform stacks ran again in the same `up`: every cluster
+    # Gateway has its mutually authenticated fleet listener (issue 65)
+    for c in ("eks-us-west", "gke-us-central", "byo-eu"):
+        platform = pulumi_double.resources(backend, "modelplane", f"platform-{c}")
+        [cluster_gateway] = [r["inputs"] for r in platform if r["type"] == "kubernetes:gateway.networking.k8s.io/v1:Gateway"]
+        assert [listener["name"] for listener in cluster_gateway["spec"]["listeners"]] == ["http", "fleet"], c
+        assert any(r["type"].endswith(":ClientTrafficPolicy") for r in platform), c
     workloads = pulumi_double.resources(backend, "modelplane-workloads", "endpoints-ml-team")
     objs = [o for r in workloads if r["type"] == "kubernetes:yaml/v2:ConfigGroup" for o in r["inputs"]["objs"]]
     assert any(o["kind"] == "Backend" and o["spec"].get("fallback") for o in objs)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from fleet.api.gateway import Access, Envoy
 from fleet.names import bounded
+from workloads.front_door_mtls import client_certificate_ref
 from workloads.routing import fleet_host
 from workloads.service_routing import FLEET_GATEWAY, Endpoint, address_type, distribute_weights
 
@@ -84,7 +85,11 @@ def backend_object(tiered: Tiered) -> dict:
     host = endpoint_host(ep)
     spec: dict = {"endpoints": [{"fqdn": {"hostname": dns_name(ep), "port": ep.port},
                                  **({"hostname": host} if host else {})}]}
-    if ep.tls:  # SNI is a host name, never an IP (RFC 6066)
+    if ep.composed:
+        # the cluster gateway's fleet listener: the front door's client certificate, SNI its fleet Host. Its
+        # serving certificate is not verified (workloads/front_door_mtls.py says why)
+        spec["tls"] = {"sni": host, "insecureSkipVerify": True, "clientCertificateRef": client_certificate_ref()}
+    elif ep.tls:  # SNI is a host name, never an IP (RFC 6066)
         spec["tls"] = {**({"sni": host} if host else {}), "wellKnownCACertificates": "System"}
     if tiered.priority:
         spec["fallback"] = True
