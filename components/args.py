@@ -122,12 +122,13 @@ class GatewayArgs(Args):
         return any(o["kind"] == "BackendTrafficPolicy" for o in self.front_door)
 
 
-def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> tuple[str | None, bool]:
+def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> tuple[str | None, bool, bool]:
     """What hosting the fleet gateway adds to a cluster's platform stack: MetalLB's address pool (its Gateway
-    needs an address first) and a rate-limit store (an Envoy front door with global limits). Nothing elsewhere."""
+    needs an address first), a rate-limit store (an Envoy front door with global limits) and trust-manager (an
+    Envoy front door publishes its client CA with it). Nothing elsewhere."""
     if gateway is None or cluster != host:
-        return None, False
-    return gateway.metallb_address_pool, gateway.rate_limit
+        return None, False, False
+    return gateway.metallb_address_pool, gateway.rate_limit, gateway.backend == "Envoy"
 
 
 # Sources whose clusters this project creates or connects to: only these can host the fleet gateway.

@@ -24,6 +24,7 @@ from components.gateway_resource import Gateway
 from components.serving_stack import metallb, release
 from components.versions import chart
 from components.workload_objects import WorkloadObjects
+from workloads import front_door_mtls
 from workloads.schemas import check
 
 TYPE = "modelplane:fleet:Gateway"
@@ -33,7 +34,7 @@ ENVOY_SERVICE = "modelplane-fleet-gateway"  # ... and the load balancer Service 
 
 
 class FleetGateway(pulumi.ComponentResource):
-    """Outputs: address."""
+    """Outputs: address, and under backend Envoy clientCACertificate (`client_ca`)."""
 
     def __init__(self, name: str, args: GatewayArgs, provider: k8s.Provider, versions: dict[str, str] | None = None,
                  standalone: bool = False, after: list | None = None, sources: Mapping[str, str] | None = None,
@@ -41,6 +42,7 @@ class FleetGateway(pulumi.ComponentResource):
         """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child.
         `sources`: where charts are fetched from (components/versions.py `located`)."""
         super().__init__(TYPE, name, None, opts)
+        self.client_ca: pulumi.Output | None = None
         if args.backend == "Envoy":
             self._envoy(name, args, provider, standalone, list(after or []))
             return
@@ -104,8 +106,34 @@ class FleetGateway(pulumi.ComponentResource):
         self.address = self.gateway.address
         self.front_door = WorkloadObjects(f"{name}-front-door", args.front_door, provider, opts=pulumi.ResourceOptions(
             parent=self, depends_on=[self.gateway])) if args.front_door else None
+        self.client_ca = client_ca(name, args, provider, self, after)
         self.aggregated_api = aggregated_api(name, args, provider, standalone, self)
-        self.register_outputs({"address": self.address})
+        self.register_outputs({"address": self.address, "clientCACertificate": self.client_ca})
+
+
+def client_ca(name: str, args: GatewayArgs, provider: k8s.Provider, parent: pulumi.Resource,
+              after: list) -> pulumi.Output:
+    """The front door's client CA and certificate (workloads/front_door_mtls.py), and the CA's certificate as
+    trust-manager publishes it: read from its ConfigMap (public), never from the CA's Secret. The Bundle waits
+    until it has written the ConfigMap; the read's id waits on the Bundle, so a preview that creates the Bundle
+    skips the read (its id is unknown) instead of failing on a ConfigMap that does not exist yet."""
+    wanted = front_door_mtls.gateway_ca_objects(args.name)
+    problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in wanted for p in check(o)]
+    if problems:
+        raise pulumi.RunError("the front door's client CA objects would be refused: " + "; ".join(problems))
+    opts = pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=after)
+    chain = WorkloadObjects(f"{name}-client-ca", [o for o in wanted if o["kind"] != "Bundle"], provider,
+                            opts=pulumi.ResourceOptions(parent=parent, depends_on=after))
+    bundle = next(o for o in wanted if o["kind"] == "Bundle")
+    published = k8s.apiextensions.CustomResource(
+        f"{name}-client-ca-bundle", api_version=bundle["apiVersion"], kind=bundle["kind"],
+        metadata=bundle["metadata"], spec=bundle["spec"], opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(depends_on=[*after, chain])))
+    config_map = k8s.core.v1.ConfigMap.get(
+        f"{name}-client-ca-published",
+        published.id.apply(lambda _: f"{front_door_mtls.NAMESPACE}/{front_door_mtls.CA}"),
+        opts=pulumi.ResourceOptions(provider=provider, parent=parent, depends_on=[published]))
+    return config_map.data.apply(lambda data: (data or {}).get(front_door_mtls.CA_KEY))
 
 
 def envoy_listener(tls_secret: str | None) -> dict:

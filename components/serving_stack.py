@@ -12,7 +12,9 @@ Installed in an order the API server accepts the first time (each step waits for
    `spec.stack` is Dynamo; on EKS the
    cluster-autoscaler where a pool can grow; MetalLB where the cluster has no cloud load balancer;
 3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
-   HTTPRoute attaches to. It waits for an address only where something can give it one.
+   HTTPRoute attaches to: plain HTTP, and, once a front door's client CA is known, the mutually authenticated
+   `fleet` listener, after the objects that make it refuse any other client (workloads/front_door_mtls.py). It
+   waits for an address only where something can give it one.
 
 Deletes run in reverse: the Gateway before its CRDs and controller, releases before the pools.
 """
@@ -29,8 +31,9 @@ from components import crds
 from components.args import ClusterArgs
 from components.gateway_resource import Gateway
 from components.versions import MODEL_EXPRESS_IMAGE, RATE_LIMIT_STORE_IMAGE, Chart, chart
-from workloads import dynamo_platform
+from workloads import dynamo_platform, front_door_mtls
 from workloads.pods import GPU_NODE_TOLERATIONS
+from workloads.schemas import check
 
 TYPE = "modelplane:cluster:ServingStack"
 SYSTEM_NAMESPACE = "modelplane-system"
@@ -116,6 +119,8 @@ def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = Non
     """Chart values, per chart: the settings that make each add-on work for GPU inference."""
     if key == "cert-manager":
         return {"crds": {"enabled": True, "keep": False}}
+    if key == "trust-manager":  # its sources (the front door's CA) are read in the namespace they live in
+        return {"app": {"trust": {"namespace": SYSTEM_NAMESPACE}}}
     if key == "envoy-gateway-crds":
         return {"crds": {"gatewayAPI": {"enabled": False}, "envoyGateway": {"enabled": True}}}
     if key == "envoy-gateway":
@@ -222,10 +227,13 @@ class ServingStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterArgs, provider: k8s.Provider, depends_on: list | None = None,
                  versions: dict[str, str] | None = None, facts: ClusterFacts | None = None,
-                 metallb_pool: str | None = None, rate_limit: bool = False,
-                 sources: Mapping[str, str] | None = None, opts: pulumi.ResourceOptions | None = None):
+                 metallb_pool: str | None = None, rate_limit: bool = False, trust_manager: bool = False,
+                 client_cas: tuple[str, ...] = (), sources: Mapping[str, str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """`rate_limit`: this cluster hosts an Envoy fleet gateway with per-team limits (its Envoy Gateway needs a
-        rate-limit store). `sources`: where charts are fetched from (components/versions.py `located`)."""
+        rate-limit store). `trust_manager`: it hosts an Envoy front door, whose client CA trust-manager publishes.
+        `client_cas`: the front doors' client CAs (PEM) its fleet listener accepts; none: no fleet listener.
+        `sources`: where charts are fetched from (components/versions.py `located`)."""
         super().__init__(TYPE, name, None, opts)
         facts = facts or ClusterFacts()
         after = list(depends_on or [])
@@ -251,6 +259,8 @@ class ServingStack(pulumi.ComponentResource):
         ai_crds = install("ai-gateway-crds", [self.crds])
         envoy = install("envoy-gateway", [envoy_crds, ai_crds, cert_manager])
         install("ai-gateway", [envoy, ai_crds])
+        if trust_manager:
+            install("trust-manager", [cert_manager, self.namespace])
         if rate_limit:  # in the namespace the Envoy Gateway release created
             rate_limit_store(name, chart("envoy-gateway", versions).namespace, provider, self, after + [envoy])
         install("lws", [cert_manager])
@@ -285,16 +295,35 @@ class ServingStack(pulumi.ComponentResource):
                   "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
                                     "name": "inference-gateway", "namespace": envoy_ns}},
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=gateway_deps + [proxy]))
+        fleet_listener = self._fleet_listener(name, args, provider, client_cas, [cert_manager, envoy_crds, self.namespace])
         self.gateway = Gateway(
             f"{name}-gateway", metadata={"name": "inference-gateway", "namespace": SYSTEM_NAMESPACE},
-            spec={"gatewayClassName": "envoy", "listeners": [
-                {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}]},
+            spec={"gatewayClassName": "envoy", "listeners": front_door_mtls.gateway_listeners(client_cas)},
             # Without a cloud load balancer or MetalLB nothing gives the Gateway an address: do not wait for one.
             wait_for_address=facts.load_balancer or bool(metallb_pool),
             opts=pulumi.ResourceOptions(provider=provider, parent=self,
-                                        depends_on=gateway_deps + [self.gateway_class] + lb_ready))
+                                        depends_on=gateway_deps + [self.gateway_class] + lb_ready + fleet_listener))
         self.gateway_address = self.gateway.address
         self.register_outputs({"gatewayAddress": self.gateway_address})
+
+    def _fleet_listener(self, name: str, args: ClusterArgs, provider: k8s.Provider, client_cas: tuple[str, ...],
+                        after: list) -> list[pulumi.Resource]:
+        """What the fleet listener needs (workloads/front_door_mtls.py), checked against its schemas, made before
+        the Gateway has the listener, so the listener never serves a client the policy has not checked."""
+        listener = front_door_mtls.cluster_listener_objects(client_cas)
+        problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in listener for p in check(o)]
+        if problems:
+            raise pulumi.RunError(f"InferenceCluster/{args.name}: the fleet listener's objects would be refused: "
+                                  + "; ".join(problems))
+        opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
+        made: list[pulumi.Resource] = []
+        for o in listener:  # each after its namespace, CRDs and controllers (and the Issuer before its Certificate)
+            label = f"{name}-{o['metadata']['name']}"
+            made.append(k8s.core.v1.ConfigMap(label, metadata=o["metadata"], data=o["data"], opts=opts)
+                        if o["kind"] == "ConfigMap" else k8s.apiextensions.CustomResource(
+                            label, api_version=o["apiVersion"], kind=o["kind"], metadata=o["metadata"], spec=o["spec"],
+                            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*after, *made]))))
+        return made
 
     def _dynamo(self, name: str, args: ClusterArgs, provider: k8s.Provider, platform: k8s.helm.v3.Release) -> None:
         """After the Dynamo platform: the ClusterTopology its graphs name, and ModelExpress where it runs."""

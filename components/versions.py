@@ -19,6 +19,7 @@ from typing import Mapping
 
 CertManager = ("cert-manager.io", ("Certificate", "CertificateRequest", "Issuer", "ClusterIssuer"))
 Acme = ("acme.cert-manager.io", ("Order", "Challenge"))
+Trust = ("trust.cert-manager.io", ("Bundle",))
 EnvoyGatewayKinds = ("gateway.envoyproxy.io", ("EnvoyProxy", "BackendTrafficPolicy", "ClientTrafficPolicy", "SecurityPolicy",
                                               "EnvoyPatchPolicy", "EnvoyExtensionPolicy", "Backend", "HTTPRouteFilter"))
 AiGatewayKinds = ("aigateway.envoyproxy.io", ("AIGatewayRoute", "AIServiceBackend", "BackendSecurityPolicy", "MCPRoute",
@@ -65,6 +66,10 @@ CHARTS: dict[str, Chart] = {c.key: c for c in (
     Chart("cert-manager", "cert-manager", "https://charts.jetstack.io", "v1.17.1", "cert-manager",
           crds=kinds(CertManager, Acme), serves=("cert-manager.io/v1", "acme.cert-manager.io/v1"),
           webhooks=kinds(CertManager)),
+    # On the cluster that hosts an Envoy front door: publishes its client CA's certificate (never its key) in a
+    # ConfigMap (workloads/front_door_mtls.py). Its Bundle CRD is bundled for the schema check (NOTICE.md).
+    Chart("trust-manager", "trust-manager", "https://charts.jetstack.io", "v0.20.3", "cert-manager",
+          crds=kinds(Trust), serves=("trust.cert-manager.io/v1alpha1",), webhooks=kinds(Trust)),
     # Envoy Gateway's own CRDs from its CRD chart (Gateway API CRDs off: they come from the bundled files),
     # then the controller with its CRDs off. The version the Envoy AI Gateway below is built on and tested with
     # (COMPATIBLE): v0.5 is "built on Envoy Gateway v1.6", its CI runs v1.6.2.

@@ -108,7 +108,8 @@ def chart_sources(config: pulumi.Config) -> dict[str, str]:
 
 
 def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, metallb_pool: str | None = None,
-                  stored_kubeconfig: str | None = None, rate_limit: bool = False):
+                  stored_kubeconfig: str | None = None, rate_limit: bool = False, trust_manager: bool = False,
+                  client_cas: tuple[str, ...] = ()):
     """One cluster, its GPU pools, serving stack and Gateway; returns its Kubernetes provider, serving stack and
     the outputs other stacks read. Built from typed arguments only, so a cluster no longer in the fleet can be
     run again from what its stack recorded (`clusterArgs`), to lift its protection before it is destroyed."""
@@ -117,7 +118,7 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
     stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
                          facts=cluster.facts, metallb_pool=metallb_pool, rate_limit=rate_limit,
-                         sources=chart_sources(config),
+                         trust_manager=trust_manager, client_cas=client_cas, sources=chart_sources(config),
                          opts=pulumi.ResourceOptions(parent=cluster))
     outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
                # what a replica's EndpointSlice holds for this gateway: the operator's Programs use it as is
@@ -126,7 +127,9 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
                "gatewayServiceSpec": stack.gateway_address.apply(gateway_service_spec),
                "pools": published_pools(args),
                "clusterArgs": {"args": args.model_dump(mode="json"), "metallbPool": metallb_pool,
-                               **({"rateLimit": True} if rate_limit else {})}}
+                               **({"rateLimit": True} if rate_limit else {}),
+                               **({"trustManager": True} if trust_manager else {}),
+                               **({"clientCAs": list(client_cas)} if client_cas else {})}}
     return k8s_provider, stack, outputs
 
 
@@ -135,7 +138,9 @@ def recorded_cluster(recorded: dict, config: pulumi.Config | None = None) -> dic
     config = config or pulumi.Config("modelplane")
     args = ClusterArgs.model_validate(recorded["args"])
     _, _, outputs = cluster_stack(args, config, config.get_object("versions") or {}, recorded.get("metallbPool"),
-                                  rate_limit=bool(recorded.get("rateLimit")))
+                                  rate_limit=bool(recorded.get("rateLimit")),
+                                  trust_manager=bool(recorded.get("trustManager")),
+                                  client_cas=tuple(recorded.get("clientCAs") or ()))
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs
@@ -169,9 +174,11 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
         args = cluster_args(fleet, name)
         ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
         stored = fleet.secrets.get(ref) if ref else None
-        metallb_pool, rate_limit = host_extras(gateway, name, host)
+        # a whole fleet in one stack knows no front door's CA before it runs: its fleet listeners stay closed
+        metallb_pool, rate_limit, trust_manager = host_extras(gateway, name, host)
         providers[name], serving[name], outputs[name] = cluster_stack(
-            args, config, versions, metallb_pool, stored.reveal() if stored else None, rate_limit=rate_limit)
+            args, config, versions, metallb_pool, stored.reveal() if stored else None, rate_limit=rate_limit,
+            trust_manager=trust_manager)
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
         if separate is not None:  # a control-plane cluster no platform stack manages
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,

@@ -52,6 +52,8 @@ SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 STACK_TYPE = "pulumi:pulumi:Stack"
+# The front door's client CA as trust-manager publishes it (public: a certificate, no key)
+FAKE_CLIENT_CA = "-----BEGIN CERTIFICATE-----\nZmFrZSBmcm9udCBkb29yIENB\n-----END CERTIFICATE-----\n"
 STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -358,6 +360,25 @@ class Update:
                              "outputs": {"name": name}, "external": True, "parent": request.parent or None}
         return urn, state
 
+    def read_bundle_config_map(self, request) -> tuple[str, dict]:
+        """A ConfigMap as trust-manager writes it for a Bundle of this stack (its target key holding
+        FAKE_CLIENT_CA): the only ConfigMap a program of ours reads. Any other does not exist."""
+        urn = self.urn(request.parent, request.type, request.name)
+        namespace, _, name = request.id.partition("/")
+        with self.guard:
+            bundles = [r for r in [*self.new.values(), *self.old.values()]
+                       if r.get("type") == "kubernetes:trust.cert-manager.io/v1alpha1:Bundle"
+                       and (r.get("inputs") or {}).get("metadata", {}).get("name") == name]
+        if not bundles:
+            raise Refused(f"error: resource '{request.id}' does not exist")
+        key = bundles[0]["inputs"]["spec"]["target"]["configMap"]["key"]
+        state = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+                 "data": {key: FAKE_CLIENT_CA}}
+        with self.guard:
+            self.new[urn] = {"urn": urn, "type": request.type, "custom": True, "id": request.id, "inputs": {},
+                             "outputs": state, "external": True, "parent": request.parent or None}
+        return urn, state
+
     def set_outputs(self, urn: str, outputs: dict) -> None:
         with self.guard:
             if urn in self.new:
@@ -463,10 +484,12 @@ def serve(update: Update, log: Callable[[str, str, str], None]):
             return empty_pb2.Empty()
 
         def ReadResource(self, request, context):
-            if request.type != "pulumi:pulumi:StackReference":
-                context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the double reads only StackReferences, not {request.type}")
+            if request.type not in ("pulumi:pulumi:StackReference", "kubernetes:core/v1:ConfigMap"):
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the double reads only StackReferences and trust-manager's "
+                                                             f"ConfigMaps, not {request.type}")
             try:
-                urn, state = update.read_stack_reference(request)
+                urn, state = update.read_stack_reference(request) if request.type != "kubernetes:core/v1:ConfigMap" \
+                    else update.read_bundle_config_map(request)
             except Refused as exc:
                 update.errors.append(str(exc).removeprefix("error: "))
                 context.abort(grpc.StatusCode.UNKNOWN, str(exc).removeprefix("error: "))

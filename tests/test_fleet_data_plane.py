@@ -126,8 +126,13 @@ def test_the_service_is_one_rule_over_fqdn_backends_with_the_endpoint_host_set_p
     # every endpoint is an FQDN, a replica's the cluster DNS name of its Service
     assert all(list(ep) == ["fqdn", "hostname"] for s in specs.values() for ep in s["endpoints"])
     assert specs[f"ep-{ra}"]["endpoints"][0] == {
-        "fqdn": {"hostname": f"ep-{ra}.ml-team.svc.cluster.local", "port": 80},
+        "fqdn": {"hostname": f"ep-{ra}.ml-team.svc.cluster.local", "port": 443},
         "hostname": f"{ra}.ml-team.fleet.modelplane.internal"}
+    # the cluster gateway's fleet listener: the front door's client certificate, SNI the fleet Host (issue 65)
+    assert specs[f"ep-{ra}"]["tls"] == {
+        "sni": f"{ra}.ml-team.fleet.modelplane.internal", "insecureSkipVerify": True,
+        "clientCertificateRef": {"group": "", "kind": "Secret", "name": "modelplane-front-door-client",
+                                 "namespace": "modelplane-system"}}
     assert specs["overflow-together"]["endpoints"][0] == {
         "fqdn": {"hostname": "api.together.xyz", "port": 443}, "hostname": "api.together.xyz"}
     assert specs["overflow-together"]["tls"] == {"sni": "api.together.xyz", "wellKnownCACertificates": "System"}
@@ -149,7 +154,7 @@ def test_a_replica_service_follows_its_gateway_address_an_external_name_for_a_ho
     services = {s["metadata"]["name"]: s for s in find(result, "Service", stack="endpoints-ml-team")}
     ra, rb = replica_name("qwen", "a", 0), replica_name("qwen", "b", 0)
     assert services[f"ep-{ra}"]["metadata"]["annotations"] == {"modelplane.ai/gateway-of": "a"}
-    assert services[f"ep-{ra}"]["spec"] == {"ports": [{"name": "backend", "port": 80, "targetPort": 80,
+    assert services[f"ep-{ra}"]["spec"] == {"ports": [{"name": "backend", "port": 443, "targetPort": 443,
                                                         "protocol": "TCP"}]}
     assert services[f"ep-{rb}"]["spec"]["type"] == "ExternalName" and services[f"ep-{rb}"]["spec"]["externalName"] == elb
     # either way Envoy resolves the Service's name
@@ -395,42 +400,72 @@ def test_the_envoy_block_belongs_to_backend_envoy():
 
 # ---- the token counter, run under LuaJIT ----
 
-class _Chunk:
-    def __init__(self, text: str):
-        self.text = text
+_HANDLE = """
+function(get, replace, body_text, texts, disconnect_after, set, get_metadata, respond)
+  local function buffer(text)
+    return {text = text, length = function(self) return #self.text end,
+            getBytes = function(self, start, n) return string.sub(self.text, start + 1, start + n) end,
+            setBytes = function(self, new) self.text = new end}
+  end
+  local body = body_text and buffer(body_text)
+  local chunks = {}
+  for i, text in ipairs(texts or {}) do chunks[i] = buffer(text) end
+  local metadata = {set = function(self, ns, key, value) set(ns, key, value) end,
+                    get = function(self, ns) return get_metadata(ns) end}
+  local info = {dynamicMetadata = function(self) return metadata end}
+  return {
+    headers = function(self) return {get = function(self, name) return get(name) end,
+                                     replace = function(self, name, value) replace(name, value) end} end,
+    body = function(self) return body end,
+    bodyChunks = function(self)
+      local i = 0
+      return function()
+        i = i + 1
+        if disconnect_after ~= nil and i > disconnect_after then coroutine.yield() end
+        return chunks[i]
+      end
+    end,
+    respond = function(self, h, text) respond(h[":status"], text) end,
+    streamInfo = function(self) return info end,
+    sent = function(self) return body and body.text end,
+  }
+end"""
 
-    def length(self):
-        return len(self.text)
 
-    def getBytes(self, start, length):  # noqa: N802 - Envoy's Lua API name
-        return self.text[start:start + length]
-
-
-def _count_tokens(chunks: list[str]) -> dict:
-    """Runs TOKEN_COUNTER's envoy_on_response under LuaJIT with a handle offering what Envoy's Lua filter
-    documents: bodyChunks() (an iterator over the chunks as they arrive), chunk:length(), chunk:getBytes(),
-    and streamInfo():dynamicMetadata():set(namespace, key, value)."""
+def _door(request: dict | None = None, body: str | None = None, status: str = "200", chunks: list[str] = (),
+          disconnect_after: int | None = None) -> tuple[dict, dict, list, str | None]:
+    """Runs the front door's Lua filter under LuaJIT on one request and its response: (what the rate limiter
+    would read from the request's metadata, the request headers after the filter, its local replies, the body
+    sent on). The response phase runs only when the request was not answered by the filter."""
     from lupa import luajit21
 
     lua = luajit21.LuaRuntime(unpack_returned_tuples=True)
     lua.execute(fleet_data_plane.TOKEN_COUNTER)
-    stored: dict = {}
-    make_handle = lua.eval("""
-        function(chunks, store)
-          local metadata = {set = function(self, ns, key, value) store(ns, key, value) end}
-          local info = {dynamicMetadata = function(self) return metadata end}
-          return {
-            bodyChunks = function(self)
-              local i = 0
-              return function() i = i + 1; return chunks[i] end
-            end,
-            streamInfo = function(self) return info end,
-          }
-        end""")
-    table = lua.table_from([_Chunk(c) for c in chunks])
-    handle = make_handle(table, lambda ns, key, value: stored.__setitem__((ns, key), value))
-    lua.globals().envoy_on_response(handle)
-    return stored
+    metadata: dict = {}
+    replies: list = []
+    headers = {k: v for k, v in {"x-modelplane-team": "search", **(request or {})}.items() if v is not None}
+    make = lua.eval(_HANDLE)
+
+    def get_metadata(ns):
+        found = {k[1]: v for k, v in metadata.items() if k[0] == ns}
+        return lua.table_from(found) if found else None
+
+    def handle(values: dict, body, chunks, disconnect_after):
+        return make(values.get, values.__setitem__, body, chunks, disconnect_after,
+                    lambda ns, key, value: metadata.__setitem__((ns, key), value), get_metadata,
+                    lambda status, text: replies.append((status, text)))
+
+    request_handle = handle(headers, body, None, None)
+    lua.globals().envoy_on_request(request_handle)
+    if not replies:
+        response = handle({":status": status}, None, lua.table_from(list(chunks)), disconnect_after)
+        lua.eval("function(f, h) coroutine.wrap(f)(h) end")(lua.globals().envoy_on_response, response)
+    charged = {key: value for key, value in metadata.items() if key == ("io.modelplane.usage", "total_tokens")}
+    return charged, headers, replies, request_handle.sent(request_handle)
+
+
+def _count_tokens(chunks: list[str], **kwargs) -> dict:
+    return _door(chunks=chunks, **kwargs)[0]
 
 
 def test_the_token_counter_reads_usage_from_a_whole_response():
@@ -439,16 +474,64 @@ def test_the_token_counter_reads_usage_from_a_whole_response():
     assert _count_tokens([body]) == {("io.modelplane.usage", "total_tokens"): 42}
 
 
+STREAM_EVENTS = [f'data: {json.dumps({"choices": [{"delta": {"content": str(i)}}], "usage": None})}\n\n'
+                 for i in range(3)]
+
+
 def test_the_token_counter_reads_usage_from_a_stream_split_across_chunks():
-    events = [f'data: {json.dumps({"choices": [{"delta": {"content": str(i)}}], "usage": None})}\n\n' for i in range(3)]
     final = 'data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1200, "total_tokens": 1207}}\n\n'
     cut = final.index("1207") + 2  # the number itself is split between two chunks
-    assert _count_tokens(events + [final[:cut], final[cut:], "data: [DONE]\n\n"]) == {
+    assert _count_tokens(STREAM_EVENTS + [final[:cut], final[cut:], "data: [DONE]\n\n"]) == {
         ("io.modelplane.usage", "total_tokens"): 1207}
 
 
-def test_a_stream_without_usage_is_charged_nothing():
-    assert _count_tokens(['data: {"choices": [{"delta": {"content": "a"}}]}\n\n', "data: [DONE]\n\n"]) == {}
+# ---- token limits cannot be escaped (issue 65) ----
+
+def test_a_streamed_request_asks_the_engine_for_usage_and_its_content_length_follows():
+    body = json.dumps({"model": "qwen", "stream": True, "stream_options": {"include_usage": False},
+                       "messages": [{"role": "user", "content": "hi"}]})
+    _, headers, replies, sent = _door({"content-length": str(len(body))}, body)
+    assert replies == []
+    # the door's key comes last: Python's json (vLLM's, SGLang's) keeps the last of a duplicate key
+    assert json.loads(sent)["stream_options"] == {"include_usage": True}
+    assert headers["content-length"] == str(len(sent))
+    plain = json.dumps({"model": "qwen", "messages": [{"role": "user", "content": "\"stream\": true"}]})
+    assert _door({}, plain)[3] == plain  # not a stream: sent as it came (a quoted "stream" in a prompt is escaped)
+
+
+def test_a_stream_without_usage_is_charged_what_it_streamed():
+    body = json.dumps({"model": "qwen", "stream": True, "messages": [{"role": "user", "content": "x" * 396}]})
+    charged, _, _, _ = _door({}, body, chunks=[*STREAM_EVENTS, "data: [DONE]\n\n"])
+    prompt = -(-(len(body) + len(',"stream_options":{"include_usage":true}')) // 4)  # 4 bytes a token
+    assert charged == {("io.modelplane.usage", "total_tokens"): prompt + 4}  # one per event, [DONE] included
+
+
+def test_a_client_that_disconnects_before_the_usage_chunk_is_charged_what_it_was_sent():
+    body = json.dumps({"model": "qwen", "stream": True, "messages": []})
+    usage = 'data: {"choices": [], "usage": {"total_tokens": 900}}\n\n'
+    events = [f"data: {i}\n\n" for i in range(50)]
+    charged, _, _, _ = _door({}, body, chunks=[*events, usage], disconnect_after=40)
+    assert charged[("io.modelplane.usage", "total_tokens")] == -(-(len(body) + 40) // 4) + 40
+    # an error answer generated nothing: it is charged nothing
+    assert _door({}, body, status="429", chunks=["{}"])[0] == {}
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate, identity", "GZIP"])
+def test_a_compressed_request_body_is_refused_with_415(encoding):
+    _, _, replies, _ = _door({"content-encoding": encoding}, "\x1f\x8b...")
+    assert [status for status, _ in replies] == ["415"]
+    assert _door({"content-encoding": "identity"}, "{}")[2] == []
+
+
+def test_a_caller_without_a_team_is_refused_when_teams_have_limits():
+    _, _, replies, _ = _door({"x-modelplane-team": None}, "{}")
+    assert [status for status, _ in replies] == ["403"]
+    # a JWT front door with request limits alone still gets the check (it is the same filter)
+    ig = InferenceGateway.model_validate(with_access(
+        [{"team": "search", "requestsPerMinute": 60}],
+        jwt={"issuer": "https://idp.example.com", "jwksUri": "https://idp.example.com/jwks"}))
+    usage = [o for o in fleet_data_plane.front_door_objects(ig.envoy) if o["kind"] == "EnvoyExtensionPolicy"]
+    assert [u["spec"]["lua"][0]["inline"] for u in usage] == [fleet_data_plane.TOKEN_COUNTER]
 
 
 # ---- the components: what the gateway and the host's platform stacks register (Pulumi's mock runtime) ----
@@ -577,6 +660,13 @@ def test_up_applies_the_envoy_front_door_and_a_hostname_gateway_turns_a_replica_
                 if any(r["type"] == "kubernetes:apps/v1:Deployment" and r["inputs"]["metadata"]["name"] == "modelplane-rate-limit"
                        for r in pulumi_double.resources(backend, "modelplane", f"platform-{c}")))
     assert host == "eks-us-west"  # the control plane's host, and only it, runs the rate-limit store
+    # the gateway stack recorded its client CA, and the platform stacks ran again in the same `up`: every cluster
+    # Gateway has its mutually authenticated fleet listener (issue 65)
+    for c in ("eks-us-west", "gke-us-central", "byo-eu"):
+        platform = pulumi_double.resources(backend, "modelplane", f"platform-{c}")
+        [cluster_gateway] = [r["inputs"] for r in platform if r["type"] == "kubernetes:gateway.networking.k8s.io/v1:Gateway"]
+        assert [listener["name"] for listener in cluster_gateway["spec"]["listeners"]] == ["http", "fleet"], c
+        assert any(r["type"].endswith(":ClientTrafficPolicy") for r in platform), c
     workloads = pulumi_double.resources(backend, "modelplane-workloads", "endpoints-ml-team")
     objs = [o for r in workloads if r["type"] == "kubernetes:yaml/v2:ConfigGroup" for o in r["inputs"]["objs"]]
     assert any(o["kind"] == "Backend" and o["spec"].get("fallback") for o in objs)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from fleet.api.gateway import Access, Envoy
 from fleet.names import bounded
+from workloads.front_door_mtls import client_certificate_ref
 from workloads.routing import fleet_host
 from workloads.service_routing import FLEET_GATEWAY, Endpoint, address_type, distribute_weights
 
@@ -84,7 +85,11 @@ def backend_object(tiered: Tiered) -> dict:
     host = endpoint_host(ep)
     spec: dict = {"endpoints": [{"fqdn": {"hostname": dns_name(ep), "port": ep.port},
                                  **({"hostname": host} if host else {})}]}
-    if ep.tls:  # SNI is a host name, never an IP (RFC 6066)
+    if ep.composed:
+        # the cluster gateway's fleet listener: the front door's client certificate, SNI its fleet Host. Its
+        # serving certificate is not verified (workloads/front_door_mtls.py says why)
+        spec["tls"] = {"sni": host, "insecureSkipVerify": True, "clientCertificateRef": client_certificate_ref()}
+    elif ep.tls:  # SNI is a host name, never an IP (RFC 6066)
         spec["tls"] = {**({"sni": host} if host else {}), "wellKnownCACertificates": "System"}
     if tiered.priority:
         spec["fallback"] = True
@@ -180,26 +185,67 @@ def traffic_policy(route: str, envoy: Envoy, overflow: bool) -> dict:
     }
 
 
-# The token counter: reads the OpenAI `usage.total_tokens` from a response as it streams past (no buffering: the
-# client sees each chunk as it arrives) and leaves the last count seen in the request's metadata, which the rate
-# limiter charges when the response ends. A streamed response reports usage only when the client asked for it
-# (`stream_options.include_usage`); one that does not is charged nothing.
+# The front door's Lua filter (present whenever teams have limits), on the request:
+# - a compressed request body is refused (415): the filter reads bodies, and a body it cannot read would escape
+#   the stream check below;
+# - a caller with no team (a JWT without the team claim) is refused (403): no rule would count it;
+# - a streamed request gets `stream_options.include_usage: true` appended, as upstream AI gateways do, so the
+#   engine reports usage (the door's key is the last one: Python's json, which vLLM and SGLang parse with, keeps
+#   the last of a duplicate key), and its size is kept as the prompt's estimate (4 bytes a token).
+# On the response (not an error answer), the count the rate limiter charges when the stream ends is kept up to
+# date as each chunk streams past (no buffering): the engine's `usage.total_tokens` once seen, else the prompt's
+# estimate plus one token per streamed event. A client that disconnects (the script is dropped mid-stream) or a
+# stream that never reports usage is charged what was streamed so far, never nothing.
 TOKEN_COUNTER = """\
 function envoy_on_request(handle)
+  local headers = handle:headers()
+  local encoding = headers:get("content-encoding")
+  if encoding ~= nil and not string.match(string.lower(encoding), "^%s*identity%s*$") then
+    handle:respond({[":status"] = "415"}, "the gateway reads request bodies: send them uncompressed")
+    return
+  end
+  if headers:get("x-modelplane-team") == nil then
+    handle:respond({[":status"] = "403"}, "no team: the caller's credential names none")
+    return
+  end
+  local body = handle:body()
+  local size = 0
+  if body ~= nil then
+    size = body:length()
+    local text = body:getBytes(0, size)
+    local cut = string.find(text, "}%s*$")
+    if cut ~= nil and string.find(text, '"stream"%s*:%s*true') then
+      text = string.sub(text, 1, cut - 1) .. ',"stream_options":{"include_usage":true}}'
+      body:setBytes(text)
+      if headers:get("content-length") ~= nil then
+        headers:replace("content-length", tostring(#text))
+      end
+      size = #text
+    end
+  end
+  handle:streamInfo():dynamicMetadata():set("io.modelplane.usage", "prompt_estimate", math.ceil(size / 4))
 end
 
 function envoy_on_response(handle)
+  if (tonumber(handle:headers():get(":status")) or 0) >= 400 then
+    return
+  end
+  local metadata = handle:streamInfo():dynamicMetadata()
+  local known = metadata:get("io.modelplane.usage") or {}
+  local estimate = tonumber(known["prompt_estimate"]) or 0
   local total = nil
   local tail = ""
+  metadata:set("io.modelplane.usage", "total_tokens", estimate)
   for chunk in handle:bodyChunks() do
-    local text = tail .. chunk:getBytes(0, chunk:length())
+    local bytes = chunk:getBytes(0, chunk:length())
+    local text = tail .. bytes
+    local _, events = string.gsub(string.sub(tail, -4) .. bytes, "data:", "")
+    estimate = estimate + events
     for count in string.gmatch(text, '"total_tokens"%s*:%s*(%d+)') do
       total = tonumber(count)
     end
     tail = string.sub(text, -64)
-  end
-  if total ~= nil then
-    handle:streamInfo():dynamicMetadata():set("io.modelplane.usage", "total_tokens", total)
+    metadata:set("io.modelplane.usage", "total_tokens", total or estimate)
   end
 end
 """
@@ -229,8 +275,7 @@ def front_door_objects(envoy: Envoy, namespace: str = FLEET_GATEWAY["namespace"]
     if rules:
         objects.append({"apiVersion": EG, "kind": "BackendTrafficPolicy", "metadata": {"name": "modelplane-limits", **meta},
                         "spec": {"targetRefs": gateway_ref, "rateLimit": {"type": "Global", "global": {"rules": rules}}}})
-    if any(limit.tokensPerHour or any(m.tokensPerHour for m in limit.models) for limit in access.limits) or (
-            access.defaultLimit is not None and access.defaultLimit.tokensPerHour):
+    if rules:  # the counter, and the checks a limit needs (a team, a body it can read)
         objects.append({"apiVersion": EG, "kind": "EnvoyExtensionPolicy", "metadata": {"name": "modelplane-usage", **meta},
                         "spec": {"targetRefs": gateway_ref, "lua": [{"type": "Inline", "inline": TOKEN_COUNTER}]}})
     return objects

@@ -12,7 +12,9 @@ from typing import Mapping
 @dataclass(frozen=True)
 class Gateways:
     """Gateway addresses the applied stacks output: per cluster (`platform-<cluster>`'s `gatewayAddress`) and the
-    fleet's front door (the `gateway` stack's `address`)."""
+    fleet's front door (the `gateway` stack's `address`), and the front door's client CA (its
+    `clientCACertificate`, PEM: public), which every cluster's fleet listener accepts (workloads/front_door_mtls.py)."""
 
     clusters: Mapping[str, str] = field(default_factory=dict)
     front_door: str | None = None
+    client_cas: tuple[str, ...] = ()

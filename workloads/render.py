@@ -28,7 +28,7 @@ from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
-from workloads import autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, llmd, native, routing
+from workloads import autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, front_door_mtls, llmd, native, routing
 from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
@@ -230,7 +230,8 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     for stack, backends in routes.backends.items():  # one owner for each endpoint's objects, however many services share it
         out.add(stack, CONTROL_PLANE, [] if stack in reuse else
                 [obj for ep in backends.endpoints for obj in backend_objects(ep, envoy=envoy is not None)]
-                + [fleet_data_plane.backend_object(t) for t in backends.tiered] + backends.scaled)
+                + [fleet_data_plane.backend_object(t) for t in backends.tiered] + client_grants(backends)
+                + backends.scaled)
     for cache in fleet.of("ModelCache"):
         for cluster in cache_targets(cache, clusters.values()):
             out.add(cache_stack(cache.namespace, cache.name), cluster.name,
@@ -250,6 +251,13 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
     if deferred is None:
         out.problems += collisions(fleet, out, reuse)
     return out
+
+
+def client_grants(backends: Backends) -> list[dict]:
+    """The ReferenceGrant that lets a namespace's Backends present the front door's client certificate, where
+    one of them reaches a replica (workloads/front_door_mtls.py)."""
+    namespaces = sorted({t.endpoint.namespace for t in backends.tiered if t.endpoint.composed})
+    return [front_door_mtls.client_certificate_grant(ns) for ns in namespaces]
 
 
 class Backends(NamedTuple):
@@ -302,7 +310,9 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
         labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
                   **replica_labels(md.name, placed.cluster, placed.index, placed.name)}
         path = routing.replica_path(md.namespace, placed.name)
-        endpoints.append(Endpoint(placed.name, md.namespace, f"http://{address}{path}v1", path, labels, placeholder,
+        # an Envoy front door reaches it on its cluster gateway's mutually authenticated listener (https)
+        scheme = "https" if envoy is not None else "http"
+        endpoints.append(Endpoint(placed.name, md.namespace, f"{scheme}://{address}{path}v1", path, labels, placeholder,
                                   composed=True, cluster=cluster.name))
     replicas = {(ep.namespace, ep.name) for ep in endpoints}
     for me in fleet.of("ModelEndpoint"):

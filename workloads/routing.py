@@ -2,8 +2,9 @@
 
 Workload cluster (per replica): an HTTPRoute on the cluster's Gateway
 `modelplane-system/inference-gateway` matching `/<ns>/<replica>/`, rewritten to `/`, with no
-request timeout, to the replica's InferencePool (and one matching the replica's fleet Host,
-`<replica>.<ns>.fleet.modelplane.internal`, at any path, for an Envoy fleet gateway); the InferencePool selects the replica's
+request timeout, to the replica's InferencePool; under an Envoy fleet gateway instead, one matching the
+replica's fleet Host, `<replica>.<ns>.fleet.modelplane.internal`, at any path, on the Gateway's mutually
+authenticated `fleet` listener alone (workloads/front_door_mtls.py). The InferencePool selects the replica's
 serving pods and asks its endpoint picker (EPP) which pod takes each request. A
 Dynamo-served replica routes to its graph's frontend instead (Dynamo routes inside).
 """
@@ -16,11 +17,12 @@ from functools import lru_cache
 from fleet.names import suffixed
 from workloads import dynamo
 from workloads.context import ReplicaContext
+from workloads.front_door_mtls import CLUSTER_GATEWAY, fleet_parent_ref
 from workloads.pods import ENGINE_PORT
 from workloads.versions import EPP_IMAGE
 from workloads.yamlio import dump_fast
 
-WORKLOAD_GATEWAY = {"name": "inference-gateway", "namespace": "modelplane-system"}
+WORKLOAD_GATEWAY = CLUSTER_GATEWAY
 EPP_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT = 9002, 9003, 9090
 DEFAULT_BLOCK_SIZE = 16
 FLEET_HOST_SUFFIX = "fleet.modelplane.internal"
@@ -165,13 +167,14 @@ def fleet_host(namespace: str, replica: str) -> str:
 
 
 def fleet_host_route(ctx: ReplicaContext, backend_ref: dict) -> dict:
-    """The replica by its fleet Host, at any path: the fleet gateway's requests (already rewritten to `/`) and
-    its health probes. A route with a hostname outranks the path routes for that Host, and no other."""
+    """The replica by its fleet Host, at any path: the fleet gateway's requests (already rewritten to `/`). On the
+    Gateway's fleet listener alone, which serves only clients with a front door's certificate
+    (workloads/front_door_mtls.py): while that listener does not exist, the route attaches nowhere."""
     return {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": _meta(ctx, suffixed(ctx.name, "fleet"), ctx.labels),
         "spec": {
-            "parentRefs": [dict(WORKLOAD_GATEWAY)],
+            "parentRefs": [fleet_parent_ref()],
             "hostnames": [fleet_host(ctx.namespace, ctx.name)],
             "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": [backend_ref],
                        "timeouts": {"request": "0s"}}],
@@ -179,12 +182,18 @@ def fleet_host_route(ctx: ReplicaContext, backend_ref: dict) -> dict:
     }
 
 
+def replica_routes(ctx: ReplicaContext, backend_ref: dict) -> list[dict]:
+    """Under an Envoy front door, the fleet Host route alone (on the mutually authenticated listener): a path
+    route on the plain listener would let anyone who reaches the cluster gateway walk around the front door's
+    keys and limits. Otherwise (a Traefik front door, which authenticates nobody, or none) the path route."""
+    return [fleet_host_route(ctx, backend_ref)] if ctx.fleet_host else [workload_route(ctx, backend_ref)]
+
+
 def replica_surface(ctx: ReplicaContext) -> list[dict]:
     """The replica's routing objects on its workload cluster."""
     if all(e.backend == "dynamo" for e in ctx.engines):
         service, port = dynamo.frontend_service(ctx)
-        ref = {"name": service, "port": port}
-        return [workload_route(ctx, ref), *([fleet_host_route(ctx, ref)] if ctx.fleet_host else [])]
+        return replica_routes(ctx, {"name": service, "port": port})
     pool = inference_pool(ctx)
     ref = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool["metadata"]["name"]}
-    return [pool, *endpoint_picker(ctx), workload_route(ctx, ref), *([fleet_host_route(ctx, ref)] if ctx.fleet_host else [])]
+    return [pool, *endpoint_picker(ctx), *replica_routes(ctx, ref)]

@@ -172,7 +172,7 @@ def slice_address_type(address: str | None) -> str:
     return address_type(address) if address else "IPv4"
 
 
-REPLICA_PORT = 80  # a replica's endpoint is its cluster gateway's HTTP listener
+REPLICA_PORT = 443  # under backend Envoy a replica's endpoint is its cluster gateway's fleet listener
 
 
 def gateway_service_spec(address: str | None) -> dict:

@@ -280,18 +280,28 @@ def run_stacks(run: StackRun) -> None:
     except SystemExit:
         lock.unlock()
         raise
-    _orchestrate(run, runner, record, items, prepared, parallel, lock)
+    _orchestrate(run, runner, record, items, prepared, parallel, lock, host)
 
 
-def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel: int, lock) -> None:
+def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel: int, lock,
+                 host: str | None = None) -> None:
     from automation.cli.progress import Bar
     from automation.execution.orchestrator import Orchestrator
-    from automation.execution.session import run_interruptibly
+    from automation.execution.session import reopening, run_interruptibly
 
     try:
         with Bar(f"{run.operation}: stacks", len(items), run.output) as bar:
             report = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
                                        run.operation, items, prepared.specs, lambda m: click.echo(m, err=True))
+        if run.operation == "up" and report.ok:
+            # a front door CA recorded just now: the platform stacks open their fleet listeners in this `up`
+            again, more = reopening(prepared, record.read(), items, host)
+            if more:
+                with Bar("up: fleet listeners", len(more), run.output) as bar:
+                    second = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
+                                               run.operation, more, again.specs, lambda m: click.echo(m, err=True))
+                report.outcomes += second.outcomes
+                report.cancelled = second.cancelled
     finally:
         lock.unlock()
     good = sum(1 for o in report.outcomes if o.status == "succeeded")

@@ -120,13 +120,17 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
         def run_platform() -> None:
             stored = stored_kubeconfig(fleet, payload.cluster.name)
             _, _, outputs = cluster_stack(payload.cluster, pulumi.Config("modelplane"), payload.versions,
-                                          payload.metallb_pool, stored, rate_limit=payload.rate_limit)
+                                          payload.metallb_pool, stored, rate_limit=payload.rate_limit,
+                                          trust_manager=payload.trust_manager, client_cas=payload.client_cas)
             for key, value in outputs.items():  # flat: other stacks reference them
                 pulumi.export(key, value)
         return recorded(run_platform, lambda: spec.fingerprint, versions=payload.versions)
     if isinstance(payload, GatewayPayload):
         def run_gateway() -> None:
-            pulumi.export("address", gateway_stack(payload, fleet_name).address)
+            gateway = gateway_stack(payload, fleet_name)
+            pulumi.export("address", gateway.address)
+            if gateway.client_ca is not None:  # an Envoy front door's (public) client CA, for the platform stacks
+                pulumi.export("clientCACertificate", gateway.client_ca)
         return recorded(run_gateway, lambda: spec.fingerprint, versions=payload.versions)
     if not isinstance(payload, WorkloadPayload):  # a stack to destroy: its program never runs
         def refuse() -> None:

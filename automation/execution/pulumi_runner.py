@@ -222,7 +222,7 @@ class PulumiRunner:
         self.refresh = refresh  # `up --refresh`: read the clouds' state before updating
         self.fleet_name = fleet_name  # `--fleet`: stacks are <fleet>_<stack> in the backend
         self.config = dict(config or {})  # `--config`, `--config-file`: settings for the platform programs
-        self._stacks: dict[str, Any] = {}  # name -> automation.Stack
+        self._stacks: dict[str, tuple[str, Any]] = {}  # name -> (the spec's fingerprint, its automation.Stack)
         self._lock = threading.Lock()
         self._modules_lock = threading.Lock()
         self._sources_loaded: set[str | None] = set()
@@ -250,9 +250,10 @@ class PulumiRunner:
 
     def stack(self, spec):
         auto = self.auto
-        with self._lock:
-            if spec.name in self._stacks:
-                return self._stacks[spec.name]
+        with self._lock:  # a spec of another fingerprint (an `up`'s second pass) gets its own program
+            known = self._stacks.get(spec.name)
+            if known is not None and known[0] == spec.fingerprint:
+                return known[1]
         try:
             stack = auto.create_or_select_stack(stack_name=backend_name(spec.id, self.fleet_name),
                                                 project_name=project_of(spec.kind),
@@ -272,7 +273,7 @@ class PulumiRunner:
         except auto.errors.CommandError as exc:
             raise StackBusy(first_error(exc)) if isinstance(exc, auto.ConcurrentUpdateError) else exc
         with self._lock:
-            self._stacks[spec.name] = stack
+            self._stacks[spec.name] = (spec.fingerprint, stack)
         return stack
 
     def local_chart_sources(self, cluster: str | None) -> str | None:
@@ -472,7 +473,8 @@ class PulumiRunner:
         if interrupt is not None:  # also between two of its processes: the next one never starts
             interrupt(backend_name(stack_name, self.fleet_name))
             return
-        stack = self._stacks.get(stack_name)
+        known = self._stacks.get(stack_name)
+        stack = known[1] if known is not None else None
         if stack is not None:  # a command we cannot signal: ask the backend (on Pulumi Cloud this stops the update)
             try:
                 stack.cancel()

@@ -42,6 +42,21 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
                     desired.problems, dict(desired.rendered.addresses), desired, fingerprints)
 
 
+def reopening(prepared: Prepared, applied: Applied, ran: list[StackChange],
+              control_plane: str | None = None) -> tuple[Prepared, list[StackChange]]:
+    """After an `up`, the platform stacks to run once more in the same `up`: when the gateway stack has just
+    recorded a front door client CA the plan was made without (a first `up`), the cluster listeners it ran closed
+    (workloads/front_door_mtls.py) open now rather than on the next `up`. Only stacks this `up` already ran: the
+    runner was made for them. `applied`: the record as it is after the run."""
+
+    if applied.gateways().client_cas == prepared.applied.gateways().client_cas:
+        return prepared, []
+    again = prepare(prepared.fleet, applied, control_plane)
+    names = {c.name for c in ran}
+    return again, [c for c in again.changes if c.kind == "platform" and c.name in names
+                   and c.change in (Change.create, Change.update)]
+
+
 def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
                  config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
     """The deployability check: what a real API server or cloud would refuse, one line each. Every road that

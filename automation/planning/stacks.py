@@ -86,12 +86,18 @@ class PlatformPayload:
     # The fleet's front door is Envoy: the operator's Programs read this stack's `gatewayServiceSpec` output, so a
     # platform stack applied before that output existed runs once more when a fleet turns to Envoy.
     envoy_front_door: bool = False
+    trust_manager: bool = False  # hosts an Envoy front door: trust-manager publishes its client CA
+    # The Envoy front door's client CA (PEM) as the gateway stack recorded it: the cluster gateway's fleet listener
+    # accepts its client certificates; none yet: no fleet listener (workloads/front_door_mtls.py)
+    client_cas: tuple[str, ...] = ()
 
     def fingerprinted(self) -> dict[str, Any]:
         return {"cluster": self.cluster.model_dump(), "versions": self.versions, "project": self.project,
                 **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
                 **({"rateLimit": True} if self.rate_limit else {}),
-                **({"frontDoor": "Envoy"} if self.envoy_front_door else {})}
+                **({"frontDoor": "Envoy"} if self.envoy_front_door else {}),
+                **({"trustManager": True} if self.trust_manager else {}),
+                **({"clientCAs": list(self.client_cas)} if self.client_cas else {})}
 
 
 @dataclass(frozen=True)
@@ -270,31 +276,34 @@ class KnownPlatform(NamedTuple):
         return cls.fingerprinted(inputs, dict.fromkeys(names, SAME + inputs), host)
 
 
-def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None) -> str:
+def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None, client_cas: tuple[str, ...] = ()) -> str:
     """A digest of everything `platform_specs` reads: every InferenceCluster, InferenceClass and InferenceGateway
     whole, whether any deployment streams weights (the one thing it reads of deployments), the cluster that hosts
-    the control plane, the chart versions, this release, and which clusters' kubeconfigs a Secret manifest gives
-    (`from_manifests`). A deployment, service or cache changed: same digest."""
+    the control plane, the chart versions, this release, which clusters' kubeconfigs a Secret manifest gives
+    (`from_manifests`) and the recorded front door CAs. A deployment, service or cache changed: same digest."""
     kubeconfigs = from_manifests(fleet, [ref for refs in cluster_secrets(fleet).values() for ref in refs])
     digest = hashlib.sha256(json.dumps([host, pinned(versions), project_version(), weight_streaming(fleet),
-                                        kubeconfigs]).encode())
+                                        kubeconfigs, list(client_cas)]).encode())
     for kind in ("InferenceCluster", "InferenceClass", "InferenceGateway"):
         for obj in fleet.of(kind):
             digest.update(fleet.text_of(obj).encode() + b"\0")
     return digest.hexdigest()
 
 
-def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None) -> dict[str, StackSpec]:
+def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
+                   client_cas: tuple[str, ...] = ()) -> dict[str, StackSpec]:
     """The platform stacks (one per cluster) and the gateway stack: what `modelplane up` and a laptop's
-    `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint."""
+    `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint. `client_cas`:
+    the front door's client CA as the record holds it (`Gateways.client_cas`), for an Envoy front door only."""
     stacks: dict[str, StackSpec] = {}
     release = project_version()
     gateway = gateway_args(fleet, host)
     secrets = cluster_secrets(fleet)
+    envoy = gateway is not None and gateway.backend == "Envoy"
     for name, args in every_cluster_args(fleet).items():
-        metallb, rate_limit = host_extras(gateway, name, host)
-        platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit,
-                                   envoy_front_door=gateway is not None and gateway.backend == "Envoy")
+        metallb, rate_limit, trust_manager = host_extras(gateway, name, host)
+        platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit, envoy_front_door=envoy,
+                                   trust_manager=trust_manager, client_cas=tuple(client_cas) if envoy else ())
         id = StackId.platform(name)
         digest = with_sources(fingerprint(platform.fingerprinted()), from_manifests(fleet, secrets.get(name, [])))
         stacks[str(id)] = StackSpec(id, digest, targets=[name], payload=platform)
@@ -316,7 +325,7 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     host = control_plane_cluster(fleet, control_plane)
     # copies: linking sets each spec's dependencies, and the caller's specs stay as they were
     stacks = {name: replace(spec, depends_on=list(spec.depends_on)) for name, spec in platform.items()} \
-        if platform is not None else platform_specs(fleet, host, versions)
+        if platform is not None else platform_specs(fleet, host, versions, (gateways or Gateways()).client_cas)
     release = project_version()
     placed: dict[str, list[PlacedReplica]] = {}
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
@@ -445,7 +454,8 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     reused = {s: known[s].objects for s, digest in digests.items() if known and s in known and known[s].inputs == digest}
     rendered = render(fleet, plan, host, reused, gateways, inputs)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
-    platform_digest = platform_inputs(fleet, host) if known is not None or platform is not None else None
+    platform_digest = platform_inputs(fleet, host, client_cas=(gateways or Gateways()).client_cas) \
+        if known is not None or platform is not None else None
     same = platform.specs if platform is not None and platform.inputs == platform_digest else None
     specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints, gateways=gateways,
                            platform=same)

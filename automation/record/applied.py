@@ -97,6 +97,7 @@ class Applied:
         """The gateway addresses the applied platform stacks and the gateway stack output."""
         clusters = {}
         front_door = None
+        client_cas: tuple[str, ...] = ()
         for name, entry in self.stacks.items():
             try:
                 id = StackId.parse(name)
@@ -104,9 +105,11 @@ class Applied:
                 continue
             if id.kind == "platform" and id.cluster and entry.outputs.get("gatewayAddress"):
                 clusters[str(id.cluster)] = str(entry.outputs["gatewayAddress"])
-            elif id.kind == "gateway" and entry.outputs.get("address"):
-                front_door = str(entry.outputs["address"])
-        return Gateways(clusters, front_door)
+            elif id.kind == "gateway":
+                front_door = str(entry.outputs["address"]) if entry.outputs.get("address") else None
+                ca = entry.outputs.get("clientCACertificate")
+                client_cas = (ca,) if isinstance(ca, str) and "BEGIN CERTIFICATE" in ca else ()
+        return Gateways(clusters, front_door, client_cas)
 
 
 def utc_now() -> datetime:
