@@ -118,6 +118,14 @@ CLI_MISSING = f"the Pulumi CLI is not installed: {INSTALL_HINT}"
 
 
 def cli_missing() -> bool:
+    """No Pulumi CLI to run. Where none is on PATH, the real engine `make toolchain` built is put there first
+    (automation/local/toolchain.py `activate`): every road that runs stacks asks here."""
+    from automation.local.toolchain import ToolchainMissing, activate
+
+    try:
+        activate()
+    except ToolchainMissing as exc:
+        raise CLIMissing(str(exc)) from None
     return shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME")
 
 
@@ -206,12 +214,6 @@ class PulumiRunner:
         self.backend = backend or default_backend(self.root)
         open_backend(self.backend, self.root)
         if pulumi_command is None:
-            from automation.local.toolchain import ToolchainMissing, activate
-
-            try:
-                activate()  # the real engine built by `make toolchain`, when no other CLI is on PATH
-            except ToolchainMissing as exc:
-                raise CLIMissing(str(exc)) from None
             if cli_missing():
                 raise CLIMissing(CLI_MISSING)
             pulumi_command = started_cli(lambda: interruptible_command(auto))

@@ -59,6 +59,12 @@ def started_cli(make: Callable[[], Any]) -> Any:
     import shutil
     import subprocess
 
+    from automation.local.toolchain import ToolchainMissing, activate
+
+    try:
+        activate()  # where no CLI is on PATH, the real engine `make toolchain` built (docs/local-fleet.md)
+    except ToolchainMissing as exc:
+        raise CLIMissing(str(exc)) from None
     try:
         return make()
     except subprocess.CalledProcessError as exc:

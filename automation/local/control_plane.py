@@ -21,6 +21,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from automation.local import pki as pki_
 from automation.local.toolchain import Toolchain
@@ -100,7 +101,7 @@ class LocalFleet:
 
 
 def local_folder(state: Path) -> Path:
-    return state / "local"
+    return state.resolve() / "local"
 
 
 def kubeconfig_path(state: Path, cluster: str) -> Path:
@@ -173,8 +174,10 @@ def start_etcd(fleet: LocalFleet, tools: Toolchain) -> None:
     _wait("etcd", lambda: _tcp_open(client), fleet.etcd, 60)
 
 
-def start_cluster(fleet: LocalFleet, name: str, tools: Toolchain, pki: pki_.Pki, stages: Path) -> LocalCluster:
-    """The cluster's control plane and kwok; its kubeconfig written. Returns once its API server is ready."""
+def start_cluster(fleet: LocalFleet, name: str, tools: Toolchain, pki: pki_.Pki, stages: Path,
+                  prepare: Callable[[LocalCluster], None]) -> LocalCluster:
+    """The cluster's control plane and kwok; its kubeconfig written. `prepare` runs once its API server is ready and
+    before kwok starts (kwok resolves the kinds its Stages name when it starts: their CRDs must be served)."""
     folder = fleet.folder / name
     folder.mkdir(parents=True, exist_ok=True)
     old = fleet.clusters.get(name)
@@ -201,6 +204,7 @@ def start_cluster(fleet: LocalFleet, name: str, tools: Toolchain, pki: pki_.Pki,
     cluster.processes.append(apiserver)
     fleet.save()
     _wait(f"{name}'s kube-apiserver", lambda: _readyz(cluster, pki), apiserver, 120)
+    prepare(cluster)
     common = [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
     cluster.processes.append(_start(f"{name}-kube-controller-manager", [
         str(tools.binary("kube-controller-manager")), *common, f"--secure-port={free_port()}",

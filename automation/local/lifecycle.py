@@ -72,8 +72,8 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
             if current:
                 control_plane.stop(LocalFleet(local.folder, clusters={ic.name: current}))
             say(f"{ic.name}: starting a control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
-            cluster = control_plane.start_cluster(local, ic.name, tools, pki, stages)
-        api = KubeClient(Path(cluster.kubeconfig), timeout=30, cluster=f"local cluster {ic.name}")
+            cluster = control_plane.start_cluster(local, ic.name, tools, pki, stages, install_addons)
+        api = _client(cluster)
         made = hardware(ic, classes)
         for obj in made.device_classes + made.nodes + made.slices:
             _apply(api, obj)
@@ -97,6 +97,21 @@ def write_chart_sources(folder: Path) -> None:
 
     sources = standin_charts.write(folder / "charts")
     (folder / "chart-sources.json").write_text(json.dumps(sources, indent=2, sort_keys=True))
+
+
+def _client(cluster: LocalCluster) -> KubeClient:
+    return KubeClient(Path(cluster.kubeconfig), timeout=30, cluster=f"local cluster {cluster.name}")
+
+
+def install_addons(cluster: LocalCluster) -> None:
+    """What the local fleet's platform team has installed before any stack runs: the Gateway API and inference
+    extension CRDs the project bundles (as GKE ships the Gateway API's). The platform stacks adopt them
+    (components/crds.py), as they would on such a cluster."""
+    from components import crds
+
+    api = _client(cluster)
+    for crd in crds.gateway_api() + crds.inference_extension():
+        _apply(api, crd)
 
 
 def control_plane_binaries() -> tuple[str, ...]:

@@ -98,15 +98,18 @@ def register_provider(tools: Toolchain) -> None:
     otherwise try to download the requested one. Done once; a user's own ~/.pulumi is never touched."""
     version = provider_version()
     plugin = tools.pulumi_home / "plugins" / f"resource-kubernetes-v{version}"
-    if (plugin / "pulumi-resource-kubernetes").is_file():
-        return
     built = tools.binary("pulumi-resource-kubernetes")
+    marker = tools.pulumi_home / f"kubernetes-{version}.from"  # which build is registered (its cache folder names it)
+    if (plugin / "pulumi-resource-kubernetes").is_file() and marker.is_file() \
+            and marker.read_text() == str(built.resolve()):
+        return
     done = subprocess.run([str(tools.binary("pulumi")), "plugin", "install", "resource", "kubernetes", version,
-                           "--file", str(built)], capture_output=True, text=True, timeout=300,
+                           "--file", str(built), "--reinstall"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PULUMI_HOME": str(tools.pulumi_home), "PULUMI_SKIP_UPDATE_CHECK": "true"})
     if done.returncode != 0:
         raise ToolchainMissing(f"registering the built Kubernetes provider as {version} failed: "
                                f"{(done.stderr or done.stdout).strip().splitlines()[-1:] or ['no output']}")
+    marker.write_text(str(built.resolve()))
 
 
 def activate() -> bool:
@@ -123,4 +126,6 @@ def activate() -> bool:
     os.environ.setdefault("PULUMI_HOME", str(tools.pulumi_home))
     if Path(os.environ["PULUMI_HOME"]) == tools.pulumi_home:
         register_provider(tools)
+        # the registered provider, not the binary beside `pulumi` on PATH: one way it is found
+        os.environ.setdefault("PULUMI_IGNORE_AMBIENT_PLUGINS", "true")
     return True

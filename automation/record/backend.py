@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-from automation.record.applied import Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
+from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
 from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
 
@@ -80,9 +80,17 @@ class PulumiRecord:
                                                                          backend=auto.ProjectBackend(url=self.backend)))
 
     def _outputs(self, workspace, backend_stack: str) -> dict[str, Any]:
-        result = workspace.pulumi_command.run(["stack", "output", "--json", "--stack", backend_stack],
-                                              workspace.work_dir, self._env())
+        """The stack's plain outputs as its last update left them; without the record output when that update
+        failed: the real engine keeps what a failed program exported (a program that raised after its record
+        output resolved left a stack that looked applied), so only a succeeded update is a record."""
+        run = workspace.pulumi_command.run
+        result = run(["stack", "output", "--json", "--stack", backend_stack], workspace.work_dir, self._env())
         values = json.loads(result.stdout or "{}")
+        history = run(["stack", "history", "--json", "--page-size", "1", "--stack", backend_stack],
+                      workspace.work_dir, self._env())
+        last = (json.loads(history.stdout or "[]") or [{}])[0]
+        if last.get("result") not in (None, "succeeded"):
+            values.pop(RECORD_OUTPUT, None)
         return {k: v for k, v in values.items() if v != SECRET}
 
     def read(self) -> Applied:
