@@ -54,9 +54,24 @@ class Fleet:
 
     def checkpoint(self, stack: str) -> dict:
         """The backend's own record of a stack (`pulumi stack export`)."""
-        done = self.pulumi("stack", "export", "--stack", stack)
+        done = self.pulumi("stack", "export", "--stack", qualified(stack))
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
+
+    def history(self, stack: str) -> int:
+        """How many updates the backend holds for a stack (`pulumi stack history`)."""
+        done = self.pulumi("stack", "history", "--json", "--stack", qualified(stack))
+        assert done.returncode == 0, done.stderr
+        return len(json.loads(done.stdout or "[]"))
+
+
+def qualified(stack: str) -> str:
+    """A stack's name in a file:// backend: its project is the platform's or the workloads' (automation/execution/
+    projects.py)."""
+    from automation.execution.projects import project_of
+    from fleet.stack_id import StackId
+
+    return f"organization/{project_of(StackId.parse(stack).kind)}/{stack}"
 
 
 def wait_for(what: str, check, seconds: float = 120):

@@ -12,8 +12,9 @@ STACKS = {"platform-local-a", "platform-local-b", "gateway", "team-ml-team.local
 
 
 def running_pods(api, namespace: str, prefix: str) -> list[dict]:
+    """The running engine pods of a deployment: those that claim devices (its endpoint picker claims none)."""
     pods = api.list("v1", "Pod", namespace)
-    return [p for p in pods if p["metadata"]["name"].startswith(prefix)
+    return [p for p in pods if p["metadata"]["name"].startswith(prefix) and p["spec"].get("resourceClaims")
             and (p.get("status") or {}).get("phase") == "Running"
             and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
 
@@ -33,3 +34,39 @@ def test_the_first_up_applies_every_stack_and_the_model_pods_run_on_simulated_gp
     assert allocated and len(allocated[0]["status"]["allocation"]["devices"]["results"]) == 2
     assert {r["device"] for r in allocated[0]["status"]["allocation"]["devices"]["results"]} <= {
         f"gpu-{i}" for i in range(8)}
+
+
+def test_a_second_up_with_nothing_changed_runs_no_engine(local_fleet):
+    before = {stack: local_fleet.history(stack) for stack in STACKS}
+    local_fleet.modelplane("up", "-f", str(FLEET))
+    assert {stack: local_fleet.history(stack) for stack in STACKS} == before
+
+
+def test_a_removed_deployment_leaves_the_api_server_and_nothing_else_runs(local_fleet, tmp_path):
+    import shutil
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(FLEET, fleet)
+    models = (fleet / "models.yaml").read_text().split("---\n")
+    (fleet / "models.yaml").write_text("---\n".join(d for d in models if "name: llama-70b" not in d))
+    before = {stack: local_fleet.history(stack) for stack in STACKS}
+    local_fleet.modelplane("up", "-f", str(fleet), "--prune")
+    b = local_fleet.api("local-b")
+    wait_for("llama-70b's Deployment gone from local-b", lambda: not [
+        d for d in b.list("apps/v1", "Deployment", "ml-team") if d["metadata"]["name"].startswith("llama-70b")])
+    wait_for("its pods gone", lambda: not b.list("v1", "Pod", "ml-team") or all(
+        not p["metadata"]["name"].startswith("llama-70b") for p in b.list("v1", "Pod", "ml-team")))
+    after = {stack: local_fleet.history(stack) for stack in STACKS - {"model-ml-team.llama-70b"}}
+    ran = {stack for stack, count in after.items() if count != before[stack]}
+    assert ran <= {"team-ml-team.local-b"}, ran  # its quota shrinks with the replica gone; nothing else is touched
+    import json
+
+    listed = {s["name"].rsplit("/", 1)[-1]: s for s in json.loads(local_fleet.pulumi("stack", "ls", "--json",
+                                                                                   "--all").stdout)}
+    assert listed["model-ml-team.llama-70b"]["resourceCount"] == 0  # destroyed: nothing of it is left in the backend
+    # and the next `up --prune` has nothing left to destroy
+    removed = local_fleet.history("model-ml-team.llama-70b")
+    local_fleet.modelplane("up", "-f", str(fleet), "--prune")
+    assert local_fleet.history("model-ml-team.llama-70b") == removed
+    # the other model still runs where it was
+    assert running_pods(local_fleet.api("local-a"), "ml-team", "qwen3-8b")
