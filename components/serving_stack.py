@@ -14,7 +14,8 @@ Installed in an order the API server accepts the first time (each step waits for
 3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
    HTTPRoute attaches to. It waits for an address only where something can give it one.
 
-Deletes run in reverse: the Gateway before its CRDs and controller, releases before the pools.
+Deletes run in reverse: the Gateway before its controller, releases before the pools. The bundled CRDs are shared
+with every other user of the cluster: adopted when already there, and never deleted (components/crds.py).
 """
 
 from __future__ import annotations
@@ -115,7 +116,9 @@ def rate_limit_store(name: str, namespace: str, provider: k8s.Provider, parent: 
 def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = None, rate_limit: bool = False) -> dict:
     """Chart values, per chart: the settings that make each add-on work for GPU inference."""
     if key == "cert-manager":
-        return {"crds": {"enabled": True, "keep": False}}
+        # its CRDs are templates: keep them on uninstall (helm.sh/resource-policy: keep), or removing the release
+        # deletes every Certificate and Issuer in the cluster, other teams' too
+        return {"crds": {"enabled": True, "keep": True}}
     if key == "envoy-gateway-crds":
         return {"crds": {"gatewayAPI": {"enabled": False}, "envoyGateway": {"enabled": True}}}
     if key == "envoy-gateway":
@@ -223,16 +226,18 @@ class ServingStack(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, provider: k8s.Provider, depends_on: list | None = None,
                  versions: dict[str, str] | None = None, facts: ClusterFacts | None = None,
                  metallb_pool: str | None = None, rate_limit: bool = False,
-                 sources: Mapping[str, str] | None = None, opts: pulumi.ResourceOptions | None = None):
+                 sources: Mapping[str, str] | None = None, crd_provider: k8s.Provider | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """`rate_limit`: this cluster hosts an Envoy fleet gateway with per-team limits (its Envoy Gateway needs a
-        rate-limit store). `sources`: where charts are fetched from (components/versions.py `located`)."""
+        rate-limit store). `sources`: where charts are fetched from (components/versions.py `located`).
+        `crd_provider`: the cluster's adopting provider for the shared CRDs (components/crds.py `installed`)."""
         super().__init__(TYPE, name, None, opts)
         facts = facts or ClusterFacts()
         after = list(depends_on or [])
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
         self.namespace = k8s.core.v1.Namespace(f"{name}-system", metadata={"name": SYSTEM_NAMESPACE}, opts=k8s_opts)
-        self.crds = k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api() + crds.inference_extension(),
-                                            opts=k8s_opts)
+        self.crds = crds.installed(f"{name}-crds", crds.gateway_api() + crds.inference_extension(),
+                                   crd_provider or provider, self, after)
         self.releases: dict[str, k8s.helm.v3.Release] = {}
 
         def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:

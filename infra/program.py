@@ -118,6 +118,7 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
                          facts=cluster.facts, metallb_pool=metallb_pool, rate_limit=rate_limit,
                          sources=chart_sources(config),
+                         crd_provider=provider(args.name, cluster.kubeconfig, parent=cluster, adopt=True),
                          opts=pulumi.ResourceOptions(parent=cluster))
     outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
                # what a replica's EndpointSlice holds for this gateway: the operator's Programs use it as is
@@ -175,7 +176,8 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
         if separate is not None:  # a control-plane cluster no platform stack manages
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,
-                                 standalone=True, sources=chart_sources(config))
+                                 standalone=True, sources=chart_sources(config),
+                                 crd_provider=provider("control-plane", separate, adopt=True))
         elif host in providers:  # the host's serving stack is in this stack: wait for it
             front = FleetGateway("fleet-gateway", gateway, providers[host], versions=versions, after=[serving[host]],
                                  sources=chart_sources(config))

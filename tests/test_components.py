@@ -250,7 +250,9 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
     resources = registered(program, "all", {"modelplane:byo-eu-kubeconfig": "apiVersion: v1"}, ["modelplane:byo-eu-kubeconfig"])
     providers = of_type(resources, "pulumi:providers:kubernetes")
     # the fleet gateway uses its host's provider (the first cluster by name that can host it): one owner per object
-    assert {p.name for p in providers} == {"gke-us-central-k8s", "eks-us-west-k8s", "byo-eu-k8s"}
+    # (and each cluster's adopting provider of the shared CRDs alone: components/crds.py)
+    assert {p.name for p in providers} == {f"{c}-k8s{crds}" for c in ("gke-us-central", "eks-us-west", "byo-eu")
+                                           for crds in ("", "-crds")}
     traefik = named(resources, "fleet-gateway-traefik")
     assert traefik.provider == "eks-us-west-k8s" and "eks-us-west-serving-system" in traefik.depends_on  # a cloud LB host, first by name
     assert all(is_secret(p.inputs["kubeconfig"]) for p in providers)
