@@ -8,8 +8,8 @@ Installed in an order the API server accepts the first time (each step waits for
    what lets a Gateway route to InferencePools; LeaderWorkerSet; Node Feature Discovery; the
    NVIDIA DRA driver (after the ResourceQuota GKE needs to admit its critical pods); KEDA;
    Prometheus; the Dynamo platform (with Grove and KAI; then its ClusterTopology and, for WeightStreaming, the
-   ModelExpress server: workloads/dynamo_platform.py) where an NVIDIA pool could run it or the cluster's
-   `spec.stack` is Dynamo; on EKS the
+   ModelExpress server: workloads/dynamo_platform.py) where a Dynamo-served replica is placed (or still applied) or
+   the cluster's `spec.stack` is Dynamo (ClusterArgs.needs_dynamo); on EKS the
    cluster-autoscaler where a pool can grow; MetalLB where the cluster has no cloud load balancer;
 3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
    HTTPRoute attaches to. It waits for an address only where something can give it one.

@@ -30,6 +30,8 @@ from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.errors import ModelplaneError
+from fleet.plan import dynamo_clusters
+from fleet.scheduler import schedule
 from fleet.secrets import kubeconfig_ref
 from fleet.validate import load_fleet
 from workloads.service_routing import gateway_endpoints, gateway_service_spec, slice_address_type
@@ -166,8 +168,10 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     providers: dict = {}
     serving: dict = {}
     gateway_only = config.get_bool("gatewayOnly", False) if gateway_only is None else gateway_only
+    # the Dynamo platform where the fleet's plan places Dynamo-served replicas (or spec.stack asks for it)
+    dynamo = dynamo_clusters(schedule(fleet)) if not gateway_only else frozenset()
     for name in [] if gateway_only else [only] if only else names:
-        args = cluster_args(fleet, name)
+        args = cluster_args(fleet, name).model_copy(update={"dynamo": name in dynamo})
         ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
         stored = fleet.secrets.get(ref) if ref else None
         metallb_pool, rate_limit = host_extras(gateway, name, host)

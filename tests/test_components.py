@@ -147,7 +147,7 @@ def test_existing_cluster_provisions_nothing_and_keeps_the_kubeconfig_secret():
 
 
 def test_serving_stack_releases_crds_and_gateway(example_fleet):
-    args = cluster_args(example_fleet, "gke-us-central")
+    args = cluster_args(example_fleet, "gke-us-central").model_copy(update={"dynamo": True})  # a Dynamo replica there
 
     def program():
         ServingStack("gke-serving", args, provider("gke-us-central", "kubeconfig"), versions={"keda": "2.99.0"})
@@ -187,12 +187,11 @@ def test_serving_stack_releases_crds_and_gateway(example_fleet):
     assert all(r.parent == "gke-serving" for r in resources if r.type.startswith("kubernetes:"))
 
 
-def test_dynamo_platform_only_where_nvidia_pools_exist():
+def test_dynamo_platform_only_where_a_dynamo_replica_is_not_wherever_an_nvidia_pool_is():
     fleet = load_fleet([str(ROOT / "tests" / "data" / "reference" / "concepts.yaml")]).fleet
     args = cluster_args(fleet, "aks-westeurope")
-    amd = args.model_copy(update={"pools": [p.model_copy(update={"devices": [d.model_copy(update={"driver": "gpu.amd.com"})
-                                                                              for d in p.devices]}) for p in args.pools]})
-    resources = registered(lambda: ServingStack("s", amd, provider("c", "k")))
+    assert any(p.nvidia for p in args.pools) and not args.dynamo
+    resources = registered(lambda: ServingStack("s", args, provider("c", "k")))
     names = {inputs(r)["name"] for r in of_type(resources, "kubernetes:helm.sh/v3:Release")}
     assert "mp-dynamo" not in names and "mp-lws" in names
     assert not of_type(resources, "kubernetes:core/v1:ResourceQuota")  # not GKE
