@@ -2,7 +2,7 @@
 
 Installed as an executable named `pulumi` on PATH (`install(tmp_path)`), it answers the commands
 and files Pulumi's automation API uses: `version`; `stack select [--create]`, `stack init`,
-`stack output`, `stack ls --json`, `stack history`, `stack rename` (also into another project); `config set-all` / `config set`; `state unprotect`;
+`stack output`, `stack export`, `stack ls --json`, `stack history`, `stack rename` (also into another project); `config set-all` / `config set`; `state unprotect`;
 `preview`, `up`, `destroy`, `refresh` (with `--preview-only`), sending engine events to
 `--event-log` (over gRPC to the automation API's event server for a `tcp://` address, else to a
 file); `cancel`. Anything else is refused, as an unknown command would be. Every call is recorded
@@ -399,6 +399,11 @@ class Double:
                     entry["lastUpdate"] = manifest_time
                 listed.append(entry)
             return json.dumps(listed), 0
+        if args[:2] == ["stack", "export"]:  # the checkpoint, secrets as ciphertext unless --show-secrets
+            name, content = self.stack(args)
+            if "--show-secrets" in args:
+                raise Refused("error: the pulumi double exports no secrets in the clear")
+            return json.dumps({"version": 3, "deployment": content["checkpoint"]["latest"]}), 0
         if args[:2] == ["stack", "history"]:
             _, content = self.stack(args)
             return json.dumps(content["history"][-1:][::-1]), 0
