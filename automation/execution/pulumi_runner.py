@@ -33,6 +33,8 @@ from fleet.stack_id import StackId, backend_name
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
+# how the CLI says a destroy stopped at a protected resource (tests/test_cli_contract.py holds it to the real CLI)
+PROTECTED = ("because it is protected", "marked for protection")
 LOAD_BALANCER_WAIT = 600.0  # seconds for the cloud to delete a destroyed cluster's load balancers
 
 
@@ -355,8 +357,9 @@ class PulumiRunner:
                                    "or a crashed one: run `pulumi cancel` in its workspace to release it)")
         except auto.errors.CommandError as exc:
             error = first_error(exc)
-            # the CLI's first line names the resource; "marked for protection" follows on the next
-            if operation == "destroy" and ("protected" in error or "marked for protection" in str(exc)):
+            # the CLI's first error line names the resource ("... cannot be deleted"); why follows on the next one
+            # ("because it is protected"; before 3.1xx "as it is currently marked for protection")
+            if operation == "destroy" and any(why in str(exc) for why in PROTECTED):
                 error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
                          "run `modelplane destroy --unprotect` to lift the protection and destroy it")
             if operation == "destroy" and "DependencyViolation" in error:
