@@ -87,11 +87,16 @@ class ClusterArgs(Args):
     stack: Literal["Standard", "Dynamo"] = "Standard"
     topology: list[TopologyLevel] = []  # Grove's ClusterTopology levels, broadest first (fleet/topology.py)
     model_express: bool = False  # run the ModelExpress server (WeightStreaming)
+    # a replica placed here (or still applied here) is Dynamo-served: from the plan, not the fleet
+    # (fleet/plan.py `dynamo_clusters`, automation/planning/stacks.py `platform_specs`)
+    dynamo: bool = False
 
     @property
     def needs_dynamo(self) -> bool:
-        """The Dynamo platform goes where an NVIDIA pool could run a Dynamo graph, and on a Dynamo cluster."""
-        return self.stack == "Dynamo" or any(p.nvidia for p in self.pools)
+        """The Dynamo platform goes where a Dynamo-served replica is placed or still applied, and on a cluster whose
+        `spec.stack` is Dynamo; not on every cluster with an NVIDIA pool (an Existing cluster's owners did not ask
+        for an operator, Grove and KAI cluster-wide)."""
+        return self.stack == "Dynamo" or self.dynamo
 
     @property
     def nvidia_driver_root(self) -> str:

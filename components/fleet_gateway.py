@@ -38,9 +38,10 @@ class FleetGateway(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GatewayArgs, provider: k8s.Provider, versions: dict[str, str] | None = None,
                  standalone: bool = False, after: list | None = None, sources: Mapping[str, str] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 crd_provider: k8s.Provider | None = None, opts: pulumi.ResourceOptions | None = None):
         """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child.
-        `sources`: where charts are fetched from (components/versions.py `located`)."""
+        `sources`: where charts are fetched from (components/versions.py `located`). `crd_provider`: standalone,
+        the adopting provider of the Gateway API CRDs (components/crds.py `installed`)."""
         super().__init__(TYPE, name, None, opts)
         self.client_ca: pulumi.Output | None = None
         if args.backend == "Envoy":
@@ -50,7 +51,8 @@ class FleetGateway(pulumi.ComponentResource):
         basics: list = list(after or [])
         if standalone:
             basics.append(k8s.core.v1.Namespace(f"{name}-system", metadata={"name": NAMESPACE}, opts=k8s_opts))
-            basics.append(k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api(), opts=k8s_opts))
+            basics.append(crds.installed(f"{name}-crds", crds.gateway_api(), crd_provider or provider, self,
+                                         list(after or [])))
             if args.metallb_address_pool:
                 basics += metallb(name, args.metallb_address_pool, provider, self, versions, list(after or []), sources)
         traefik = chart("traefik", {**(versions or {}), "traefik": args.traefik_version}, sources)

@@ -12,14 +12,20 @@ import pulumi_kubernetes as k8s
 
 
 def provider(name: str, kubeconfig: pulumi.Input[str], parent: pulumi.Resource | None = None,
-             depends_on: list | None = None, cluster: str | None = None) -> k8s.Provider:
+             depends_on: list | None = None, cluster: str | None = None, adopt: bool = False) -> k8s.Provider:
     """A provider named `<name>-k8s` for the InferenceCluster `cluster` (default: `name`); the preview and the
-    deployability check read `clusterIdentifier` to know which cluster a Kubernetes object lands on."""
+    deployability check read `clusterIdentifier` to know which cluster a Kubernetes object lands on.
+
+    `adopt`: `<name>-k8s-crds`, the same cluster's provider for the shared CRDs alone (components/crds.py), which
+    patches an object already there instead of refusing it: since 4.29 pulumi-kubernetes creates with a plain
+    create, AlreadyExists unless `upsertExistingObjects`. Only for them: anything else already in a cluster is
+    refused, not silently taken over (and later deleted)."""
     return k8s.Provider(
-        f"{name}-k8s",
+        f"{name}-k8s-crds" if adopt else f"{name}-k8s",
         kubeconfig=kubeconfig,
         cluster_identifier=cluster or name,
         enable_server_side_apply=True,
+        upsert_existing_objects=True if adopt else None,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
     )
 

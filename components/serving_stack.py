@@ -8,15 +8,16 @@ Installed in an order the API server accepts the first time (each step waits for
    what lets a Gateway route to InferencePools; LeaderWorkerSet; Node Feature Discovery; the
    NVIDIA DRA driver (after the ResourceQuota GKE needs to admit its critical pods); KEDA;
    Prometheus; the Dynamo platform (with Grove and KAI; then its ClusterTopology and, for WeightStreaming, the
-   ModelExpress server: workloads/dynamo_platform.py) where an NVIDIA pool could run it or the cluster's
-   `spec.stack` is Dynamo; on EKS the
+   ModelExpress server: workloads/dynamo_platform.py) where a Dynamo-served replica is placed (or still applied) or
+   the cluster's `spec.stack` is Dynamo (ClusterArgs.needs_dynamo); on EKS the
    cluster-autoscaler where a pool can grow; MetalLB where the cluster has no cloud load balancer;
 3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
    HTTPRoute attaches to: plain HTTP, and, once a front door's client CA is known, the mutually authenticated
    `fleet` listener, after the objects that make it refuse any other client (workloads/front_door_mtls.py). It
    waits for an address only where something can give it one.
 
-Deletes run in reverse: the Gateway before its CRDs and controller, releases before the pools.
+Deletes run in reverse: the Gateway before its controller, releases before the pools. The bundled CRDs are shared
+with every other user of the cluster: adopted when already there, and never deleted (components/crds.py).
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def rate_limit_store(name: str, namespace: str, provider: k8s.Provider, parent: 
 def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = None, rate_limit: bool = False) -> dict:
     """Chart values, per chart: the settings that make each add-on work for GPU inference."""
     if key == "cert-manager":
-        return {"crds": {"enabled": True, "keep": False}}
+        # its CRDs are templates: keep them on uninstall (helm.sh/resource-policy: keep), or removing the release
+        # deletes every Certificate and Issuer in the cluster, other teams' too
+        return {"crds": {"enabled": True, "keep": True}}
     if key == "trust-manager":  # its sources (the front door's CA) are read in the namespace they live in
         return {"app": {"trust": {"namespace": SYSTEM_NAMESPACE}}}
     if key == "envoy-gateway-crds":
@@ -229,18 +232,19 @@ class ServingStack(pulumi.ComponentResource):
                  versions: dict[str, str] | None = None, facts: ClusterFacts | None = None,
                  metallb_pool: str | None = None, rate_limit: bool = False, trust_manager: bool = False,
                  client_cas: tuple[str, ...] = (), sources: Mapping[str, str] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 crd_provider: k8s.Provider | None = None, opts: pulumi.ResourceOptions | None = None):
         """`rate_limit`: this cluster hosts an Envoy fleet gateway with per-team limits (its Envoy Gateway needs a
         rate-limit store). `trust_manager`: it hosts an Envoy front door, whose client CA trust-manager publishes.
         `client_cas`: the front doors' client CAs (PEM) its fleet listener accepts; none: no fleet listener.
-        `sources`: where charts are fetched from (components/versions.py `located`)."""
+        `sources`: where charts are fetched from (components/versions.py `located`).
+        `crd_provider`: the cluster's adopting provider for the shared CRDs (components/crds.py `installed`)."""
         super().__init__(TYPE, name, None, opts)
         facts = facts or ClusterFacts()
         after = list(depends_on or [])
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
         self.namespace = k8s.core.v1.Namespace(f"{name}-system", metadata={"name": SYSTEM_NAMESPACE}, opts=k8s_opts)
-        self.crds = k8s.yaml.v2.ConfigGroup(f"{name}-crds", objs=crds.gateway_api() + crds.inference_extension(),
-                                            opts=k8s_opts)
+        self.crds = crds.installed(f"{name}-crds", crds.gateway_api() + crds.inference_extension(),
+                                   crd_provider or provider, self, after)
         self.releases: dict[str, k8s.helm.v3.Release] = {}
 
         def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:

@@ -6,7 +6,7 @@ observed ModelReplica manifests, which carry the same facts in the reference's s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class RecordedMember:
@@ -33,6 +33,9 @@ class RecordedReplica:
     cluster: str
     index: int
     engines: tuple[RecordedEngine, ...]
+    # served by Dynamo: its cluster keeps the Dynamo platform while this replica is applied there (not placement:
+    # left out of comparisons, and out of the record when false, as records before it were)
+    dynamo: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict:
         """As dataclasses.asdict gives it (what state files hold), built directly: a fleet has thousands."""
@@ -40,7 +43,7 @@ class RecordedReplica:
                 "index": self.index, "engines": [
                     {"name": e.name, "copies": e.copies, "members": [
                         {"role": m.role, "pool": m.pool, "pods": m.pods, "requests": [list(q) for q in m.requests]}
-                        for m in e.members]} for e in self.engines]}
+                        for m in e.members]} for e in self.engines], **({"dynamo": True} if self.dynamo else {})}
 
 
 def recorded_from_model_replica(mr) -> RecordedReplica | None:

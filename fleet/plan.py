@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
 from fleet.placement import ReplicaPlacement
@@ -43,7 +44,13 @@ class PlacedReplica:
                 for m, s in zip(e.members, shape.members)
             )
             engines.append(RecordedEngine(e.engine, shape.copies, members))
-        return RecordedReplica(self.namespace, self.deployment, self.name, self.cluster, self.index, tuple(engines))
+        return RecordedReplica(self.namespace, self.deployment, self.name, self.cluster, self.index, tuple(engines),
+                               self.dynamo)
+
+    @property
+    def dynamo(self) -> bool:
+        """Served by Dynamo (a Dynamo graph): its cluster needs the Dynamo platform."""
+        return any(backend == "dynamo" for _, backend, _ in self.backends)
 
 
 @dataclass(frozen=True)
@@ -78,3 +85,10 @@ class Plan:
 
         return Plan([r for r in self.replicas if keep(r.key)], [u for u in self.unscheduled if keep(u.deployment)],
                     [d for d in self.dropped if keep(d.deployment)], {k: v for k, v in self.explain.items() if keep(k)})
+
+
+def dynamo_clusters(plan: Plan, recorded: Iterable[RecordedReplica] = ()) -> frozenset[str]:
+    """The clusters that need the Dynamo platform for their replicas: where the plan places a Dynamo-served replica,
+    and where one is still applied (`recorded`: until its model stack is destroyed, which runs after the platform
+    stacks' updates, uninstalling the platform would leave its graphs to a controller that is gone)."""
+    return frozenset({r.cluster for r in plan.replicas if r.dynamo} | {r.cluster for r in recorded if r.dynamo})

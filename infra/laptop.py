@@ -13,6 +13,8 @@ import pulumi
 from automation.execution.programs import program_for
 from automation.planning.stacks import platform_specs
 from components.args import control_plane_cluster
+from fleet.plan import dynamo_clusters
+from fleet.scheduler import schedule
 from fleet.stack_id import StackId, StackIdError
 from infra import program
 
@@ -43,7 +45,8 @@ def main() -> None:
         host = control_plane_cluster(fleet, config.get("controlPlaneCluster") or None)
     except ValueError as exc:
         raise program.InvalidFleet(f"modelplane:controlPlaneCluster: {exc}") from None
-    spec = platform_specs(fleet, host).get(str(id))
+    # the Dynamo platform where the fleet's plan places Dynamo replicas (the record's placements are modelplane's)
+    spec = platform_specs(fleet, host, dynamo=dynamo_clusters(schedule(fleet))).get(str(id))
     if spec is None:
         raise program.InvalidFleet(f"stack {pulumi.get_stack()}: {id} is not a stack of this fleet (no such "
                                    "InferenceCluster, or no InferenceGateway for the gateway stack)")

@@ -30,6 +30,8 @@ from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.errors import ModelplaneError
+from fleet.plan import dynamo_clusters
+from fleet.scheduler import schedule
 from fleet.secrets import kubeconfig_ref
 from fleet.validate import load_fleet
 from workloads.service_routing import gateway_endpoints, gateway_service_spec, slice_address_type
@@ -119,6 +121,7 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
                          facts=cluster.facts, metallb_pool=metallb_pool, rate_limit=rate_limit,
                          trust_manager=trust_manager, client_cas=client_cas, sources=chart_sources(config),
+                         crd_provider=provider(args.name, cluster.kubeconfig, parent=cluster, adopt=True),
                          opts=pulumi.ResourceOptions(parent=cluster))
     outputs = {"kubeconfig": cluster.kubeconfig, "gatewayAddress": stack.gateway_address,
                # what a replica's EndpointSlice holds for this gateway: the operator's Programs use it as is
@@ -170,8 +173,10 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     providers: dict = {}
     serving: dict = {}
     gateway_only = config.get_bool("gatewayOnly", False) if gateway_only is None else gateway_only
+    # the Dynamo platform where the fleet's plan places Dynamo-served replicas (or spec.stack asks for it)
+    dynamo = dynamo_clusters(schedule(fleet)) if not gateway_only else frozenset()
     for name in [] if gateway_only else [only] if only else names:
-        args = cluster_args(fleet, name)
+        args = cluster_args(fleet, name).model_copy(update={"dynamo": name in dynamo})
         ref = kubeconfig_ref(next(c for c in fleet.of("InferenceCluster") if c.name == name))
         stored = fleet.secrets.get(ref) if ref else None
         # a whole fleet in one stack knows no front door's CA before it runs: its fleet listeners stay closed
@@ -182,7 +187,8 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
     if gateway and (gateway_only or config.get_bool("gateway", not only)):
         if separate is not None:  # a control-plane cluster no platform stack manages
             front = FleetGateway("fleet-gateway", gateway, provider("control-plane", separate), versions=versions,
-                                 standalone=True, sources=chart_sources(config))
+                                 standalone=True, sources=chart_sources(config),
+                                 crd_provider=provider("control-plane", separate, adopt=True))
         elif host in providers:  # the host's serving stack is in this stack: wait for it
             front = FleetGateway("fleet-gateway", gateway, providers[host], versions=versions, after=[serving[host]],
                                  sources=chart_sources(config))

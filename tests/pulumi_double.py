@@ -2,7 +2,8 @@
 
 Installed as an executable named `pulumi` on PATH (`install(tmp_path)`), it answers the commands
 and files Pulumi's automation API uses: `version`; `stack select [--create]`, `stack init`,
-`stack output`, `stack ls --json`, `stack history`, `stack rename` (also into another project); `config set-all` / `config set`; `state unprotect`;
+`stack output`, `stack ls --json`, `stack history`, `stack export`, `stack rename` (also into another project);
+`config set-all` / `config set`; `state unprotect`;
 `preview`, `up`, `destroy`, `refresh` (with `--preview-only`), sending engine events to
 `--event-log` (over gRPC to the automation API's event server for a `tcp://` address, else to a
 file); `cancel`. Anything else is refused, as an unknown command would be. Every call is recorded
@@ -19,7 +20,8 @@ digits, `-`, `_` and `.`; an operation needs a stack that exists; `--yes` for up
 `--client` for an inline program; an existing `--event-log` folder; the passphrase a stack was
 created with (PULUMI_CONFIG_PASSPHRASE or _FILE) for its secrets; the project's declared config
 types and required keys; one update per stack at a time (a lock file in the backend); `protect`
-and provider-side deletion guards; `stack rename` needs the new name free.
+and provider-side deletion guards; `stack rename` needs the new name free. Its answers (JSON shapes, exit
+codes, error classes and first error lines) are held to the real CLI's by tests/test_cli_contract.py.
 
 Told what to do through `control.json` in its folder (`PULUMI_DOUBLE_DIR`):
   {"fail": {"<stack>": "error text"},   the next up/preview/destroy/refresh of that stack fails before its program
@@ -47,8 +49,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.pulumi_engine import (Backend, Providers, Refused, Update, check_stack_name, destroy, is_secret,
-                                 outputs_of, reveal, run_inline, run_local, serve)
+from tests.pulumi_engine import (SECRET_SIG, SECRET_VALUE, Backend, Failed, Providers, Refused, Update,
+                                 check_stack_name, destroy, is_secret, outputs_of, reveal, run_inline, run_local, serve,
+                                 stamp)
 
 VERSION = "3.272.0"
 
@@ -234,6 +237,26 @@ def _passphrase() -> str | None:
     return None
 
 
+PASSPHRASE_MISSING = "passphrase must be set with PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE environment variables"
+# what the CLI (3.277) says when the passphrase is missing (a prefix to PASSPHRASE_MISSING) or wrong, by what it was doing
+PASSPHRASE_ERRORS = {
+    "": ("", "incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase"),
+    "operation": ("getting stack configuration: get stack secrets manager: ",
+                  "getting stack configuration: get stack secrets manager: incorrect passphrase"),
+    "output": ('constructing secrets manager of type "passphrase": constructing secrets manager: ',
+               "failed to decrypt: incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase "
+               "or set PULUMI_CONFIG_PASSPHRASE_FILE to a file containing the passphrase"),
+}
+
+
+def _holds_secret(value) -> bool:
+    if is_secret(value):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_secret(v) for v in value.values())
+    return isinstance(value, list) and any(_holds_secret(v) for v in value)
+
+
 def _salt(stack: str, phrase: str) -> str:
     return "v1:" + hashlib.sha256(f"{stack}\0{phrase}".encode()).hexdigest()[:24]
 
@@ -301,17 +324,20 @@ class Double:
     def write_config(self, stack: str, content: dict) -> None:
         self.config_file(stack).write_text(yaml.safe_dump(content, sort_keys=True))
 
-    def needs_passphrase(self, stack: str) -> None:
-        """A passphrase-encrypted stack: the CLI needs the passphrase it was created with for any secret."""
+    def needs_passphrase(self, stack: str, when: str = "", decrypts: bool = True) -> None:
+        """A passphrase-encrypted stack: the CLI needs the passphrase it was created with for any secret, and for
+        any operation (it opens the stack's secrets manager first). `when`: what the CLI says it was doing, as
+        `PASSPHRASE_ERRORS` words it; `decrypts`: whether there is a secret to decrypt (a wrong passphrase is
+        found out only then; a missing one at once)."""
         salt = self.read_config(stack).get("encryptionsalt")
         if salt is None:
             return
+        missing, wrong = PASSPHRASE_ERRORS[when]
         phrase = _passphrase()
         if phrase is None:
-            raise Refused("error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or "
-                          "PULUMI_CONFIG_PASSPHRASE_FILE environment variables")
-        if salt != _salt(stack, phrase):
-            raise Refused("error: incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase")
+            raise Refused(f"error: {missing}{PASSPHRASE_MISSING}")
+        if decrypts and salt != _salt(stack, phrase):
+            raise Refused(f"error: {wrong}")
 
     def set_config(self, stack: str, key: str, value: str, secret: bool) -> None:
         if ":" not in key:
@@ -382,26 +408,38 @@ class Double:
             name, content = self.stack(args)
             shown = "--show-secrets" in args
             if shown:
-                self.needs_passphrase(name)
+                self.needs_passphrase(name, "output", any(_holds_secret(v) for v in outputs_of(content).values()))
             return json.dumps({k: reveal(v) if shown or not is_secret(v) else "[secret]"
                                for k, v in outputs_of(content).items()}), 0
         if args[:2] == ["stack", "ls"]:  # this project's stacks, as the DIY backend lists them (short names)
             if "--json" not in args:
                 raise Refused("error: the pulumi double answers `stack ls` only with --json")
+            # no updateInProgress: the DIY backend does not say, even while an update holds the lock
             listed = []
+            current = self.selected()
             for _, name in self.backend.stacks(self.project):
                 content = self.backend.load(self.project, name)
-                entry = {"name": name, "current": False,
-                         "updateInProgress": any(self.backend.lock_dir(self.project, name).glob("*.json")),
-                         "resourceCount": len(content["checkpoint"]["latest"]["resources"])}
+                entry = {"name": name, "current": name == current}
                 manifest_time = (content["checkpoint"]["latest"].get("manifest") or {}).get("time")
                 if manifest_time:
                     entry["lastUpdate"] = manifest_time
+                entry["resourceCount"] = len(content["checkpoint"]["latest"]["resources"])
                 listed.append(entry)
             return json.dumps(listed), 0
-        if args[:2] == ["stack", "history"]:
+        if args[:2] == ["stack", "history"]:  # newest first; a page of --page-size entries when given
             _, content = self.stack(args)
-            return json.dumps(content["history"][-1:][::-1]), 0
+            history = content["history"][::-1]
+            size = int(_flag(args, "--page-size") or 0)
+            if size:
+                page = int(_flag(args, "--page") or 1)
+                history = history[(page - 1) * size:page * size]
+            return json.dumps(history), 0
+        if args[:2] == ["stack", "export"]:
+            name, content = self.stack(args)
+            shown = "--show-secrets" in args
+            if shown:
+                self.needs_passphrase(name, "output", _holds_secret(content["checkpoint"]["latest"]["resources"]))
+            return json.dumps(self.export(name, content, shown)), 0
         if args[:2] == ["stack", "rename"]:
             old, _ = self.stack(args)
             parts = args[2].split("/")
@@ -412,6 +450,8 @@ class Double:
             self.backend.rename(self.project, old, new)
             if self.config_file(old).exists():
                 self.config_file(old).rename(self.config_file(new))
+            if self.selected() == old:  # the renamed stack stays the selected one
+                self.select(new)
             return "", 0
         if args[:2] == ["state", "unprotect"]:
             return self.unprotect(args)
@@ -431,19 +471,63 @@ class Double:
         name = self.stack_name(["--stack", given])
         if self.backend.exists(self.project, name):
             if args[1] == "init":
-                raise Refused(f"error: stack '{name}' already exists")
+                raise Refused(f"error: stack 'organization/{self.project}/{name}' already exists")
+            self.select(name)
             return "", 0
         if args[1] == "select" and "--create" not in args:
-            raise Refused(f"error: no stack named '{name}' found")
+            raise Refused(f"error: no stack named '{name}' found", code=6)
         provider = _flag(args, "--secrets-provider") or "passphrase"  # a DIY backend's default
         if provider == "passphrase" and "encryptionsalt" not in self.read_config(name):
             phrase = _passphrase()
             if phrase is None:
-                raise Refused("error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or "
-                              "PULUMI_CONFIG_PASSPHRASE_FILE environment variables")
+                raise Refused(f"error: could not create secrets manager for new stack: {PASSPHRASE_MISSING}")
             self.write_config(name, {**self.read_config(name), "encryptionsalt": _salt(name, phrase)})
         self.backend.create(self.project, name)
+        self.select(name)
         return "", 0
+
+    # the selected stack of each project folder, as the CLI keeps it in PULUMI_HOME's workspaces
+    def selected(self) -> str | None:
+        path = self.folder / "selected.json"
+        return (json.loads(path.read_text()) if path.exists() else {}).get(f"{self.cwd}:{self.project}")
+
+    def select(self, name: str) -> None:
+        path = self.folder / "selected.json"
+        selected = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**selected, f"{self.cwd}:{self.project}": name}))
+
+    def export(self, name: str, content: dict, shown: bool) -> dict:
+        """`stack export`: the checkpoint as the CLI prints it. Secrets are ciphertext, or with --show-secrets
+        their JSON text as `plaintext`; empty fields are left out, as the CLI leaves them out."""
+        def secret(value):
+            if shown:
+                return {SECRET_SIG: SECRET_VALUE, "plaintext": json.dumps(reveal(value))}
+            return {SECRET_SIG: SECRET_VALUE, "ciphertext": "v1:" + base64.b64encode(
+                json.dumps(reveal(value)).encode()).decode()}
+
+        def sealed(value):
+            if is_secret(value):
+                return secret(value)
+            if isinstance(value, dict):
+                return {k: sealed(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [sealed(v) for v in value]
+            return value
+
+        latest = content["checkpoint"]["latest"]
+        resources = []
+        for res in latest["resources"]:
+            out = {"urn": res["urn"], "custom": bool(res.get("custom"))}
+            for key in ("id", "type", "inputs", "outputs", "parent", "protect", "retainOnDelete", "dependencies",
+                        "provider"):
+                if res.get(key) not in (None, False, "", {}, []):
+                    out[key] = sealed(res[key])
+            resources.append(out)
+        salt = self.read_config(name).get("encryptionsalt")
+        manifest = {"time": (latest.get("manifest") or {}).get("time"), "magic": "", "version": f"v{VERSION}"}
+        return {"version": 3, "deployment": {
+            "manifest": manifest, "secrets_providers": {"type": "passphrase", "state": {"salt": salt}},
+            "resources": resources, "metadata": {}}}
 
     def unprotect(self, args: list[str]) -> tuple[str, int]:
         name, content = self.stack(args)
@@ -464,6 +548,7 @@ class Double:
         client = _flag(args, "--client")
         if verb in ("up", "preview") and not client and _flag(args, "--exec-kind") == "auto.inline":
             raise Refused("error: an inline program needs --client")
+        self.needs_passphrase(name, "operation")
         config, secret_keys = self.program_config(name) if verb in ("up", "preview") else ({}, [])
         events = Events(_flag(args, "--event-log"))
         lock = self.backend.lock(self.project, name) if not preview_only else None
@@ -491,7 +576,7 @@ class Double:
     def failed(self, events: Events, message: str, changes: dict) -> tuple[str, int]:
         events.emit({"diagnosticEvent": {"message": message + "\n", "severity": "error", "color": "never"}})
         events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 0}})
-        raise Refused(f"error: {message}")
+        raise Failed(f"error: {message}")
 
     def save(self, name: str, resources: list[dict], kind: str, changes: dict, ok: bool, retained: list[str]) -> None:
         """Write the checkpoint as it is after the operation (read afresh: other stacks' commands ran meanwhile)."""
@@ -499,11 +584,11 @@ class Double:
         content["checkpoint"]["latest"]["resources"] = resources
         # as the DIY backend: the checkpoint's manifest time (milliseconds) is its `stack ls` lastUpdate, written
         # before the history entry, whose start and end are whole seconds
-        content["checkpoint"]["latest"].setdefault("manifest", {})["time"] = _stamp(time.time())
-        content["history"].append({"kind": kind, "startTime": _stamp(self.began, whole=True), "message": "",
-                                   "environment": {}, "config": {}, "result": "succeeded" if ok else "failed",
-                                   "endTime": _stamp(time.time(), whole=True),
-                                   "resourceChanges": changes, "version": len(content["history"]) + 1})
+        content["checkpoint"]["latest"].setdefault("manifest", {})["time"] = stamp(time.time())
+        content["history"].append({"version": 0, "kind": kind, "startTime": stamp(self.began, whole=True),
+                                   "message": "", "environment": {}, "config": {},
+                                   "result": "succeeded" if ok else "failed", "endTime": stamp(time.time(), whole=True),
+                                   "resourceChanges": changes})  # a DIY backend's history entries are version 0
         self.backend.save(self.project, name, content)
         if retained:  # deleted from the stack, left in the cloud
             with open(self.folder / "retained.jsonl", "a", encoding="utf-8") as f:
@@ -538,7 +623,7 @@ class Double:
             if error and not diagnostics:
                 log("error", error, "")
             message = (update.errors or diagnostics or [error])[0] or "update failed"
-            return self.failed(events, message.strip().splitlines()[0], update.changes)
+            return self.failed(events, message.strip(), update.changes)
         events.emit({"summaryEvent": {"resourceChanges": update.changes, "maybeCorrupt": False, "durationSeconds": 1}})
         return "", 0
 
@@ -572,11 +657,12 @@ class Double:
 
     def refresh(self, name: str, content: dict, events: Events, preview_only: bool) -> tuple[str, int]:
         resources = content["checkpoint"]["latest"]["resources"]
-        count = sum(1 for r in resources if r.get("custom"))
+        count = len(resources)  # the engine counts every resource it read, the stack and components too
         if preview_only and name in (self.control.get("drift") or []):
             changes = {"update": 1, "same": max(count - 1, 0)}
         else:
             changes = {"same": count}
+        changes = {op: n for op, n in changes.items() if n}
         if not preview_only:
             self.save(name, resources, "refresh", changes, True, [])
         events.emit({"summaryEvent": {"resourceChanges": changes, "maybeCorrupt": False, "durationSeconds": 1}})
@@ -626,12 +712,6 @@ class Events:
             f.write(line + "\n")
 
 
-def _stamp(when: float, whole: bool = False) -> str:
-    """A time as the CLI prints it in JSON: UTC, milliseconds (whole seconds for history, kept as unix seconds)."""
-    millis = 0 if whole else int(when * 1000) % 1000
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(when))) + f".{millis:03d}Z"
-
-
 _LOCK = None  # the double's own lock: one command at a time reads and writes the backend's files
 
 
@@ -655,9 +735,12 @@ def main(argv: list[str]) -> int:
                             "env": sorted(k for k in os.environ if k.startswith("PULUMI_"))}) + "\n")
     try:
         out, code = Double(folder, Path.cwd()).run(args)
+    except Failed as exc:  # the engine ran: its diagnostics are on stdout, as the CLI prints them
+        sys.stdout.write(f"Diagnostics:\n    {exc}\n")
+        return exc.code
     except Refused as exc:
         print(str(exc), file=sys.stderr)
-        return 255
+        return exc.code
     sys.stdout.write(out)
     return code
 

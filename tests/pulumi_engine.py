@@ -40,6 +40,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 import uuid
 from concurrent import futures
 from pathlib import Path
@@ -54,11 +55,20 @@ UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 STACK_TYPE = "pulumi:pulumi:Stack"
 # The front door's client CA as trust-manager publishes it (public: a certificate, no key)
 FAKE_CLIENT_CA = "-----BEGIN CERTIFICATE-----\nZmFrZSBmcm9udCBkb29yIENB\n-----END CERTIFICATE-----\n"
-STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class Refused(Exception):
-    """What the real CLI would refuse: message on stderr, exit code 255."""
+    """What the real CLI would refuse: message on stderr, exit code 1 (6 for a stack that does not exist, as the CLI
+    of 3.277 exits)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class Failed(Refused):
+    """An operation the engine ran and that failed: the CLI prints its diagnostics on stdout, nothing on stderr."""
 
 
 # ---- the backend ---------------------------------------------------------------------------------
@@ -92,14 +102,16 @@ class Backend:
         check_stack_name(stack)
         self.meta.mkdir(exist_ok=True)
         (self.meta / "meta.yaml").write_text("version: 1\n")
+        # a new stack's checkpoint has a manifest (its `stack ls` lastUpdate) and no resources, as the CLI writes it
         self.save(project, stack, {"version": 3, "checkpoint": {"stack": f"organization/{project}/{stack}",
-                                                                 "latest": {"resources": []}},
+                                                                 "latest": {"manifest": {"time": stamp(time.time())},
+                                                                            "resources": []}},
                                    "history": []})
 
     def load(self, project: str, stack: str) -> dict:
         path = self.stack_file(project, stack)
         if not path.is_file():
-            raise Refused(f"error: no stack named '{stack}' found")
+            raise Refused(f"error: no stack named '{stack}' found", code=6)
         return _transform(json.loads(path.read_text()), _unseal)
 
     def save(self, project: str, stack: str, content: dict) -> None:
@@ -115,12 +127,14 @@ class Backend:
         check_stack_name(new)
         target = new_project or project
         if self.exists(target, new):
-            raise Refused(f"error: a stack named '{new}' already exists")
+            raise Refused(f"error: a stack named {new} already exists")
         content = self.load(project, old)
         content["checkpoint"]["stack"] = f"organization/{target}/{new}"
-        resources = json.dumps(content["checkpoint"]["latest"]["resources"])  # every URN carries stack and project
-        content["checkpoint"]["latest"]["resources"] = json.loads(
-            resources.replace(f'urn:pulumi:{old}::{project}::', f'urn:pulumi:{new}::{target}::'))
+        # every URN carries stack and project, and the root stack resource is named after both
+        resources = json.dumps(content["checkpoint"]["latest"]["resources"])
+        resources = resources.replace(f'urn:pulumi:{old}::{project}::', f'urn:pulumi:{new}::{target}::')
+        resources = resources.replace(f'::{STACK_TYPE}::{project}-{old}"', f'::{STACK_TYPE}::{target}-{new}"')
+        content["checkpoint"]["latest"]["resources"] = json.loads(resources)
         self.save(target, new, content)
         self.stack_file(project, old).unlink()
 
@@ -166,9 +180,18 @@ def _transform(value: Any, change: Callable[[dict], dict]) -> Any:
 
 
 def check_stack_name(name: str) -> None:
+    if len(name) > 100:
+        raise Refused("error: a stack name cannot exceed 100 characters")
     if not STACK_NAME.match(name):
-        raise Refused(f"error: invalid stack name {name!r}: a stack name may only contain alphanumeric, hyphens, "
-                      "underscores, or periods, and be at most 100 characters")
+        position, char = next((i, c) for i, c in enumerate(name) if not STACK_NAME.match(c))
+        raise Refused("error: a stack name may only contain alphanumeric, hyphens, underscores, or periods: invalid "
+                      f"character '{char}' at position {position}")
+
+
+def stamp(when: float, whole: bool = False) -> str:
+    """A time as the CLI prints it in JSON: UTC, milliseconds (whole seconds for history, kept as unix seconds)."""
+    millis = 0 if whole else int(when * 1000) % 1000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(when))) + f".{millis:03d}Z"
 
 
 def outputs_of(checkpoint: dict) -> dict:
@@ -337,8 +360,7 @@ class Update:
             resource["outputs"] = (before or {}).get("outputs") if op == "same" else \
                 self.providers.outputs(request.type, request.name, inputs, wait)
             resource["awaited"] = wait
-        if request.type != STACK_TYPE:
-            self.step(urn, request.type, op)
+        self.step(urn, request.type, op)  # the stack resource is a step too, counted as the engine counts it
         with self.guard:
             self.new[urn] = resource
         return urn, rid, resource.get("outputs") or {}
@@ -416,11 +438,14 @@ class Update:
 
 def check_deletable(resource: dict, replacing: bool = False) -> None:
     """The engine never deletes a protected resource; a provider refuses what its cloud would."""
+    if resource.get("protect") and replacing:
+        raise Refused(f"error: unable to replace resource \"{resource['urn']}\"\nas it is currently marked for "
+                      "protection. To unprotect the resource, remove the `protect` flag from the resource in your "
+                      "Pulumi program and run `pulumi up`")
     if resource.get("protect"):
-        raise Refused(f"error: unable to {'replace' if replacing else 'delete'} resource \"{resource['urn']}\"\n"
-                      "as it is currently marked for protection. To unprotect the resource, either remove the "
-                      "`protect` flag from the resource in your Pulumi program and run `pulumi up`, or use the "
-                      f"command:\n`pulumi state unprotect '{resource['urn']}'`")
+        raise Refused(f"error: resource \"{resource['urn']}\" cannot be deleted\nbecause it is protected. To unprotect "
+                      "the resource, either remove the `protect` flag from the resource in your Pulumi program and run "
+                      f"`pulumi up`, or use the command:\n`pulumi state unprotect '{resource['urn']}'`")
     if resource.get("custom") and not resource.get("retainOnDelete"):
         Providers.check_delete(resource)
 
@@ -433,7 +458,7 @@ def destroy(resources: list[dict], dry_run: bool, emit: Callable[[dict], None]
     changes: dict[str, int] = {}
     retained: list[str] = []
     for resource in reversed(resources):
-        if resource["type"] != STACK_TYPE and not resource.get("external"):
+        if not resource.get("external"):  # the stack resource is deleted (and counted) last, as by the engine
             if not dry_run:
                 try:
                     check_deletable(resource)

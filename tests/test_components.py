@@ -147,7 +147,7 @@ def test_existing_cluster_provisions_nothing_and_keeps_the_kubeconfig_secret():
 
 
 def test_serving_stack_releases_crds_and_gateway(example_fleet):
-    args = cluster_args(example_fleet, "gke-us-central")
+    args = cluster_args(example_fleet, "gke-us-central").model_copy(update={"dynamo": True})  # a Dynamo replica there
 
     def program():
         ServingStack("gke-serving", args, provider("gke-us-central", "kubeconfig"), versions={"keda": "2.99.0"})
@@ -187,12 +187,11 @@ def test_serving_stack_releases_crds_and_gateway(example_fleet):
     assert all(r.parent == "gke-serving" for r in resources if r.type.startswith("kubernetes:"))
 
 
-def test_dynamo_platform_only_where_nvidia_pools_exist():
+def test_dynamo_platform_only_where_a_dynamo_replica_is_not_wherever_an_nvidia_pool_is():
     fleet = load_fleet([str(ROOT / "tests" / "data" / "reference" / "concepts.yaml")]).fleet
     args = cluster_args(fleet, "aks-westeurope")
-    amd = args.model_copy(update={"pools": [p.model_copy(update={"devices": [d.model_copy(update={"driver": "gpu.amd.com"})
-                                                                              for d in p.devices]}) for p in args.pools]})
-    resources = registered(lambda: ServingStack("s", amd, provider("c", "k")))
+    assert any(p.nvidia for p in args.pools) and not args.dynamo
+    resources = registered(lambda: ServingStack("s", args, provider("c", "k")))
     names = {inputs(r)["name"] for r in of_type(resources, "kubernetes:helm.sh/v3:Release")}
     assert "mp-dynamo" not in names and "mp-lws" in names
     assert not of_type(resources, "kubernetes:core/v1:ResourceQuota")  # not GKE
@@ -250,7 +249,9 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
     resources = registered(program, "all", {"modelplane:byo-eu-kubeconfig": "apiVersion: v1"}, ["modelplane:byo-eu-kubeconfig"])
     providers = of_type(resources, "pulumi:providers:kubernetes")
     # the fleet gateway uses its host's provider (the first cluster by name that can host it): one owner per object
-    assert {p.name for p in providers} == {"gke-us-central-k8s", "eks-us-west-k8s", "byo-eu-k8s"}
+    # (and each cluster's adopting provider of the shared CRDs alone: components/crds.py)
+    assert {p.name for p in providers} == {f"{c}-k8s{crds}" for c in ("gke-us-central", "eks-us-west", "byo-eu")
+                                           for crds in ("", "-crds")}
     traefik = named(resources, "fleet-gateway-traefik")
     assert traefik.provider == "eks-us-west-k8s" and "eks-us-west-serving-system" in traefik.depends_on  # a cloud LB host, first by name
     assert all(is_secret(p.inputs["kubeconfig"]) for p in providers)

@@ -359,3 +359,83 @@ def test_graphs_have_the_structure_of_dynamos_recipes(framework, image, mode, ty
             assert "multinode" not in w
     # the recipes leave backendFramework to the operator's inference; it is set here from the image
     assert graph["spec"]["backendFramework"] == framework
+
+
+EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def _examples(qwen_image: str | None = None):
+    """The example fleet (NVIDIA pools on every cluster, no Dynamo replica), with qwen3-8b's engine image replaced
+    (a Dynamo runtime's: served by Dynamo, as its annotation asks)."""
+    docs = copy.deepcopy(EXAMPLES)
+    if qwen_image is not None:
+        md = next(d for d in docs if d["kind"] == "ModelDeployment" and d["metadata"]["name"] == "qwen3-8b")
+        if qwen_image == DYN:
+            md["metadata"].setdefault("annotations", {})["modelplane.ai/backend"] = "dynamo"
+        for engine in md["spec"]["template"]["spec"]["engines"]:
+            for m in engine["members"]:
+                for c in m["template"]["spec"]["containers"]:
+                    c["image"] = qwen_image
+    loaded = run(*docs)
+    assert not loaded.errors, loaded.errors
+    return loaded.fleet
+
+
+def _releases(spec, fleet) -> set[str]:
+    from automation.execution.programs import program_for, stack_config
+    from automation.planning.offline import run as run_program
+
+    kubeconfig = {"modelplane:byo-eu-kubeconfig": "apiVersion: v1\nkind: Config\n"}  # the Existing cluster's
+    resources = run_program(program_for(spec, fleet), "modelplane", spec.name, {**stack_config(spec), **kubeconfig},
+                            list(kubeconfig))
+    return {unwrap(r.inputs)["name"] for r in resources if r.type == "kubernetes:helm.sh/v3:Release"}
+
+
+def test_the_dynamo_platform_goes_where_dynamo_replicas_are_and_stays_while_they_are_applied():
+    """Not on every cluster with an NVIDIA pool (an Existing cluster's owners did not ask for Dynamo's operator,
+    Grove and KAI): where a Dynamo-served replica is placed, until the record no longer has one there."""
+    from automation.planning.stacks import desired_state
+    from fleet.plan import dynamo_clusters
+
+    plain = _examples()
+    before = desired_state(plain, known={})
+    assert not dynamo_clusters(before.plan)
+    assert not [n for n, s in before.specs.items() if s.kind == "platform" and s.payload.cluster.needs_dynamo]
+    assert "mp-dynamo" not in _releases(before.specs["platform-byo-eu"], plain)  # Existing, NVIDIA pools
+
+    served = _examples(DYN)  # qwen3-8b is Dynamo-served now
+    after = desired_state(served, known={})
+    placed = dynamo_clusters(after.plan)
+    assert placed and placed <= {"eks-us-west", "gke-us-central"}
+    assert after.platform.inputs != before.platform.inputs  # the platform stacks' cache digest sees it
+    for name in ("byo-eu", "eks-us-west", "gke-us-central"):
+        was, now = before.specs[f"platform-{name}"], after.specs[f"platform-{name}"]
+        assert now.payload.cluster.needs_dynamo == (name in placed)
+        assert (now.fingerprint != was.fingerprint) == (name in placed), name
+    cluster = sorted(placed)[0]
+    assert "mp-dynamo" in _releases(after.specs[f"platform-{cluster}"], served)
+
+    # qwen3-8b no longer Dynamo-served: while its Dynamo replicas are still applied (the record), the platform stays
+    # (its model stack is updated after the platform stacks: its graphs must not lose their controller first) ...
+    applied = [r.recorded() for r in after.plan.replicas]
+    assert {r.cluster for r in applied if r.dynamo} == placed
+    left = _examples("vllm/vllm-openai:v0.11.0")
+    leaving = desired_state(left, applied)
+    assert dynamo_clusters(leaving.plan, applied) == placed
+    assert leaving.specs[f"platform-{cluster}"].fingerprint == after.specs[f"platform-{cluster}"].fingerprint
+    # ... and once the record no longer has any there, it goes: the platform stack is what it was before
+    gone = desired_state(left, [r.recorded() for r in leaving.plan.replicas])
+    assert not dynamo_clusters(gone.plan, [r.recorded() for r in leaving.plan.replicas])
+    assert gone.specs[f"platform-{cluster}"].fingerprint == before.specs[f"platform-{cluster}"].fingerprint
+    assert "mp-dynamo" not in _releases(gone.specs[f"platform-{cluster}"], left)
+
+
+def test_a_recorded_replica_keeps_whether_it_was_dynamo_served():
+    from automation.record.applied import replica_from_dict
+
+    served = _examples(DYN)
+    replica = next(r for r in schedule(served).replicas if r.deployment == "qwen3-8b")
+    recorded = replica.recorded()
+    assert recorded.dynamo and replica_from_dict(recorded.to_dict()).dynamo
+    plain = next(r for r in schedule(_examples()).replicas if r.deployment == "qwen3-8b").recorded()
+    assert "dynamo" not in plain.to_dict()  # records of other replicas are as they were

@@ -615,9 +615,38 @@ def test_removing_a_provisioned_cluster_runs_to_the_end_through_its_protection(a
     assert applied.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
     assert "platform-gke-us-central" not in applied.recorded()
     assert pulumi_double.resources(backend, "modelplane", "platform-gke-us-central") == []
-    lifted = [c for c in applied.calls()[applied.mark:] if _verb(c["argv"]) == "up" and c["stack"] == "platform-gke-us-central"]
+    calls = [c for c in applied.calls()[applied.mark:] if c["stack"] == "platform-gke-us-central"]
+    lifted = [c for c in calls if _verb(c["argv"]) == "up"]
     assert len(lifted) == 1  # the update that lifted the protection, before the destroy
+    # ... targeted at the cluster alone (its cloud's own deletion protection), after every protect flag was cleared
+    # in the state: none of the cluster's Kubernetes objects runs again, whether its API server answers or not
+    argv = lifted[0]["argv"]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--target"] == [cluster["urn"]]
+    verbs = [" ".join(args[:2]) if args[0] in ("state", "stack") else _verb(args)
+             for args in ([a for a in c["argv"] if a != "--non-interactive"] for c in calls)]
+    assert verbs.index("state unprotect") < verbs.index("up") < verbs.index("destroy")
 
+
+@pytest.mark.parametrize("removal", ["destroy", "prune"])
+def test_destroying_an_existing_cluster_whose_api_server_is_gone_runs_none_of_its_programs(applied, capsys, removal):
+    """An Existing cluster has nothing of ours protected: its platform stack is destroyed without running its program
+    first (which would apply its serving stack to an API server that is gone), whether it is still in the fleet
+    (`destroy --unprotect`) or was removed from it (`up --prune`)."""
+    applied.kubeconfig.write_text(yaml.safe_dump({  # nothing listens there any more
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}],
+        "users": [{"name": "gone", "user": {"token": "expired"}}]}))
+    if removal == "destroy":
+        command = ["destroy", *applied.args("--yes", "--unprotect")]
+    else:
+        applied.docs = [d for d in applied.docs
+                        if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "byo-eu")]
+        command = ["up", "-f", applied.fleet(), "--prune", "--yes-destroy-clusters"]
+    assert main(command) == 0, capsys.readouterr().err
+    calls = [_verb(c["argv"]) for c in applied.calls()[applied.mark:] if c["stack"] == "platform-byo-eu"]
+    assert "destroy" in calls and not {"up", "preview"} & set(calls[:calls.index("destroy")]), calls
+    assert "platform-byo-eu" not in applied.recorded()
 
 def test_a_program_that_fails_half_way_keeps_what_it_created_and_a_rerun_converges(double, capsys):
     double.control(failOn={"platform-eks-us-west": {"resource": "aws:eks/nodeGroup:NodeGroup",

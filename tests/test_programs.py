@@ -12,6 +12,7 @@ from automation.planning.offline_preview import all_stacks
 from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import project_of
 from automation.planning.stacks import desired_state
+from components.workload_objects import is_placeholder_secret, secret_config_key
 from fleet.validate import load_fleet
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -187,3 +188,32 @@ def test_components_a_provider_constructs_answer_their_declared_outputs_not_thei
     group = next(r for r in registered if r.type == "kubernetes:yaml/v2:ConfigGroup")
     assert unwrap(group.inputs)["objs"][0]["metadata"]["name"] == "ml"  # what the program asked for is recorded
     assert seen == {"resources": []}
+
+
+@pytest.mark.parametrize("stack", ["model-ml-team.qwen3-8b", "service-ml-team.qwen3-8b", "cache-ml-team.qwen3-coder"])
+def test_a_renamed_stacks_objects_are_aliased_to_the_names_they_had_under_its_legacy_name(examples, stack):
+    """The legacy stack-name migration renames `model-ml-team-qwen3-8b` to `model-ml-team.qwen3-8b` and its resources
+    with it (automation/execution/migration.py): each object's logical name is derived from the stack's, so without
+    an alias the first update after the rename would create every object anew and delete the old ones."""
+    fleet, specs = examples
+    legacy = specs[stack].id.legacy_name()
+    placeholders = {secret_config_key(o, key) for objs in specs[stack].objects.values() for o in objs
+                    if is_placeholder_secret(o) for key in o.get("stringData", {})}
+    resources = _run(specs[stack], fleet, secrets={f"modelplane:{key}": "hf_x" for key in placeholders})
+    components = [r for r in resources if r.type == "modelplane:workload:Objects"]
+    assert components
+    for component in components:
+        target = component.name.removeprefix(f"{stack}-")
+        assert component.options.get("aliases") == [f"{legacy}-{target}"]
+        children = [r for r in resources if r.parent == component.name]
+        groups = [r for r in children if r.type == "kubernetes:yaml/v2:ConfigGroup"]
+        assert groups and all(r.name.startswith(component.name) for r in children)  # so they inherit the alias
+        assert all(r.options.get("aliases") == [legacy + r.name.removeprefix(stack)] for r in children)
+        # the group's objects are named `<group>:<object>` (no resourcePrefix of ours): they inherit it from the group
+        assert all("resourcePrefix" not in unwrap(g.inputs) for g in groups)
+
+
+def test_a_stack_that_never_had_another_name_has_no_alias(examples):
+    fleet, specs = examples
+    resources = _run(specs["team-ml-team.gke-us-central"], fleet)
+    assert resources and not [r.name for r in resources if "aliases" in r.options]

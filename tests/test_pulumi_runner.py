@@ -4,6 +4,7 @@ A fake PulumiCommand records every CLI call the automation API would make, so th
 project settings, stack config and secrets can be checked; nothing here deploys anything.
 """
 
+import json
 import pathlib
 
 import pytest
@@ -22,6 +23,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
 
 
+CLUSTER_URN = ("urn:pulumi:platform-gke-us-central::modelplane::modelplane:gke:InferenceCluster$gcp:container/cluster:"
+               "Cluster::gke-us-central")
 HISTORY = ('[{"kind": "update", "startTime": "2026-11-30T00:00:00.000Z", "message": "", "environment": {}, '
            '"config": {}, "result": "succeeded", "endTime": "2026-11-30T00:00:01.000Z", "resourceChanges": {"same": 1}}]')
 
@@ -211,6 +214,12 @@ def test_destroying_a_platform_stack_lifts_protection_only_when_asked(tmp_path, 
             if args[:1] in (["destroy"], ["up"]):
                 self.calls.append((list(args), cwd, dict(additional_env)))
                 return CommandResult("", "", 0)
+            if args[:2] == ["stack", "export"]:  # the cluster, with GKE's own deletion protection on
+                self.calls.append((list(args), cwd, dict(additional_env)))
+                return CommandResult(json.dumps({"version": 3, "deployment": {"resources": [
+                    {"urn": CLUSTER_URN, "inputs": {"deletionProtection": True}},
+                    {"urn": "urn:pulumi:platform-gke-us-central::modelplane::kubernetes:helm.sh/v3:Release::keda",
+                     "inputs": {}}]}}), "", 0)
             return super().run(args, cwd, additional_env, on_output, on_error)
 
     refused = PulumiRunner(tmp_path, fleet, pulumi_command=Protected()).run("destroy", desired["platform-gke-us-central"],
@@ -220,10 +229,12 @@ def test_destroying_a_platform_stack_lifts_protection_only_when_asked(tmp_path, 
     runner = PulumiRunner(tmp_path / "b", fleet, pulumi_command=command, unprotect=True)
     result = runner.run("destroy", desired["platform-gke-us-central"], lambda e: None)
     assert result.ok, result.error
-    verbs = [c[0][0] if c[0][0] != "config" else " ".join(c[0][:2]) for c in command.calls]
+    verbs = [c[0][0] if c[0][0] not in ("config", "state") else " ".join(c[0][:2]) for c in command.calls]
     unprotect = next(i for i, c in enumerate(command.calls) if "modelplane:deletionProtection" in c[0])
     assert "false" in " ".join(command.calls[unprotect][0])
-    assert unprotect < verbs.index("up") < verbs.index("destroy")
+    assert verbs.index("state unprotect") < verbs.index("up") < verbs.index("destroy") and unprotect < verbs.index("up")
+    up = command.calls[verbs.index("up")][0]
+    assert [up[i + 1] for i, a in enumerate(up) if a == "--target"] == [CLUSTER_URN]  # the cluster alone
 
 
 def test_a_stack_interrupted_between_its_commands_starts_no_more_of_them(tmp_path, specs, monkeypatch):

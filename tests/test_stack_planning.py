@@ -152,5 +152,8 @@ def test_a_recorded_replica_is_written_as_asdict_writes_it():
     plan = schedule(run(*generate(12, 4)).fleet)
     for r in plan.replicas:
         recorded = r.recorded()
-        assert json.dumps(recorded.to_dict()) == json.dumps(dataclasses.asdict(recorded))
+        written = dataclasses.asdict(recorded)
+        if not recorded.dynamo:  # written only when true: every other record is as it was
+            del written["dynamo"]
+        assert json.dumps(recorded.to_dict()) == json.dumps(written)
         assert replica_from_dict(recorded.to_dict()) == recorded

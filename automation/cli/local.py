@@ -13,7 +13,12 @@ from automation.cli.base import cli, load, paths_option, state_option
 
 @cli.group()
 def local() -> None:
-    """A local fleet: a real control plane on loopback for every Existing InferenceCluster (simulated GPU nodes)."""
+    """A local fleet: a real control plane on loopback for every Existing InferenceCluster (simulated GPU nodes).
+
+    \b
+    Example:
+      modelplane local up -f local-fleet/ && eval "$(modelplane local env)" && modelplane up -f local-fleet/
+    """
 
 
 def _failed(exc: Exception) -> None:
@@ -26,7 +31,12 @@ def _failed(exc: Exception) -> None:
 @state_option
 def local_up(paths, state) -> None:
     """Start a control plane for every Existing InferenceCluster in the fleet, with simulated nodes and devices from
-    its node pools and InferenceClasses; write each kubeconfig where `up` and `plan` find it."""
+    its node pools and InferenceClasses; write each kubeconfig where `up` and `plan` find it.
+
+    \b
+    Example:
+      modelplane local up -f local-fleet/
+    """
     from automation.local import lifecycle, toolchain
     from automation.local.control_plane import LocalFleetError
 
@@ -42,9 +52,15 @@ def local_up(paths, state) -> None:
 
 @local.command("status")
 @state_option
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table for people; json: one object per cluster.")
 def local_status(state, output) -> None:
-    """The local clusters, their API addresses and whether they are up."""
+    """The local clusters, their API addresses and whether they are up.
+
+    \b
+    Example:
+      modelplane local status
+    """
     from dataclasses import asdict
 
     from automation.local import lifecycle
@@ -66,7 +82,12 @@ def local_status(state, output) -> None:
 @state_option
 def local_env(state) -> None:
     """Print the shell lines (`export NAME=VALUE`) that put the toolchain's pulumi and kubectl first on PATH and name
-    the local kubeconfigs: `eval "$(modelplane local env)"`."""
+    the local kubeconfigs.
+
+    \b
+    Example:
+      eval "$(modelplane local env)"
+    """
     from automation.local import lifecycle, toolchain
 
     for line in lifecycle.env_lines(Path(state), toolchain.find()):
@@ -76,7 +97,12 @@ def local_env(state) -> None:
 @local.command("down")
 @state_option
 def local_down(state) -> None:
-    """Stop every process of the local fleet; nothing keeps running."""
+    """Stop every process of the local fleet; nothing keeps running.
+
+    \b
+    Example:
+      modelplane local down
+    """
     from automation.local import lifecycle
 
     stopped = lifecycle.down(Path(state))

@@ -151,7 +151,7 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
                                       "Existing InferenceCluster)")
             kubeconfig = kubeconfig_of(f"{spec.name}-{target}-platform", cluster, fleet_name)
             WorkloadObjects(f"{spec.name}-{target}", objects, provider(target, kubeconfig, cluster=cluster),
-                            secrets=values)
+                            secrets=values, renamed_from=renamed_from(spec, target))
 
     def fingerprint() -> pulumi.Output[str] | str:
         if spec.kind != "endpoints":
@@ -161,6 +161,14 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
         return pulumi.Output.all(*[live[c] for c in clusters]).apply(
             lambda addresses: endpoints_fingerprint(workload, Gateways(dict(zip(clusters, addresses)))))
     return recorded(run_workloads, fingerprint, list(workload.placements))
+
+
+def renamed_from(spec: StackSpec, target: str) -> str | None:
+    """The name a stack's objects on `target` had under its first, legacy stack name (automation/execution/migration.py):
+    the stack's rename kept their resources, named after the old stack name. Aliased to it (WorkloadObjects), the
+    first update after the rename changes nothing. None for a stack that never had another name."""
+    legacy = spec.id.legacy_name()
+    return f"{legacy}-{target}" if legacy is not None and legacy != spec.name else None
 
 
 def stored_kubeconfig(fleet: Fleet, cluster: str) -> str | None:
@@ -179,7 +187,8 @@ def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None) -> Fle
     separate = config.get_secret("controlPlaneKubeconfig")
     if separate is not None:  # a control-plane cluster no platform stack manages
         return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", separate),
-                            versions=payload.versions, standalone=True, sources=chart_sources(config))
+                            versions=payload.versions, standalone=True, sources=chart_sources(config),
+                            crd_provider=provider("control-plane", separate, adopt=True))
     if payload.host is None:
         raise pulumi.RunError("the fleet gateway needs a cluster: no cluster of the fleet can host it (a GKE, EKS, AKS, "
                               "Nebius or Existing InferenceCluster), and no modelplane:controlPlaneKubeconfig is set")

@@ -9,6 +9,7 @@ backend. CLI failures become domain errors with one actionable line.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -32,6 +33,8 @@ from fleet.stack_id import StackId, backend_name
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
+# how the CLI says a destroy stopped at a protected resource (tests/test_cli_contract.py holds it to the real CLI)
+PROTECTED = ("because it is protected", "marked for protection")
 LOAD_BALANCER_WAIT = 600.0  # seconds for the cloud to delete a destroyed cluster's load balancers
 
 
@@ -356,8 +359,9 @@ class PulumiRunner:
                                    "or a crashed one: run `pulumi cancel` in its workspace to release it)")
         except auto.errors.CommandError as exc:
             error = first_error(exc)
-            # the CLI's first line names the resource; "marked for protection" follows on the next
-            if operation == "destroy" and ("protected" in error or "marked for protection" in str(exc)):
+            # the CLI's first error line names the resource ("... cannot be deleted"); why follows on the next one
+            # ("because it is protected"; before 3.1xx "as it is currently marked for protection")
+            if operation == "destroy" and any(why in str(exc) for why in PROTECTED):
                 error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
                          "run `modelplane destroy --unprotect` to lift the protection and destroy it")
             if operation == "destroy" and "DependencyViolation" in error:
@@ -406,11 +410,18 @@ class PulumiRunner:
                 return []
 
     def lift_protection(self, stack, spec: StackSpec, forward) -> None:
-        """Protected clusters and networks (and GKE's own deletion protection): an update with protection off,
-        then the destroy can delete them. A cluster still in the fleet runs its program; one that left it runs
-        again from the `clusterArgs` its stack recorded, since the fleet no longer describes it."""
+        """Protected clusters and networks (and GKE's own deletion protection), lifted without running the cluster's
+        Kubernetes objects again: a cluster whose API server is gone must still be destroyable. An Existing cluster
+        has nothing of ours protected: nothing to lift. A provisioned one: every protect flag cleared in the state
+        (`pulumi state unprotect --all`), then an update targeted at the resources whose cloud keeps a deletion
+        protection of its own (an input `deletionProtection: true`), with the config turning it off. A cluster
+        still in the fleet runs its program for that; one that left it runs from the `clusterArgs` its stack
+        recorded, since the fleet no longer describes it. The target leaves every other resource as it is."""
         auto = self.auto
-        if spec.payload is None:  # a cluster no longer in the fleet
+        outputs = None
+        if isinstance(spec.payload, PlatformPayload):
+            source: str | None = spec.payload.cluster.source
+        else:  # a cluster no longer in the fleet
             outputs = stack.outputs()
             recorded = outputs.get("clusterArgs")
             if recorded is None:
@@ -419,20 +430,34 @@ class PulumiRunner:
                 raise AutomationError(f"{spec.name} recorded no clusterArgs (applied by an older modelplane): add "
                                       f"InferenceCluster/{spec.id.cluster} back to the manifests and run `modelplane "
                                       "destroy --unprotect` for it")
-            if (recorded.value.get("args") or {}).get("source") == "Existing":
-                return  # an existing cluster: this project created nothing there that is protected
+            source = (recorded.value.get("args") or {}).get("source")
+        if source == "Existing":
+            return  # an existing cluster: this project created nothing there that is protected
+        name = backend_name(spec.id, self.fleet_name)
+        workspace = stack.workspace
+        workspace.pulumi_command.run(["state", "unprotect", "--all", "--yes", "--stack", name], workspace.work_dir,
+                                     workspace.env_vars)
+        # no --show-secrets: the inputs read here are plain, and secrets stay ciphertext in memory
+        state = json.loads(workspace.pulumi_command.run(["stack", "export", "--stack", name], workspace.work_dir,
+                                                        workspace.env_vars).stdout or "{}")
+        guarded = [r["urn"] for r in (state.get("deployment") or {}).get("resources") or []
+                   if (r.get("inputs") or {}).get("deletionProtection") is True]
+        if not guarded:
+            return
+        if outputs is not None:
             from infra.program import recorded_cluster
 
             before = outputs.get(RECORD_OUTPUT)
+            args = outputs["clusterArgs"].value
 
             def lift() -> None:
-                recorded_cluster(recorded.value)
+                recorded_cluster(args)
                 if before is not None:  # the stack is still what it applied, until its destroy succeeds
                     pulumi.export(RECORD_OUTPUT, before.value)
 
             stack.workspace.program = lift
         stack.set_config("modelplane:deletionProtection", auto.ConfigValue(value="false"))
-        stack.up(on_event=forward, parallel=self.parallel, color="never")
+        stack.up(on_event=forward, parallel=self.parallel, color="never", target=guarded)
 
     def rename(self, old: StackId, new: StackId, kind_spec: StackSpec | None = None) -> None:
         """Rename a stack in the backend, and move its workspace folder (its config and encryption salt)."""

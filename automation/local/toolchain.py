@@ -114,7 +114,10 @@ def register_provider(tools: Toolchain) -> None:
 
 def activate() -> bool:
     """When no other Pulumi CLI is on PATH and the toolchain has one: put the toolchain first on PATH and use its
-    Pulumi home (unless PULUMI_HOME is set), for this process and what it starts. True when it did."""
+    Pulumi home (unless PULUMI_HOME is set), for this process and what it starts. True when it did.
+    $MODELPLANE_NO_TOOLCHAIN turns this off (the test suite sets it: a test means the real engine or not)."""
+    if os.environ.get("MODELPLANE_NO_TOOLCHAIN"):
+        return False
     tools = find()
     found = shutil.which("pulumi")
     if found is not None and Path(found).resolve() != (tools.folder / "pulumi").resolve():

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from automation.planning.base_cache import BaseSummary
 from automation.planning.stacks import SAME, Known, KnownPlatform, desired_state, platform_inputs
+from fleet.plan import dynamo_clusters
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
 from workloads.render import StackInputs, stack_inputs
@@ -42,7 +43,7 @@ class BasePlan:
 
     def inputs(self) -> tuple[dict[str, str], str]:
         self._inputs = stack_inputs(self.fleet, self.plan, self.host, self.gateways)
-        self._platform = platform_inputs(self.fleet, self.host)
+        self._platform = platform_inputs(self.fleet, self.host, dynamo=dynamo_clusters(self.plan, self.recorded))
         return self._inputs.digests, self._platform
 
     def summarise(self, same: set[str], platform_same: bool) -> None:

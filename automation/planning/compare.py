@@ -21,7 +21,7 @@ from automation.planning.secret_sources import changed_sources
 from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
 from components.args import control_plane_cluster, preferred_control_plane
-from fleet.plan import Plan
+from fleet.plan import Plan, dynamo_clusters
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
 from workloads.render import stack_inputs
@@ -124,7 +124,7 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
             stack_inputs(head_fleet, head_plan, head_host, base.gateways)
         base_digests, platform_digest = base_side.inputs()
         same = {name for name, digest in head_inputs.digests.items() if base_digests.get(name) == digest}
-        unchanged = platform_digest == platform_inputs(head_fleet, head_host)
+        unchanged = platform_digest == platform_inputs(head_fleet, head_host, dynamo=dynamo_clusters(head_plan, recorded))
         base_side.summarise(same, unchanged)
 
         def head_state(known: dict[str, Known], platform: KnownPlatform | None) -> DesiredState:

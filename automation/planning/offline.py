@@ -156,6 +156,9 @@ def _options(request) -> dict:
         out["deleteBeforeReplace"] = True
     if request.ignoreChanges:
         out["ignoreChanges"] = sorted(request.ignoreChanges)
+    if request.aliases:  # the names it had (an alias spec's, or an alias URN's last part)
+        out["aliases"] = sorted(a.spec.name if a.HasField("spec") else a.urn.rsplit("::", 1)[-1]
+                                for a in request.aliases)
     timeouts = request.customTimeouts
     if timeouts.create or timeouts.update or timeouts.delete:
         out["customTimeouts"] = {k: v for k, v in (("create", timeouts.create), ("update", timeouts.update),

@@ -23,6 +23,7 @@ from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import project_of
 from automation.planning.stacks import (DesiredState, KnownPlatform, StackSpec, desired_state, platform_inputs,
                                         platform_specs)
+from fleet.plan import dynamo_clusters
 from workloads.render import CONTROL_PLANE
 
 if TYPE_CHECKING:
@@ -264,7 +265,8 @@ def previewed(fleet: Fleet, head: DesiredState, changed: set[str], recorded, con
     from components.args import control_plane_cluster
 
     cluster = control_plane_cluster(fleet, control_plane)
-    platform = KnownPlatform(platform_inputs(fleet, cluster), platform_specs(fleet, cluster))
+    dynamo = dynamo_clusters(head.plan, recorded)
+    platform = KnownPlatform(platform_inputs(fleet, cluster, dynamo=dynamo), platform_specs(fleet, cluster, dynamo=dynamo))
     only = around({**head.specs, **platform.specs}, changed)
     desired = desired_state(fleet, recorded, control_plane=control_plane, gateways=gateways, plan=head.plan,
                             inputs=head.inputs, known={name: kept for name, kept in head.known().items()

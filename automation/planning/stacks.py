@@ -31,7 +31,7 @@ from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, ev
                              gateway_args, host_extras, weight_streaming)
 from components.versions import pinned, project_version
 from fleet.memory import RecordedReplica
-from fleet.plan import PlacedReplica, Plan
+from fleet.plan import PlacedReplica, Plan, dynamo_clusters
 from fleet.scheduler import PlanMemo, schedule
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import ORDER, StackId, StackKind
@@ -92,7 +92,9 @@ class PlatformPayload:
     client_cas: tuple[str, ...] = ()
 
     def fingerprinted(self) -> dict[str, Any]:
-        return {"cluster": self.cluster.model_dump(), "versions": self.versions, "project": self.project,
+        # `dynamo` only when set: a cluster without Dynamo replicas kept the fingerprint it had before the field
+        cluster = self.cluster.model_dump(exclude=set() if self.cluster.dynamo else {"dynamo"})
+        return {"cluster": cluster, "versions": self.versions, "project": self.project,
                 **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
                 **({"rateLimit": True} if self.rate_limit else {}),
                 **({"frontDoor": "Envoy"} if self.envoy_front_door else {}),
@@ -276,14 +278,17 @@ class KnownPlatform(NamedTuple):
         return cls.fingerprinted(inputs, dict.fromkeys(names, SAME + inputs), host)
 
 
-def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None, client_cas: tuple[str, ...] = ()) -> str:
+def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None, client_cas: tuple[str, ...] = (),
+                    dynamo: frozenset[str] = frozenset()) -> str:
     """A digest of everything `platform_specs` reads: every InferenceCluster, InferenceClass and InferenceGateway
-    whole, whether any deployment streams weights (the one thing it reads of deployments), the cluster that hosts
-    the control plane, the chart versions, this release, which clusters' kubeconfigs a Secret manifest gives
-    (`from_manifests`) and the recorded front door CAs. A deployment, service or cache changed: same digest."""
+    whole, whether any deployment streams weights (the one thing it reads of deployments), the clusters with
+    Dynamo-served replicas (`dynamo_clusters`: the one thing it reads of the plan), the cluster that hosts the
+    control plane, the chart versions, this release, which clusters' kubeconfigs a Secret manifest gives
+    (`from_manifests`) and the recorded front door CAs. A deployment, service or cache changed without moving a
+    Dynamo replica to or from a cluster: same digest."""
     kubeconfigs = from_manifests(fleet, [ref for refs in cluster_secrets(fleet).values() for ref in refs])
     digest = hashlib.sha256(json.dumps([host, pinned(versions), project_version(), weight_streaming(fleet),
-                                        kubeconfigs, list(client_cas)]).encode())
+                                        kubeconfigs, list(client_cas), sorted(dynamo)]).encode())
     for kind in ("InferenceCluster", "InferenceClass", "InferenceGateway"):
         for obj in fleet.of(kind):
             digest.update(fleet.text_of(obj).encode() + b"\0")
@@ -291,16 +296,19 @@ def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None
 
 
 def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
-                   client_cas: tuple[str, ...] = ()) -> dict[str, StackSpec]:
+                   client_cas: tuple[str, ...] = (), dynamo: frozenset[str] = frozenset()) -> dict[str, StackSpec]:
     """The platform stacks (one per cluster) and the gateway stack: what `modelplane up` and a laptop's
     `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint. `client_cas`:
-    the front door's client CA as the record holds it (`Gateways.client_cas`), for an Envoy front door only."""
+    the front door's client CA as the record holds it (`Gateways.client_cas`), for an Envoy front door only.
+    `dynamo`: the clusters whose replicas need the Dynamo platform (`dynamo_clusters` of the plan and the record)."""
     stacks: dict[str, StackSpec] = {}
     release = project_version()
     gateway = gateway_args(fleet, host)
     secrets = cluster_secrets(fleet)
     envoy = gateway is not None and gateway.backend == "Envoy"
     for name, args in every_cluster_args(fleet).items():
+        if name in dynamo:
+            args = args.model_copy(update={"dynamo": True})
         metallb, rate_limit, trust_manager = host_extras(gateway, name, host)
         platform = PlatformPayload(args, pinned(versions), release, metallb, rate_limit, envoy_front_door=envoy,
                                    trust_manager=trust_manager, client_cas=tuple(client_cas) if envoy else ())
@@ -317,15 +325,18 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
 
 def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
                    control_plane: str | None = None, known: Mapping[str, str] | None = None,
-                   gateways: Gateways | None = None, platform: Mapping[str, StackSpec] | None = None) -> dict[str, StackSpec]:
+                   gateways: Gateways | None = None, platform: Mapping[str, StackSpec] | None = None,
+                   dynamo: frozenset[str] | None = None) -> dict[str, StackSpec]:
     """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`).
     `gateways`: the recorded gateway addresses (part of the endpoints stacks' fingerprints). `platform`: this
-    fleet's platform and gateway stacks, when the caller has them (`KnownPlatform`)."""
+    fleet's platform and gateway stacks, when the caller has them (`KnownPlatform`). `dynamo`: the clusters that
+    need the Dynamo platform (default: the plan's, `dynamo_clusters`)."""
     known = known or {}
     host = control_plane_cluster(fleet, control_plane)
     # copies: linking sets each spec's dependencies, and the caller's specs stay as they were
     stacks = {name: replace(spec, depends_on=list(spec.depends_on)) for name, spec in platform.items()} \
-        if platform is not None else platform_specs(fleet, host, versions, (gateways or Gateways()).client_cas)
+        if platform is not None else platform_specs(fleet, host, versions, (gateways or Gateways()).client_cas,
+                                                    dynamo if dynamo is not None else dynamo_clusters(plan))
     release = project_version()
     placed: dict[str, list[PlacedReplica]] = {}
     for r in plan.replicas:  # what to remember once the model stack applied (not part of its fingerprint)
@@ -454,11 +465,12 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     reused = {s: known[s].objects for s, digest in digests.items() if known and s in known and known[s].inputs == digest}
     rendered = render(fleet, plan, host, reused, gateways, inputs)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
-    platform_digest = platform_inputs(fleet, host, client_cas=(gateways or Gateways()).client_cas) \
+    dynamo = dynamo_clusters(plan, recorded)
+    platform_digest = platform_inputs(fleet, host, client_cas=(gateways or Gateways()).client_cas, dynamo=dynamo) \
         if known is not None or platform is not None else None
     same = platform.specs if platform is not None and platform.inputs == platform_digest else None
     specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints, gateways=gateways,
-                           platform=same)
+                           platform=same, dynamo=dynamo)
     mine = None
     if platform_digest is not None:
         mine = platform if same is not None else KnownPlatform(platform_digest, {

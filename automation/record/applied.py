@@ -34,7 +34,8 @@ def replica_from_dict(d: Mapping[str, Any]) -> RecordedReplica:
     engines = tuple(RecordedEngine(e["name"], int(e["copies"]), tuple(
         RecordedMember(m["role"], m["pool"], int(m["pods"]), tuple((str(n), int(c)) for n, c in m["requests"]))
         for m in e["members"])) for e in d["engines"])
-    return RecordedReplica(d["namespace"], d["deployment"], d["name"], d["cluster"], int(d["index"]), engines)
+    return RecordedReplica(d["namespace"], d["deployment"], d["name"], d["cluster"], int(d["index"]), engines,
+                           bool(d.get("dynamo")))
 
 
 def record_output(fingerprint: str, placements: list[RecordedReplica] | tuple[RecordedReplica, ...] = (),

@@ -92,7 +92,8 @@ def local_fleet(tmp_path_factory):
         pytest.fail(f"the real engine is not built ({', '.join(missing)} missing): run `make toolchain`")
     work = tmp_path_factory.mktemp("realengine")
     state = work / ".modelplane"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "MODELPLANE_KUBECONFIG_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PULUMI_", "MODELPLANE_KUBECONFIG_", "MODELPLANE_NO_TOOLCHAIN"))}
     env.update({"PULUMI_CONFIG_PASSPHRASE": "real-engine-tier", "MODELPLANE_CACHE_DIR": str(work / "cache"),
                 "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
                 "PULUMI_HOME": str(toolchain.find().pulumi_home), "PYTHONPATH": str(ROOT)})
