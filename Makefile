@@ -41,7 +41,8 @@ demo-real: $(STAMP)
 	  get pods -n ml-team -o wide; done; \
 	echo; echo "the local fleet keeps running: $(BIN)/modelplane local down --state $(DEMO_STATE) stops it"
 
-test: $(STAMP) browser
+# The real-engine tier (tests/realengine, the contract test) runs the toolchain `make toolchain` builds.
+test: $(STAMP) browser toolchain
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

@@ -2,7 +2,7 @@
 
 Installed as an executable named `pulumi` on PATH (`install(tmp_path)`), it answers the commands
 and files Pulumi's automation API uses: `version`; `stack select [--create]`, `stack init`,
-`stack output`, `stack ls --json`, `stack history`, `stack export`, `stack rename` (also into another project);
+`stack output`, `stack ls --json`, `stack history`, `stack export`, `stack rm`, `stack rename` (also into another project);
 `config set-all` / `config set`; `state unprotect`;
 `preview`, `up`, `destroy`, `refresh` (with `--preview-only`), sending engine events to
 `--event-log` (over gRPC to the automation API's event server for a `tcp://` address, else to a
@@ -426,6 +426,16 @@ class Double:
                 entry["resourceCount"] = len(content["checkpoint"]["latest"]["resources"])
                 listed.append(entry)
             return json.dumps(listed), 0
+        if args[:2] == ["stack", "rm"]:  # as the CLI: refused while the stack holds resources, unless --force
+            name = [a for a in args[2:] if not a.startswith("-")][-1]
+            if not self.backend.exists(self.project, name):
+                raise Refused(f"error: no stack named '{name}' found")
+            content = self.backend.load(self.project, name)
+            if content["checkpoint"]["latest"]["resources"] and "--force" not in args:
+                raise Refused(f"error: '{name}' still has resources; removal rejected. Possible actions:")
+            self.backend.stack_file(self.project, name).unlink()
+            self.config_file(name).unlink(missing_ok=True)
+            return f"Stack '{name}' has been removed!", 0
         if args[:2] == ["stack", "history"]:  # newest first; a page of --page-size entries when given
             _, content = self.stack(args)
             history = content["history"][::-1]

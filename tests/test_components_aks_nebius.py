@@ -91,7 +91,7 @@ def test_nebius_cluster_gpu_groups_and_infiniband(tmp_path):
     assert template["metadata"]["labels"] == {"modelplane.ai/pool": "h100"}
     k8s = named(resources, "c1-k8s", "pulumi:providers:kubernetes")
     kubeconfig = inputs(k8s)["kubeconfig"]
-    assert is_secret(k8s.inputs["kubeconfig"]) and "server: https://203.0.113.30" in kubeconfig
+    assert is_secret(k8s.inputs["kubeconfig"]) and "server: https://127.0.0.1:1" in kubeconfig
     assert "command: nebius" in kubeconfig and "BEGIN CERTIFICATE" not in kubeconfig  # base64, as kubectl expects
     assert of_type(resources, "kubernetes:helm.sh/v3:Release")
 

@@ -614,7 +614,8 @@ def test_removing_a_provisioned_cluster_runs_to_the_end_through_its_protection(a
     applied.docs = [d for d in applied.docs if not (d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "gke-us-central")]
     assert applied.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
     assert "platform-gke-us-central" not in applied.recorded()
-    assert pulumi_double.resources(backend, "modelplane", "platform-gke-us-central") == []
+    # destroyed, and gone from the backend with its resources
+    assert not (backend / ".pulumi" / "stacks" / "modelplane" / "platform-gke-us-central.json").exists()
     calls = [c for c in applied.calls()[applied.mark:] if c["stack"] == "platform-gke-us-central"]
     lifted = [c for c in calls if _verb(c["argv"]) == "up"]
     assert len(lifted) == 1  # the update that lifted the protection, before the destroy

@@ -345,6 +345,11 @@ class PulumiRunner:
                             f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
                             "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
                 result = stack.destroy(on_event=forward, color="never")
+                # the stack leaves the backend with its resources: a destroyed stack kept there (no resources, no
+                # record) read as recorded, and every later `up --prune` destroyed it again (the real engine showed it)
+                stack.workspace.remove_stack(stack.name)
+                with self._lock:
+                    self._stacks.pop(spec.name, None)
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
             if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
                 drift = stack.preview_refresh(on_event=forward, color="never")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 
-# Outputs a provider would return that programs read (so they can run to the end under mocks).
+# Outputs a provider would return that programs read (so they can run to the end under mocks). A cluster's API
+# endpoint is a loopback port where nothing listens: code that reaches for a mocked cluster (draining its load
+# balancers before a destroy) is refused at once, and no address but loopback is ever dialled.
 FAKE_OUTPUTS: dict[str, dict] = {
-    "gcp:container/cluster:Cluster": {"endpoint": "203.0.113.10",
+    "gcp:container/cluster:Cluster": {"endpoint": "127.0.0.1:1",
                                       "masterAuth": {"clusterCaCertificate": "b2ZmbGluZS1wcmV2aWV3"}},
     "eks:index:Cluster": {"kubeconfigJson": '{"apiVersion": "v1", "kind": "Config", "clusters": []}',
                           "clusterSecurityGroupId": "sg-0cluster"},
@@ -18,7 +20,7 @@ FAKE_OUTPUTS: dict[str, dict] = {
     "kubernetes:gateway.networking.k8s.io/v1:Gateway": {"status": {"addresses": [{"type": "IPAddress",
                                                                                   "value": "203.0.113.20"}]}},
     "nebius:index/mk8sV1Cluster:Mk8sV1Cluster": {"status": {"controlPlane": {
-        "endpoints": {"publicEndpoint": "https://203.0.113.30"},
+        "endpoints": {"publicEndpoint": "https://127.0.0.1:1"},
         "auth": {"clusterCaCertificate": "-----BEGIN CERTIFICATE-----\nb2ZmbGluZQ==\n-----END CERTIFICATE-----\n"}}}},
 }
 # Results of provider functions (invokes) that programs read.

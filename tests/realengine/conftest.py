@@ -58,9 +58,11 @@ class Fleet:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    def history(self, stack: str) -> int:
-        """How many updates the backend holds for a stack (`pulumi stack history`)."""
+    def history(self, stack: str) -> int | None:
+        """How many updates the backend holds for a stack (`pulumi stack history`); None: no such stack."""
         done = self.pulumi("stack", "history", "--json", "--stack", qualified(stack))
+        if done.returncode == 6 and "no stack named" in done.stderr:
+            return None
         assert done.returncode == 0, done.stderr
         return len(json.loads(done.stdout or "[]"))
 

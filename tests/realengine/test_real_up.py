@@ -56,17 +56,32 @@ def test_a_removed_deployment_leaves_the_api_server_and_nothing_else_runs(local_
         d for d in b.list("apps/v1", "Deployment", "ml-team") if d["metadata"]["name"].startswith("llama-70b")])
     wait_for("its pods gone", lambda: not b.list("v1", "Pod", "ml-team") or all(
         not p["metadata"]["name"].startswith("llama-70b") for p in b.list("v1", "Pod", "ml-team")))
-    after = {stack: local_fleet.history(stack) for stack in STACKS - {"model-ml-team.llama-70b"}}
-    ran = {stack for stack, count in after.items() if count != before[stack]}
-    assert ran <= {"team-ml-team.local-b"}, ran  # its quota shrinks with the replica gone; nothing else is touched
-    import json
-
-    listed = {s["name"].rsplit("/", 1)[-1]: s for s in json.loads(local_fleet.pulumi("stack", "ls", "--json",
-                                                                                   "--all").stdout)}
-    assert listed["model-ml-team.llama-70b"]["resourceCount"] == 0  # destroyed: nothing of it is left in the backend
-    # and the next `up --prune` has nothing left to destroy
-    removed = local_fleet.history("model-ml-team.llama-70b")
+    after = {stack: local_fleet.history(stack) for stack in STACKS}
+    changed = {stack for stack in STACKS if after[stack] != before[stack]}
+    # the model's stack and its team's stack on local-b (no replica of the team is left there) are destroyed and
+    # leave the backend; nothing else ran
+    assert changed == {"model-ml-team.llama-70b", "team-ml-team.local-b"}, changed
+    assert after["model-ml-team.llama-70b"] is None and after["team-ml-team.local-b"] is None
+    # the next `up --prune` has nothing left to destroy, and runs nothing
     local_fleet.modelplane("up", "-f", str(fleet), "--prune")
-    assert local_fleet.history("model-ml-team.llama-70b") == removed
+    assert {stack: local_fleet.history(stack) for stack in STACKS} == after
     # the other model still runs where it was
     assert running_pods(local_fleet.api("local-a"), "ml-team", "qwen3-8b")
+
+
+def test_destroy_leaves_nothing_of_ours_and_keeps_the_crds_another_workload_uses(local_fleet):
+    a = local_fleet.api("local-a")
+    # another team's Gateway, not ours, on the CRDs our platform stack adopted
+    a.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other-team"}})
+    a.apply({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+             "metadata": {"name": "theirs", "namespace": "other-team"},
+             "spec": {"gatewayClassName": "theirs", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}})
+    local_fleet.modelplane("destroy", "-f", str(FLEET), "--yes")
+    for cluster in ("local-a", "local-b"):
+        api = local_fleet.api(cluster)
+        wait_for(f"the model Deployments gone from {cluster}", lambda api=api: not api.list("apps/v1", "Deployment",
+                                                                                            "ml-team"))
+        assert api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None,
+                       "gateways.gateway.networking.k8s.io") is not None
+    assert a.get("gateway.networking.k8s.io/v1", "Gateway", "other-team", "theirs") is not None
+    assert a.get("gateway.networking.k8s.io/v1", "Gateway", "modelplane-system", "inference-gateway") is None
