@@ -42,15 +42,49 @@ def test_a_second_up_with_nothing_changed_runs_no_engine(local_fleet):
     assert {stack: local_fleet.history(stack) for stack in STACKS} == before
 
 
-def test_a_removed_deployment_leaves_the_api_server_and_nothing_else_runs(local_fleet, tmp_path):
+def edited_fleet(tmp_path, edit) -> str:
+    """local-fleet/ copied, its models file changed by `edit` (text -> text)."""
     import shutil
 
     fleet = tmp_path / "fleet"
-    shutil.copytree(FLEET, fleet)
-    models = (fleet / "models.yaml").read_text().split("---\n")
-    (fleet / "models.yaml").write_text("---\n".join(d for d in models if "name: llama-70b" not in d))
+    shutil.copytree(FLEET, fleet, dirs_exist_ok=True)
+    models = fleet / "models.yaml"
+    models.write_text(edit(models.read_text()))
+    return str(fleet)
+
+
+def test_one_deployment_changed_runs_exactly_its_stacks_and_its_pods_roll(local_fleet, tmp_path):
+    a = local_fleet.api("local-a")
+    old = {p["metadata"]["name"] for p in running_pods(a, "ml-team", "qwen3-8b")}
+    fleet = edited_fleet(tmp_path, lambda text: text.replace('"--max-model-len=16384"', '"--max-model-len=8192"'))
     before = {stack: local_fleet.history(stack) for stack in STACKS}
-    local_fleet.modelplane("up", "-f", str(fleet), "--prune")
+    local_fleet.modelplane("up", "-f", fleet)
+    after = {stack: local_fleet.history(stack) for stack in STACKS}
+    assert {stack for stack in STACKS if after[stack] != before[stack]} == {"model-ml-team.qwen3-8b"}
+    rolled = wait_for("qwen3-8b's new pod running", lambda: [
+        p for p in running_pods(a, "ml-team", "qwen3-8b") if p["metadata"]["name"] not in old])
+    assert "--max-model-len=8192" in rolled[0]["spec"]["containers"][0]["args"]
+
+
+def test_scaling_to_two_places_a_second_replica_and_back_to_one_removes_it(local_fleet, tmp_path):
+    two = edited_fleet(tmp_path, lambda text: text.replace("name: qwen3-8b\n  namespace: ml-team\nspec:\n  replicas: 1",
+                                                           "name: qwen3-8b\n  namespace: ml-team\nspec:\n  replicas: 2"))
+    local_fleet.modelplane("up", "-f", two)
+    a, b = local_fleet.api("local-a"), local_fleet.api("local-b")
+
+    def engines() -> list[dict]:
+        return running_pods(a, "ml-team", "qwen3-8b") + running_pods(b, "ml-team", "qwen3-8b")
+
+    pods = wait_for("two qwen3-8b engine pods", lambda: (lambda p: p if len(p) == 2 else None)(engines()))
+    assert all(p["spec"]["nodeName"].startswith(("l4-", "h100-")) for p in pods)  # each on a simulated GPU node
+    local_fleet.modelplane("up", "-f", str(FLEET), "--prune")
+    wait_for("back to one engine pod", lambda: len(engines()) == 1)
+
+
+def test_a_removed_deployment_leaves_the_api_server_and_nothing_else_runs(local_fleet, tmp_path):
+    fleet = edited_fleet(tmp_path, lambda text: "---\n".join(d for d in text.split("---\n") if "name: llama-70b" not in d))
+    before = {stack: local_fleet.history(stack) for stack in STACKS}
+    local_fleet.modelplane("up", "-f", fleet, "--prune")
     b = local_fleet.api("local-b")
     wait_for("llama-70b's Deployment gone from local-b", lambda: not [
         d for d in b.list("apps/v1", "Deployment", "ml-team") if d["metadata"]["name"].startswith("llama-70b")])
@@ -63,7 +97,7 @@ def test_a_removed_deployment_leaves_the_api_server_and_nothing_else_runs(local_
     assert changed == {"model-ml-team.llama-70b", "team-ml-team.local-b"}, changed
     assert after["model-ml-team.llama-70b"] is None and after["team-ml-team.local-b"] is None
     # the next `up --prune` has nothing left to destroy, and runs nothing
-    local_fleet.modelplane("up", "-f", str(fleet), "--prune")
+    local_fleet.modelplane("up", "-f", fleet, "--prune")
     assert {stack: local_fleet.history(stack) for stack in STACKS} == after
     # the other model still runs where it was
     assert running_pods(local_fleet.api("local-a"), "ml-team", "qwen3-8b")
