@@ -7,11 +7,11 @@ Made once per local fleet with `cryptography` (already a dependency, for the por
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from automation.certificates import new_authority, write_private
 
 VALID_DAYS = 365
 
@@ -57,17 +57,9 @@ def _generate(pki: Pki) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
-    until = now + datetime.timedelta(days=VALID_DAYS)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modelplane local fleet CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    authority = new_authority("modelplane local fleet CA", VALID_DAYS)
+    ca_key, ca_name, ca, now, until = (authority.key, authority.name, authority.certificate, authority.not_before,
+                                       authority.not_after)
 
     def leaf(subject: x509.Name, usage, names: list[x509.GeneralName]):
         key = ec.generate_private_key(ec.SECP256R1())
@@ -97,25 +89,15 @@ def _generate(pki: Pki) -> None:
     def public(cert) -> bytes:
         return cert.public_bytes(serialization.Encoding.PEM)
 
-    _write(pki.ca_key, private(ca_key), 0o600)
-    _write(pki.ca, public(ca), 0o644)
-    _write(pki.serving[1], private(serving_key), 0o600)
-    _write(pki.serving[0], public(serving), 0o644)
-    _write(pki.admin[1], private(admin_key), 0o600)
-    _write(pki.admin[0], public(admin), 0o644)
-    _write(pki.service_accounts[1], private(sa_key), 0o600)
-    _write(pki.service_accounts[0], sa_key.public_key().public_bytes(
+    write_private(pki.ca_key, private(ca_key), 0o600)
+    write_private(pki.ca, public(ca), 0o644)
+    write_private(pki.serving[1], private(serving_key), 0o600)
+    write_private(pki.serving[0], public(serving), 0o644)
+    write_private(pki.admin[1], private(admin_key), 0o600)
+    write_private(pki.admin[0], public(admin), 0o644)
+    write_private(pki.service_accounts[1], private(sa_key), 0o600)
+    write_private(pki.service_accounts[0], sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Created with its mode (a key is never readable by others, not even for a moment), then moved in place."""
-    partial = path.with_name(path.name + ".partial")
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(partial, path)
 
 
 def kubeconfig(pki: Pki, cluster: str, server: str) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from automation.certificates import new_authority, write_private
 
 VALID_DAYS = 365
 
@@ -81,18 +82,9 @@ def _generate(files: SelfSigned, names: list[str]) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)  # clocks that lag a little
-    until = now + datetime.timedelta(days=VALID_DAYS)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modelplane portal CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
+    authority = new_authority("modelplane portal CA", VALID_DAYS)
+    ca_key, ca_name, ca, now, until = (authority.key, authority.name, authority.certificate, authority.not_before,
+                                       authority.not_after)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modelplane portal")]))
@@ -104,17 +96,7 @@ def _generate(files: SelfSigned, names: list[str]) -> None:
             .add_extension(_san(names), critical=False)
             .sign(ca_key, hashes.SHA256()))
     # the CA's key is not kept: nothing else is ever signed with it
-    _write(files.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    write_private(files.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                         serialization.NoEncryption()), 0o600)
-    _write(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-    _write(files.ca, ca.public_bytes(serialization.Encoding.PEM), 0o644)
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Created with its mode (a key is never readable by others, not even for a moment), then moved in place."""
-    partial = path.with_name(path.name + ".partial")
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(partial, path)
+    write_private(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_private(files.ca, ca.public_bytes(serialization.Encoding.PEM), 0o644)
