@@ -17,7 +17,7 @@ from automation.execution.kube import KubeClient, KubeError
 from automation.local import control_plane, pki as pki_
 from automation.local.control_plane import LocalCluster, LocalFleet, LocalFleetError
 from automation.local.hardware import hardware
-from automation.local.toolchain import Toolchain, ToolchainMissing
+from automation.local.toolchain import CONTROL_PLANE, Toolchain, ToolchainMissing
 from fleet.validate import Fleet
 
 
@@ -52,7 +52,7 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
     if not clusters:
         raise LocalFleetError("the fleet has no InferenceCluster with source Existing: a local fleet runs only those "
                               "(GKE, EKS, AKS and Nebius clusters need their clouds)")
-    missing = tools.missing(control_plane_binaries())
+    missing = tools.missing(CONTROL_PLANE)
     if missing:
         raise ToolchainMissing(f"the local fleet needs {', '.join(missing)}: run `make toolchain` (it builds the "
                                "real engine from pinned Go modules; about an hour the first time on 2 cores)")
@@ -112,10 +112,6 @@ def install_addons(cluster: LocalCluster) -> None:
     api = _client(cluster)
     for crd in crds.gateway_api() + crds.inference_extension():
         _apply(api, crd)
-
-
-def control_plane_binaries() -> tuple[str, ...]:
-    return ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages")
 
 
 def _apply(api: KubeClient, obj: dict) -> None:
