@@ -52,3 +52,34 @@ def test_synthetic_devices_are_not_published_and_cluster_taints_reach_gpu_nodes(
     assert drivers == {"gpu.nvidia.com"}  # the class's InfiniBand NICs are Synthetic: no DRA driver publishes them
     gpu_node = next(n for n in made.nodes if n["metadata"]["name"] == "h100-0")
     assert {"key": "dedicated", "value": "research", "effect": "NoSchedule"} in gpu_node["spec"]["taints"]
+
+
+def test_a_cluster_that_names_a_cache_storage_class_gets_it_with_pre_made_shared_volumes_and_one_without_none():
+    fleet, classes = _fleet("local-fleet")
+    by_name = {c.name: c for c in fleet.of("InferenceCluster")}
+    storage = hardware(by_name["local-a"], classes).storage
+    (klass,) = [o for o in storage if o["kind"] == "StorageClass"]
+    volumes = [o for o in storage if o["kind"] == "PersistentVolume"]
+    assert klass["metadata"]["name"] == "local-filer" and klass["volumeBindingMode"] == "Immediate"
+    assert volumes and all(v["spec"]["storageClassName"] == "local-filer"
+                           and v["spec"]["accessModes"] == ["ReadWriteMany"] for v in volumes)
+    assert hardware(by_name["local-b"], classes).storage == []
+
+
+def test_the_lws_webhooks_are_registered_by_loopback_url_and_only_for_leaderworkerset_pods():
+    from automation.local.control_plane import LocalCluster
+    from automation.local.lifecycle import lws_webhooks
+    from automation.local.pki import ensure
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        pki = ensure(pathlib.Path(folder))
+        configs = lws_webhooks(LocalCluster("local-a", 6443, "kubeconfig", [], 9443), pki)
+    hooks = [h for c in configs for h in c["webhooks"]]
+    assert {c["kind"] for c in configs} == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    assert all(h["clientConfig"]["url"].startswith("https://127.0.0.1:9443/") and "service" not in h["clientConfig"]
+               for h in hooks)
+    pod_hooks = [h for h in hooks if h["rules"][0]["resources"] == ["pods"]]
+    assert len(pod_hooks) == 2 and all(h["objectSelector"]["matchExpressions"][0]["key"]
+                                       == "leaderworkerset.sigs.k8s.io/name" for h in pod_hooks)

@@ -40,6 +40,13 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("resource.k8s.io/v1", "ResourceSlice"): ("resourceslices", False),
     ("resource.k8s.io/v1", "ResourceClaim"): ("resourceclaims", True),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("storage.k8s.io/v1", "StorageClass"): ("storageclasses", False),
+    ("v1", "PersistentVolume"): ("persistentvolumes", False),
+    ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): ("mutatingwebhookconfigurations", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): ("validatingwebhookconfigurations", False),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): ("leaderworkersets", True),
+    ("batch/v1", "Job"): ("jobs", True),
 }
 
 

@@ -7,8 +7,9 @@ minikube's do): their pids and ports are in `<state>/local/fleet.json`, and `dow
 
 What is simulated, and why nothing is ever dialled but loopback: nodes and pods get documentation addresses
 (RFC 5737: pods 192.0.2.0/24, Services 198.51.100.0/24, nodes 203.0.113.1), which no route leads to; the API servers
-run no admission webhooks and no APIServices (nothing of ours installs one here), and their endpoint reconciler is
-off. Containers never run: kwok only writes the status a kubelet would.
+run no APIServices and no admission webhook but the LeaderWorkerSet controller's, which this machine serves on
+127.0.0.1 and which is registered by URL; their endpoint reconciler is off. Containers never run: kwok only writes
+the status a kubelet would.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class LocalCluster:
     port: int
     kubeconfig: str
     processes: list[Process] = field(default_factory=list)
+    lws_webhook_port: int = 0  # where the LeaderWorkerSet controller serves its admission webhooks (loopback)
 
     @property
     def server(self) -> str:
@@ -96,7 +98,8 @@ class LocalFleet:
         fleet.etcd_port = data.get("etcd_port", 0)
         for name, c in (data.get("clusters") or {}).items():
             fleet.clusters[name] = LocalCluster(c["name"], c["port"], c["kubeconfig"],
-                                                [Process(**p) for p in c.get("processes", [])])
+                                                [Process(**p) for p in c.get("processes", [])],
+                                                c.get("lws_webhook_port", 0))
         return fleet
 
 
@@ -218,8 +221,42 @@ def start_cluster(fleet: LocalFleet, name: str, tools: Toolchain, pki: pki_.Pki,
         "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         f"--cidr={POD_RANGE}", f"--node-ip={NODE_ADDRESS}", "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{free_port()}"], logs))
+    cluster.processes.append(start_lws(fleet, cluster, tools, pki))
     fleet.save()
     return cluster
+
+
+LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+
+
+def start_lws(fleet: LocalFleet, cluster: LocalCluster, tools: Toolchain, pki: pki_.Pki) -> Process:
+    """The real LeaderWorkerSet controller (it makes a LeaderWorkerSet's StatefulSets and reports its Available
+    condition, which llm-d stacks wait for), run on this machine against the cluster's API server.
+
+    The platform stack installs its CRD (the LWS chart), so it starts once the CRD is served and again whenever it
+    exits (its informers need the kinds). Its admission webhooks (defaulting a LeaderWorkerSet, labelling its pods)
+    are served on loopback and registered by URL (`lifecycle.lws_webhooks`): the API server dials 127.0.0.1 only.
+    Its own certificate management is off; it serves the API server's certificate, which names 127.0.0.1."""
+    folder = fleet.folder / cluster.name / "lws"
+    certs = folder / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    for name, source in (("tls.crt", pki.serving[0]), ("tls.key", pki.serving[1])):
+        link = certs / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(source)
+    if not cluster.lws_webhook_port or _tcp_open(cluster.lws_webhook_port):
+        cluster.lws_webhook_port = free_port()
+    config = folder / "config.yaml"
+    config.write_text(json.dumps({
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "webhook": {"host": "127.0.0.1", "port": cluster.lws_webhook_port, "certDir": str(certs)},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"}}))
+    loop = ('while :; do until "$0" get crd ' + LWS_CRD + ' >/dev/null 2>&1; do sleep 1; done; '
+            '"$1" --config="$2"; sleep 2; done')
+    return _start(f"{cluster.name}-lws-controller", ["/bin/sh", "-c", loop, str(tools.binary("kubectl")),
+                                                     str(tools.binary("lws-controller")), str(config)],
+                  fleet.folder / "logs", env={"KUBECONFIG": cluster.kubeconfig})
 
 
 def stop(fleet: LocalFleet, grace: float = 10.0) -> list[str]:

@@ -29,6 +29,7 @@ class Hardware:
     nodes: list[dict]
     device_classes: list[dict]
     slices: list[dict]
+    storage: list[dict]  # the cache StorageClass the cluster names and its pre-made volumes (a shared filer)
 
 
 def node_name(pool: str, index: int) -> str:
@@ -67,7 +68,31 @@ def hardware(cluster: InferenceCluster, classes: dict[str, InferenceClass]) -> H
                     "metadata": {"name": name, "labels": {SIMULATED_LABEL: "true"}},
                     "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
                    for name, driver in sorted(drivers.items())]
-    return Hardware(nodes, classes_out, slices)
+    return Hardware(nodes, classes_out, slices, storage(cluster))
+
+
+# a filer's pre-made ReadWriteMany volumes: enough for a ModelCache per namespace of a test fleet; nothing mounts
+# them (no container runs), the real PersistentVolume controller binds each claim to one
+FILER_VOLUMES = 4
+FILER_VOLUME_SIZE = "4Ti"
+
+
+def storage(cluster: InferenceCluster) -> list[dict]:
+    """The StorageClass an Existing cluster names for its caches (`existing.cache.storageClassName`), with no
+    provisioner, and statically made volumes of it, as an on-premise filer's administrator would make them."""
+    existing = cluster.spec.cluster.existing
+    name = existing.cache.storageClassName if existing and existing.cache else None
+    if not name:
+        return []
+    labels = {SIMULATED_LABEL: "true"}
+    volumes = [{"apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": f"{name}-{i}", "labels": labels},
+                "spec": {"capacity": {"storage": FILER_VOLUME_SIZE}, "accessModes": ["ReadWriteMany"],
+                         "persistentVolumeReclaimPolicy": "Retain", "storageClassName": name,
+                         "hostPath": {"path": f"/var/lib/modelplane-local/{name}-{i}"}}}
+               for i in range(FILER_VOLUMES)]
+    return [{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name, "labels": labels},
+             "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"}, *volumes]
 
 
 def _node(name: str, pool: str, cluster: InferenceCluster, gpu: bool, system: bool = False) -> dict:

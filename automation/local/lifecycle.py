@@ -65,7 +65,7 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
     started = []
     for ic in clusters:
         current = local.clusters.get(ic.name)
-        if current and all(p.alive() for p in current.processes):
+        if current and current.lws_webhook_port and all(p.alive() for p in current.processes):
             cluster = current
             say(f"{ic.name}: already up at {cluster.server}")
         else:
@@ -75,7 +75,7 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
             cluster = control_plane.start_cluster(local, ic.name, tools, pki, stages, install_addons)
         api = _client(cluster)
         made = hardware(ic, classes)
-        for obj in made.device_classes + made.nodes + made.slices:
+        for obj in made.device_classes + made.nodes + made.slices + made.storage + lws_webhooks(cluster, pki):
             _apply(api, obj)
         devices = sum(len(s["spec"]["devices"]) for s in made.slices)
         say(f"{ic.name}: up at {cluster.server}; {len(made.nodes)} simulated node(s), {devices} simulated device(s); "
@@ -110,8 +110,48 @@ def install_addons(cluster: LocalCluster) -> None:
     from components import crds
 
     api = _client(cluster)
-    for crd in crds.gateway_api() + crds.inference_extension():
+    for crd in crds.gateway_api() + crds.inference_extension() + [disaggregated_sets_crd()]:
         _apply(api, crd)
+
+
+def disaggregated_sets_crd() -> dict:
+    """The built LeaderWorkerSet controller also runs a DisaggregatedSet controller, which exits when its kind is not
+    served. Nothing of ours makes DisaggregatedSets: a stand-in CRD keeps the controller up."""
+    from automation.local.standin_charts import crd
+
+    return crd("disaggregatedset.x-k8s.io", "DisaggregatedSet", ["v1"])
+
+
+LWS_WEBHOOKS = (  # (kind of webhook, name, path, resources, operations, on pods of a LeaderWorkerSet only)
+    ("Mutating", "mleaderworkerset.lws.modelplane.local", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+     ("leaderworkerset.x-k8s.io", "leaderworkersets"), ("CREATE", "UPDATE"), False),
+    ("Mutating", "mpod.lws.modelplane.local", "/mutate--v1-pod", ("", "pods"), ("CREATE",), True),
+    ("Validating", "vleaderworkerset.lws.modelplane.local", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+     ("leaderworkerset.x-k8s.io", "leaderworkersets"), ("CREATE", "UPDATE"), False),
+    ("Validating", "vpod.lws.modelplane.local", "/validate--v1-pod", ("", "pods"), ("CREATE", "UPDATE"), True),
+)
+
+
+def lws_webhooks(cluster: LocalCluster, pki: pki_.Pki) -> list[dict]:
+    """The LeaderWorkerSet controller's admission webhooks, as its chart registers them but by URL on loopback (where
+    `control_plane.start_lws` serves them), so the API server never dials a simulated pod."""
+    import base64
+
+    ca = base64.b64encode(pki.ca.read_bytes()).decode()
+    out = []
+    for kind in ("Mutating", "Validating"):
+        hooks = [{"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+                  "timeoutSeconds": 10,
+                  "clientConfig": {"url": f"https://127.0.0.1:{cluster.lws_webhook_port}{path}", "caBundle": ca},
+                  "rules": [{"apiGroups": [group], "apiVersions": ["v1"], "operations": list(operations),
+                             "resources": [resource]}],
+                  **({"objectSelector": {"matchExpressions": [
+                      {"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}} if pods_only else {})}
+                 for hook_kind, name, path, (group, resource), operations, pods_only in LWS_WEBHOOKS
+                 if hook_kind == kind]
+        out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": f"{kind}WebhookConfiguration",
+                    "metadata": {"name": "modelplane-local-lws"}, "webhooks": hooks})
+    return out
 
 
 def _apply(api: KubeClient, obj: dict) -> None:

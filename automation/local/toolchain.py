@@ -18,7 +18,8 @@ PROJECT = Path(__file__).resolve().parents[2]
 BUILT = PROJECT / ".modelplane" / "toolchain" / "bin"
 # the oldest Pulumi CLI the project runs its inline programs with (refresh and destroy of inline programs: 3.181)
 MINIMUM_PULUMI = (3, 181, 0)
-CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages",
+                 "kubectl", "lws-controller")
 ENGINE = ("pulumi", "pulumi-resource-kubernetes")
 
 
