@@ -42,3 +42,41 @@ def test_status_and_env_of_no_local_fleet(tmp_path, monkeypatch):
     assert env.exit_code == 0
     assert env.output.splitlines() == [f'export PATH={tmp_path / "bin"}:"$PATH"',
                                        f"export PULUMI_HOME={tmp_path / 'pulumi-home'}"]
+
+
+def test_the_engine_warning_about_the_registered_older_provider_is_dropped_only_for_the_toolchains_own():
+    import os
+
+    from automation.local import toolchain
+
+    recipe = (ROOT / "tools" / "realengine" / "build.py").read_text()
+    assert f'\nPROVIDER_VERSION = "{toolchain.BUILT_PROVIDER}"\n' in recipe  # the version the toolchain builds
+    said = (f"resource plugin kubernetes is expected to have version >=4.34.2, but has {toolchain.BUILT_PROVIDER}; "
+            "the wrong version may be on your path, or this may be a bug in the plugin")
+    home = os.environ.get("PULUMI_HOME")
+    try:
+        os.environ["PULUMI_HOME"] = str(toolchain.find().pulumi_home)
+        assert toolchain.registered_provider_warning(said)
+        assert not toolchain.registered_provider_warning(said.replace(toolchain.BUILT_PROVIDER, "4.20.0"))
+        assert not toolchain.registered_provider_warning("[MinimumReplicasUnavailable] Deployment does not have "
+                                                         "minimum availability.")
+        os.environ["PULUMI_HOME"] = "/home/someone/.pulumi"  # a user's own provider: their warning stays
+        assert not toolchain.registered_provider_warning(said)
+    finally:
+        if home is None:
+            os.environ.pop("PULUMI_HOME", None)
+        else:
+            os.environ["PULUMI_HOME"] = home
+
+
+def test_down_keeps_the_clusters_data_and_purge_deletes_it(tmp_path):
+    local = tmp_path / ".modelplane" / "local"
+    (local / "etcd").mkdir(parents=True)
+    (local / "local-a").mkdir()
+    (local / "local-a" / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    runner = CliRunner()
+    done = runner.invoke(cli, ["local", "down", "--state", str(tmp_path / ".modelplane")])
+    assert done.exit_code == 0 and (local / "etcd").is_dir() and (local / "local-a" / "kubeconfig").is_file()
+    done = runner.invoke(cli, ["local", "down", "--purge", "--state", str(tmp_path / ".modelplane")])
+    assert done.exit_code == 0 and not local.exists()
+    assert "modelplane refresh" in done.output

@@ -96,14 +96,22 @@ def local_env(state) -> None:
 
 @local.command("down")
 @state_option
-def local_down(state) -> None:
-    """Stop every process of the local fleet; nothing keeps running.
+@click.option("--purge", is_flag=True, help="Also delete the clusters' data (etcd, certificates, kubeconfigs, logs), so "
+              "the next `local up` starts empty clusters.")
+def local_down(state, purge) -> None:
+    """Stop every process of the local fleet; nothing keeps running. The clusters' data is kept (the next `local up`
+    brings them back as they were, as `minikube stop` does) unless --purge.
 
     \b
     Example:
       modelplane local down
+      modelplane local down --purge
     """
     from automation.local import lifecycle
 
-    stopped = lifecycle.down(Path(state))
+    stopped = lifecycle.down(Path(state), purge=purge)
     click.echo(f"stopped {len(stopped)} process(es)" if stopped else "no local fleet was running", err=True)
+    if purge:
+        click.echo("deleted the local clusters' data; the backend still records what `up` applied to them: after "
+                   "the next `local up`, run `modelplane refresh` and then `modelplane up` to apply it again (or run "
+                   "`modelplane destroy` before purging)", err=True)

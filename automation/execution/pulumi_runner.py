@@ -26,6 +26,7 @@ from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJ
 from automation.record.backend import default_backend
 from automation.record.applied import RECORD_OUTPUT, UpdateWindow, utc_now
 from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
+from automation.local.toolchain import registered_provider_warning
 from automation.planning.secret_sources import kubeconfig_env, kubeconfig_files, replaced_kubeconfigs
 from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
@@ -317,7 +318,8 @@ class PulumiRunner:
                 on_event({"stack": spec.name, "type": "resource", "op": str(pre.metadata.op.value if hasattr(pre.metadata.op, "value") else pre.metadata.op),
                           "urn": pre.metadata.urn, "resourceType": pre.metadata.type})
             diag = getattr(event, "diagnostic_event", None)
-            if diag is not None and diag.severity in ("error", "warning"):
+            if diag is not None and diag.severity in ("error", "warning") \
+                    and not registered_provider_warning((diag.message or "").strip()):
                 on_event({"stack": spec.name, "type": "diagnostic", "severity": diag.severity,
                           "message": (diag.message or "").strip()[:500]})
 

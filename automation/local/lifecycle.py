@@ -185,11 +185,16 @@ def status(state: Path) -> list[ClusterState]:
     return out
 
 
-def down(state: Path) -> list[str]:
+def down(state: Path, purge: bool = False) -> list[str]:
+    """Stops every process; `purge` also deletes the clusters' data (etcd, PKI, kubeconfigs, logs, stand-in charts)."""
+    import shutil
+
     local = LocalFleet.load(control_plane.local_folder(state))
     stopped = control_plane.stop(local)
     if local.file.exists():
         local.file.unlink()
+    if purge and local.folder.is_dir():
+        shutil.rmtree(local.folder)
     return stopped
 
 

@@ -133,3 +133,17 @@ def activate() -> bool:
         # the registered provider, not the binary beside `pulumi` on PATH: one way it is found
         os.environ.setdefault("PULUMI_IGNORE_AMBIENT_PLUGINS", "true")
     return True
+
+
+def registered_provider_warning(message: str) -> bool:
+    """The engine's warning that the provider it runs is older than the SDK asked for, when that provider is the one
+    this toolchain registered on purpose (`register_provider`; docs/local-fleet.md says why): said once in the docs,
+    not once per stack of every run."""
+    if Path(os.environ.get("PULUMI_HOME") or "/nonexistent") != find().pulumi_home:
+        return False
+    return message.startswith("resource plugin kubernetes is expected to have version >=") and message.rstrip(
+        "; ").split(", but has ", 1)[-1].startswith(BUILT_PROVIDER + ";")
+
+
+BUILT_PROVIDER = "4.25.0"  # tools/realengine/build.py PROVIDER_VERSION (a test holds the two together)
+
