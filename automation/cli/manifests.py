@@ -24,8 +24,9 @@ def validate(paths: tuple[str, ...], output: str) -> None:
         found = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
         click.echo(json.dumps({
             "valid": not found.errors and bool(found.fleet.objects),
-            "objects": [{"kind": o.kind, "name": o.name, **({"namespace": o.namespace} if o.namespaced else {})}
-                        for o in found.fleet.objects],
+            # shape: the reference's shape the object was read in (v0.3.1, v0.5, or both for kinds alike in both)
+            "objects": [{"kind": o.kind, "name": o.name, **({"namespace": o.namespace} if o.namespaced else {}),
+                         "shape": o.shape} for o in found.fleet.objects],
             "problems": [{"source": p.source, "line": p.line, "object": p.object, "path": p.path, "message": p.message,
                           "severity": "warning" if p.warning else "error"} for p in found.problems],
             "notes": list(found.notes)}, indent=2))
