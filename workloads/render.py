@@ -210,12 +210,13 @@ def v05_gateway_problems(fleet: Fleet) -> list[Problem]:
     newer = [g for g in fleet.of("InferenceGateway") if g.v05 is not None]
     if not newer:
         return []
-    names = ", ".join(f"InferenceGateway/{g.name} (on InferenceCluster {g.v05.clusterName})"
-                      for g in newer if g.v05 is not None)
-    return [fleet.problem(newer[0], ("spec", "clusterName"), (
-        f"{names}: the v0.5 fleet gateway (an Envoy AI Gateway on its cluster) is not composed by this project yet, "
-        "so nothing is rendered or applied; `validate` and `plan` read it. To run the fleet now, keep its gateway "
-        "in the v0.3.1 shape (spec.backend: Traefik or Envoy)"))]
+    first, others = newer[0], ", ".join(f"InferenceGateway/{g.name}" for g in newer[1:])
+    assert first.v05 is not None
+    return [fleet.problem(first, ("spec", "clusterName"), (
+        f"the v0.5 fleet gateway (an Envoy AI Gateway on InferenceCluster {first.v05.clusterName}) is not composed "
+        f"by this project yet{f' (nor are {others})' if others else ''}, so nothing is rendered or applied; "
+        "`validate` and `plan` read it. To run the fleet now, keep its gateway in the v0.3.1 shape (spec.backend: "
+        "Traefik or Envoy)"))]
 
 
 def envoy_front_door(fleet: Fleet) -> Envoy | None:
