@@ -648,7 +648,7 @@ def test_up_applies_the_envoy_front_door_and_a_hostname_gateway_turns_a_replica_
         "status": {"addresses": [{"value": "203.0.113.7"}]}}}})
     for d in driver.docs:  # qwen3-8b overflows to the examples' external endpoint
         if d["kind"] == "ModelService" and d["metadata"]["name"] == "qwen3-8b":
-            d["spec"]["endpoints"].append({"priority": 1, "selector": {"matchLabels": {"provider": "external"}}})
+            d["spec"]["endpoints"].append({"name": "external", "priority": 1, "selector": {"matchLabels": {"provider": "external"}}})
     assert driver.up() == 0, capsys.readouterr().err
     backend = driver.work / ".modelplane" / "backend"
     gateway = pulumi_double.resources(backend, "modelplane", "gateway")
