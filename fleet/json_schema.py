@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.api import API_VERSION, KINDS
+from fleet.api.common import SHAPE_KEY
 
-SHAPE = "x-modelplane-shape"  # on a spec model's schema (json_schema_extra) and on each merged property
+SHAPE = SHAPE_KEY  # on a spec model's schema (json_schema_extra) and on each merged property
 REQUIRED_IN = "x-modelplane-required"  # shape -> the fields that shape requires
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"

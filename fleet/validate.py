@@ -23,8 +23,7 @@ from pydantic import ValidationError
 from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource)
-from fleet.api.common import SHAPE_V031, SHAPE_V05, metadata_rules
-from fleet.api.gateway import MIGRATE_HINT
+from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretRef, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path

@@ -27,6 +27,10 @@ Rule = Iterator[tuple[tuple, str]]  # what a rule function yields: (field path, 
 SHAPE_V031, SHAPE_V05, SHAPE_BOTH = "v0.3.1", "v0.5", "both"
 
 
+SHAPE_KEY = "x-modelplane-shape"  # in the JSON Schema: the shape a model or field belongs to (fleet/json_schema.py)
+MIGRATE_HINT = "`modelplane migrate -f FILE` rewrites v0.3.1 gateways, services and endpoints in the v0.5 shape"
+
+
 def shape_tag(shape: str) -> str:
     """A union member's tag: pydantic puts it in an error's location, which fleet/validate.py drops (it is in
     brackets), so a problem names the field as the manifest spells it."""

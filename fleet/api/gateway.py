@@ -19,8 +19,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic_core import PydanticCustomError
 
-from fleet.api.common import (SHAPE_V031, SHAPE_V05, Int, Resource, Rule, SelectorLabels, Str, Strict, shape_tag,
-                              unique)
+from fleet.api.common import (MIGRATE_HINT, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, Resource, Rule, SelectorLabels, Str, Strict,
+                              shape_tag, unique)
 
 # Gateway API's Duration, which Envoy Gateway's policies use too: 1 to 4 groups of up to 5 digits and a unit.
 DURATION = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
@@ -137,7 +137,7 @@ class InferenceGatewaySpec(Strict):
     envoy: Envoy | None = None
 
     shape: ClassVar[str] = SHAPE_V031
-    model_config = ConfigDict(json_schema_extra={"x-modelplane-shape": SHAPE_V031})
+    model_config = ConfigDict(json_schema_extra={SHAPE_KEY: SHAPE_V031})
 
 
 # ---- the v0.5 shape -------------------------------------------------------------------------
@@ -174,14 +174,13 @@ class FleetGatewaySpec(Strict):
                                                    "their labels (absent: every one).")
 
     shape: ClassVar[str] = SHAPE_V05
-    model_config = ConfigDict(json_schema_extra={"x-modelplane-shape": SHAPE_V05})
+    model_config = ConfigDict(json_schema_extra={SHAPE_KEY: SHAPE_V05})
 
 
 # The keys only one shape has: any of the v0.3.1 ones (and none of the others) makes a spec v0.3.1; anything else is
 # read as the v0.5 shape, upstream's current one (so a spec with neither is told v0.5's required field).
 V031_KEYS = ("backend", "traefik", "envoy")
 V05_KEYS = ("clusterName", "tls", "auth", "serviceSelector")
-MIGRATE_HINT = "`modelplane migrate -f FILE` rewrites v0.3.1 gateways, services and endpoints in the v0.5 shape"
 
 
 def gateway_shape(value: Any) -> str:

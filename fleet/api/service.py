@@ -20,18 +20,17 @@ from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
-from fleet.api.common import (SHAPE_V031, SHAPE_V05, Int, RequiredMatchLabels, Resource, Rule, SelectorLabels, Str,
-                              Strict, secret_reference_rules, shape_tag, unique)
+from fleet.api.common import (MIGRATE_HINT, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, RequiredMatchLabels, Resource, Rule,
+                              SelectorLabels, Str, Strict, secret_reference_rules, shape_tag, unique)
 
 # Gateway API's Duration, which the v0.5 XRDs' timeouts use: 1 to 4 groups of up to 5 digits and a unit.
 DURATION = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
 ENTRY_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_ENTRIES = 32  # v0.5: spec.endpoints maxItems
 MAX_V031_PRIORITY = 1  # the v0.3.1 shape's addition: 0 serves, 1 is overflow
-MIGRATE_HINT = "`modelplane migrate -f FILE` rewrites v0.3.1 gateways, services and endpoints in the v0.5 shape"
 
 
-V05_ONLY: JsonDict = {"x-modelplane-shape": SHAPE_V05}  # a field of the v0.5 shape alone (fleet/json_schema.py)
+V05_ONLY: JsonDict = {SHAPE_KEY: SHAPE_V05}  # a field of the v0.5 shape alone (fleet/json_schema.py)
 
 
 class ServiceEndpoint(Strict):
@@ -89,7 +88,7 @@ class ModelEndpointSpec(Strict):
     rewritePath: str | None = None
 
     shape: ClassVar[str] = SHAPE_V031
-    model_config = ConfigDict(json_schema_extra={"x-modelplane-shape": SHAPE_V031})
+    model_config = ConfigDict(json_schema_extra={SHAPE_KEY: SHAPE_V031})
 
     @property
     def rewrite_path(self) -> str | None:
@@ -129,7 +128,7 @@ class EndpointSpec(Strict):
                                                   "way out.")
 
     shape: ClassVar[str] = SHAPE_V05
-    model_config = ConfigDict(json_schema_extra={"x-modelplane-shape": SHAPE_V05})
+    model_config = ConfigDict(json_schema_extra={SHAPE_KEY: SHAPE_V05})
 
     @property
     def url(self) -> str:
