@@ -266,6 +266,10 @@ class _Edits:
     def put(self, start: int, count: int, new: list[str]) -> None:
         self.replace[start], self.spans[start] = new, count
 
+    def merge(self, other: _Edits) -> None:
+        self.replace.update(other.replace)
+        self.spans.update(other.spans)
+
     def apply(self, lines: list[str]) -> list[str]:
         out = list(lines)
         for start in sorted(self.replace, reverse=True):
@@ -365,24 +369,30 @@ def migrate_text(text: str, source: str, gateway_cluster: str | None = None) -> 
             continue
         migrated = migrate_object(doc.data, gateway_cluster)
         if not migrated.refused and migrated.data is not None:
-            _, invalid, _ = validate_document(Document(source, doc.line, migrated.data, doc.line_map))
+            _, invalid, _ = validate_document(Document(source, doc.line, migrated.data))  # its own lines: none
             migrated.refused += [((), f"the migrated object would not be valid: {p.path}: {p.message}")
                                  for p in invalid if not p.warning]
         if migrated.refused or migrated.data is None:
             result.problems += [located(path, f"not migrated: {message}") for path, message in migrated.refused]
             continue
         expected[-1] = migrated.data
-        if not EDITORS[doc.data["kind"]](lines, doc, migrated.data["spec"], edits):
+        mine = _Edits()  # kept only if the editor could make every edit it needs
+        if EDITORS[doc.data["kind"]](lines, doc, migrated.data["spec"], mine):
+            edits.merge(mine)
+        else:
             whole.append((doc, migrated.data))
         result.changes += [located(path, message) for path, message in migrated.changes]
         result.notes += [located(path, message, warning=True) for path, message in migrated.notes]
     for doc, data in whole:
+        label = f"{data['kind']}/{data['metadata'].get('name')}"
         if not _whole(lines, doc, data, edits):
-            result.problems.append(Problem(source, doc.line, f"{data['kind']}/{data['metadata'].get('name')}", "",
+            result.problems.append(Problem(source, doc.line, label, "",
                                            "not migrated: written in flow style inside a List; migrate it by hand"))
+            result.changes = [c for c in result.changes if c.object != label]
+            result.notes = [n for n in result.notes if n.object != label]
             expected[documents.index(doc)] = doc.data
             continue
-        result.notes.append(Problem(source, doc.line, f"{data['kind']}/{data['metadata'].get('name')}", "",
+        result.notes.append(Problem(source, doc.line, label, "",
                                     "written out again whole (its fields share lines): its comments were not kept",
                                     True))
     after = "\n".join(edits.apply(lines))
@@ -392,11 +402,15 @@ def migrate_text(text: str, source: str, gateway_cluster: str | None = None) -> 
     # the line edits did not give the data they should (a layout they did not foresee): every document written out
     edits = _Edits()
     for doc, data in zip(documents, expected):
-        if data is not doc.data and not _whole(lines, doc, data, edits):
+        if data is doc.data:
+            continue
+        if not _whole(lines, doc, data, edits):
             result.changes, result.notes = [], []
             result.problems.append(Problem(source, doc.line, "", "", "not migrated: the file's layout could not be "
                                            "rewritten (an object in flow style inside a List); migrate it by hand"))
             return result
+        result.notes.append(Problem(source, doc.line, f"{data['kind']}/{data['metadata'].get('name')}", "",
+                                    "written out again whole: its comments were not kept", True))
     result.after = "\n".join(edits.apply(lines))
     return result
 
