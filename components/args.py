@@ -237,23 +237,27 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
 
 
 def fleet_gateway(fleet: Fleet) -> InferenceGateway | None:
-    """The InferenceGateway the gateway stack runs: one that names its backend's settings."""
+    """The InferenceGateway the gateway stack runs: one in the v0.3.1 shape that names its backend's settings (a
+    v0.5 gateway runs on its own cluster, which no stack composes yet: workloads/render.py says so)."""
     ig = next(iter(fleet.of("InferenceGateway")), None)
-    return ig if ig is not None and (ig.spec.traefik is not None or ig.envoy is not None) else None
+    if ig is None or ig.v031 is None:
+        return None
+    return ig if ig.v031.traefik is not None or ig.envoy is not None else None
 
 
 def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
     ig = fleet_gateway(fleet)
-    if ig is None:
+    spec = ig.v031 if ig is not None else None
+    if ig is None or spec is None:
         return None
     envoy = ig.envoy
-    metallb = ig.spec.traefik.metallb if ig.spec.traefik else envoy.metallb if envoy else None
+    metallb = spec.traefik.metallb if spec.traefik else envoy.metallb if envoy else None
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     from workloads.aggregated_api import PREFIX
     from workloads.fleet_data_plane import front_door_objects
 
-    return GatewayArgs(name=ig.name, backend=ig.spec.backend,
-                       traefik_version=ig.spec.traefik.version if ig.spec.traefik else "",
+    return GatewayArgs(name=ig.name, backend=spec.backend,
+                       traefik_version=spec.traefik.version if spec.traefik else "",
                        metallb_address_pool=metallb.addressPool if metallb else None,
                        load_balancer=sources.get(host or "") in LOAD_BALANCED,
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},

@@ -10,7 +10,7 @@ from typing import Any
 
 from fleet.api import KINDS
 from fleet.errors import ModelplaneError
-from fleet.json_schema import schema
+from fleet.json_schema import REQUIRED_IN, SHAPE, schema
 
 
 class ExplainError(ModelplaneError, ValueError):
@@ -60,6 +60,17 @@ def _facts(node: dict, defs: dict) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def _marks(name: str, child: dict, parent: dict) -> str:
+    """` (required)`, or for a field of one of two shapes ` (v0.5 shape, required there)`."""
+    if name in parent.get("required", []):
+        return " (required)"
+    shape = child.get(SHAPE)
+    if shape is None:
+        return ""
+    required = name in parent.get(REQUIRED_IN, {}).get(shape, [])
+    return f" ({shape} shape{', required there' if required else ''})"
+
+
 def explain(target: str) -> str:
     kind, _, path = target.partition(".")
     if kind not in KINDS:
@@ -69,7 +80,7 @@ def explain(target: str) -> str:
     root = schema(kind)
     defs: dict[str, Any] = root.get("$defs", {})
     node, walked = _resolve(root, defs), [kind]
-    required: list[str] = []
+    mark = ""
     for step in [s for s in path.split(".") if s]:
         if node.get("type") == "array":
             node = _resolve(node.get("items", {}), defs)
@@ -79,18 +90,18 @@ def explain(target: str) -> str:
 
             raise ExplainError(f"{'.'.join(walked)} has no field {step!r}{did_you_mean(step, properties)}"
                                + (f" (fields: {', '.join(properties)})" if properties else ""))
-        required = node.get("required", [])
+        mark = _marks(step, properties[step], node)
         node, walked = _resolve(properties[step], defs), walked + [step]
     lines = [f"KIND:     {kind}", "VERSION:  modelplane.ai/v1alpha1", ""]
     if path:
-        lines += [f"FIELD:    {path} <{_type(node, defs)}>{' (required)' if walked[-1] in required else ''}"
-                  f"{_facts(node, defs)}", ""]
+        lines += [f"FIELD:    {path} <{_type(node, defs)}>{mark}{_facts(node, defs)}", ""]
+        if node.get(REQUIRED_IN):
+            lines += [f"          {node.get('description', '')}", ""]
     if node.get("type") == "array":
         node = _resolve(node.get("items", {}), defs)
     properties = node.get("properties") or {}
     if properties:
         lines.append("FIELDS:")
         for name, child in properties.items():
-            mark = " (required)" if name in node.get("required", []) else ""
-            lines.append(f"  {name} <{_type(child, defs)}>{mark}{_facts(child, defs)}")
+            lines.append(f"  {name} <{_type(child, defs)}>{_marks(name, child, node)}{_facts(child, defs)}")
     return "\n".join(lines) + "\n"

@@ -595,13 +595,18 @@ def _decode(raw: bytes, source: str) -> tuple[str | None, list[Problem]]:
 
 
 RENDER_MARKER = ".modelplane-render"  # the file `render --out` writes into its folder (workloads/output.py)
+# A folder holding this file is another variant of the fleet around it (examples/v0.3/: the v0.3.1 shapes of some
+# examples): read when it is named, skipped when a folder above it is read, where its objects would be duplicates.
+VARIANT_MARKER = ".modelplane-variant"
 
 
 def _expand(path: str) -> tuple[list[Path], list[Problem]]:
     p = Path(path)
     if p.is_dir():
-        # folders `modelplane render` wrote (they hold its marker file) are output, not manifests: skipped
-        rendered = {m.parent for m in p.rglob(RENDER_MARKER)}
+        # folders `modelplane render` wrote (they hold its marker file) are output, not manifests: skipped; so are
+        # variants below the folder read
+        rendered = {m.parent for m in p.rglob(RENDER_MARKER)} | {m.parent for m in p.rglob(VARIANT_MARKER)
+                                                                  if m.parent != p}
         files = sorted(
             f for f in p.rglob("*")
             if f.is_file() and f.suffix in (".yaml", ".yml") and not any(part.startswith(".") for part in f.relative_to(p).parts)

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 
 from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
-                       ModelEndpoint, ModelReplica, ModelService, Resource)
-from fleet.api.common import metadata_rules
+                       ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource)
+from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretRef, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
@@ -74,6 +74,8 @@ class Fleet:
     @overload
     def of(self, kind: Literal["ModelService"]) -> list[ModelService]: ...
     @overload
+    def of(self, kind: Literal["ModelRoute"]) -> list[ModelRoute]: ...
+    @overload
     def of(self, kind: str) -> list[Resource]: ...
 
     def of(self, kind: str) -> list[Any]:
@@ -122,27 +124,23 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 
 def _fields_at(model: Any, path: tuple) -> list[str]:
-    """The field names of the model reached by `path` from `model` (list indexes and Optional unwrapped)."""
+    """The field names (by their manifest spelling) of the models reached by `path` from `model` (list indexes,
+    Optional unwrapped; both shapes of a kind's spec)."""
+    models = [model]
     for step in path:
         if isinstance(step, int):
             continue
-        field = getattr(model, "model_fields", {}).get(step)
-        if field is None:
+        found = [getattr(m, "model_fields", {}).get(step) for m in models]
+        models = [m for field in found if field is not None for m in _models_in(field.annotation)]
+        if not models:
             return []
-        model = _model_in(field.annotation)
-        if model is None:
-            return []
-    return list(getattr(model, "model_fields", {}))
+    return list(dict.fromkeys(field.alias or name for m in models for name, field in m.model_fields.items()))
 
 
-def _model_in(annotation: Any) -> Any:
+def _models_in(annotation: Any) -> list[Any]:
     if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def _pydantic_problems(doc: Document, label: str, exc: ValidationError, model: Any = None) -> list[Problem]:
@@ -350,6 +348,7 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
         for message in topology_conflicts(ic, classes):
             out.append(fleet.problem(ic, ("spec", "nodePools"), message))
     out += _nvlink_problems(fleet, classes, subjects)
+    out += _gateway_problems(fleet, subjects)
     out += _service_warnings(fleet, subjects)
     out += _selector_warnings(fleet, classes, subjects)
     out += _tenancy_problems(fleet, subjects)
@@ -405,6 +404,38 @@ def _service_warnings(fleet: Fleet, subjects: Fleet) -> list[Problem]:
                                          f"matches no ModelEndpoint and no ModelDeployment's replicas in namespace "
                                          f"{ms.namespace} (replicas carry their template's labels and "
                                          "modelplane.ai/deployment): this entry routes nothing", warning=True))
+    return out
+
+
+def _gateway_problems(fleet: Fleet, subjects: Fleet) -> list[Problem]:
+    """A fleet's gateways are of one shape; v0.5 gateways are at most one per cluster (upstream's rule: one that has
+    an address keeps the cluster, else the alphabetically lowest name), on a cluster of the fleet."""
+    gateways = fleet.of("InferenceGateway")
+    new = [g for g in gateways if g.shape == SHAPE_V05]
+    out: list[Problem] = []
+    if new and len(new) < len(gateways):
+        names = ", ".join(g.name for g in new)
+        for gateway in subjects.of("InferenceGateway"):
+            if gateway.shape == SHAPE_V031:
+                out.append(fleet.problem(gateway, ("spec",), (
+                    f"is the v0.3.1 shape, and this fleet's InferenceGateway {names} the v0.5 shape: a fleet's "
+                    f"gateways are all of one shape; {MIGRATE_HINT} (--gateway-cluster NAME says where this one runs)")))
+    clusters = {c.name for c in fleet.of("InferenceCluster")}
+    hosts: dict[str, list[InferenceGateway]] = {}
+    for gateway in new:
+        assert gateway.v05 is not None
+        hosts.setdefault(gateway.v05.clusterName, []).append(gateway)
+    mine = {id(g) for g in subjects.of("InferenceGateway")}
+    for cluster, there in sorted(hosts.items()):
+        there.sort(key=lambda g: (not (g.status or {}).get("address"), g.name))
+        for gateway in there[1:]:
+            if id(gateway) in mine:
+                out.append(fleet.problem(gateway, ("spec", "clusterName"),
+                                         f"InferenceCluster {cluster} already hosts InferenceGateway {there[0].name}"))
+        if cluster not in clusters and f"InferenceCluster/{cluster}" not in fleet.invalid:
+            out += [fleet.problem(g, ("spec", "clusterName"), (
+                f"InferenceCluster {cluster!r} is not among the given manifests{did_you_mean(cluster, clusters)}; the "
+                "gateway waits for it"), warning=True) for g in there if id(g) in mine]
     return out
 
 

@@ -147,3 +147,28 @@ def run(*objects, text: str | None = None) -> Loaded:
 
 def errors(*objects) -> list[str]:
     return [f"{p.path}: {p.message}" for p in run(*objects).errors]
+
+
+# The example fleet (examples/), in the v0.5 shape where the reference changed it, and the same fleet with the
+# v0.3.1 shapes kept under examples/v0.3/ (a variant: `-f examples/` skips it) in place of those files.
+EXAMPLES_DIR = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
+V031_DIR = EXAMPLES_DIR / "v0.3"
+SHAPES = ("v0.5", "v0.3.1")
+
+
+def example_files(shape: str = "v0.5") -> list:
+    """The example fleet's files, for one shape (SHAPES)."""
+    files = sorted(p for p in EXAMPLES_DIR.rglob("*.yaml") if V031_DIR not in p.parents)
+    if shape == "v0.3.1":
+        files = [V031_DIR / p.relative_to(EXAMPLES_DIR) if (V031_DIR / p.relative_to(EXAMPLES_DIR)).exists() else p
+                 for p in files]
+    return files
+
+
+def example_documents(shape: str = "v0.5") -> list[dict]:
+    return [d for f in example_files(shape) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def example_paths(shape: str = "v0.5") -> list[str]:
+    """`-f` arguments for the example fleet in one shape: the folder itself for v0.5, every file for v0.3.1."""
+    return [str(EXAMPLES_DIR)] if shape == "v0.5" else [str(f) for f in example_files(shape)]

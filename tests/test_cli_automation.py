@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from automation.cli import main
+from tests.manifests import example_files
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -85,7 +86,7 @@ def test_the_head_and_the_base_are_not_both_standard_input(argv, capsys, monkeyp
 
 
 def test_either_side_alone_may_be_standard_input(capsys, monkeypatch):
-    text = "\n---\n".join(p.read_text() for p in sorted((ROOT / "examples").rglob("*.yaml")))
+    text = "\n---\n".join(p.read_text() for p in example_files())
     for head, base in (("-", str(ROOT / "examples")), (str(ROOT / "examples"), "-")):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
         assert main(["plan", "-f", head, "--against", base]) == 0

@@ -4,10 +4,11 @@ import json
 import pathlib
 import random
 
+import pytest
 import yaml
 
 from automation.cli import main
-from tests.manifests import deployment, member
+from tests.manifests import SHAPES, deployment, example_documents, example_paths, member
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -20,8 +21,9 @@ def run_cli(capsys, *args):
     return code, out, err
 
 
-def test_examples_plan_json_contract(capsys):
-    code, out, err = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "json")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_examples_plan_json_contract(capsys, shape):
+    code, out, err = run_cli(capsys, "plan", *[a for path in example_paths(shape) for a in ("-f", path)], "-o", "json")
     assert code == 0, err
     plan = json.loads(out)
     assert set(plan) >= {"replicas", "unscheduled"}
@@ -49,7 +51,7 @@ def test_examples_plan_json_contract(capsys):
 
 
 def test_json_is_byte_identical_in_any_file_and_document_order(tmp_path, capsys):
-    documents = [d for f in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    documents = example_documents()
     code, baseline, _ = run_cli(capsys, "plan", "-f", str(EXAMPLES), "-o", "json")
     assert code == 0
     rnd = random.Random(3)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from automation.cli import main
+from tests.manifests import SHAPES, example_paths
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LINE = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+): (?P<rest>.+)$")
@@ -30,8 +31,9 @@ def write(tmp_path, name, text):
     return str(path)
 
 
-def test_examples_validate(capsys):
-    code, out, err = run_cli(capsys, "validate", "-f", str(ROOT / "examples"))
+@pytest.mark.parametrize("shape", SHAPES)
+def test_examples_validate(capsys, shape):
+    code, out, err = run_cli(capsys, "validate", *[a for path in example_paths(shape) for a in ("-f", path)])
     assert code == 0, err
     assert re.search(r"^InferenceCluster:\s+3 valid", out, re.M)
     assert re.search(r"^ModelDeployment:\s+3 valid", out, re.M)
@@ -108,8 +110,8 @@ def test_second_document_lines_count_from_file_start(tmp_path, capsys):
     ("scalar.yaml", "just text\n", ":1: expected a Kubernetes object"),
     ("noapi.yaml", "kind: ModelService\n", ":1: ModelService/?: apiVersion: required"),
     ("nokind.yaml", "apiVersion: modelplane.ai/v1alpha1\nmetadata: {name: x}\n", "kind: required"),
-    ("badkind.yaml", "apiVersion: modelplane.ai/v1alpha1\nkind: ModelRoute\nmetadata: {name: x}\n",
-     ":2: ModelRoute/x: kind: unknown kind 'ModelRoute'"),
+    ("badkind.yaml", "apiVersion: modelplane.ai/v1alpha1\nkind: ModelRouter\nmetadata: {name: x}\n",
+     ":2: ModelRouter/x: kind: unknown kind 'ModelRouter'"),
     ("badversion.yaml", "apiVersion: modelplane.ai/v1beta1\nkind: ModelService\nmetadata: {name: x}\n",
      ":1: ModelService/x: apiVersion: unsupported version"),
     ("metadata-list.yaml", "apiVersion: modelplane.ai/v1alpha1\nkind: ModelService\nmetadata: [1]\nspec: {}\n",
@@ -252,7 +254,11 @@ def test_validate_json_lists_objects_and_located_problems(tmp_path, capsys):
     assert main(["validate", "-f", str(good), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["valid"] is True and len(out["objects"]) == 16 and out["problems"] == []
-    assert {"kind": "ModelDeployment", "name": "qwen3-8b", "namespace": "ml-team"} in out["objects"]
+    assert {"kind": "ModelDeployment", "name": "qwen3-8b", "namespace": "ml-team", "shape": "both"} in out["objects"]
+    # the shape each object was read in: the examples' services and endpoint are v0.5, the gateway still v0.3.1
+    shapes = {o["kind"]: o["shape"] for o in out["objects"] if o["kind"] in ("InferenceGateway", "ModelService",
+                                                                            "ModelEndpoint")}
+    assert shapes == {"InferenceGateway": "v0.3.1", "ModelService": "v0.5", "ModelEndpoint": "v0.5"}
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: modelplane.ai/v1alpha1\nkind: ModelDeploymnt\nmetadata: {name: x, namespace: a}\n")
     assert main(["validate", "-f", str(bad), "-o", "json"]) == 1

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from fleet.api.gateway import InferenceGateway
-from tests.manifests import cluster, deployment, endpoint, errors, gateway, service
+from tests.manifests import cluster, deployment, endpoint, errors, example_files, gateway, service
 from tests.rendering import find, one, rendered
 from tests.test_workloads import L4
 from fleet.names import replica_name
@@ -616,7 +616,7 @@ def test_the_documented_example_validates_and_renders_with_the_example_fleet():
     root = pathlib.Path(__file__).resolve().parent.parent
     section = (root / "docs" / "composition.md").read_text().split("## Fleet data plane", 1)[1]
     example = list(yaml.safe_load_all(re.search(r"```yaml\n(.*?)```", section, re.S).group(1)))
-    fleet_docs = [d for p in sorted((root / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+    fleet_docs = [d for p in example_files() for d in yaml.safe_load_all(p.read_text())
                   if isinstance(d, dict) and d.get("kind") != "InferenceGateway"
                   and not (d.get("kind") == "ModelService" and d["metadata"]["name"] == "qwen3-8b")]
     loaded = run(*fleet_docs, *example)
@@ -648,7 +648,7 @@ def test_up_applies_the_envoy_front_door_and_a_hostname_gateway_turns_a_replica_
         "status": {"addresses": [{"value": "203.0.113.7"}]}}}})
     for d in driver.docs:  # qwen3-8b overflows to the examples' external endpoint
         if d["kind"] == "ModelService" and d["metadata"]["name"] == "qwen3-8b":
-            d["spec"]["endpoints"].append({"priority": 1, "selector": {"matchLabels": {"provider": "external"}}})
+            d["spec"]["endpoints"].append({"name": "external", "priority": 1, "selector": {"matchLabels": {"provider": "external"}}})
     assert driver.up() == 0, capsys.readouterr().err
     backend = driver.work / ".modelplane" / "backend"
     gateway = pulumi_double.resources(backend, "modelplane", "gateway")
@@ -694,8 +694,6 @@ def test_up_applies_the_envoy_front_door_and_a_hostname_gateway_turns_a_replica_
 def test_the_operators_programs_take_a_replica_services_spec_from_its_platform_stack(tmp_path):
     """The operator's Programs cannot branch on the address: the platform stack outputs the Service's spec
     (`gatewayServiceSpec`, the same function the laptop's programs apply)."""
-    import pathlib
-
     import yaml
 
     from automation.operator.export import export
@@ -703,8 +701,7 @@ def test_the_operators_programs_take_a_replica_services_spec_from_its_platform_s
     from fleet.validate import load_fleet
     from tests.test_operator import OPTIONS, TOKEN, by_stack
 
-    root = pathlib.Path(__file__).resolve().parent.parent
-    docs = [d for p in sorted((root / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+    docs = [d for p in example_files() for d in yaml.safe_load_all(p.read_text())
             if d and d.get("kind") != "InferenceGateway"]
     docs += [envoy_gateway(), {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": "ml-team"},
                                "stringData": {"HF_TOKEN": TOKEN}}]

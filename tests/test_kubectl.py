@@ -174,6 +174,12 @@ def test_explain_reads_the_models_schema(session):
     assert re.search(r"^KIND:\s+ModelDeployment$", explained, re.M)
     assert re.search(r"^FIELD:\s+replicas <integer>$", explained, re.M)
     assert "engines" in kubectl(env, "explain", "md.spec.template.spec").stdout
+    # both of the reference's shapes: the v0.5 gateway's, service entry's and endpoint's fields (fleet/json_schema.py)
+    gateway = kubectl(env, "explain", "ig.spec").stdout
+    assert all(field in gateway for field in ("clusterName", "serviceSelector", "auth", "backend")), gateway
+    assert re.search(r"^FIELD:\s+clusterName <string>$", kubectl(env, "explain", "ig.spec.clusterName").stdout, re.M)
+    assert "priority" in kubectl(env, "explain", "ms.spec.endpoints").stdout
+    assert "prefix" in kubectl(env, "explain", "me.spec.api").stdout
 
 
 def test_auth_can_i_answers_from_the_team_model(session):

@@ -10,6 +10,7 @@ import yaml
 
 from automation.cli import main
 from fleet.validate import load_fleet
+from tests.manifests import example_files
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -21,7 +22,7 @@ def _as_list(paths: list[pathlib.Path], kind: str = "List") -> str:
 
 
 def test_a_list_loads_the_same_objects_as_its_items(tmp_path):
-    files = sorted((ROOT / "examples").rglob("*.yaml"))
+    files = example_files()
     listed = tmp_path / "all.yaml"
     listed.write_text(_as_list(files))
     separate, together = load_fleet([str(ROOT / "examples")]), load_fleet([str(listed)])

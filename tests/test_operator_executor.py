@@ -20,6 +20,7 @@ from automation.execution.kube import KubeClient, KubeError
 from automation.operator.export import ExportOptions, object_name
 from automation.operator.runner import verdict
 from tests.fake_kube import TOKEN, FakeKube, stack_name, wait_until
+from tests.manifests import example_files
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -192,7 +193,7 @@ def test_a_stack_cancelled_before_it_is_written_never_reaches_the_operator():
     from fleet.scheduler import schedule
     from tests.manifests import run as load
 
-    fleet = load(*[d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+    fleet = load(*[d for f in example_files() for d in yaml.safe_load_all(f.read_text())
                    if d]).fleet
     schedule(fleet)
     spec = desired_state(fleet).specs["model-ml-team.qwen3-8b"]
@@ -498,7 +499,7 @@ def test_a_live_stack_of_another_name_is_never_written_over_or_deleted(kube, tmp
 
     assert run(kube, tmp_path, "up", "--skip-check") == 0
     before = kube.cluster.stacks()["model-ml-team.qwen3-8b"]
-    fleet = load(*[d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+    fleet = load(*[d for f in example_files() for d in yaml.safe_load_all(f.read_text())
                    if d]).fleet
     schedule(fleet)
     spec = desired_state(fleet).specs["model-ml-team.qwen3-coder"]

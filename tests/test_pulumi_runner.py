@@ -8,7 +8,6 @@ import json
 import pathlib
 
 import pytest
-import yaml
 from pulumi import automation as auto
 from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import create_command_error
@@ -17,10 +16,10 @@ from automation.execution.pulumi_runner import PulumiRunner, check_passphrase
 from automation.execution.runner import CLIMissing
 from automation.planning.stacks import desired_state
 from fleet.scheduler import schedule
-from tests.manifests import run as load
+from tests.manifests import run as load, example_documents
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXAMPLES = [d for f in sorted((ROOT / "examples").rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+EXAMPLES = example_documents()  # examples/, less its v0.3.1 variant (tests/manifests.py)
 
 
 CLUSTER_URN = ("urn:pulumi:platform-gke-us-central::modelplane::modelplane:gke:InferenceCluster$gcp:container/cluster:"

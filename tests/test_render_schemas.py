@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from automation.cli import main
 from fleet.scheduler import schedule
 from fleet.validate import load_fleet
-from tests.manifests import cache, cluster, deployment, endpoint, gateway, gpu_class, member, run, service
+from tests.manifests import (SHAPES, cache, cluster, deployment, endpoint, example_paths, gateway, gpu_class, member, run,
+                             service)
 from workloads import render as render_module
 from workloads.render import render
 from workloads.schemas import check
@@ -25,8 +26,9 @@ def all_problems(result) -> list[str]:
     return [f"{s}/{t}: {o['kind']}/{o['metadata']['name']}: {m}" for s, t, o in result.objects() for m in check(o)]
 
 
-def test_examples_render_and_validate():
-    loaded = load_fleet([str(ROOT / "examples")])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_examples_render_and_validate(shape):
+    loaded = load_fleet(example_paths(shape))
     result = render(loaded.fleet, schedule(loaded.fleet))
     kinds = {o["kind"] for _, _, o in result.objects()}
     assert kinds >= {"Deployment", "LeaderWorkerSet", "InferencePool", "HTTPRoute", "ResourceClaimTemplate",

@@ -39,6 +39,7 @@ from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, EndpointInd
 
 if TYPE_CHECKING:
     from fleet.api.gateway import Envoy
+    from fleet.api.service import EndpointSpec
     from fleet.validate import Fleet
 
 CONTROL_PLANE = "control-plane"
@@ -184,6 +185,40 @@ def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
 
+def v05_endpoint_problems(name: str, spec: EndpointSpec) -> list[str]:
+    """What the v0.3.1 front door (routes by path, passes the body through, attaches nothing) cannot do for a v0.5
+    ModelEndpoint a service routes to: these are the v0.5 gateway's, which is not composed yet."""
+    out = []
+    later = "the v0.5 gateway's work, which is not composed yet"
+    if spec.model is not None:
+        out.append(f"ModelEndpoint {name} sets model: the v0.3.1 front door does not rewrite the request's model "
+                   f"({later}); leave it unset and have callers send the name the backend knows")
+    if spec.credential is not None:
+        out.append(f"ModelEndpoint {name} sets credential: the v0.3.1 front door attaches no credential ({later})")
+    if spec.api.schema_ != "OpenAI":
+        out.append(f"ModelEndpoint {name} speaks the {spec.api.schema_} API: the v0.3.1 front door serves the OpenAI "
+                   f"API only ({later})")
+    if spec.rewrite_path is None:
+        out.append(f"ModelEndpoint {name} has api.prefix {spec.api.prefix!r}: the v0.3.1 front door reaches a "
+                   "backend by replacing the service's path with the prefix less its `v1`, so the prefix must end "
+                   "in /v1")
+    return out
+
+
+def v05_gateway_problems(fleet: Fleet) -> list[Problem]:
+    """One problem naming the fleet's v0.5 InferenceGateways: composing stops there (`up`, `render`)."""
+    newer = [g for g in fleet.of("InferenceGateway") if g.v05 is not None]
+    if not newer:
+        return []
+    first, others = newer[0], ", ".join(f"InferenceGateway/{g.name}" for g in newer[1:])
+    assert first.v05 is not None
+    return [fleet.problem(first, ("spec", "clusterName"), (
+        f"the v0.5 fleet gateway (an Envoy AI Gateway on InferenceCluster {first.v05.clusterName}) is not composed "
+        f"by this project yet{f' (nor are {others})' if others else ''}, so nothing is rendered or applied; "
+        "`validate` and `plan` read it. To run the fleet now, keep its gateway in the v0.3.1 shape (spec.backend: "
+        "Traefik or Envoy)"))]
+
+
 def envoy_front_door(fleet: Fleet) -> Envoy | None:
     """The fleet data plane's settings when the InferenceGateway's backend is Envoy (workloads/fleet_data_plane.py)."""
     gateway = next(iter(fleet.of("InferenceGateway")), None)
@@ -219,6 +254,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         else:
             out.add(stack, placed.cluster, models.replica(placed))
     out.deferred = deferred
+    out.problems += v05_gateway_problems(fleet)
     routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, host, clusters)
     out.problems += routes.problems
     out.endpoints, out.front_door_tls = list(routes.endpoints), routes.front_door_tls
@@ -321,8 +357,12 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
                 f"two endpoints are named {me.name!r} in namespace {me.namespace}: this ModelEndpoint and a replica "
                 "of a ModelDeployment, whose backends would be the same Service; rename the ModelEndpoint")))
             continue
-        endpoints.append(Endpoint(me.name, me.namespace, me.spec.url, me.spec.rewritePath, dict(me.metadata.labels or {})))
+        endpoints.append(Endpoint(me.name, me.namespace, me.url, me.rewrite_path, dict(me.metadata.labels or {})))
     index = EndpointIndex(endpoints)
+    # v0.5 endpoints, for what this (v0.3.1) composition cannot do with them (under a v0.5 gateway, composing stops
+    # at the gateway: `v05_gateway_problems`)
+    v031 = all(g.v031 is not None for g in fleet.of("InferenceGateway"))
+    newer = {(me.namespace, me.name): me.v05 for me in fleet.of("ModelEndpoint") if me.v05 is not None and v031}
     front_door = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
                   or PENDING_FRONT_DOOR)
     out = Routing(endpoints, problems, {}, {}, {}, {}, bool(envoy and envoy.tls), {}, set())
@@ -336,6 +376,10 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
             chosen = fleet_data_plane.tiers(ms, select(ms, index))
             problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
                          for path, message in fleet_data_plane.endpoint_problems(ms, chosen)]
+            problems += [Problem(stack, 0, f"ModelService/{ms.name}", f"spec.endpoints[{i}].priority", (
+                f"priority {entry.priority}: the v0.3.1 Envoy front door serves priority 0 and overflow 1; more "
+                "failover tiers are the v0.5 gateway's, which is not composed yet"))
+                for i, entry in enumerate(ms.spec.endpoints) if entry.priority > 1]
             selected = [t.endpoint for t in chosen]
             tiered.setdefault(ms.namespace, {}).update({t.backend_name: t for t in chosen})
         else:
@@ -345,6 +389,9 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
                          for i, entry in enumerate(ms.spec.endpoints) if entry.priority]
             chosen = distribute_weights(select(ms, index))
             selected = [ep for ep, _ in chosen]
+        problems += [Problem(stack, 0, f"ModelService/{ms.name}", "spec.endpoints", message)
+                     for ep in selected if (spec := newer.get((ep.namespace, ep.name))) is not None
+                     for message in v05_endpoint_problems(ep.name, spec)]
         out.services[stack] = (ms, chosen)
         out.digests[stack] = _digest((host, fleet.text_of(ms), envoy_text, chosen))
         out.addresses[stack] = service_address(front_door, ms.namespace, ms.name, out.front_door_tls)

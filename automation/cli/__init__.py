@@ -1,7 +1,7 @@
 """The `modelplane` command line, one module per command group:
 
 - `base`: the command group, the options every command means the same by, loading and the record;
-- `manifests`: validate, explain, schema; `plans`: plan, render; `stacks`: preview, up, drift, refresh, destroy
+- `manifests`: validate, explain, schema, migrate; `plans`: plan, render; `stacks`: preview, up, drift, refresh, destroy
   (through `applying`, the CLI's side of the one road); `review` (the pull-request comment); `status`; `portal`: serve, apply; `operator`: export.
 
 click gives us subcommands, repeatable options and clean usage errors; every failure of ours becomes one line and
@@ -22,6 +22,7 @@ EXAMPLES = {
     "validate": "modelplane validate -f examples/",
     "explain": "modelplane explain ModelDeployment.spec.template.spec.engines",
     "schema": "modelplane schema --out schemas",
+    "migrate": "modelplane migrate -f examples/ --gateway-cluster gke-us-central --write",
     "plan": "modelplane plan -f examples/ --explain -n ml-team",
     "render": "modelplane render -f examples/ --out out/render",
     "preview": "modelplane preview --offline -f examples/",

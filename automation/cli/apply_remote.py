@@ -91,7 +91,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = None) -> list[Pushed]:
-    """PUT every object (ModelReplicas, which the portal composes, are skipped); raises PushError on a refusal."""
+    """PUT every object (ModelReplicas, which the portal composes, and ModelRoutes are skipped); raises PushError on a refusal."""
     http = client or httpx.Client(base_url=server.rstrip("/"), timeout=60)
     out = []
     objects = sorted((o for o in fleet.objects if o.kind in ORDER), key=lambda o: (ORDER.index(o.kind), o.ref))

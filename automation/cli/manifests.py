@@ -1,4 +1,4 @@
-"""Commands that read manifests and the API alone: `validate`, `explain`, `schema`."""
+"""Commands that read manifests and the API alone: `validate`, `explain`, `schema`, `migrate`."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ def validate(paths: tuple[str, ...], output: str) -> None:
         found = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
         click.echo(json.dumps({
             "valid": not found.errors and bool(found.fleet.objects),
-            "objects": [{"kind": o.kind, "name": o.name, **({"namespace": o.namespace} if o.namespaced else {})}
-                        for o in found.fleet.objects],
+            # shape: the reference's shape the object was read in (v0.3.1, v0.5, or both for kinds alike in both)
+            "objects": [{"kind": o.kind, "name": o.name, **({"namespace": o.namespace} if o.namespaced else {}),
+                         "shape": o.shape} for o in found.fleet.objects],
             "problems": [{"source": p.source, "line": p.line, "object": p.object, "path": p.path, "message": p.message,
                           "severity": "warning" if p.warning else "error"} for p in found.problems],
             "notes": list(found.notes)}, indent=2))
@@ -77,3 +78,72 @@ def schema(out, kind) -> None:
         raise SystemExit(2)
     click.echo(json.dumps(schema_of(kind), indent=2, sort_keys=True))
 
+
+
+@cli.command()
+@click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
+              help="A manifest file, a folder (searched recursively for *.yaml and *.yml) or - for stdin. Repeatable.")
+@click.option("--write", is_flag=True, help="Write the migrated files in place (default: only show the diff).")
+@click.option("--gateway-cluster", metavar="NAME", default=None,
+              help="The InferenceCluster a v0.3.1 gateway runs on in the v0.5 shape (spec.clusterName). Default: "
+                   "the cluster the v0.3.1 front door runs on today, as `up` picks it among the given clusters.")
+def migrate(paths: tuple[str, ...], write: bool, gateway_cluster: str | None) -> None:
+    """Rewrite v0.3.1 InferenceGateways, ModelServices and ModelEndpoints in the v0.5 shape: print the diff, and
+    with --write change the files (comments and layout outside the changed fields are kept)."""
+    import difflib
+
+    from fleet.loader import parse_sources, read_sources
+    from fleet.migrate import migrate_text, needs_migration
+
+    if write and "-" in paths:
+        click.echo("error: --write cannot write standard input back: give files", err=True)
+        raise SystemExit(2)
+    sources = read_sources(paths, stdin=sys.stdin if "-" in paths else None)
+    problems = [p for s in sources for p in s.problems]
+    documents, _ = parse_sources(sources)
+    gateways = [d for d in documents if needs_migration(d.data) and d.data.get("kind") == "InferenceGateway"]
+    if gateways and gateway_cluster is None:
+        gateway_cluster = _front_door_host(paths, sources)
+        if gateway_cluster is not None:
+            click.echo(f"note: spec.clusterName {gateway_cluster}: the cluster the v0.3.1 front door runs on today "
+                       "(`up`'s choice among the given clusters; give --gateway-cluster NAME if `up --control-plane` "
+                       "chose another)", err=True)
+    migrated = changed = 0
+    for source in sources:
+        if source.raw is None:
+            continue
+        try:
+            text = source.raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            click.echo(f"{source.name}: not UTF-8 text: skipped", err=True)
+            continue
+        result = migrate_text(text, source.name, gateway_cluster)
+        problems += result.problems
+        for note in result.notes:
+            click.echo(str(note), err=True)
+        if not result.changed:
+            continue
+        changed += 1
+        migrated += len({p.object for p in result.changes})
+        relative = not source.name.startswith(("/", "<"))
+        click.echo("".join(difflib.unified_diff(text.splitlines(True), result.after.splitlines(True),
+                                                f"a/{source.name}" if relative else source.name,
+                                                f"b/{source.name}" if relative else source.name)), nl=False)
+        if write:
+            with open(source.name, "w", encoding="utf-8") as out:
+                out.write(result.after)
+    for problem in problems:
+        click.echo(str(problem), err=True)
+    done = "written" if write else "not written: --write writes them"
+    click.echo(f"{migrated} object(s) migrated in {changed} file(s) ({done}); "
+               f"{len(problems)} left as they were" if problems else
+               f"{migrated} object(s) migrated in {changed} file(s) ({done})", err=True)
+    if problems:
+        raise SystemExit(EXIT_INVALID)
+
+
+def _front_door_host(paths: tuple[str, ...], sources) -> str | None:
+    """Where the v0.3.1 front door runs with these manifests: `up`'s default control plane (components/args.py)."""
+    from components.args import control_plane_cluster
+
+    return control_plane_cluster(load_fleet(paths, sources=sources).fleet)

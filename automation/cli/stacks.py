@@ -138,6 +138,11 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     if changed_against:
         comparing(run.paths, changed_against, "--changed-against")
     loaded = load(run.paths)
+    from workloads.render import v05_gateway_problems
+
+    for problem in v05_gateway_problems(loaded.fleet):  # what `up` and `render` stop at, before any stack runs
+        click.echo(str(problem), err=True)
+        raise SystemExit(EXIT_INVALID)
     host = gateway_host(loaded.fleet, run.control_plane)
     # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
     applied = record_for_plan(run.state, run.backend, run.fleet_name, run.executor, run.operator_settings, fresh=False)

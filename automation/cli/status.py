@@ -29,7 +29,7 @@ def _objects_with_status(fleet, prepared, applied: dict) -> str:
 
     snap = snapshot(prepared.desired)
     observed = Observed(applied)
-    bodies = [o.model_dump(mode="json", exclude_none=True) for o in fleet.objects if o.kind != "ModelReplica"]
+    bodies = [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in fleet.objects if o.kind != "ModelReplica"]
     gateways = [b for b in bodies if b["kind"] == "InferenceGateway"]
     items = [with_status(b, snap, observed, gateways) for b in bodies] + composed(None, snap, observed)
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)

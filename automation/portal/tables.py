@@ -60,7 +60,8 @@ COLUMNS: dict[str, list[Column]] = {
         Column("Clusters", "string", "The clusters the replicas are placed on", clusters, priority=1)],
     "ModelReplica": [Column("Cluster", "string", "The InferenceCluster it is pinned to",
                             lambda o: at(o, "spec", "clusterName"))],
-    "ModelEndpoint": [Column("URL", "string", "The endpoint's URL", lambda o: at(o, "spec", "url"))],
+    "ModelEndpoint": [Column("URL", "string", "The endpoint's URL (v0.3.1) or origin (v0.5)",
+                             lambda o: at(o, "spec", "url") or at(o, "spec", "origin"))],
     "ModelService": [Column("Address", "string", "The service's address", lambda o: at(o, "status", "address"))],
     "ModelCache": [
         # the reference reads .spec.source.huggingFace.repo, which is never there (its known bug): the repo is here
@@ -71,7 +72,8 @@ COLUMNS: dict[str, list[Column]] = {
         Column("Gateway", "string", "The cluster gateway's address", lambda o: at(o, "status", "gateway", "address"))],
     "InferenceClass": [],
     "InferenceGateway": [
-        Column("Gateway", "string", "The gateway backend", lambda o: at(o, "spec", "backend")),
+        Column("Gateway", "string", "The gateway backend (v0.3.1) or the cluster it runs on (v0.5)",
+               lambda o: at(o, "spec", "backend") or at(o, "spec", "clusterName")),
         Column("Address", "string", "The fleet gateway's address", lambda o: at(o, "status", "address"))],
 }
 

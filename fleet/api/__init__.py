@@ -8,7 +8,8 @@ from fleet.api.common import API_VERSION, GROUP, Resource
 from fleet.api.deployment import ModelDeployment, ModelReplica, model_deployment_rules, model_replica_rules
 from fleet.api.gateway import InferenceGateway, inference_gateway_rules
 from fleet.api.inference_class import InferenceClass, inference_class_rules
-from fleet.api.service import ModelEndpoint, ModelService, model_endpoint_rules, model_service_rules
+from fleet.api.service import (ModelEndpoint, ModelRoute, ModelService, model_endpoint_rules, model_route_rules,
+                               model_service_rules)
 
 # kind -> (model, cross-field rules). Order is the order summaries are printed in.
 # kind -> (model, rules yielding (field path, message) for every problem)
@@ -21,10 +22,11 @@ KINDS: dict[str, tuple[type[Resource], Callable[[Any], Iterable[tuple[tuple, str
     "ModelReplica": (ModelReplica, model_replica_rules),
     "ModelEndpoint": (ModelEndpoint, model_endpoint_rules),
     "ModelService": (ModelService, model_service_rules),
+    "ModelRoute": (ModelRoute, model_route_rules),  # v0.5, machine-generated: read as observed state
 }
 
 __all__ = [
     "API_VERSION", "GROUP", "KINDS", "Resource",
     "InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache",
-    "ModelDeployment", "ModelReplica", "ModelEndpoint", "ModelService",
+    "ModelDeployment", "ModelReplica", "ModelEndpoint", "ModelService", "ModelRoute",
 ]

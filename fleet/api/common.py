@@ -22,6 +22,20 @@ RESERVED_PREFIX = "modelplane.ai/"
 
 Rule = Iterator[tuple[tuple, str]]  # what a rule function yields: (field path, message)
 
+# The reference's two shapes of the kinds upstream changed in v0.5.0 (InferenceGateway, ModelService, ModelEndpoint):
+# an object is read in the one its keys say (each kind's `shape`); kinds that read the same in both say SHAPE_BOTH.
+SHAPE_V031, SHAPE_V05, SHAPE_BOTH = "v0.3.1", "v0.5", "both"
+
+
+SHAPE_KEY = "x-modelplane-shape"  # in the JSON Schema: the shape a model or field belongs to (fleet/json_schema.py)
+MIGRATE_HINT = "`modelplane migrate -f FILE` rewrites v0.3.1 gateways, services and endpoints in the v0.5 shape"
+
+
+def shape_tag(shape: str) -> str:
+    """A union member's tag: pydantic puts it in an error's location, which fleet/validate.py drops (it is in
+    brackets), so a problem names the field as the manifest spells it."""
+    return f"[{shape}]"
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=False)
@@ -80,6 +94,12 @@ class RequiredMatchLabels(Strict):
     matchLabels: dict[str, str]
 
 
+class SelectorLabels(Strict):
+    """A v0.5 selector: 1 to 16 labels, values of at most 63 characters (the XRDs' bounds)."""
+
+    matchLabels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(min_length=1, max_length=16)]
+
+
 class LocalRef(Strict):
     name: Annotated[str, Str(1)]
 
@@ -93,6 +113,12 @@ class Resource(Strict):
 
     namespaced: ClassVar[bool] = True
     status: Any = None  # observed state; kinds that read it narrow the type
+
+    @property
+    def shape(self) -> str:
+        """Which of the reference's shapes this object was read in (SHAPE_V031, SHAPE_V05), or SHAPE_BOTH for a kind
+        whose manifests read the same in both."""
+        return SHAPE_BOTH
 
     @property
     def name(self) -> str:

@@ -1,16 +1,26 @@
-"""InferenceGateway: the fleet's front door (a singleton named `default`).
+"""InferenceGateway: the fleet's front door, in either of the reference's two shapes.
 
-`backend: Traefik` is the reference's. `backend: Envoy` (an addition) serves the front door with the Envoy
-Gateway every fleet cluster already runs, and adds the fleet data plane (workloads/fleet_data_plane.py):
-health checks per endpoint, retries on another cluster, overflow to external endpoints, and per-team keys and
-limits. Every default below is documented, with what it controls, in docs/composition.md ("Fleet data plane").
+The v0.3.1 shape (`InferenceGatewaySpec`): one gateway, on the control plane. `backend: Traefik` is the reference's.
+`backend: Envoy` (an addition) serves the front door with the Envoy Gateway every fleet cluster already runs, and
+adds the fleet data plane (workloads/fleet_data_plane.py): health checks per endpoint, retries on another cluster,
+overflow to external endpoints, and per-team keys and limits. Every default below is documented, with what it
+controls, in docs/composition.md ("Fleet data plane").
+
+The v0.5 shape (`FleetGatewaySpec`, upstream's `apis/inferencegateways/definition.yaml` of v0.5.0): any number of
+gateways, each an Envoy AI Gateway on the InferenceCluster its `clusterName` names (at most one per cluster), with
+HTTPS, API-key callers and a service selector. The keys a spec has decide its shape (`gateway_shape`); one spec
+cannot mix them, and one fleet's gateways are all of one shape (fleet/validate.py).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from fleet.api.common import Int, Resource, Rule, Str, Strict
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic_core import PydanticCustomError
+
+from fleet.api.common import (MIGRATE_HINT, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, Resource, Rule, SelectorLabels, Str, Strict,
+                              shape_tag, unique)
 
 # Gateway API's Duration, which Envoy Gateway's policies use too: 1 to 4 groups of up to 5 digits and a unit.
 DURATION = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
@@ -120,34 +130,124 @@ class Envoy(Strict):
 
 
 class InferenceGatewaySpec(Strict):
+    """The v0.3.1 shape."""
+
     backend: Literal["Traefik", "Envoy"]
     traefik: Traefik | None = None
     envoy: Envoy | None = None
 
+    shape: ClassVar[str] = SHAPE_V031
+    model_config = ConfigDict(json_schema_extra={SHAPE_KEY: SHAPE_V031})
+
+
+# ---- the v0.5 shape -------------------------------------------------------------------------
+
+class CertificateRef(Strict):
+    name: Annotated[str, Str(1, 253)]
+
+
+class GatewayTls(Strict):
+    """kubernetes.io/tls Secrets (in modelplane-system), presented by SNI name."""
+
+    certificateRefs: Annotated[list[CertificateRef], Field(min_length=1, max_length=8)]
+
+
+class ApiKeyAuth(Strict):
+    """Selected Secrets: each entry is one caller (its name the caller's identity, its value the key)."""
+
+    secretSelector: SelectorLabels
+
+
+class GatewayAuth(Strict):
+    method: Literal["APIKey"]
+    apiKey: ApiKeyAuth | None = None
+
+
+class FleetGatewaySpec(Strict):
+    """The v0.5 shape: the gateway on one InferenceCluster."""
+
+    clusterName: Annotated[str, Str(1, 253)] = Field(description="The InferenceCluster this gateway runs on. "
+                                                     "Immutable; a cluster hosts at most one gateway.")
+    tls: GatewayTls | None = Field(None, description="Serve callers over HTTPS with these certificates.")
+    auth: GatewayAuth | None = Field(None, description="Authenticate callers (absent: nobody is authenticated).")
+    serviceSelector: SelectorLabels | None = Field(None, description="The ModelServices this gateway serves, by "
+                                                   "their labels (absent: every one).")
+
+    shape: ClassVar[str] = SHAPE_V05
+    model_config = ConfigDict(json_schema_extra={SHAPE_KEY: SHAPE_V05})
+
+
+# The keys only one shape has: any of the v0.3.1 ones (and none of the others) makes a spec v0.3.1; anything else is
+# read as the v0.5 shape, upstream's current one (so a spec with neither is told v0.5's required field).
+V031_KEYS = ("backend", "traefik", "envoy")
+V05_KEYS = ("clusterName", "tls", "auth", "serviceSelector")
+
+
+def gateway_shape(value: Any) -> str:
+    if isinstance(value, Strict):
+        return shape_tag(getattr(value, "shape", SHAPE_V05))
+    has_v031 = isinstance(value, dict) and any(k in value for k in V031_KEYS)
+    return shape_tag(SHAPE_V031 if has_v031 else SHAPE_V05)
+
+
+GatewaySpec = Annotated[Union[Annotated[InferenceGatewaySpec, Tag(shape_tag(SHAPE_V031))],
+                              Annotated[FleetGatewaySpec, Tag(shape_tag(SHAPE_V05))]], Discriminator(gateway_shape)]
+
 
 class InferenceGateway(Resource):
     kind: Literal["InferenceGateway"]
-    spec: InferenceGatewaySpec
+    spec: GatewaySpec
     status: dict[str, Any] | None = None
 
     namespaced: ClassVar[bool] = False
 
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _one_shape(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            old, new = [k for k in V031_KEYS if k in value], [k for k in V05_KEYS if k in value]
+            if old and new:
+                raise PydanticCustomError("shape", (
+                    f"has {', '.join(old)} (the v0.3.1 shape) and {', '.join(new)} (the v0.5 shape): an "
+                    f"InferenceGateway is one or the other; {MIGRATE_HINT}"))
+        return value
+
+    @property
+    def shape(self) -> str:
+        return self.spec.shape
+
+    @property
+    def v031(self) -> InferenceGatewaySpec | None:
+        """The spec in the v0.3.1 shape (the front door this project composes), else None."""
+        return self.spec if isinstance(self.spec, InferenceGatewaySpec) else None
+
+    @property
+    def v05(self) -> FleetGatewaySpec | None:
+        """The spec in the v0.5 shape (a gateway on `clusterName`), else None."""
+        return self.spec if isinstance(self.spec, FleetGatewaySpec) else None
+
     @property
     def envoy(self) -> Envoy | None:
         """The data plane's settings when the backend is Envoy (the block may be left out: defaults)."""
-        return (self.spec.envoy or Envoy()) if self.spec.backend == "Envoy" else None
+        spec = self.v031
+        return (spec.envoy or Envoy()) if spec is not None and spec.backend == "Envoy" else None
 
 
 def inference_gateway_rules(ig: InferenceGateway) -> Rule:
-    if ig.spec.backend == "Traefik" and ig.spec.traefik is None:
+    if ig.v05 is not None:
+        yield from fleet_gateway_rules(ig.v05)
+        return
+    spec = ig.v031
+    assert spec is not None
+    if spec.backend == "Traefik" and spec.traefik is None:
         yield ("spec", "traefik"), "backend Traefik needs the traefik block"
-    if ig.spec.traefik and ig.spec.traefik.loadBalancer == "MetalLB" and ig.spec.traefik.metallb is None:
+    if spec.traefik and spec.traefik.loadBalancer == "MetalLB" and spec.traefik.metallb is None:
         yield ("spec", "traefik", "metallb"), "loadBalancer MetalLB needs the metallb block"
-    if ig.spec.backend != "Envoy" and ig.spec.envoy is not None:
+    if spec.backend != "Envoy" and spec.envoy is not None:
         yield ("spec", "envoy"), "the envoy block is for backend Envoy"
-    if ig.spec.backend != "Traefik" and ig.spec.traefik is not None:
+    if spec.backend != "Traefik" and spec.traefik is not None:
         yield ("spec", "traefik"), "the traefik block is for backend Traefik"
-    access = ig.spec.envoy.access if ig.spec.envoy else None
+    access = spec.envoy.access if spec.envoy else None
     if access is None:
         return
     if (access.apiKeys is None) == (access.jwt is None):
@@ -179,3 +279,17 @@ def inference_gateway_rules(ig: InferenceGateway) -> Rule:
             if model.tokensPerHour is None and model.requestsPerMinute is None:
                 yield ("spec", "envoy", "access", "limits", i, "models", j), \
                     "a model limit needs tokensPerHour or requestsPerMinute"
+
+
+def fleet_gateway_rules(spec: FleetGatewaySpec) -> Rule:
+    """The v0.5 XRD's rules beyond types and bounds, with its messages."""
+    if spec.tls is not None:
+        yield from unique(spec.tls.certificateRefs, lambda r: r.name, ("spec", "tls", "certificateRefs"), "name")
+    if spec.auth is not None and (spec.auth.apiKey is not None) != (spec.auth.method == "APIKey"):
+        yield ("spec", "auth"), "spec.auth.apiKey must be set when spec.auth.method is APIKey, and only then."
+
+
+def fleet_gateway_transition_rules(old: InferenceGateway, new: InferenceGateway) -> Rule:
+    """The XRD's rule on an update (`self == oldSelf`): a v0.5 gateway stays on its cluster."""
+    if old.v05 is not None and new.v05 is not None and old.v05.clusterName != new.v05.clusterName:
+        yield ("spec", "clusterName"), "spec.clusterName is immutable."

@@ -21,6 +21,7 @@ from fleet.inventory import PoolDevice, PoolKind
 from fleet.matching import match_member
 from fleet.shapes import MemberShape, Request
 from tests.test_cel import CASES, L4
+from tests.manifests import example_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE_SELECTOR = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0'
@@ -109,7 +110,7 @@ def test_the_reported_selector_is_about_200_characters_and_estimated_far_over():
 
 def example_selectors() -> list[str]:
     found = []
-    for path in sorted((ROOT / "examples").rglob("*.yaml")):
+    for path in example_files():
         for doc in yaml.safe_load_all(path.read_text()):
             found += _cel_strings(doc)
     return found

@@ -18,6 +18,7 @@ from automation.operator.export import ExportError, ExportOptions, export, opera
 from automation.operator.pulumi_yaml import Expression, Malformed, NotLiteral, escaped, literal, parse_interpolation, references
 from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
+from tests.manifests import example_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -55,7 +56,7 @@ def test_a_key_pulumi_yaml_reads_as_a_function_is_refused():
 
 def _fleet_with(tmp_path, change) -> pathlib.Path:
     docs = []
-    for path in sorted((ROOT / "examples").rglob("*.yaml")):
+    for path in example_files():
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     change(docs)
     out = tmp_path / "fleet.yaml"

@@ -28,7 +28,9 @@ from fleet.json_schema import schema
 
 router = APIRouter(include_in_schema=False)
 GV_PATH = f"apis/{GROUP}/{VERSION}"
-DROPPED = {"title", "$schema", "$id", "$defs"}
+# `oneOf`: a spec of two shapes is also one object with the fields of both (fleet/json_schema.py), which is what
+# kubectl explains; the portal validates each shape itself
+DROPPED = {"title", "$schema", "$id", "$defs", "oneOf"}
 ACTIONS = {"get": "get", "list": "get", "create": "post", "update": "put", "patch": "patch", "delete": "delete",
            "deletecollection": "delete"}
 PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml")
