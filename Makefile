@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-real test bench clean browser cel-tables toolchain
+.PHONY: demo demo-real install test bench clean browser cel-tables toolchain
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	@echo "installing modelplane and its dependencies into $(VENV) (the first run takes about 3 minutes on 2 cores: the Pulumi cloud SDKs are large)"
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
+
+# Only the virtual environment with modelplane in it (what `demo` and `test` start with; docs/ci/ runs this).
+install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/modelplane validate -f examples/

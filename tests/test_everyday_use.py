@@ -173,10 +173,12 @@ def test_up_says_everything_a_first_run_lacks_at_once_before_the_cli(capsys, mon
     examples = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "examples")
     assert main(["up", "-f", examples]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1  # one line, everything in it
-    for said in ("the Pulumi CLI is not installed", "set PULUMI_CONFIG_PASSPHRASE", "InferenceCluster/byo-eu is Existing",
-                 "Secret ml-team/hf-token key 'HF_TOKEN' has no value"):
-        assert said in err[0]
+    assert err[0] == "error: `up` needs 4 thing(s) not given here:"  # everything at once, one line each
+    for line, said in zip(err[1:], ("the Pulumi CLI is not installed", "set PULUMI_CONFIG_PASSPHRASE",
+                                    "InferenceCluster/byo-eu is Existing",
+                                    "cache-ml-team.qwen3-coder: Secret ml-team/hf-token key 'HF_TOKEN' has no value"),
+                          strict=True):
+        assert line.startswith(f"  - {said}")
 
 
 def test_a_tokens_file_with_several_bad_entries_names_each():

@@ -122,7 +122,9 @@ def test_cli_commands_without_the_pulumi_cli(tmp_path, monkeypatch, capsys):
         if command == "destroy":
             assert code == 0 or "nothing to destroy" in err  # nothing applied here: nothing to do, no CLI needed
         else:
-            assert code == 2 and err.strip().splitlines()[-1].startswith("error: the Pulumi CLI is not installed")
+            lines = err.strip().splitlines()
+            assert code == 2 and lines[0].startswith(f"error: `{command}` needs")
+            assert "  - the Pulumi CLI is not installed" in [line.split(":")[0] for line in lines]
     assert main(["status", "-f", str(ROOT / "examples")]) == 0
     assert main(["plan", "-f", str(ROOT / "examples"), "-o", "json"]) == 0
     assert main(["render", "-f", str(ROOT / "examples"), "--out", str(tmp_path / "r")]) == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -85,15 +85,17 @@ class StackRun:
     executor: str = "local"
     operator_settings: str = "modelplane-operator.yaml"
     config: dict[str, str] | None = None
+    verbose: bool = False  # list every deployability violation, those that follow from a failed program too
 
     @property
     def on_operator(self) -> bool:
         return self.executor == "operator"
 
 
-def _selected_or_exit(prepared, run: StackRun, fleet) -> list:
+def _selected_or_exit(prepared, run: StackRun, fleet, given: dict[str, str] | None = None) -> list:
     """The stacks `run.operation` touches, after the checks every road runs: invalid objects, unknown --force names,
-    destroying clusters unconfirmed, the deployability check. Exit naming what stops it."""
+    destroying clusters unconfirmed, the deployability check. Exit naming what stops it (a refused check also says
+    what else the run needs that is not here, `_prerequisites`, so that one round of fixes is enough)."""
     from automation.execution.session import selected
     from automation.planning.stacks import Change
     from fleet.stack_id import StackKind
@@ -123,7 +125,8 @@ def _selected_or_exit(prepared, run: StackRun, fleet) -> list:
                    "--yes-destroy-clusters to confirm", err=True)
         raise SystemExit(2)
     if run.check and operation in ("up", "preview") and items:
-        _refuse_undeployable(fleet, prepared.specs, items, run.config)
+        _refuse_undeployable(fleet, prepared.specs, items, run,
+                             lambda: _prerequisites(run, fleet, given or {}, items, prepared))
     return items
 
 
@@ -166,32 +169,54 @@ def _executor(run: StackRun):
     return None, PulumiRecord(Path(run.state), run.backend, run.fleet_name, strict=True)
 
 
-def _local_runner(run: StackRun, fleet, given: dict[str, str], items: list, prepared, parallel: int):
-    """The local executor's runner, once every credential and secret value it needs is here (else AutomationError):
-    checked before the Pulumi CLI is looked for, so a first run lists everything it needs at once."""
+OPERATION_NAMES = {"preview-refresh": "drift"}  # the command that runs an operation, where they differ
+
+
+def _prerequisites(run: StackRun, fleet, given: dict[str, str], items: list, prepared) -> list[str]:
+    """What the local executor needs to run `items` that is not here, one line each: the Pulumi CLI first, then the
+    passphrase, Existing clusters' kubeconfigs, GKE projects and Secrets' values (`missing_credentials`). None on
+    the operator executor (its settings and cluster were checked when it was opened)."""
     from pathlib import Path
 
-    from automation.execution.pulumi_runner import (
-        CLI_MISSING,
-        PASSPHRASE_MISSING,
-        PulumiRunner,
-        cli_missing,
-        existing_kubeconfigs,
-        missing_credentials,
-    )
-    from automation.execution.runner import AutomationError, CLIMissing
+    from automation.execution.pulumi_runner import CLI_MISSING, PASSPHRASE_MISSING, cli_missing, missing_credentials
+    from automation.execution.runner import CLIMissing
     from automation.planning.stacks import Change
 
-    root = Path(run.state)
+    if run.on_operator:
+        return []
     applying = {c.name: prepared.specs[c.name] for c in items
                 if c.change in (Change.create, Change.update) and c.name in prepared.specs}
-    missing = missing_credentials(fleet, given, root, run.backend, [c.name for c in items], applying)
+    missing = missing_credentials(fleet, given, Path(run.state), run.backend, [c.name for c in items], applying,
+                                  run.config)
     if run.operation == "destroy":  # what is destroyed needs no Secret's value, but its state is encrypted
         missing = [line for line in missing if line == PASSPHRASE_MISSING]
-    if cli_missing():  # said with everything else the run needs, so that one round of fixes is enough
-        raise CLIMissing("; ".join([CLI_MISSING, *missing]))
-    if missing:
-        raise AutomationError("; ".join(missing))
+    try:
+        no_cli = [CLI_MISSING] if cli_missing() else []
+    except CLIMissing as exc:  # the toolchain's CLI, found but unusable
+        no_cli = [str(exc)]
+    return no_cli + missing
+
+
+def _say_prerequisites(run: StackRun, needs: list[str], also: bool = False) -> None:
+    command = OPERATION_NAMES.get(run.operation, run.operation)
+    head = f"`{command}` also needs" if also else f"error: `{command}` needs"
+    click.echo(f"{head} {len(needs)} thing(s) not given here:", err=True)
+    for line in needs:
+        click.echo(f"  - {line}", err=True)
+
+
+def _local_runner(run: StackRun, fleet, given: dict[str, str], items: list, prepared, parallel: int):
+    """The local executor's runner, once everything it needs is here (else exit 2, one line per missing thing):
+    checked before the Pulumi CLI is run, so a first run lists everything it needs at once."""
+    from pathlib import Path
+
+    from automation.execution.pulumi_runner import PulumiRunner, existing_kubeconfigs
+
+    needs = _prerequisites(run, fleet, given, items, prepared)
+    if needs:
+        _say_prerequisites(run, needs)
+        raise SystemExit(2)
+    root = Path(run.state)
     return PulumiRunner(root, fleet, backend=run.backend, parallel=parallel,
                         kubeconfigs=existing_kubeconfigs(fleet, given, root),
                         unprotect=run.unprotect or run.destroy_clusters, refresh=run.refresh,  # says so if no CLI
@@ -263,7 +288,7 @@ def run_stacks(run: StackRun) -> None:
         prepared = prepare(loaded.fleet, applied, host)
         if run.on_operator:  # two stacks on one Stack object: refused before anything is written
             _distinct_object_names(runner, [*prepared.specs, *applied.stacks])
-        items = _selected_or_exit(prepared, run, loaded.fleet)
+        items = _selected_or_exit(prepared, run, loaded.fleet, given)
         if not items and not renames and not moves:
             lock.unlock()
             return _nothing_to_do(run, prepared)
@@ -367,18 +392,23 @@ def stack_settings(pairs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, 
     return out
 
 
-def _refuse_undeployable(fleet, specs, items, config: dict[str, str] | None = None) -> None:
-    """The deployability check over the stacks about to run and every stack they meet (`undeployable`): what a
-    real API server or cloud would refuse is not half-applied. Exit 1 naming each violation."""
-    from automation.execution.session import undeployable
+def _refuse_undeployable(fleet, specs, items, run: StackRun, needs: Callable[[], list[str]]) -> None:
+    """The deployability check over the stacks about to run and every stack they meet (`deployability`): what a
+    real API server or cloud would refuse is not half-applied. Exit 1 naming each violation, every failed program
+    first with what follows from it counted under it (listed with --verbose), then what else the run needs."""
+    from automation.execution.session import deployability
 
-    violations = undeployable(fleet, specs, items, config)
-    if violations:
-        for v in violations:
-            click.echo(v, err=True)
-        click.echo(f"{len(violations)} deployability violation(s); nothing was applied (see `modelplane preview "
-                   "--offline`; --skip-check to apply anyway)", err=True)
-        raise SystemExit(EXIT_INVALID)
+    findings = deployability(fleet, specs, items, run.config)
+    if not len(findings):
+        return
+    for line in findings.lines(every=run.verbose):
+        click.echo(line, err=True)
+    skip = "; --skip-check to apply anyway" if run.operation == "up" else ""
+    click.echo(f"{findings.summary()}; nothing was applied (see `modelplane preview --offline`{skip})", err=True)
+    missing = needs()
+    if missing:
+        _say_prerequisites(run, missing, also=True)
+    raise SystemExit(EXIT_INVALID)
 
 
 def _confirm(question: str) -> bool:

@@ -193,8 +193,10 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
         key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane, gateways)
         summary = cache.by_sources(key)
         if summary is not None:
-            note = (f"note: base: {', '.join(paths)} read as summarised before (unchanged files; --no-cache to plan "
-                    "it afresh)")
+            # the way out is named only where the command takes it (`plan`, `review`)
+            afresh = "; --no-cache to plan it afresh" if any(
+                p.name == "no_cache" for p in click.get_current_context().command.params) else ""
+            note = f"note: base: {', '.join(paths)} read as summarised before (unchanged files{afresh})"
             if say is not None:
                 say(note)
             else:

@@ -19,27 +19,36 @@ from automation.cli.base import EXIT_INVALID, cli, load, paths_option
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table: a summary per kind, problems on stderr; json: objects and problems as one document.")
 def validate(paths: tuple[str, ...], output: str) -> None:
-    """Check manifests: exit 0 with a summary per kind, or 1 with one located line per problem."""
+    """Check manifests: exit 0 with a summary per kind, or 1 with one located line per problem.
+
+    Also warns of what fails later unless a run is given it: a GKE cluster that names no project (`up` and
+    `preview` then need the stack config gcp:project)."""
+    from automation.planning.needs import run_time_warnings
+
     if output == "json":
         found = load_fleet(paths, stdin=sys.stdin if "-" in paths else None)
+        later = run_time_warnings(found.fleet) if not found.errors else []
         click.echo(json.dumps({
             "valid": not found.errors and bool(found.fleet.objects),
             # shape: the reference's shape the object was read in (v0.3.1, v0.5, or both for kinds alike in both)
             "objects": [{"kind": o.kind, "name": o.name, **({"namespace": o.namespace} if o.namespaced else {}),
                          "shape": o.shape} for o in found.fleet.objects],
             "problems": [{"source": p.source, "line": p.line, "object": p.object, "path": p.path, "message": p.message,
-                          "severity": "warning" if p.warning else "error"} for p in found.problems],
+                          "severity": "warning" if p.warning else "error"} for p in [*found.problems, *later]],
             "notes": list(found.notes)}, indent=2))
         if found.errors or not found.fleet.objects:
             raise SystemExit(EXIT_INVALID)
         return
     loaded = load(paths)
+    later = run_time_warnings(loaded.fleet)
+    for problem in later:
+        click.echo(str(problem), err=True)
     counts = Counter(o.kind for o in loaded.fleet.objects)
     for kind, count in counts.items():
         names = [o.name if not o.namespaced else f"{o.namespace}/{o.name}" for o in loaded.fleet.of(kind)]
         shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
         click.echo(f"{kind + ':':<18} {count:>4} valid  {shown}")
-    warnings = f", {len(loaded.warnings)} warning(s)" if loaded.warnings else ""
+    warnings = f", {len(loaded.warnings) + len(later)} warning(s)" if loaded.warnings or later else ""
     click.echo(f"{len(loaded.fleet.objects)} objects valid{warnings}")
 
 

@@ -108,13 +108,13 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         for r in result.replicas:
             click.echo(f"modelreplica/{r.namespace}/{r.name}")
     elif output == "markdown":
-        from automation.planning.compare import markdown
+        from automation.planning.compare import markdown, record_warning
 
         assert comparison is not None  # -o markdown without --against was refused above
-        if applied.guessed:  # the comment says what it could not know
-            click.echo(f"> **Warning:** the record of what is applied could not be read, so this was planned with "
-                       f"{applied.source}. Moves and stack changes below may be wrong.\n")
-        click.echo(markdown(comparison), nl=False)
+        warning = record_warning(applied.guessed, applied.source)
+        if warning:  # the comment says what it could not know
+            click.echo(f"> **Warning:** {warning}\n")
+        click.echo(markdown(comparison, applied.guessed), nl=False)
     else:
         from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 

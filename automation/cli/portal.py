@@ -47,7 +47,9 @@ def apply(paths, server, token_file) -> None:
 @click.option("--data-dir", "data_dir", default=".modelplane/portal", show_default=True, type=click.Path(file_okay=False),
               help="Where the portal keeps its SQLite database (unless --database).")
 @click.option("--tokens", "tokens_file", required=True, type=click.Path(dir_okay=False),
-              help="YAML list of {name, token | tokenSha256, namespaces, admin}.")
+              help="The tokens file (YAML): a list of {name, token | tokenSha256, namespaces, admin}, or a mapping "
+                   "{tokens: [that list], quotas: {NAMESPACE: {maxGPUs, maxDeployments}}} to cap each namespace "
+                   "(docs/portal.md#tokens). Read again on change or SIGHUP.")
 @click.option("--database", default=None, metavar="URL", help="SQLAlchemy URL (default: SQLite under --data-dir); postgresql+psycopg://... for several portal processes.")
 @click.option("--no-apply", "no_apply", is_flag=True, help="Accept, validate and plan, but run no stacks.")
 @click.option("--worker-interval", "worker_interval", default=1.0, show_default=True, type=click.FloatRange(0.05, 3600),

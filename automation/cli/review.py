@@ -1,21 +1,28 @@
 """`modelplane review`: the pull-request comment of a fleet change, written whatever the outcome.
 
-What CI runs on a pull request (docs/ci/fleet-preview.yml): validate the head, plan it against the base as
-`plan --against` does, preview the changed stacks offline as `preview --offline --changed-against` does, run the
-deployability check, and write one comment (automation/planning/review.py) that says all of it. The comment is
-written first; the exit code then says whether the change may be merged (1: invalid or refused).
+What CI runs on a pull request (docs/ci/fleet-preview.yml): validate the head, plan it against the base with the
+record of what is applied as `plan --against` does, preview the changed stacks offline as `preview --offline
+--changed-against` does, run the deployability check, and write one comment (automation/planning/review.py) that
+says all of it, and first what it could not know. The comment is written first; the exit code then says whether
+the change may be merged (1: invalid or refused).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fleet.validate import LoadMemo
 
-from automation.cli.base import EXIT_INVALID, cli, gateway_host, comparing, paths_option, summarised_base
+from automation.cli.base import (EXIT_INVALID, cli, comparing, gateway_host, paths_option, record_for_plan,
+                                 record_options, summarised_base)
+
+if TYPE_CHECKING:
+    from automation.record.applied import Applied
 
 
 def _errors(paths: tuple[str, ...], memo: LoadMemo):
@@ -37,11 +44,17 @@ def _errors(paths: tuple[str, ...], memo: LoadMemo):
 @click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
               help="The InferenceCluster hosting the fleet gateway (default: as `up` chooses it).")
 @click.option("--jobs", type=click.IntRange(1, 16), default=None, metavar="N", help="Stack programs previewed at once.")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="Plan the base afresh, neither reading nor writing its cached summary ($MODELPLANE_CACHE_DIR, "
+                   "else ~/.cache/modelplane).")
+@record_options
 def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, control_plane: str | None,
-           jobs: int | None) -> None:
-    """Write the pull-request comment for a change of the manifests: validation errors, clusters destroyed,
-    stack changes and replica moves, the deployability check. Exit 1 when the change is invalid or refused,
-    after writing the comment."""
+           jobs: int | None, no_cache: bool, state: str, fresh: bool, backend: str | None, fleet_name: str | None,
+           executor: str, operator_settings: str) -> None:
+    """Write the pull-request comment for a change of the manifests: validation errors, the deployability check,
+    clusters destroyed, stack changes and replica moves. Both sides are planned with the record of what is applied,
+    as `plan --against` plans them (--backend; the comment says so first when it cannot be read). Exit 1 when the
+    change is invalid or refused, after writing the comment."""
     from automation.planning.review import Review, comment
 
     memo = comparing(paths, against, "--against")
@@ -49,7 +62,12 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
     loaded, result.problems = _errors(paths, memo)
     _, result.base_problems = _errors(against, memo)
     if not result.problems and not result.base_problems:
-        _compare(result, loaded.fleet, against, control_plane, jobs)
+        applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
+        result.warnings += _what_the_record_lacks(applied, fresh, given=bool(backend or os.environ.get(
+            "PULUMI_BACKEND_URL")) or executor == "operator")
+        result.guessed = applied.guessed
+        result.recorded = None if applied.guessed else len(applied.placements())
+        _compare(result, loaded.fleet, against, control_plane, jobs, applied, no_cache)
     text = comment(result)
     if out:
         Path(out).write_text(text)
@@ -61,23 +79,44 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
         raise SystemExit(EXIT_INVALID)
 
 
-def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None, jobs: int | None) -> None:
+def _what_the_record_lacks(applied: Applied, fresh: bool, given: bool) -> list[str]:
+    """The comment's first words on the record it was planned with: unread (the same warning as `plan --against -o
+    markdown`), asked away (--fresh), or holding nothing (in CI: no backend given, most likely)."""
+    from automation.planning.compare import record_warning
+
+    unread = record_warning(applied.guessed, applied.source)
+    if unread:
+        return [unread]
+    if fresh:
+        return ["planned as if nothing were applied (`--fresh`): a move it could not check against the record is "
+                "listed as possible, not certain."]
+    if applied.stacks:
+        return []
+    where = "the backend given" if given else "the default backend (no `--backend` or `PULUMI_BACKEND_URL` was given)"
+    return [f"the record of what is applied holds no stack in {where}, so this was planned as if nothing were "
+            "applied: a move it could not check against the record is listed as possible, not certain. CI reads the "
+            "record with the Pulumi CLI and read access to the backend `modelplane up` uses (docs/ci/README.md)."]
+
+
+def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None, jobs: int | None, applied: Applied,
+             no_cache: bool) -> None:
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import compare
-    from automation.planning.deployability import check_fleet
+    from automation.planning.deployability import by_cause, check_fleet
     from automation.planning.offline_preview import all_stacks, previewed
     from automation.planning.stacks import Change
 
-    # planned from the manifests alone: a pull request has no record of what is applied
-    base = summarised_base(against, [], BaseCache(), control_plane)
-    result.comparison = compare(None, fleet, recorded=[], base=base, control_plane=control_plane)
+    # both sides planned with the record, as `plan --against` plans them: a replica `up` keeps stays in both
+    recorded, gateways = applied.placements(), applied.gateways()
+    base = summarised_base(against, recorded, None if no_cache else BaseCache(), control_plane, gateways)
+    result.comparison = compare(None, fleet, recorded=recorded, base=base, control_plane=control_plane)
     host = gateway_host(fleet, control_plane)
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}
     stacks = []
     if changed:
         assert result.comparison.head is not None  # `compare` keeps the head it compared
-        desired, only = previewed(fleet, result.comparison.head, changed, [], host)
+        desired, only = previewed(fleet, result.comparison.head, changed, recorded, host, gateways)
         stacks = all_stacks(fleet, host, desired.specs, jobs=jobs, only=only) if only else []
     result.previewed = len(stacks)
-    result.violations = [str(v) for v in check_fleet(fleet, stacks)] if stacks else []
-    result.warnings += [f"stack `{s.name}` fails to preview: {s.error}" for s in stacks if s.error]
+    if stacks:  # each failed program first, with what follows from it
+        result.findings = by_cause(check_fleet(fleet, stacks), stacks)

@@ -11,6 +11,7 @@ import click
 
 if TYPE_CHECKING:
     from automation.execution.runner import Operation
+    from automation.planning.deployability import Findings
 
 from automation.cli.base import (
     BACKEND,
@@ -103,6 +104,16 @@ _PRUNE = click.option("--prune", is_flag=True,
                            "is a subset of the fleet never destroys the rest).")
 
 
+_PREVIEW_PRUNE = click.option("--prune", is_flag=True,
+                              help="Also preview destroying recorded stacks whose objects are not in the input, as "
+                                   "`up --prune` would (a preview destroys nothing).")
+
+
+_VERBOSE = click.option("-v", "--verbose", is_flag=True,
+                        help="List every deployability violation: also those that follow from a stack whose program "
+                             "fails (counted under it otherwise).")
+
+
 _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", is_flag=True,
                                  help="Confirm destroying platform stacks (clusters and their GPU pools).")
 
@@ -116,8 +127,9 @@ _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", i
               help="With --offline: preview only the stacks that differ from this base (as `plan --against` finds "
                    "them), with every stack they depend on and every stack that depends on them for the check. "
                    "Repeatable.")
-@_PRUNE
-def preview(offline, jobs, changed_against, prune, **common) -> None:
+@_PREVIEW_PRUNE
+@_VERBOSE
+def preview(offline, jobs, changed_against, prune, verbose, **common) -> None:
     """Show what each changed stack would do (with --offline: what every stack would register, checked for
     deployability, no CLI needed)."""
     if changed_against and not offline:
@@ -125,14 +137,15 @@ def preview(offline, jobs, changed_against, prune, **common) -> None:
                    "stacks whose fingerprint changed)", err=True)
         raise SystemExit(2)
     if not offline:
-        return run_stacks(_stack_run("preview", common, prune=prune, destroy_clusters=True))  # it destroys nothing
-    _preview_offline(_stack_run("preview", common), jobs, changed_against)
+        # it destroys nothing
+        return run_stacks(_stack_run("preview", common, prune=prune, destroy_clusters=True, verbose=verbose))
+    _preview_offline(_stack_run("preview", common, verbose=verbose), jobs, changed_against)
 
 
 def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str, ...]) -> None:
     """Every stack's program under the mock runtime, then the deployability check over what they registered."""
     from automation.cli.progress import Bar
-    from automation.planning.deployability import check_fleet
+    from automation.planning.deployability import by_cause, check_fleet
     from automation.planning.offline_preview import all_stacks
 
     if changed_against:
@@ -149,8 +162,8 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against, run.control_plane)
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
         stacks = all_stacks(loaded.fleet, host, desired.specs, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
-    violations = check_fleet(loaded.fleet, stacks)
-    _show_preview(run.output, stacks, violations, changes, host, _needs(run, loaded.fleet, desired, only))
+    findings = by_cause(check_fleet(loaded.fleet, stacks), stacks)
+    _show_preview(run.output, stacks, findings, changes, host, _needs(run, loaded.fleet, desired, only), run.verbose)
 
 
 def _needs(run: StackRun, fleet, desired, only) -> list[str]:
@@ -161,7 +174,7 @@ def _needs(run: StackRun, fleet, desired, only) -> list[str]:
 
     names = sorted(only) if only is not None else list(desired.specs)
     return missing_credentials(fleet, _kubeconfig_pairs(run.kubeconfig), Path(run.state), run.backend, names,
-                               {n: desired.specs[n] for n in names if n in desired.specs})
+                               {n: desired.specs[n] for n in names if n in desired.specs}, run.config)
 
 
 def _desired_for_preview(fleet, applied, host: str | None, changed_against: tuple[str, ...],
@@ -188,14 +201,17 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     return desired, only, changes
 
 
-def _show_preview(output: str, stacks, violations, changes: dict | None, host: str | None,
-                  needs: list[str] | None = None) -> None:
+def _show_preview(output: str, stacks, findings: Findings, changes: dict | None, host: str | None,
+                  needs: list[str] | None = None, verbose: bool = False) -> None:
     needs = needs or []
     from automation.cli.output import preview_table, stream_json
 
     if output == "json":
         # each stack's JSON is built as it is written: the whole document at once was most of the peak memory
-        document: dict = {"stacks": (s.to_dict() for s in stacks), "violations": [v.__dict__ for v in violations]}
+        document: dict = {"stacks": (s.to_dict() for s in stacks),
+                          # every violation, each failed program first with those that follow from it (`because`)
+                          "violations": [{**v.__dict__, **({"because": cause} if cause else {})}
+                                         for v, cause in findings.ordered()]}
         if changes is not None:  # which stacks differ from the base; the others listed were previewed for the check
             document["changes"] = [{"name": name, "change": change} for name, change in changes.items()]
         document["needs"] = list(needs)  # what a real run needs that is not here (never a value)
@@ -206,11 +222,11 @@ def _show_preview(output: str, stacks, violations, changes: dict | None, host: s
         if changes is not None:
             click.echo(f"{len(changes)} stack(s) differ from the base: " + (", ".join(
                 f"{name} ({change})" for name, change in changes.items()) or "none"))
-    for v in violations:
-        click.echo(f"{v}", err=True)
-    if violations:
-        click.echo(f"{len(violations)} deployability violation(s): a real first apply would fail; nothing was applied",
-                   err=True)
+    if len(findings):
+        # -o json lists them all already: what follows from a failed program is counted on stderr there
+        for line in findings.lines(every=verbose, listed_by="--verbose or -o json" if output != "json" else "--verbose"):
+            click.echo(line, err=True)
+        click.echo(f"{findings.summary()}: a real first apply would fail; nothing was applied", err=True)
         raise SystemExit(EXIT_INVALID)
     if output != "json":
         if needs:
@@ -226,16 +242,17 @@ def _show_preview(output: str, stacks, violations, changes: dict | None, host: s
 @_apply_options
 @_PRUNE
 @_DESTROY_CLUSTERS
+@_VERBOSE
 @click.option("--force", multiple=True, metavar="STACK", help="Rerun this stack even if its fingerprint did not change. Repeatable.")
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(prune, destroy_clusters, force, refresh, skip_check, **common) -> None:
+def up(prune, destroy_clusters, verbose, force, refresh, skip_check, **common) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     run_stacks(_stack_run("up", common, prune=prune, destroy_clusters=destroy_clusters, force=force, refresh=refresh,
-                          check=not skip_check))
+                          check=not skip_check, verbose=verbose))
 
 
 @cli.command()

@@ -91,6 +91,9 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     prepared = prepare(loaded.fleet, read, host)
     applied = read.details()
     rows = _rows(prepared, read, loaded.fleet, on_operator)
+    blocked = _cannot_run(prepared, loaded.fleet, state) if on_operator is None else {}
+    for row in rows:
+        _mark(row, blocked)
     services = _service_addresses(prepared, applied)
     if output == "yaml":
         click.echo(_objects_with_status(loaded.fleet, prepared, applied), nl=False)
@@ -110,6 +113,12 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
         shown = "up to date" if row["change"] == "none" else f"pending {row['change']}"
         click.echo(f"{row['name']:<{width}} {shown:<16} {row['appliedAt'] or 'never applied':<14} "
                    f"{row['reason'] or ''}".rstrip())
+    said = [(name, line) for name, (lines, _) in blocked.items() for line in lines]
+    if said:
+        click.echo("cannot run as declared (`up` stops before it runs anything; what the deployability check "
+                   "refuses besides: `preview --offline`):")
+        for name, line in said:
+            click.echo(f"  {name}: {line}")
     for u in prepared.plan.unscheduled:
         click.echo(f"unscheduled: {u.deployment}: {u.missing} replica(s)")
     if watch:
@@ -158,6 +167,61 @@ def _record_and_operator(state: str, backend: str | None, fleet_name: str | None
 
     _, api, options = operator_client(operator_settings, fleet_name)
     return OperatorRecord(api, options), {name: stack_state(stack) for name, stack in live_stacks(api, options).items()}
+
+
+def _cannot_run(prepared, fleet, state: str) -> dict[str, tuple[list[str], list[str]]]:
+    """The pending stacks that cannot run as the manifests declare them: each with what it needs and nothing here
+    gives (an Existing cluster's kubeconfig, a GKE cluster's project, a Secret's value: what `up` checks before
+    it runs anything), or with the stacks of those it waits for. Stack -> (what it needs, what it waits for)."""
+    from pathlib import Path
+
+    from automation.execution.programs import missing_secrets
+    from automation.execution.pulumi_runner import existing_kubeconfigs, missing_kubeconfigs
+    from automation.execution.runner import AutomationError
+    from automation.planning.needs import missing_projects
+    from automation.planning.stacks import Change
+
+    root = Path(state)
+    pending = {c.name: c for c in prepared.changes if c.change in (Change.create, Change.update)}
+    try:
+        found = existing_kubeconfigs(fleet, {}, root)
+    except AutomationError:  # two sources give one cluster's kubeconfig: `up` says so; none is missing
+        found = {ic.name: "" for ic in fleet.of("InferenceCluster")}
+    needs: dict[str, list[str]] = {}
+    for name in pending:
+        lines = missing_kubeconfigs(fleet, found, [name], root) + missing_projects(fleet, [name])
+        if name in prepared.specs:
+            lines += [line.removeprefix(f"{name}: ") for line in missing_secrets(prepared.specs[name], fleet)]
+        if lines:
+            needs[name] = lines
+    waits: dict[str, set[str]] = {}
+
+    def blocking(name: str, seen: frozenset = frozenset()) -> set[str]:  # the stacks that cannot run it waits for
+        if name not in waits:
+            found_: set[str] = set()
+            for dep in pending[name].depends_on if name in pending else ():
+                if dep in pending and dep not in seen:
+                    found_ |= ({dep} if dep in needs else set()) | blocking(dep, seen | {name})
+            waits[name] = found_
+        return waits[name]
+
+    return {name: (needs.get(name, []), sorted(blocking(name))) for name in pending
+            if name in needs or blocking(name)}
+
+
+def _mark(row: dict, blocked: dict[str, tuple[list[str], list[str]]]) -> None:
+    """A row of a stack that cannot run as declared says so (JSON: `cannotRun`, what it needs, and `waitsFor`)."""
+    if row["name"] not in blocked:
+        return
+    needs, waits = blocked[row["name"]]
+    said = ["cannot run as declared (below)"] if needs else []
+    if len(waits) == 1:
+        said.append(f"waits for {waits[0]}, which cannot run as declared")
+    elif waits:
+        said.append(f"waits for {len(waits)} stacks that cannot run as declared (below)")
+    row["reason"] = "; ".join([row["reason"], *said] if row["reason"] else said)
+    row["cannotRun"] = needs
+    row["waitsFor"] = waits
 
 
 REASONS = {"create": "not applied yet", "update": "its manifests changed since it was applied",

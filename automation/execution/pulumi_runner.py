@@ -148,14 +148,17 @@ def check_passphrase(backend: str) -> None:
 
 
 def missing_credentials(fleet: Fleet, given: dict[str, str], root: Path, backend: str | None, stacks: list[str],
-                        specs: Mapping[str, Any]) -> list[str]:
+                        specs: Mapping[str, Any], config: Mapping[str, str] | None = None) -> list[str]:
     """Everything a real run of `stacks` needs that is not here, one line each with where to give it (never a
-    value): the passphrase of a self-managed backend, Existing clusters' kubeconfigs, Secrets' values. `specs`:
-    the specs of the stacks that create or update (their rendered objects name the Secrets)."""
+    value): the passphrase of a self-managed backend, Existing clusters' kubeconfigs, GKE clusters' projects (none
+    in the manifest or in `config`, the stack config given), Secrets' values. `specs`: the specs of the stacks
+    that create or update (their rendered objects name the Secrets)."""
     from automation.execution.programs import missing_secrets
+    from automation.planning.needs import missing_projects
 
     out = [PASSPHRASE_MISSING] if passphrase_missing(backend or default_backend(root)) else []
     out += missing_kubeconfigs(fleet, existing_kubeconfigs(fleet, given, root), stacks, root)
+    out += missing_projects(fleet, [name for name in stacks if name in specs], config)
     out += [line for spec in specs.values() for line in missing_secrets(spec, fleet)]
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from automation.execution.orchestrator import Orchestrator, Report
 from automation.record.applied import Applied
@@ -13,6 +13,9 @@ from automation.execution.runner import Operation
 from automation.planning.stacks import Change, DesiredState, StackChange, StackSpec, changes, desired_state
 from fleet.plan import Plan
 from fleet.validate import Fleet
+
+if TYPE_CHECKING:
+    from automation.planning.deployability import Findings
 
 
 @dataclass
@@ -57,23 +60,31 @@ def reopening(prepared: Prepared, applied: Applied, ran: list[StackChange],
                    and c.change in (Change.create, Change.update)]
 
 
-def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
-                 config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
-    """The deployability check: what a real API server or cloud would refuse, one line each. Every road that
-    applies runs it first (the CLI, the portal's worker). `items`: the changes about to run; the check then sees
-    them and what they meet (`around`: their clusters' other stacks, their dependents, what all of those need),
-    not the stacks that neither change nor meet a changed one (they apply as they did). Every stack when `items`
-    is None or destroys one (a destroyed stack may be what an unchanged one needs). `jobs`: previewing processes
-    (forked; 1 in a long-lived process with threads of its own, the portal's)."""
-    from automation.planning.deployability import check_fleet
+def deployability(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
+                  config: dict[str, str] | None = None, jobs: int | None = None) -> Findings:
+    """The deployability check: what a real API server or cloud would refuse, each failed program first with what
+    follows from it (deployability.by_cause). Every road that applies runs it first (the CLI, the portal's worker).
+    `items`: the changes about to run; the check then sees them and what they meet (`around`: their clusters' other
+    stacks, their dependents, what all of those need), not the stacks that neither change nor meet a changed one
+    (they apply as they did). Every stack when `items` is None or destroys one (a destroyed stack may be what an
+    unchanged one needs). `jobs`: previewing processes (forked; 1 in a long-lived process with threads of its own,
+    the portal's)."""
+    from automation.planning.deployability import Findings, by_cause, check_fleet
     from automation.planning.offline_preview import all_stacks, around
 
     deletes = items is None or any(c.change == Change.delete for c in items)
     changed = None if deletes else {c.name for c in items or ()}
     only = None if changed is None else around(specs, changed)
     if only is not None and not only:
-        return []
-    return [str(v) for v in check_fleet(fleet, all_stacks(fleet, specs=specs, only=only, config=config, jobs=jobs))]
+        return Findings()
+    previews = all_stacks(fleet, specs=specs, only=only, config=config, jobs=jobs)
+    return by_cause(check_fleet(fleet, previews), previews)
+
+
+def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
+                 config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
+    """`deployability`, one line each, every failed program before what follows from it."""
+    return [str(v) for v, _ in deployability(fleet, specs, items, config, jobs).ordered()]
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:

@@ -214,6 +214,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     reasons = {d.name: d.reason for d in head_plan.dropped}
     wanted = {f"{md.namespace}/{md.name}": md.spec.replicas for md in head_fleet.of("ModelDeployment")}
     placed_before = Counter(r.key for r in summary.replicas)
+    in_record = {r.name for r in recorded}
     clusters = {c.name for c in head_fleet.of("InferenceCluster")}
     new_by_deployment: dict[str, list] = {}
     for name, r in sorted(after.items()):
@@ -234,7 +235,10 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
             reason = f"planned afresh, with no record of what is applied to keep it on {b.cluster}"
         replacement = (new_by_deployment.get(b.key) or [None]).pop(0) if reason != "its deployment was removed" else None
         if replacement is not None and not reason.startswith("scaled down"):
-            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": reason})
+            # `certain`: the plan remembered the replica (the record, or an observed ModelReplica), so `up` planning
+            # with the same record moves it; else both sides placed it afresh, and `up` may keep it where it is
+            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": reason,
+                                 "certain": name in in_record or name in reasons})
         else:
             result.removed.append({**_brief(b), "reason": reason})
     moved_to = {m["newName"] for m in result.moved}
@@ -247,8 +251,18 @@ def to_dict(result: Comparison) -> dict:
             "replicas": {"added": result.added, "removed": result.removed, "moved": result.moved}}
 
 
-def markdown(result: Comparison) -> str:
-    """A summary fit to post as a pull-request comment."""
+UNREAD_RECORD = ("the record of what is applied could not be read, so this was planned with {source}. Moves and "
+                 "stack changes below may be wrong.")
+
+
+def record_warning(guessed: bool, source: str) -> str | None:
+    """What a comment says first when the record it was planned with is a guess (`Applied.guessed`)."""
+    return UNREAD_RECORD.format(source=source) if guessed else None
+
+
+def markdown(result: Comparison, guessed: bool = False) -> str:
+    """A summary fit to post as a pull-request comment. A move is listed as certain only when the plan remembered
+    the replica (`certain`) and the record was read (`guessed` False); the others as possible."""
     lines = ["### modelplane: fleet change preview", ""]
     counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in ("create", "update", "delete")}
     if not result.changed:
@@ -262,13 +276,22 @@ def markdown(result: Comparison) -> str:
         lines += ["", "**Where the changed stacks' secrets come from** (never their values)", ""]
         lines += [f"- `{name}`: " + "; ".join(f"`{line}`" for line in found)
                   for name, found in sorted(result.sources.items())]
+    certain = [m for m in result.moved if m["certain"] and not guessed]
+    possible = [m for m in result.moved if m not in certain]
+
+    def moved(r: dict) -> str:
+        return f"`{r['deployment']}` `{r['name']}`: `{r['cluster']}` -> `{r['to']}` ({r['reason']})"
+
     for title, rows, fmt in (
-        ("Replicas added", result.added, lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}`"),
-        ("Replicas moved", result.moved, lambda r: f"`{r['deployment']}` `{r['name']}`: `{r['cluster']}` -> `{r['to']}` ({r['reason']})"),
-        ("Replicas removed", result.removed, lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}` ({r['reason']})"),
+        ("**Replicas added**", result.added, lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}`"),
+        ("**Replicas moved**", certain, moved),
+        ("**Replicas that may move** (not checked against the record of what is applied: `up` keeps an applied "
+         "replica where it is unless something forces it to move)", possible, moved),
+        ("**Replicas removed**", result.removed,
+         lambda r: f"`{r['deployment']}` `{r['name']}` on `{r['cluster']}` ({r['reason']})"),
     ):
         if rows:
-            lines += ["", f"**{title}**", ""] + [f"- {fmt(r)}" for r in rows]
+            lines += ["", title, ""] + [f"- {fmt(r)}" for r in rows]
     if result.plan.unscheduled:
         lines += ["", "**Unscheduled**", ""]
         for u in result.plan.unscheduled:

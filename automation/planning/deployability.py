@@ -869,3 +869,86 @@ def stack_owners(fleet: Fleet) -> dict[str, set[str]]:
 
 def check_fleet(fleet: Fleet, previews: list[StackPreview]) -> list[Violation]:
     return check(Graph(previews, cluster_facts(fleet), stack_owners(fleet)))
+
+
+# ---- causes before consequences ------------------------------------------------------------------------
+
+
+@dataclass
+class Findings:
+    """The check's violations, causes first. A stack whose program fails (rule `program`) registers nothing after
+    the failure, so what runs after it on its cluster misses what it would have created (namespaces, CRDs, storage
+    classes, gateways): those violations follow from it, and are kept under it (`causes`), not listed before it."""
+
+    causes: list[tuple[Violation, list[Violation]]] = field(default_factory=list)  # a failed program, what follows
+    others: list[Violation] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.others) + sum(1 + len(followers) for _, followers in self.causes)
+
+    def ordered(self) -> list[tuple[Violation, str | None]]:
+        """Every violation, each failed program followed by what follows from it, then the rest: (violation, the
+        stack it follows from, or None)."""
+        out: list[tuple[Violation, str | None]] = []
+        for cause, followers in self.causes:
+            out += [(cause, None)] + [(v, cause.stack) for v in followers]
+        return out + [(v, None) for v in self.others]
+
+    @property
+    def followed(self) -> list[tuple[str, int]]:
+        """(failed stack, how many violations follow from it), for each failed stack with any."""
+        return [(cause.stack, len(followers)) for cause, followers in self.causes if followers]
+
+    def summary(self) -> str:
+        """`N deployability violation(s), K of them because STACK cannot run`."""
+        because = "".join(f", {count} of them because {stack} cannot run" for stack, count in self.followed)
+        return f"{len(self)} deployability violation(s){because}"
+
+    def lines(self, every: bool = False, listed_by: str = "--verbose") -> list[str]:
+        """One line per violation, each failed program first with a line counting what follows from it (`every`:
+        listed under it instead; `listed_by`: the option that lists them)."""
+        out: list[str] = []
+        for cause, followers in self.causes:
+            out.append(str(cause))
+            if followers and every:
+                out += [f"  - {v}" for v in followers]
+            elif followers:
+                out.append(f"  + {len(followers)} violation(s) that follow from it: what runs after {cause.stack} "
+                           f"misses what it would create ({listed_by} lists them)")
+        return out + [str(v) for v in self.others]
+
+
+def by_cause(violations: Iterable[Violation], previews: list[StackPreview]) -> Findings:
+    """Sort violations into causes and consequences. A violation follows from a failed stack when it is in that
+    stack, or in one that runs after it (depends on it, at any depth) and, when the failed stack makes a cluster (a
+    platform stack), is about a resource on that cluster."""
+    violations = list(violations)
+    direct = {s.name: set(s.depends_on) for s in previews}
+    later: dict[str, set[str]] = {}
+
+    def earlier(name: str) -> set[str]:  # every stack that runs before `name`
+        if name not in later:
+            later[name] = set()
+            for dep in direct.get(name, ()):
+                later[name] |= {dep} | earlier(dep)
+        return later[name]
+
+    clusters: dict[tuple[str, str], set[str | None]] = {}
+    for stack in previews:
+        for r in stack.resources:
+            clusters.setdefault((stack.name, r.name), set()).add(r.cluster)
+    made = {s.name: s.cluster for s in previews}
+    failed = [v for v in violations if v.rule == "program"]
+    found = Findings(causes=[(cause, []) for cause in failed])
+    for v in violations:
+        if v.rule == "program":
+            continue
+        for cause, followers in found.causes:
+            cluster = made.get(cause.stack)
+            if v.stack == cause.stack or (cause.stack in earlier(v.stack) and (
+                    cluster is None or cluster in clusters.get((v.stack, v.resource), set()))):
+                followers.append(v)
+                break
+        else:
+            found.others.append(v)
+    return found
