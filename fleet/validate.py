@@ -24,6 +24,7 @@ from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelService, Resource)
 from fleet.api.common import metadata_rules
+from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretRef, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
@@ -356,6 +357,10 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
     out += _secret_warnings(fleet, subjects)
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
     for md in subjects.of("ModelDeployment"):
+        fleet_scaling, _ = parse_fleet(md.metadata.annotations)  # its errors are the deployment's own rules'
+        if fleet_scaling is not None and (why := zero_without_demand(fleet_scaling)):
+            out.append(fleet.problem(md, ("metadata", "annotations", f"{FLEET_PREFIX}-min-replicas"), why,
+                                     warning=True))
         ref = md.spec.template.spec.modelCacheRef
         if ref is None:
             for i, engine in enumerate(md.spec.template.spec.engines):

@@ -10,7 +10,8 @@ from typing import Callable
 from automation.execution.orchestrator import Orchestrator, Report
 from automation.record.applied import Applied
 from automation.execution.runner import Operation
-from automation.planning.stacks import Change, DesiredState, StackChange, StackSpec, changes, desired_state
+from automation.planning.stacks import (Change, DesiredState, StackChange, StackSpec, changes, desired_state,
+                                        parked_stacks)
 from fleet.plan import Plan
 from fleet.validate import Fleet
 
@@ -31,7 +32,8 @@ class Prepared:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
         if prune or operation not in ("preview", "up"):
             return []
-        return [c for c in self.changes if c.change == "delete"]
+        parked = parked_stacks(self.fleet)
+        return [c for c in self.changes if c.change == "delete" and c.name not in parked]
 
 
 def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) -> Prepared:
@@ -81,14 +83,17 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
 
     `preview`/`up`: the changed stacks, and those named in `force` even when unchanged. Recorded stacks that are
     not in the input are destroyed only with `prune`: input that is a subset of the fleet never destroys the rest.
+    A model stack whose ModelDeployment is in the input with `spec.replicas: 0` is destroyed without it: the
+    input asks for no replica (`parked_stacks`).
     """
     if operation in ("preview", "up"):
         force = force or set()
+        parked = parked_stacks(prepared.fleet)
         out = []
         for c in prepared.changes:
             if c.change == "none" and c.name in force:
                 out.append(StackChange(c.id, Change.update, c.depends_on))
-            elif c.change in ("create", "update") or (c.change == "delete" and prune):
+            elif c.change in ("create", "update") or (c.change == "delete" and (prune or c.name in parked)):
                 out.append(c)
         return out
     recorded = set(prepared.recorded)

@@ -208,7 +208,9 @@ def _deployment_status(body: dict, snap: dict, observed: Observed, generation: i
     stack = str(StackId.model(namespace, name))
     st = standing(stack, snap, observed, ("ModelStarting", "ModelFailed"))
     ready = len(placed) if st.status == "True" else 0
-    if not placed:
+    if desired == 0:
+        scheduled, replicas_ready = _parked(stack, observed, generation)
+    elif not placed:
         scheduled = condition("ReplicasScheduled", "False", "InsufficientCapacity",
                               f"0 of {desired} replicas scheduled" + (f": {missing['reasons'][0]}" if missing and
                                                                      missing["reasons"] else ""), generation)
@@ -237,6 +239,22 @@ def _deployment_status(body: dict, snap: dict, observed: Observed, generation: i
         "conditions": conditions,
         "stack": _stack(stack, st, observed),
     }
+
+
+SCALED_TO_ZERO = "ScaledToZero"  # the reference's v0.5 reason (its PR #454); one upstream revision: NoReplicasDesired
+
+
+def _parked(stack: str, observed: Observed, generation: int | None) -> tuple[dict, dict]:
+    """`spec.replicas: 0`: nothing to schedule, so both conditions are True (as a Deployment at zero is Available),
+    once nothing of the deployment is applied. While its model stack is still recorded, its replicas still run
+    until `up` destroys it: ReplicasReady says so instead."""
+    scheduled = condition("ReplicasScheduled", "True", SCALED_TO_ZERO, "0 replicas desired", generation)
+    applied = observed.applied.get(stack) or {}
+    if applied:
+        return scheduled, condition("ReplicasReady", "Unknown", "PendingUpdate",
+                                    f"scaled to zero: stack {stack} is still applied until `up` destroys it",
+                                    generation, applied.get("appliedAt"))
+    return scheduled, condition("ReplicasReady", "True", SCALED_TO_ZERO, "0 replicas desired", generation)
 
 
 def routed_endpoints(snap: dict) -> set[tuple[str, str]]:
