@@ -376,6 +376,25 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
     return out
 
 
+STACK_IMMUTABLE = "spec.stack is immutable; recreate the cluster to change its serving stack."  # the reference's CEL
+
+
+def stack_transitions(fleet: Fleet, applied: dict[str, str]) -> list[Problem]:
+    """The reference's transition rule `self == oldSelf` on InferenceCluster `spec.stack`, with "old" the stack the
+    cluster's platform stack last applied (`applied`: cluster -> stack, from the record). A cluster not applied
+    yet, or not in the record, is new: any stack. Recreating is the way to change it: remove the cluster from the
+    input and destroy its platform stack (`up --prune --yes-destroy-clusters`), then add it back."""
+    out = []
+    for ic in fleet.of("InferenceCluster"):
+        before, now = applied.get(ic.name), ic.spec.stack or "Standard"
+        if before is not None and before != now:
+            out.append(fleet.problem(ic, ("spec", "stack"), (
+                f"{STACK_IMMUTABLE} (applied as {before}, now {now}: remove this InferenceCluster from the input and "
+                "run `modelplane up --prune --yes-destroy-clusters`, which destroys its platform stack, then add it "
+                f"back with stack {now})")))
+    return out
+
+
 CLOUD_CREDENTIALS = {"gke": "gcloud application default credentials", "eks": "the AWS credential chain",
                      "aks": "the Azure CLI login or environment credentials", "nebius": "the nebius CLI profile",
                      "vultr": "VULTR_API_KEY"}

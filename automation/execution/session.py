@@ -13,7 +13,7 @@ from automation.execution.runner import Operation
 from automation.planning.stacks import (Change, DesiredState, StackChange, StackSpec, changes, desired_state,
                                         parked_stacks)
 from fleet.plan import Plan
-from fleet.validate import Fleet
+from fleet.validate import Fleet, stack_transitions
 
 
 @dataclass
@@ -27,6 +27,8 @@ class Prepared:
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
     desired: DesiredState | None = None  # everything the plan renders (status reads endpoints, routes, caches)
     recorded: dict[str, str] = field(default_factory=dict)  # applied stack -> the fingerprint it applied
+    # changes the record refuses (InferenceCluster spec.stack, immutable once applied): `preview` and `up` stop
+    transitions: list[str] = field(default_factory=list)
 
     def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
@@ -40,8 +42,9 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
     """Plan with the record: applied replicas stay where they are, recorded gateway addresses are rendered."""
     desired = desired_state(fleet, applied.placements(), control_plane, gateways=applied.gateways())
     fingerprints = applied.fingerprints()
+    transitions = [str(p) for p in stack_transitions(fleet, applied.serving_stacks())]
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, fingerprints), applied,
-                    desired.problems, dict(desired.rendered.addresses), desired, fingerprints)
+                    desired.problems, dict(desired.rendered.addresses), desired, fingerprints, transitions)
 
 
 def reopening(prepared: Prepared, applied: Applied, ran: list[StackChange],
