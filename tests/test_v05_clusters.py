@@ -60,3 +60,78 @@ def test_spec_stack_is_immutable_against_what_the_record_applied(recorded, now, 
 ])
 def test_the_record_says_which_stack_a_cluster_applied_only_when_it_knows(entry, expected):
     assert Applied({"platform-a": entry, "model-ml.x": AppliedStack("f2")}, "memory").serving_stacks() == expected
+
+
+# ---- spec.placement.metadata.labels ----------------------------------------------------------------------------------
+
+def placed(name: str, labels: dict | None) -> dict:
+    ic = cluster(name, pools=(("gpu", "l4", 1),))
+    if labels is not None:
+        ic["spec"]["placement"] = {"metadata": {"labels": labels}}
+    return ic
+
+
+@pytest.mark.parametrize("labels,error", [
+    ({"example.org/region": "eu", "tier": "gold"}, None),
+    ({}, None),
+    # the XRD's CEL rule and message, word for word
+    ({"modelplane.ai/region": "eu"}, ("spec.placement.metadata.labels[modelplane.ai/region]",
+                                      "spec.placement.metadata.labels must not use the reserved modelplane.ai/ prefix.")),
+    ({f"k{i}": "v" for i in range(17)}, ("spec.placement.metadata.labels", "at most 16")),  # maxProperties: 16
+    ({"region": "e" * 64}, ("spec.placement.metadata.labels.region", "at most 63")),  # maxLength: 63
+    # stamped on objects as labels, so Kubernetes' label rules hold too (the XRD leaves them to the API server)
+    ({"bad key!": "x"}, ("spec.placement.metadata.labels.bad key!", "not a qualified name")),
+    ({"region": "eu west"}, ("spec.placement.metadata.labels.region", "not a valid label value")),
+], ids=["ok", "empty", "reserved", "seventeen", "long-value", "bad-key", "bad-value"])
+def test_placement_labels_follow_the_xrds_rules(labels, error):
+    problems = [(p.path, p.message) for p in run(L4, placed("a", labels)).errors]
+    if error is None:
+        assert problems == []
+    else:
+        path, fragment = error
+        assert any(p == path and fragment in m for p, m in problems), problems
+
+
+def test_a_service_selecting_a_placement_label_picks_the_endpoints_composed_on_those_clusters():
+    from automation.planning.conditions import Observed, composed, snapshot
+    from automation.planning.stacks import desired_state
+    from tests.manifests import deployment, service
+
+    md = deployment("qwen", replicas=3)
+    # the deployment's own label of the same key loses to the cluster's: where it runs is the cluster's fact
+    md["spec"]["template"]["metadata"] = {"labels": {"example.org/region": "mars", "team": "nlp"}}
+    eu = service("eu", deployment_name="qwen")
+    eu["spec"]["endpoints"][0]["selector"]["matchLabels"] = {"example.org/region": "eu", "team": "nlp"}
+    loaded = run(L4, placed("eu-1", {"example.org/region": "eu"}), placed("eu-2", {"example.org/region": "eu"}),
+                 placed("us-1", {"example.org/region": "us"}), md, eu, service("all", deployment_name="qwen"))
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    desired = desired_state(loaded.fleet)
+    by_cluster = {r.cluster: r.name for r in desired.plan.replicas}
+    assert set(by_cluster) == {"eu-1", "eu-2", "us-1"}
+    routes = desired.rendered.routes
+    assert sorted(routes[("ml-team", "eu")]) == sorted([by_cluster["eu-1"], by_cluster["eu-2"]])
+    assert len(routes[("ml-team", "all")]) == 3  # a service without the label still routes to every replica
+    # the composed objects users' tools list carry them: ModelEndpoints and ModelReplicas alike
+    snap = snapshot(desired)
+    shown = {(o["kind"], o["metadata"]["name"]): o["metadata"]["labels"] for o in composed("ml-team", snap, Observed())}
+    for cluster_name, replica in by_cluster.items():
+        region = cluster_name.split("-")[0]
+        for kind in ("ModelEndpoint", "ModelReplica"):
+            labels = shown[(kind, replica)]
+            assert labels["example.org/region"] == region and labels["modelplane.ai/cluster"] == cluster_name, kind
+    assert shown[("ModelEndpoint", by_cluster["us-1"])]["team"] == "nlp"  # template labels still reach endpoints
+
+
+def test_a_relabelled_cluster_reruns_no_model_stack():
+    """The labels are for selection (routing reads them); they are not on the workloads, so relabelling a cluster
+    never rolls its replicas' pods."""
+    from automation.planning.stacks import desired_state
+    from tests.manifests import deployment, service
+
+    def specs(region: str):
+        loaded = run(L4, placed("a", {"example.org/region": region}), deployment("qwen"), service("qwen"))
+        return {name: spec.fingerprint for name, spec in desired_state(loaded.fleet).specs.items()}
+
+    before, after = specs("eu"), specs("us")
+    changed = {name for name in before if before[name] != after.get(name)}
+    assert "model-ml-team.qwen" not in changed

@@ -38,6 +38,7 @@ def snapshot(desired: DesiredState) -> dict:
         "routes": {f"{ns}/{name}": names for (ns, name), names in sorted(rendered.routes.items())},
         "caches": {f"{ns}/{name}": clusters for (ns, name), clusters in sorted(rendered.cache_clusters.items())},
         "frontDoorTls": rendered.front_door_tls,
+        "placementLabels": rendered.placement_labels,
     }
 
 
@@ -314,8 +315,9 @@ def composed(namespace: str | None, snap: dict, observed: Observed) -> list[dict
             continue
         stack = str(StackId.model(ns, deployment))
         st = standing(stack, snap, observed, ("Deploying", "Failed"))
-        labels = {"modelplane.ai/deployment": deployment, "modelplane.ai/cluster": r["cluster"],
-                  "modelplane.ai/replica-index": str(r["index"])}
+        # the cluster's placement labels (the reference's v0.5), then the managed ones
+        labels = {**snap.get("placementLabels", {}).get(r["cluster"], {}), "modelplane.ai/deployment": deployment,
+                  "modelplane.ai/cluster": r["cluster"], "modelplane.ai/replica-index": str(r["index"])}
         out.append({
             "apiVersion": API, "kind": "ModelReplica",
             "metadata": {"name": r["name"], "namespace": ns, "labels": labels},
