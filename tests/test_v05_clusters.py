@@ -135,3 +135,50 @@ def test_a_relabelled_cluster_reruns_no_model_stack():
     before, after = specs("eu"), specs("us")
     changed = {name for name in before if before[name] != after.get(name)}
     assert "model-ml-team.qwen" not in changed
+
+
+# ---- status.gateway ---------------------------------------------------------------------------------------------
+
+CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+@pytest.mark.parametrize("gateway,error", [
+    ({"address": "203.0.113.9", "hostname": "gateway-a-1f2e3.modelplane-system.svc.cluster.local",
+      "caCertificate": CA}, None),
+    ({"address": "203.0.113.9"}, None),  # v0.3.1's shape
+    ({"address": "203.0.113.9", "caCertificate": "x" * 16385}, "status.gateway.caCertificate"),  # maxLength 16384
+], ids=["v0.5", "v0.3.1", "ca-too-long"])
+def test_a_v05_clusters_observed_gateway_status_loads(gateway, error):
+    """A v0.5 cluster as `kubectl get -o yaml` prints it is observed state: its status.gateway loads, and its
+    address is what routing reads."""
+    from tests.manifests import deployment
+
+    ic = cluster("a", pools=(("gpu", "l4", 1),))
+    ic["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "gateway": gateway}
+    loaded = run(L4, ic, deployment("qwen"))
+    paths = [p.path for p in loaded.errors]
+    if error is not None:
+        assert error in paths, paths
+        return
+    assert paths == []
+    from automation.planning.stacks import desired_state
+
+    [ep] = [e for e in desired_state(loaded.fleet).rendered.endpoints if e.composed]
+    assert ep.url.startswith("http://203.0.113.9/")
+
+
+@pytest.mark.parametrize("outputs,gateway", [
+    ({}, None),
+    ({"gatewayAddress": "203.0.113.9"}, {"address": "203.0.113.9"}),
+    # a hostname or CA in the record is only ever what the platform stack output: today it outputs neither, and
+    # upstream publishes the hostname only with the serving CA and a fleet gateway's client CA (fail closed)
+    ({"gatewayAddress": "203.0.113.9", "clusterArgs": {"args": {"stack": "Standard"}, "clientCAs": [CA]}},
+     {"address": "203.0.113.9"}),
+], ids=["nothing", "address", "address-and-client-ca"])
+def test_a_clusters_status_gateway_shows_only_what_the_record_holds(outputs, gateway):
+    from automation.planning.conditions import Observed, with_status
+
+    ic = cluster("a", pools=(("gpu", "l4", 1),))
+    observed = Observed({"platform-a": {"fingerprint": "f1", "outputs": outputs, "appliedAt": "t"}})
+    status = with_status(ic, {"fingerprints": {"platform-a": "f1"}}, observed, [])["status"]
+    assert status.get("gateway") == gateway

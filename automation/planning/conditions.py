@@ -152,6 +152,10 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
             _from(st, "ClusterReady", "ClusterRunning", "the cluster and its GPU pools are provisioned", generation),
             _from(st, "BackendReady", "BackendHealthy", "the serving stack is installed", generation)],
             "stack": _stack(stack, st, observed)}
+        # only `address`: the reference's v0.5 also publishes `hostname` and `caCertificate`, and only once the
+        # cluster gateway has an address, its own serving CA and a fleet gateway's client CA (fail closed). The
+        # platform stack records neither (its fleet listener's certificate is self-signed and never read back, and
+        # replicas are reached by per-replica names, not one per cluster), so neither is shown: never invented.
         if address:
             status["gateway"] = {"address": address}
         if _output(observed, stack, "pools"):

@@ -164,6 +164,10 @@ class InferenceClusterSpec(Strict):
 
 class GatewayStatus(Strict):
     address: str | None = None
+    # the reference's v0.5 (a v0.5 cluster's `kubectl get -o yaml` loads as observed state): the cluster gateway's
+    # internal name and its serving CA, for the fleet gateway's mutual TLS; read, never required
+    hostname: str | None = None
+    caCertificate: Annotated[str, Str(0, 16384)] | None = None
 
 
 class ObservedDevice(Device):
