@@ -75,13 +75,18 @@ def parse(annotations: dict[str, str] | None) -> tuple[Autoscaling | None, list[
 #
 #    modelplane.ai/fleet-autoscaling: keda                   turn it on
 #    modelplane.ai/fleet-autoscaling-max-replicas: "4"       required: the most replicas (clusters), 1..10
-#    modelplane.ai/fleet-autoscaling-min-replicas: "1"       default 1 (spec.replicas is at least 1)
+#    modelplane.ai/fleet-autoscaling-min-replicas: "1"       default 1; 0 parks it when idle (a query that sees
+#                                                            demand with no replica running wakes it: below)
 #    modelplane.ai/fleet-autoscaling-threshold: "10"         default 10: target value per replica
 #    modelplane.ai/fleet-autoscaling-query: <PromQL>         default: waiting requests summed over every cluster
 #
 # A KEDA ScaledObject in the control-plane cluster scales the ModelDeployment itself through the scale subresource
 # of the portal's aggregated API (docs/portal.md); the fleet's Prometheus (one that sees every workload cluster)
 # is the InferenceGateway's `modelplane.ai/fleet-prometheus` annotation. Both axes can be on at once.
+#
+# From zero: KEDA itself scales a target at 0 to max(min, 1) once the query's value is above 0 (its activation), and
+# the HPA it makes takes over from 1. The default query reads the deployment's own pods, so at 0 it reads nothing and
+# never wakes it: with min-replicas 0 and no query, validation warns (`zero_without_demand`).
 
 FLEET_PREFIX = "modelplane.ai/fleet-autoscaling"
 FLEET_PROMETHEUS = "modelplane.ai/fleet-prometheus"  # on the InferenceGateway: the fleet-wide Prometheus' URL
@@ -110,19 +115,19 @@ def parse_fleet(annotations: dict[str, str] | None) -> tuple[FleetAutoscaling | 
         FLEET_PREFIX, f"{FLEET_PREFIX}-max-replicas", f"{FLEET_PREFIX}-min-replicas", f"{FLEET_PREFIX}-threshold",
         f"{FLEET_PREFIX}-query"})]
 
-    def replicas(key: str, default: int | None) -> int | None:
+    def replicas(key: str, default: int | None, low: int, bound: str) -> int | None:
         raw = annotations.get(key)
         if raw is None:
             if default is None:
                 errors.append((key, "required when fleet autoscaling is on"))
             return default
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_REPLICAS:
-            errors.append((key, f"must be a whole number from 1 to {MAX_REPLICAS}, as spec.replicas (found {raw!r})"))
+        if not raw.isdigit() or not low <= int(raw) <= MAX_REPLICAS:
+            errors.append((key, f"must be a whole number from {low} to {MAX_REPLICAS}{bound} (found {raw!r})"))
             return None
         return int(raw)
 
-    max_replicas = replicas(f"{FLEET_PREFIX}-max-replicas", None)
-    min_replicas = replicas(f"{FLEET_PREFIX}-min-replicas", 1)
+    max_replicas = replicas(f"{FLEET_PREFIX}-max-replicas", None, 1, "")
+    min_replicas = replicas(f"{FLEET_PREFIX}-min-replicas", 1, 0, ", as spec.replicas")
     threshold = annotations.get(f"{FLEET_PREFIX}-threshold", "10")
     try:
         if not float(threshold) > 0:  # `not >` also refuses nan
@@ -137,3 +142,12 @@ def parse_fleet(annotations: dict[str, str] | None) -> tuple[FleetAutoscaling | 
     if errors or max_replicas is None or min_replicas is None:
         return None, errors
     return FleetAutoscaling(min_replicas, max_replicas, threshold, query), []
+
+
+def zero_without_demand(settings: FleetAutoscaling) -> str | None:
+    """Why fleet autoscaling that may park the deployment could never wake it, or None."""
+    if settings.min_replicas == 0 and settings.query is None:
+        return (f"{FLEET_PREFIX}-min-replicas 0 with the default query: it reads the waiting requests of the "
+                "deployment's own pods, so once KEDA scales it to 0 nothing measures demand and only a manual scale "
+                f"wakes it; give {FLEET_PREFIX}-query a demand signal that exists with no replica running")
+    return None

@@ -24,6 +24,7 @@ from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource)
 from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
+from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import SecretManifestError, SecretRef, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
@@ -355,6 +356,10 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
     out += _secret_warnings(fleet, subjects)
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
     for md in subjects.of("ModelDeployment"):
+        fleet_scaling, _ = parse_fleet(md.metadata.annotations)  # its errors are the deployment's own rules'
+        if fleet_scaling is not None and (why := zero_without_demand(fleet_scaling)):
+            out.append(fleet.problem(md, ("metadata", "annotations", f"{FLEET_PREFIX}-min-replicas"), why,
+                                     warning=True))
         ref = md.spec.template.spec.modelCacheRef
         if ref is None:
             for i, engine in enumerate(md.spec.template.spec.engines):
@@ -367,6 +372,25 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
             out.append(fleet.problem(md, ("spec", "template", "spec", "modelCacheRef", "name"),
                                      f"ModelCache {md.namespace}/{ref.name} is not among the given manifests; "
                                      "no new replica is placed until it exists", warning=True))
+    return out
+
+
+STACK_IMMUTABLE = "spec.stack is immutable; recreate the cluster to change its serving stack."  # the reference's CEL
+
+
+def stack_transitions(fleet: Fleet, applied: dict[str, str]) -> list[Problem]:
+    """The reference's transition rule `self == oldSelf` on InferenceCluster `spec.stack`, with "old" the stack the
+    cluster's platform stack last applied (`applied`: cluster -> stack, from the record). A cluster not applied
+    yet, or not in the record, is new: any stack. Recreating is the way to change it: remove the cluster from the
+    input and destroy its platform stack (`up --prune --yes-destroy-clusters`), then add it back."""
+    out = []
+    for ic in fleet.of("InferenceCluster"):
+        before, now = applied.get(ic.name), ic.spec.stack or "Standard"
+        if before is not None and before != now:
+            out.append(fleet.problem(ic, ("spec", "stack"), (
+                f"{STACK_IMMUTABLE} (applied as {before}, now {now}: remove this InferenceCluster from the input and "
+                "run `modelplane up --prune --yes-destroy-clusters`, which destroys its platform stack, then add it "
+                f"back with stack {now})")))
     return out
 
 

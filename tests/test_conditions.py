@@ -116,7 +116,9 @@ def test_kubectl_scale_through_the_scale_subresource(portal):
         assert md["spec"]["replicas"] == 3 and md["metadata"]["generation"] == 2
         stale = team.put(f"{NS}/modeldeployments/qwen/scale", json=scale)  # the old resourceVersion
         assert stale.status_code == 409
-        assert team.put(f"{NS}/modeldeployments/qwen/scale", json={"spec": {"replicas": 0}}).status_code == 422
+        assert team.put(f"{NS}/modeldeployments/qwen/scale", json={"spec": {"replicas": -1}}).status_code == 422
+        parked = team.put(f"{NS}/modeldeployments/qwen/scale", json={"spec": {"replicas": 0}})  # v0.5: 0..10
+        assert parked.status_code == 200 and parked.json()["status"]["replicas"] == 0, parked.text
     with portal.client(TEAM_B) as other:
         assert other.put(f"{NS}/modeldeployments/qwen/scale", json={"spec": {"replicas": 1}}).status_code == 403
 
@@ -138,3 +140,69 @@ def test_status_yaml_prints_every_object_with_its_conditions(capsys, tmp_path):
     clusters = [o for o in document["items"] if o["kind"] == "InferenceCluster"]
     assert all(conditions_of(c)["ClusterReady"] == ("Unknown", "NotApplied") for c in clusters)  # nothing applied
     json.dumps(document)  # plain data only
+
+
+# ---- scale to zero (the reference's v0.5, its PR #454) --------------------------------------------------------------
+
+def _parked_fleet(replicas: int):
+    from tests.manifests import cluster, gpu_class, run
+
+    loaded = run(gpu_class("l4", 1, "23034Mi"), cluster("c1", pools=(("gpu", "l4", 2),)),
+                 deployment("qwen", namespace="team-a", replicas=replicas))
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    return loaded.fleet
+
+
+@pytest.mark.parametrize("recorded,scheduled,ready", [
+    # nothing of it applied: parked, and Ready as upstream's XR (both conditions True, reason ScaledToZero)
+    (False, ("True", "ScaledToZero"), ("True", "ScaledToZero")),
+    # its model stack still in the record: its replicas run until `up` destroys it
+    (True, ("True", "ScaledToZero"), ("Unknown", "PendingUpdate")),
+], ids=["nothing-applied", "stack-still-applied"])
+def test_a_deployment_scaled_to_zero_composes_nothing_and_reads_ready(recorded, scheduled, ready):
+    from automation.planning.conditions import snapshot, with_status
+    from automation.planning.stacks import desired_state
+
+    desired = desired_state(_parked_fleet(0))
+    assert desired.plan.replicas == [] and desired.plan.unscheduled == []
+    assert not [s for s in desired.specs if s.startswith("model-")]  # no model stack, no replica objects
+    assert not [ep for ep in desired.rendered.endpoints if ep.composed]  # no composed endpoint
+    applied = {"model-team-a.qwen": {"fingerprint": "f1", "appliedAt": "t"}} if recorded else {}
+    md = deployment("qwen", namespace="team-a", replicas=0)
+    status = with_status(md, snapshot(desired), Observed(applied), [])["status"]
+    assert conditions_of({"status": status}) == {"ReplicasScheduled": scheduled, "ReplicasReady": ready}
+    assert status["conditions"][0]["message"] == "0 replicas desired"  # upstream's message
+    assert status["replicas"]["total"] == 0 and status["replicas"]["ready"] == 0  # what the scale subresource reads
+    assert status["placement"] == [] and status["unscheduled"] is None
+
+
+def test_up_destroys_a_parked_deployments_model_stack_without_prune_and_keeps_other_removed_stacks():
+    from automation.execution.session import prepare, selected
+    from automation.record.applied import Applied, AppliedStack
+
+    running = desired_state_of(_parked_fleet(1))
+    record = Applied({name: AppliedStack(spec.fingerprint) for name, spec in running.specs.items()}
+                     | {"model-team-a.gone": AppliedStack("f0")}, "memory")
+    prepared = prepare(_parked_fleet(0), record)
+    chosen = {c.name: str(c.change) for c in selected(prepared, "up")}
+    assert chosen.get("model-team-a.qwen") == "delete"  # the input asks for no replica: destroyed by `up`
+    assert "model-team-a.gone" not in chosen  # not in this input: kept unless --prune, as before
+    kept = {c.name for c in prepared.kept_by_default("up", prune=False)}
+    assert "model-team-a.gone" in kept and "model-team-a.qwen" not in kept
+    assert selected(prepared, "up", prune=True)[-1].change == "delete"
+
+
+def desired_state_of(fleet):
+    from automation.planning.stacks import desired_state
+
+    return desired_state(fleet)
+
+
+def test_a_parked_deployment_through_the_api_lists_no_replica(portal):
+    with portal.client(TEAM_A) as team:
+        created = team.put(f"{NS}/modeldeployments/qwen", json=deployment("qwen", namespace="team-a", replicas=0))
+        assert created.status_code == 201, created.text
+        assert conditions_of(created.json()) == {"ReplicasScheduled": ("True", "ScaledToZero"),
+                                                 "ReplicasReady": ("True", "ScaledToZero")}
+        assert team.get(f"{NS}/modelreplicas").json()["items"] == []
+        assert team.get(f"{NS}/modeldeployments/qwen/scale").json()["status"]["replicas"] == 0

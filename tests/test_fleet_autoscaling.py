@@ -42,7 +42,8 @@ def annotated(annotations: dict, name: str = "qwen", namespace: str = "ml-team")
     ({f"{FLEET_PREFIX}-max-replicas": "4"}, FLEET_PREFIX),
     ({FLEET_PREFIX: "keda"}, f"{FLEET_PREFIX}-max-replicas"),
     ({**ON, f"{FLEET_PREFIX}-max-replicas": "11"}, f"{FLEET_PREFIX}-max-replicas"),  # spec.replicas is 1..10
-    ({**ON, f"{FLEET_PREFIX}-min-replicas": "0"}, f"{FLEET_PREFIX}-min-replicas"),
+    ({**ON, f"{FLEET_PREFIX}-min-replicas": "11"}, f"{FLEET_PREFIX}-min-replicas"),  # 0..10, as spec.replicas
+    ({**ON, f"{FLEET_PREFIX}-max-replicas": "0"}, f"{FLEET_PREFIX}-max-replicas"),  # never above 0: serves nothing
     ({**ON, f"{FLEET_PREFIX}-min-replicas": "5"}, f"{FLEET_PREFIX}-min-replicas"),
     ({**ON, f"{FLEET_PREFIX}-threshold": "nan"}, f"{FLEET_PREFIX}-threshold"),
     ({**ON, f"{FLEET_PREFIX}-query": " "}, f"{FLEET_PREFIX}-query"),
@@ -79,6 +80,27 @@ def test_a_scaled_object_targets_the_deployment_through_the_aggregated_api_and_i
     broken = copy.deepcopy(scaler)
     broken["spec"]["scaleTargetRef"].pop("name")
     assert any("name" in p for p in check(broken))
+
+
+@pytest.mark.parametrize("annotations,warned", [
+    # v0.5's spec.replicas is 0..10 (the reference's PR #454): KEDA may park it, and wakes it only if its query sees
+    # demand while no replica runs; the default query reads the deployment's own pods, which are gone at 0
+    ({**ON, f"{FLEET_PREFIX}-min-replicas": "0"}, True),
+    ({**ON, f"{FLEET_PREFIX}-min-replicas": "0", f"{FLEET_PREFIX}-query": "sum(rate(front_door_requests[2m]))"}, False),
+    ({**ON, f"{FLEET_PREFIX}-min-replicas": "1"}, False),
+    (ON, False),
+], ids=["zero-default-query", "zero-own-query", "one", "default-min"])
+def test_min_replicas_zero_parks_the_deployment_and_a_demand_query_lets_keda_wake_it(annotations, warned):
+    md = annotated(annotations)
+    loaded = run(GATEWAY, gpu_class("l4", 1, "23034Mi"), cluster("c1", pools=(("gpu", "l4", 4),)), md)
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    warnings = [str(w) for w in loaded.warnings if f"{FLEET_PREFIX}-min-replicas" in str(w)]
+    assert bool(warnings) == warned, warnings
+    objects, problems = scaled_objects(loaded.fleet, lambda ns: f"endpoints-{ns}")
+    [scaler] = objects["ml-team"]
+    # KEDA scales a target at 0 to 1 once the trigger is active, and back to 0 when idle only with min 0
+    assert scaler["spec"]["minReplicaCount"] == parse_fleet(annotations)[0].min_replicas
+    assert problems == [] and check(scaler) == []  # KEDA's own CRD accepts minReplicaCount 0
 
 
 def test_the_default_query_sums_over_clusters_and_matches_only_this_deployments_pods():
@@ -140,6 +162,13 @@ def test_keda_drives_the_scale_subresource_as_its_scale_client_does(tmp_path):
             again["spec"]["replicas"] = 11  # past spec.replicas' bound: refused, nothing stored
             assert team.put(url, json=again).status_code == 422
             assert team.get(url).json()["spec"]["replicas"] == 3
+            # parked by KEDA (min-replicas 0) and woken again from zero, as its scale client does both
+            for replicas in (0, 1):
+                body = team.get(url).json()
+                body["spec"]["replicas"] = replicas
+                moved = team.put(url, json=body)
+                assert moved.status_code == 200 and moved.json()["spec"]["replicas"] == replicas, moved.text
+                assert moved.json()["status"]["replicas"] == replicas  # placed: status.replicas.total
 
 
 def test_the_endpoints_stack_with_a_scaled_object_runs_after_the_gateway_stack_that_serves_its_target():

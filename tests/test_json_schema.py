@@ -48,7 +48,7 @@ def test_explain_describes_fields_from_the_models(capsys):
     from automation.cli import main
 
     assert main(["explain", "ModelDeployment.spec.replicas"]) == 0
-    assert "FIELD:    spec.replicas <integer> (required) (>= 1, <= 10)" in capsys.readouterr().out
+    assert "FIELD:    spec.replicas <integer> (required) (>= 0, <= 10)" in capsys.readouterr().out
     assert main(["explain", "InferenceCluster.spec.nodePools"]) == 0
     out = capsys.readouterr().out
     assert "nodeCount <integer> (>= 0, default 1)" in out and "name <string> (required)" in out

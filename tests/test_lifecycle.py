@@ -793,3 +793,60 @@ def test_status_watch_follows_a_rollout_until_every_stack_is_up_to_date(double, 
     # every stack's change is printed as it lands, and the watch ends when nothing is pending
     assert {line.split()[1].rstrip(":") for line in changed if line.endswith("up to date")} == EVERY_STACK
     assert out.rstrip().endswith("every stack is up to date") and process.returncode == 0
+
+
+def _cluster_doc(docs: list[dict], name: str) -> dict:
+    return next(d for d in docs if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == name)
+
+
+def test_a_changed_serving_stack_is_refused_against_the_record_and_recreating_the_cluster_changes_it(applied, capsys):
+    """Modelplane v0.4/v0.5: InferenceCluster spec.stack carries the CEL transition rule `self == oldSelf`, "old"
+    being here what the cluster's platform stack last applied. Recreating it is the way to another stack."""
+    assert applied.recorded()["platform-eks-us-west"]["outputs"]["clusterArgs"]["args"]["stack"] == "Standard"
+    _cluster_doc(applied.docs, "eks-us-west")["spec"]["stack"] = "Dynamo"
+    assert applied.up() == 1
+    err = capsys.readouterr().err
+    assert re.search(r"fleet\.yaml:\d+: InferenceCluster/eks-us-west: spec\.stack: spec\.stack is immutable; recreate "
+                     r"the cluster to change its serving stack\. \(applied as Standard, now Dynamo", err), err
+    assert "nothing was applied" in err and applied.ran("up") == [] and applied.ran("destroy") == []
+    # the escape hatch: remove the cluster (its platform stack is destroyed), then add it back with the new stack
+    recreated = copy.deepcopy(_cluster_doc(applied.docs, "eks-us-west"))
+    applied.docs = [d for d in applied.docs if d is not _cluster_doc(applied.docs, "eks-us-west")]
+    assert applied.up("--prune", "--yes-destroy-clusters") == 0, capsys.readouterr().err
+    assert "platform-eks-us-west" not in applied.recorded()
+    applied.docs.append(recreated)
+    assert applied.up() == 0, capsys.readouterr().err
+    assert applied.recorded()["platform-eks-us-west"]["outputs"]["clusterArgs"]["args"]["stack"] == "Dynamo"
+    capsys.readouterr()
+    assert applied.up() == 0 and applied.ran("up") == []  # Dynamo is now what the record holds: nothing refused
+
+
+def test_the_portal_worker_refuses_a_changed_serving_stack_as_up_does(double, capsys):
+    from automation.portal.worker import Worker
+    from tests.manifests import cluster, gpu_class
+    from tests.portal_server import ADMIN, API, ThreadServer
+
+    state = double.work / ".modelplane"
+    (state / "kubeconfigs").mkdir(parents=True)
+    (state / "kubeconfigs" / "c1-kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (double.root / "portal").mkdir(exist_ok=True)
+    with ThreadServer(double.root / "portal", apply=True) as server:
+        worker = Worker(server.store, state)
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            path = f"{API}/inferenceclusters/c1"
+            assert admin.put(path, json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
+            server.settle()
+            worker.execute(worker.claim())
+            assert double.recorded()["platform-c1"]["outputs"]["clusterArgs"]["args"]["stack"] == "Standard"
+            changed = cluster("c1", pools=(("gpu", "l4", 4),))
+            changed["spec"]["stack"] = "Dynamo"
+            changed["metadata"]["resourceVersion"] = admin.get(path).json()["metadata"]["resourceVersion"]
+            assert admin.put(path, json=changed).status_code == 200
+            server.settle()
+            mark = len(double.calls())
+            worker.execute(worker.claim())
+            run = next(r for r in admin.get("/runs").json()["items"] if r["stack"] == "platform-c1")
+            assert run["status"] == "failed" and "spec.stack is immutable" in run["log"], run
+            assert double.ran("up", since=mark) == []  # the platform stack did not run
+            assert double.recorded()["platform-c1"]["outputs"]["clusterArgs"]["args"]["stack"] == "Standard"

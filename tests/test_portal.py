@@ -116,19 +116,19 @@ def test_bad_input_is_refused_clearly(portal, content, fragment, code):
 
 
 def test_invalid_objects_get_located_causes(portal):
-    bad = yaml.safe_dump(deployment("qwen", namespace="team-a", replicas=0))
+    bad = yaml.safe_dump(deployment("qwen", namespace="team-a", replicas=11))
     with portal.client(TEAM_A) as team:
         response = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), content=bad.encode())
     cause = response.json()["details"]["causes"][0]
     assert response.status_code == 422 and cause["field"] == "spec.replicas"
-    assert cause["line"] == bad.splitlines().index("  replicas: 0") + 1
+    assert cause["line"] == bad.splitlines().index("  replicas: 11") + 1
     assert cause["text"].startswith(f"request:{cause['line']}: ModelDeployment/qwen: spec.replicas:")
 
 
 def test_a_body_the_portal_completes_keeps_its_lines(portal):
     """The portal drops `status` and fills metadata's namespace before it validates: the causes' lines are still
     the body's own."""
-    body = deployment("qwen", namespace="team-a", replicas=0)
+    body = deployment("qwen", namespace="team-a", replicas=11)
     del body["metadata"]["namespace"]
     body = {"apiVersion": body["apiVersion"], "kind": body["kind"], "metadata": body["metadata"],
             "status": {"observed": [1, 2]}, "spec": body["spec"]}
@@ -137,7 +137,7 @@ def test_a_body_the_portal_completes_keeps_its_lines(portal):
         response = team.put(OBJ_PATH.format(ns="team-a", name="qwen"), content=bad.encode())
     cause = response.json()["details"]["causes"][0]
     assert response.status_code == 422 and cause["field"] == "spec.replicas"
-    assert cause["line"] == bad.splitlines().index("  replicas: 0") + 1
+    assert cause["line"] == bad.splitlines().index("  replicas: 11") + 1
 
 
 def test_fifty_parallel_submissions_against_scarce_capacity(portal):

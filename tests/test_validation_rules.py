@@ -29,8 +29,10 @@ MANY_LABELS = {f"k{i}": "v" for i in range(33)}
 ROWS = [
     # --- ModelDeployment: replicas -------------------------------------------------------
     ("replicas max", deployment, "spec.replicas", 10, None),
+    ("replicas zero", deployment, "spec.replicas", 0, None),  # parked (v0.5)
     ("replicas over max", deployment, "spec.replicas", 11, ("spec.replicas", "less than or equal to 10")),
-    ("replicas min", deployment, "spec.replicas", 0, ("spec.replicas", "greater than or equal to 1")),
+    # v0.5 lowered the floor to 0 (the reference's PR #454): -1 is the first value refused
+    ("replicas min", deployment, "spec.replicas", -1, ("spec.replicas", "greater than or equal to 0")),
     ("replicas required", deployment, "spec.replicas", DELETE, ("spec.replicas", "required field is missing")),
     ("replicas as string", deployment, "spec.replicas", "2", ("spec.replicas", "valid integer")),
     ("unknown spec field", deployment, "spec.paused", True, ("spec.paused", "unknown field")),

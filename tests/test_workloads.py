@@ -41,6 +41,7 @@ def test_native_deployment_exact():
                 "tolerations": GPU_TOLERATIONS,
                 "containers": [{
                     "name": "engine", "image": "vllm/vllm-openai:v0.11.0", "args": ["--model=/mnt/models"],
+                    "env": [{"name": "MODELPLANE_SERVED_MODEL_NAME", "value": "ml-team/qwen"}],
                     "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}], "readinessProbe": PROBE,
                     "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/mnt/models"}],
                     "resources": {"claims": [{"name": "devices"}]}}],
@@ -83,9 +84,10 @@ def test_llmd_leaderworkerset_exact_parts():
     assert leader["metadata"]["labels"]["modelplane.ai/lws-role"] == "leader"
     assert "modelplane.ai/serving" not in worker["metadata"]["labels"]  # routing never targets workers
     assert leader["spec"]["containers"][0]["env"] == [
+        {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": "ml-team/big"},
         {"name": "MODELPLANE_LEADER_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"},
         {"name": "MODELPLANE_RANK", "value": "$(LWS_WORKER_INDEX)"}, {"name": "USER_VAR", "value": "1"}]
-    assert worker["spec"]["containers"][0]["env"][:2] == leader["spec"]["containers"][0]["env"][:2]
+    assert worker["spec"]["containers"][0]["env"][:3] == leader["spec"]["containers"][0]["env"][:3]
     assert "ports" not in worker["spec"]["containers"][0] and "readinessProbe" not in worker["spec"]["containers"][0]
     assert leader["spec"]["containers"][0]["readinessProbe"] == PROBE
     assert {c["metadata"]["name"] for c in find(result, "ResourceClaimTemplate")} == {
@@ -433,3 +435,57 @@ def test_an_external_endpoint_named_like_a_replica_is_named_as_the_cause():
     external["metadata"]["labels"] = {"modelplane.ai/deployment": "qwen"}
     _, result = rendered(L4, cluster("a"), deployment("qwen"), gateway(), external, service("qwen"))
     assert any("two endpoints are named" in p.message and "rename the ModelEndpoint" in p.message for p in result.problems)
+
+
+# ---- MODELPLANE_SERVED_MODEL_NAME (Modelplane v0.5) ------------------------------------------------------------------
+
+def _engine_containers(result) -> list[dict]:
+    """Every engine container the model stacks compose, whatever holds it (Deployment, LWS, Dynamo graph)."""
+    out = []
+    for _, _, obj in result.objects():
+        if obj["kind"] == "Deployment" and obj["metadata"]["labels"].get("modelplane.ai/deployment"):
+            out += [c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == "engine"]
+        elif obj["kind"] == "LeaderWorkerSet":
+            for part in ("leaderTemplate", "workerTemplate"):
+                out += obj["spec"]["leaderWorkerTemplate"].get(part, {}).get("spec", {}).get("containers", [])
+        elif obj["kind"] == "DynamoGraphDeployment":
+            out += [c for comp in obj["spec"]["components"] if comp["type"] != "frontend"
+                    for c in comp["podTemplate"]["spec"]["containers"]]
+    return out
+
+
+def _dynamo(md: dict) -> dict:
+    md["metadata"]["annotations"] = {"modelplane.ai/backend": "dynamo"}
+    return md
+
+
+PD_ENGINES = [{"name": "p", "phase": "Prefill", "members": [member()]},
+              {"name": "d", "phase": "Decode", "members": [member()]}]
+
+
+@pytest.mark.parametrize("name,namespace,md,backend", [
+    ("native", "ml-team", lambda: deployment("qwen", namespace="ml-team"), "Deployment"),
+    ("llm-d gang", "team-b", lambda: gang("big", namespace="team-b"), "LeaderWorkerSet"),
+    ("llm-d prefill/decode", "ml-team", lambda: deployment("pd", engines=copy.deepcopy(PD_ENGINES),
+                                                           serving={"mode": "PrefillDecode"}), "Deployment"),
+    ("dynamo gang", "ml-team", lambda: _dynamo(gang("dyn", image=DYN)), "DynamoGraphDeployment"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_every_engine_container_gets_the_served_model_name_first(name, namespace, md, backend):
+    """Upstream's composed replica: every container carries MODELPLANE_SERVED_MODEL_NAME = <namespace>/<deployment>,
+    ahead of any env the user wrote, so `--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)` in args expands."""
+    manifest = md()
+    manifest["metadata"]["namespace"] = namespace
+    for engine in manifest["spec"]["template"]["spec"]["engines"]:
+        for m in engine["members"]:
+            c = m["template"]["spec"]["containers"][0]
+            c["args"] = [*c.get("args", []), "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)"]
+            c["env"] = [*c.get("env", []), {"name": "USER_LAST", "value": "x"}]
+    _, result = rendered(L4, H100, cluster("a", pools=(("l", "l4", 4), ("h", "h100", 3))), manifest)
+    assert not result.problems, [str(p) for p in result.problems]
+    assert find(result, backend)
+    containers = _engine_containers(result)
+    assert containers
+    expected = {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": f"{namespace}/{manifest['metadata']['name']}"}
+    for container in containers:
+        assert container["env"][0] == expected and {"name": "USER_LAST", "value": "x"} in container["env"][1:]
+        assert "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)" in container["args"]  # passed through as written

@@ -73,7 +73,8 @@ def replica_context(md, placed, workload_namespace: str, fleet_host: bool = Fals
     for placement in placed.placement.engines:
         engine = specs[placement.engine]
         members = tuple(
-            MemberContext(placed.name, engine.name, member, placement.pool, mp.devices, cache_pvc, workload_namespace)
+            MemberContext(placed.name, engine.name, member, placement.pool, mp.devices, cache_pvc, workload_namespace,
+                          f"{md.namespace}/{md.name}")
             for member, mp in zip(engine.members, placement.members)
         )
         engines.append(EngineContext(engine, placement.pool, backends[engine.name], members))

@@ -1,9 +1,9 @@
 """Pod shaping shared by every backend: the engine container, devices, pool pinning, volumes.
 
 The pod contract is the reference's: one container named `engine` with the user's image,
-command, args and env passed through; port 8000 and `GET /health` on serving pods; `/dev/shm`
-as a Memory emptyDir; a model cache at `/mnt/models`; the pool pinned by the node label
-`modelplane.ai/pool`; devices claimed through a per-member DRA ResourceClaimTemplate.
+command, args and env passed through (after v0.5's `MODELPLANE_SERVED_MODEL_NAME`); port 8000
+and `GET /health` on serving pods; `/dev/shm` as a Memory emptyDir; a model cache at `/mnt/models`;
+the pool pinned by the node label `modelplane.ai/pool`; devices claimed through a per-member DRA ResourceClaimTemplate.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator
                        "effect": "NoSchedule"}
 GPU_NODE_TOLERATIONS = (GPU_TOLERATION, AKS_SPOT_TOLERATION)
 PROBE = {"initialDelaySeconds": 30, "periodSeconds": 10, "timeoutSeconds": 5}
+# Modelplane v0.5's contract: every engine container gets it, ahead of the user's env, so args can say
+# `--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)` (Kubernetes expands $(VAR) in args from the container's env)
+SERVED_MODEL_NAME = "MODELPLANE_SERVED_MODEL_NAME"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class MemberContext:
     devices: tuple[tuple[str, str, int], ...]  # claimed requests: (name, deviceClassName, count per pod)
     cache_pvc: str | None
     namespace: str  # the workload namespace on the cluster (fleet/tenancy.py)
+    served_model_name: str  # `<namespace>/<deployment>`, the team's namespace: what callers name the model
 
     @property
     def role(self) -> str:
@@ -79,9 +83,9 @@ def engine_container(member: MemberContext, serving: bool, port: int = ENGINE_PO
         container["command"] = list(user.command)
     if args or always_args:
         container["args"] = args
-    env = [dict(e) for e in first_env or []] + [e.model_dump(exclude_none=True) for e in user.env or []]
-    if env:
-        container["env"] = env
+    env = [{"name": SERVED_MODEL_NAME, "value": member.served_model_name}] + [dict(e) for e in first_env or []] + \
+        [e.model_dump(exclude_none=True) for e in user.env or []]
+    container["env"] = env
     if serving:
         container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
         container["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, **PROBE}

@@ -119,6 +119,7 @@ class Rendered:
     cache_clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (ns, cache) -> clusters
     front_door_tls: bool = False  # the fleet gateway serves only HTTPS: service addresses are https
     backends: dict[str, Backends] = field(default_factory=dict)  # endpoints stack -> what it owns (composed or not)
+    placement_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # `cluster_placement_labels`
     deferred: ModelStacks | None = None  # model stacks left to compose: their targets are in `stacks`, empty
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
@@ -181,6 +182,12 @@ def _replica_ready(fleet: Fleet) -> dict[tuple[str, str], bool]:
     return out
 
 
+def cluster_placement_labels(fleet: Fleet) -> dict[str, dict[str, str]]:
+    """Cluster -> its `spec.placement.metadata.labels` (the reference's v0.5), for the clusters that have some: stamped
+    on every ModelReplica and ModelEndpoint composed there."""
+    return {ic.name: labels for ic in fleet.of("InferenceCluster") if (labels := ic.spec.placement_labels)}
+
+
 def placeholder_address(cluster: str) -> str:
     return f"{cluster}.gateway.pending.modelplane.invalid"
 
@@ -241,7 +248,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
 
     `deferred`: this plan's model stacks, left to compose (`Rendered.deferred`), and their collisions to find."""
     reuse = reuse or {}
-    out = Rendered()
+    out = Rendered(placement_labels=cluster_placement_labels(fleet))
     # the cluster views: for routing and team stacks (given with `inputs`) and caches
     clusters = {c.name: c for c in build_clusters(fleet)} if inputs is None or fleet.of("ModelCache") else {}
     chosen = tenancy.mode(fleet)
@@ -330,6 +337,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
     (`build_clusters`), when the caller has them."""
     clusters = clusters if clusters is not None else {c.name: c for c in build_clusters(fleet)}
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
+    placement_labels = cluster_placement_labels(fleet)
     ready = _replica_ready(fleet)
     gateway = next(iter(fleet.of("InferenceGateway")), None)
     envoy = envoy_front_door(fleet)
@@ -343,7 +351,10 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
         known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
         address = known or placeholder_address(cluster.name)
         placeholder = None if known else f"gateway address of {cluster.name}, known once its platform stack applies"
+        # the reference's v0.5: the deployment's template labels and its cluster's placement labels (which win: a
+        # deployment cannot claim another region), then the managed ones
         labels = {**(md.spec.template.metadata.labels if md.spec.template.metadata and md.spec.template.metadata.labels else {}),
+                  **placement_labels.get(placed.cluster, {}),
                   **replica_labels(md.name, placed.cluster, placed.index, placed.name)}
         path = routing.replica_path(md.namespace, placed.name)
         # an Envoy front door reaches it on its cluster gateway's mutually authenticated listener (https)

@@ -106,6 +106,11 @@ def _selected_or_exit(prepared, run: StackRun, fleet, given: dict[str, str] | No
             click.echo(line, err=True)
         click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
         raise SystemExit(EXIT_INVALID)
+    if prepared.transitions and operation in ("preview", "up"):
+        for line in prepared.transitions:
+            click.echo(line, err=True)
+        click.echo(f"{len(prepared.transitions)} change(s) the record refuses; nothing was applied", err=True)
+        raise SystemExit(EXIT_INVALID)
     unknown_force = sorted(set(run.force) - set(prepared.specs))
     if unknown_force:
         click.echo(f"error: --force names {', '.join(unknown_force)}, not a stack of these manifests", err=True)

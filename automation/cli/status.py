@@ -231,10 +231,11 @@ REASONS = {"create": "not applied yet", "update": "its manifests changed since i
 def _rows(prepared, read, fleet, on_operator: dict[str, str] | None) -> list[dict]:
     """One row per stack: its change, when it was applied, and why it is pending."""
     from automation.execution.migration import plan_renames
-    from automation.planning.stacks import Change
+    from automation.planning.stacks import Change, parked_stacks
     from fleet.stack_id import StackKind
 
     applied = read.details()
+    parked = parked_stacks(fleet)
     renames = {str(r.old): str(r.new) for r in plan_renames(read, fleet)}
     rows = []
     for c in prepared.changes:
@@ -243,6 +244,8 @@ def _rows(prepared, read, fleet, on_operator: dict[str, str] | None) -> list[dic
         reason = REASONS[c.change]
         if c.name in renames:
             reason = f"recorded under the legacy name; the next `up` renames it to {renames[c.name]}"
+        elif c.change == Change.delete and c.name in parked:
+            reason = "its ModelDeployment is scaled to zero: `up` destroys it"
         elif c.change == Change.delete and c.kind == StackKind.platform:
             reason += " (with --yes-destroy-clusters)"
         said = (on_operator or {}).get(c.name)

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Callable
 from automation.execution.orchestrator import Orchestrator, Report
 from automation.record.applied import Applied
 from automation.execution.runner import Operation
-from automation.planning.stacks import Change, DesiredState, StackChange, StackSpec, changes, desired_state
+from automation.planning.stacks import (Change, DesiredState, StackChange, StackSpec, changes, desired_state,
+                                        parked_stacks)
 from fleet.plan import Plan
-from fleet.validate import Fleet
+from fleet.validate import Fleet, stack_transitions
 
 if TYPE_CHECKING:
     from automation.planning.deployability import Findings
@@ -29,20 +30,24 @@ class Prepared:
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
     desired: DesiredState | None = None  # everything the plan renders (status reads endpoints, routes, caches)
     recorded: dict[str, str] = field(default_factory=dict)  # applied stack -> the fingerprint it applied
+    # changes the record refuses (InferenceCluster spec.stack, immutable once applied): `preview` and `up` stop
+    transitions: list[str] = field(default_factory=list)
 
     def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
         if prune or operation not in ("preview", "up"):
             return []
-        return [c for c in self.changes if c.change == "delete"]
+        parked = parked_stacks(self.fleet)
+        return [c for c in self.changes if c.change == "delete" and c.name not in parked]
 
 
 def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) -> Prepared:
     """Plan with the record: applied replicas stay where they are, recorded gateway addresses are rendered."""
     desired = desired_state(fleet, applied.placements(), control_plane, gateways=applied.gateways())
     fingerprints = applied.fingerprints()
+    transitions = [str(p) for p in stack_transitions(fleet, applied.serving_stacks())]
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, fingerprints), applied,
-                    desired.problems, dict(desired.rendered.addresses), desired, fingerprints)
+                    desired.problems, dict(desired.rendered.addresses), desired, fingerprints, transitions)
 
 
 def reopening(prepared: Prepared, applied: Applied, ran: list[StackChange],
@@ -92,14 +97,17 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
 
     `preview`/`up`: the changed stacks, and those named in `force` even when unchanged. Recorded stacks that are
     not in the input are destroyed only with `prune`: input that is a subset of the fleet never destroys the rest.
+    A model stack whose ModelDeployment is in the input with `spec.replicas: 0` is destroyed without it: the
+    input asks for no replica (`parked_stacks`).
     """
     if operation in ("preview", "up"):
         force = force or set()
+        parked = parked_stacks(prepared.fleet)
         out = []
         for c in prepared.changes:
             if c.change == "none" and c.name in force:
                 out.append(StackChange(c.id, Change.update, c.depends_on))
-            elif c.change in ("create", "update") or (c.change == "delete" and prune):
+            elif c.change in ("create", "update") or (c.change == "delete" and (prune or c.name in parked)):
                 out.append(c)
         return out
     recorded = set(prepared.recorded)

@@ -38,6 +38,7 @@ def snapshot(desired: DesiredState) -> dict:
         "routes": {f"{ns}/{name}": names for (ns, name), names in sorted(rendered.routes.items())},
         "caches": {f"{ns}/{name}": clusters for (ns, name), clusters in sorted(rendered.cache_clusters.items())},
         "frontDoorTls": rendered.front_door_tls,
+        "placementLabels": rendered.placement_labels,
     }
 
 
@@ -151,6 +152,10 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
             _from(st, "ClusterReady", "ClusterRunning", "the cluster and its GPU pools are provisioned", generation),
             _from(st, "BackendReady", "BackendHealthy", "the serving stack is installed", generation)],
             "stack": _stack(stack, st, observed)}
+        # only `address`: the reference's v0.5 also publishes `hostname` and `caCertificate`, and only once the
+        # cluster gateway has an address, its own serving CA and a fleet gateway's client CA (fail closed). The
+        # platform stack records neither (its fleet listener's certificate is self-signed and never read back, and
+        # replicas are reached by per-replica names, not one per cluster), so neither is shown: never invented.
         if address:
             status["gateway"] = {"address": address}
         if _output(observed, stack, "pools"):
@@ -208,7 +213,9 @@ def _deployment_status(body: dict, snap: dict, observed: Observed, generation: i
     stack = str(StackId.model(namespace, name))
     st = standing(stack, snap, observed, ("ModelStarting", "ModelFailed"))
     ready = len(placed) if st.status == "True" else 0
-    if not placed:
+    if desired == 0:
+        scheduled, replicas_ready = _parked(stack, observed, generation)
+    elif not placed:
         scheduled = condition("ReplicasScheduled", "False", "InsufficientCapacity",
                               f"0 of {desired} replicas scheduled" + (f": {missing['reasons'][0]}" if missing and
                                                                      missing["reasons"] else ""), generation)
@@ -237,6 +244,22 @@ def _deployment_status(body: dict, snap: dict, observed: Observed, generation: i
         "conditions": conditions,
         "stack": _stack(stack, st, observed),
     }
+
+
+SCALED_TO_ZERO = "ScaledToZero"  # the reference's v0.5 reason (its PR #454); one upstream revision: NoReplicasDesired
+
+
+def _parked(stack: str, observed: Observed, generation: int | None) -> tuple[dict, dict]:
+    """`spec.replicas: 0`: nothing to schedule, so both conditions are True (as a Deployment at zero is Available),
+    once nothing of the deployment is applied. While its model stack is still recorded, its replicas still run
+    until `up` destroys it: ReplicasReady says so instead."""
+    scheduled = condition("ReplicasScheduled", "True", SCALED_TO_ZERO, "0 replicas desired", generation)
+    applied = observed.applied.get(stack) or {}
+    if applied:
+        return scheduled, condition("ReplicasReady", "Unknown", "PendingUpdate",
+                                    f"scaled to zero: stack {stack} is still applied until `up` destroys it",
+                                    generation, applied.get("appliedAt"))
+    return scheduled, condition("ReplicasReady", "True", SCALED_TO_ZERO, "0 replicas desired", generation)
 
 
 def routed_endpoints(snap: dict) -> set[tuple[str, str]]:
@@ -296,8 +319,9 @@ def composed(namespace: str | None, snap: dict, observed: Observed) -> list[dict
             continue
         stack = str(StackId.model(ns, deployment))
         st = standing(stack, snap, observed, ("Deploying", "Failed"))
-        labels = {"modelplane.ai/deployment": deployment, "modelplane.ai/cluster": r["cluster"],
-                  "modelplane.ai/replica-index": str(r["index"])}
+        # the cluster's placement labels (the reference's v0.5), then the managed ones
+        labels = {**snap.get("placementLabels", {}).get(r["cluster"], {}), "modelplane.ai/deployment": deployment,
+                  "modelplane.ai/cluster": r["cluster"], "modelplane.ai/replica-index": str(r["index"])}
         out.append({
             "apiVersion": API, "kind": "ModelReplica",
             "metadata": {"name": r["name"], "namespace": ns, "labels": labels},

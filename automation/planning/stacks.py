@@ -478,6 +478,13 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     return DesiredState(plan, rendered, specs, inputs, reused, mine, fleet.secrets.manifest_refs())
 
 
+def parked_stacks(fleet: Fleet) -> frozenset[str]:
+    """The model stacks of the input's ModelDeployments with `spec.replicas: 0`: never desired (they compose
+    nothing), and destroyed once recorded without `--prune`, as the reference prunes a parked deployment's
+    replicas (a deployment left out of the input keeps its stack: that input may be part of the fleet)."""
+    return frozenset(model_stack(md.namespace, md.name) for md in fleet.of("ModelDeployment") if md.spec.replicas == 0)
+
+
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
     """Every stack with its change kind, in dependency order (deletes last, in reverse order)."""
     out = []

@@ -42,7 +42,7 @@ from automation.execution.session import undeployable
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
-from fleet.validate import Fleet
+from fleet.validate import Fleet, stack_transitions
 
 log = logging.getLogger("modelplane.portal")
 
@@ -239,7 +239,10 @@ class Worker(threading.Thread):
             else:  # destroyed, or an `up` of a stack no longer wanted
                 items.append(StackChange(StackId.parse(run["stack"]), Change.delete))
         # what `up` checks, by the same rule; in this process's own thread (it has threads of its own: never forks)
-        problems = desired.problems or undeployable(fleet, specs, items, jobs=1)
+        # an `up` against what the record refuses (InferenceCluster spec.stack changed since it applied) runs nothing
+        transitions = [str(p) for p in stack_transitions(fleet, applied.serving_stacks())] if any(
+            c.change != Change.delete for c in items) else []
+        problems = desired.problems or transitions or undeployable(fleet, specs, items, jobs=1)
         if problems:
             return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
         by_stack = {run["stack"]: run for run in batch}

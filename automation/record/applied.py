@@ -94,6 +94,22 @@ class Applied:
         return {name: {"outputs": dict(s.outputs), "appliedAt": s.applied_at} for name, s in self.stacks.items()
                 if s.fingerprint}
 
+    def serving_stacks(self) -> dict[str, str]:
+        """Cluster -> the `spec.stack` its platform stack last applied (its recorded `clusterArgs`): the "old" side
+        of the reference's transition rule on InferenceCluster `spec.stack`. A stack that never finished an
+        update, or whose record predates the field, says nothing."""
+        out = {}
+        for name, entry in self.stacks.items():
+            try:
+                id = StackId.parse(name)
+            except StackIdError:
+                continue
+            recorded = entry.outputs.get("clusterArgs") if entry.fingerprint else None
+            args = recorded.get("args") if isinstance(recorded, Mapping) else None
+            if id.kind == "platform" and id.cluster and isinstance(args, Mapping) and isinstance(args.get("stack"), str):
+                out[str(id.cluster)] = args["stack"]
+        return out
+
     def gateways(self) -> Gateways:
         """The gateway addresses the applied platform stacks and the gateway stack output."""
         clusters = {}

@@ -6,7 +6,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fleet.api.common import Condition, Int, Resource, Rule, Str, Strict, secret_reference_rules, unique
+from fleet.api.common import (RESERVED_PREFIX, Condition, Int, Resource, Rule, Str, Strict, label_rules,
+                              secret_reference_rules, unique)
 from fleet.api.inference_class import Device
 
 Source = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
@@ -127,6 +128,25 @@ class NodePool(Strict):
         return self.maxNodeCount if self.maxNodeCount is not None else self.nodeCount
 
 
+PLACEMENT_LABELS_RESERVED = "spec.placement.metadata.labels must not use the reserved modelplane.ai/ prefix."
+
+
+class PlacementMetadata(Strict):
+    # The reference's v0.5: at most 16, values at most 63 characters
+    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=16)] | None = None
+
+
+class Placement(Strict):
+    """Facts about where the cluster is (the reference's v0.5): its labels are stamped on every ModelReplica and
+    ModelEndpoint composed on it, so a ModelService can select by region or any other fact."""
+
+    metadata: PlacementMetadata | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict((self.metadata.labels if self.metadata else None) or {})
+
+
 class InferenceClusterSpec(Strict):
     cluster: ClusterSource
     taints: list[Taint] | None = None
@@ -135,10 +155,19 @@ class InferenceClusterSpec(Strict):
     # The serving stack (the reference's PR #406): Standard, or Dynamo, where the Dynamo platform (Grove, KAI,
     # ModelExpress) is installed and serves the cluster's multi-node engines. Per cluster, and fixed once applied.
     stack: Literal["Standard", "Dynamo"] | None = "Standard"
+    placement: Placement | None = None
+
+    @property
+    def placement_labels(self) -> dict[str, str]:
+        return self.placement.labels if self.placement else {}
 
 
 class GatewayStatus(Strict):
     address: str | None = None
+    # the reference's v0.5 (a v0.5 cluster's `kubectl get -o yaml` loads as observed state): the cluster gateway's
+    # internal name and its serving CA, for the fleet gateway's mutual TLS; read, never required
+    hostname: str | None = None
+    caCertificate: Annotated[str, Str(0, 16384)] | None = None
 
 
 class ObservedDevice(Device):
@@ -187,6 +216,10 @@ def inference_cluster_rules(ic: InferenceCluster) -> Rule:
     if cluster.existing is not None:
         ref = cluster.existing.secretRef
         yield from secret_reference_rules(ref.name, ref.key, ("spec", "cluster", "existing", "secretRef"))
+    labels = ic.spec.placement_labels
+    where = ("spec", "placement", "metadata", "labels")
+    yield from ((where + (k,), PLACEMENT_LABELS_RESERVED) for k in sorted(labels) if k.startswith(RESERVED_PREFIX))
+    yield from label_rules({k: v for k, v in labels.items() if not k.startswith(RESERVED_PREFIX)}, where)
     yield from unique(ic.spec.taints or [], lambda t: (t.key, t.effect), ("spec", "taints"), "taint (key, effect)")
     yield from unique(ic.spec.nodePools, lambda p: p.name, ("spec", "nodePools"), "node pool name")
     for i, pool in enumerate(ic.spec.nodePools):

@@ -165,7 +165,8 @@ class DeploymentTemplate(Strict):
 
 
 class ModelDeploymentSpec(Strict):
-    replicas: Annotated[int, Int(1, 10)]
+    # 0..10 as in the reference's v0.5 (its PR #454): 0 parks the deployment (no replica, no endpoint), Ready
+    replicas: Annotated[int, Int(0, 10)]
     template: DeploymentTemplate
 
 
