@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -44,8 +45,10 @@ def write_tokens(folder: Path, document=None) -> Path:
 
 class ThreadServer:
     def __init__(self, folder: Path, apply: bool = False, tokens=None, check_every: float = 1.0, limiter=None,
-                 replan_worker=None, replan_interval: float | None = None):
+                 replan_worker=None, replan_interval: float | None = None, tls=None):
+        """`tls`: a SelfSigned (automation/portal/tls.py) to serve https with, as `serve --tls-self-signed` does."""
         self.port = free_port()
+        self.tls = tls
         self.store = Store(f"sqlite:///{folder / 'portal.db'}")
         self.tokens_path = write_tokens(folder, tokens)
         self.tokens = TokensFile(self.tokens_path, check_every=check_every)
@@ -54,12 +57,14 @@ class ThreadServer:
         self.replanner = app.state.replanner
         if replan_interval is not None:  # a test that settles after every write need not wait out the batching
             self.replanner._gather = self.replanner._interval = replan_interval
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error",
+                                                    ssl_certfile=tls.cert if tls else None,
+                                                    ssl_keyfile=tls.key if tls else None))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
         self.thread.start()
-        wait_until_up(self.url)
+        wait_until_up(self.url, verify=ssl.create_default_context(cafile=self.tls.ca) if self.tls else True)
         return self
 
     def __exit__(self, *exc):
@@ -72,7 +77,7 @@ class ThreadServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def client(self, token: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -96,11 +101,11 @@ def one_cluster_server(folder: Path, gpus: int) -> Iterator[ThreadServer]:
         yield server
 
 
-def wait_until_up(url: str, seconds: float = 30) -> None:
+def wait_until_up(url: str, seconds: float = 30, verify: ssl.SSLContext | bool = True) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            httpx.get(url + "/openapi.json", timeout=1)
+            httpx.get(url + "/openapi.json", timeout=1, verify=verify)
             return
         except httpx.HTTPError:
             time.sleep(0.1)

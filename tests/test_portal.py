@@ -508,7 +508,7 @@ def test_the_page_takes_several_objects_keeps_a_refused_paste_and_scales(portal)
         bad = yaml.safe_dump_all([deployment("three", namespace="team-a"),
                                   {**deployment("four", namespace="team-a"), "spec": {"replicas": "x"}}])
         refused = browser.post("/ui/apply", data={"manifest": bad, "csrf": csrf}, follow_redirects=False)
-        assert refused.status_code == 422 and "ModelDeployment four" in html.unescape(refused.text)
+        assert refused.status_code == 422 and "ModelDeployment/four: spec" in html.unescape(refused.text)
         assert html.escape(bad, quote=False).split("\n")[0] in refused.text  # the pasted text, kept
         assert "team-a/three" not in browser.get("/").text  # nothing of it was written
         scaled = browser.post("/ui/scale", data={"namespace": "team-a", "name": "one", "replicas": "2", "csrf": csrf},

@@ -3,13 +3,15 @@
 Every modelplane.ai object is validated locally first (nothing is sent if any is invalid), then PUT
 to its path, fleet kinds before workloads (classes, clusters, gateways, caches, deployments,
 endpoints, services), so a portal sees them in an order it can plan. The token comes from
-$MODELPLANE_TOKEN or a file (`--token-file`), never from the command line; the portal's Warning
+$MODELPLANE_TOKEN or a file (`--token-file`), never from the command line; a portal whose certificate a private CA
+signed (`serve --tls-self-signed`) is verified with that CA (`--ca-file`, or $SSL_CERT_FILE); the portal's Warning
 headers are printed. The first refusal stops the push and is reported with the portal's message; so does any
 answer but 200 or 201 with the object (a redirect is reported with where it points, never followed).
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -90,9 +92,32 @@ def _retry_after(response: httpx.Response) -> float | None:
     return min(max(seconds, 0.0), 60.0)
 
 
-def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = None) -> list[Pushed]:
-    """PUT every object (ModelReplicas, which the portal composes, and ModelRoutes are skipped); raises PushError on a refusal."""
-    http = client or httpx.Client(base_url=server.rstrip("/"), timeout=60)
+def verification(ca_file: str | None) -> ssl.SSLContext | bool:
+    """What the portal's certificate is checked against: `ca_file` alone when given, else the system's CAs (or
+    $SSL_CERT_FILE, which httpx reads)."""
+    if ca_file is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise PushError(f"--ca-file {ca_file}: not a readable PEM CA certificate "
+                        f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+
+
+def unreached(server: str, exc: httpx.HTTPError) -> PushError:
+    """A connection that failed; when the portal's certificate did not verify, which option fixes it, in one line."""
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return PushError(f"{server}: its TLS certificate is not signed by a CA this machine trusts: give the CA "
+                         "the portal was served with as --ca-file (`serve --tls-self-signed` prints its ca.crt), "
+                         "or set SSL_CERT_FILE to it")
+    return PushError(f"{server}: {type(exc).__name__}: {exc}")
+
+
+def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = None,
+         ca_file: str | None = None) -> list[Pushed]:
+    """PUT every object (ModelReplicas, which the portal composes, and ModelRoutes are skipped); raises PushError on a
+    refusal. `ca_file`: the CA the portal's certificate is verified with (default: the system's, or $SSL_CERT_FILE)."""
+    http = client or httpx.Client(base_url=server.rstrip("/"), timeout=60, verify=verification(ca_file))
     out = []
     objects = sorted((o for o in fleet.objects if o.kind in ORDER), key=lambda o: (ORDER.index(o.kind), o.ref))
     for obj in objects:
@@ -103,7 +128,7 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
             current = http.get(path_of(obj.kind, namespace, obj.name), headers={"Authorization": f"Bearer {token}"},
                                follow_redirects=False)
         except httpx.HTTPError as exc:
-            raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
+            raise unreached(server, exc) from None
         if current.status_code == 200:
             try:
                 stored = current.json()
@@ -118,7 +143,7 @@ def push(fleet: Fleet, server: str, token: str, client: httpx.Client | None = No
                 response = http.put(path_of(obj.kind, namespace, obj.name), json=body,
                                     headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
             except httpx.HTTPError as exc:
-                raise PushError(f"{server}: {type(exc).__name__}: {exc}") from None
+                raise unreached(server, exc) from None
             wait = _retry_after(response)
             if wait is None or attempt == RETRIES:
                 break

@@ -20,7 +20,10 @@ from automation.cli.base import (
 @click.option("--server", required=True, metavar="URL", help="The portal, e.g. https://modelplane.example.internal")
 @click.option("--token-file", "token_file", default=None, type=click.Path(dir_okay=False),
               help="A file holding the bearer token (default: $MODELPLANE_TOKEN). Never on the command line.")
-def apply(paths, server, token_file) -> None:
+@click.option("--ca-file", "ca_file", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="The CA to verify the portal's certificate with (`serve --tls-self-signed` prints its ca.crt); "
+                   "default: the system's CAs, or $SSL_CERT_FILE.")
+def apply(paths, server, token_file, ca_file) -> None:
     """Push manifests to a portal (validated here first; nothing is sent if any is invalid)."""
     import os
 
@@ -32,7 +35,7 @@ def apply(paths, server, token_file) -> None:
         click.echo("error: no token: set MODELPLANE_TOKEN or give --token-file", err=True)
         raise SystemExit(2)
     try:
-        for pushed in push(loaded.fleet, server, token):
+        for pushed in push(loaded.fleet, server, token, ca_file=ca_file):
             click.echo(f"{pushed.ref} {pushed.verb}")
             for warning in pushed.warnings:
                 click.echo(f"Warning: {warning}", err=True)

@@ -50,6 +50,18 @@ def clusters(obj: dict) -> str | None:
     return ",".join(sorted({r.get("cluster") for r in at(obj, "status", "placement") or [] if r.get("cluster")})) or None
 
 
+PENDING = "<pending>"  # as kubectl shows a LoadBalancer's address before it has one
+
+
+def address(*path: str) -> Callable[[dict], Any]:
+    """An address as kubectl prints it: `<pending>` for the placeholder host that stands for an address not known
+    yet (`*.pending.modelplane.invalid`), which is easy to copy and reaches nothing; the object keeps it as is."""
+    def value(obj: dict) -> Any:
+        found = at(obj, *path)
+        return PENDING if isinstance(found, str) and ".pending.modelplane.invalid" in found else found
+    return value
+
+
 NAME = Column("Name", "string", "Name must be unique within a namespace.", lambda o: at(o, "metadata", "name"),
               format="name")
 COLUMNS: dict[str, list[Column]] = {
@@ -61,20 +73,20 @@ COLUMNS: dict[str, list[Column]] = {
     "ModelReplica": [Column("Cluster", "string", "The InferenceCluster it is pinned to",
                             lambda o: at(o, "spec", "clusterName"))],
     "ModelEndpoint": [Column("URL", "string", "The endpoint's URL (v0.3.1) or origin (v0.5)",
-                             lambda o: at(o, "spec", "url") or at(o, "spec", "origin"))],
-    "ModelService": [Column("Address", "string", "The service's address", lambda o: at(o, "status", "address"))],
+                             lambda o: address("spec", "url")(o) or address("spec", "origin")(o))],
+    "ModelService": [Column("Address", "string", "The service's address", address("status", "address"))],
     "ModelCache": [
         # the reference reads .spec.source.huggingFace.repo, which is never there (its known bug): the repo is here
         Column("Source", "string", "The Hugging Face repository", lambda o: at(o, "spec", "huggingFace", "repo")),
         Column("Ready", "string", "Whether the artifact is staged", condition("ArtifactReady"))],
     "InferenceCluster": [
         Column("Source", "string", "Where the cluster comes from", lambda o: at(o, "spec", "cluster", "source")),
-        Column("Gateway", "string", "The cluster gateway's address", lambda o: at(o, "status", "gateway", "address"))],
+        Column("Gateway", "string", "The cluster gateway's address", address("status", "gateway", "address"))],
     "InferenceClass": [],
     "InferenceGateway": [
         Column("Gateway", "string", "The gateway backend (v0.3.1) or the cluster it runs on (v0.5)",
                lambda o: at(o, "spec", "backend") or at(o, "spec", "clusterName")),
-        Column("Address", "string", "The fleet gateway's address", lambda o: at(o, "status", "address"))],
+        Column("Address", "string", "The fleet gateway's address", address("status", "address"))],
 }
 
 

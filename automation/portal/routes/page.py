@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
@@ -21,11 +24,15 @@ from automation.portal.portal import COOKIE, Portal
 from automation.portal.service import PLURALS, ApiError
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
+from fleet.problems import Problem
 from fleet.validate import Fleet
+
+if TYPE_CHECKING:
+    from fleet.loader import Document
 
 SIGNIN_COOKIE = "modelplane_signin"  # the sign-in form's CSRF token (double submit: login CSRF)
 PAGE_SIZE = 50  # rows per table page: the page of a 2,000-deployment fleet stays small and quick
-NOTICES = {"bad-token": "That token is not valid"}  # the signed-out page's banners: fixed texts, asked for by code
+NOTICES = {"bad-token": "That token is not valid"}  # the signed-out page's banners (errors): fixed texts, asked for by code
 MAX_FLASH = 1500  # characters of a form's outcome carried to the page (a URL stays well under servers' limits)
 templates = Environment(loader=PackageLoader("automation.portal", "templates"), autoescape=select_autoescape(["html"]))
 router = APIRouter(include_in_schema=False)
@@ -42,44 +49,60 @@ def checked_form(who: Caller, csrf: str) -> Caller:
     return who
 
 
-def _flash_signature(csrf: str, text: str) -> str:
-    return hmac.new(csrf.encode(), b"flash\0" + text.encode(), hashlib.sha256).hexdigest()
+def _flash_signature(csrf: str, text: str, bad: bool = False) -> str:
+    # whether it is an error is signed with the text: a link cannot show a refusal as a success or the other way
+    return hmac.new(csrf.encode(), (b"error\0" if bad else b"flash\0") + text.encode(), hashlib.sha256).hexdigest()
 
 
-def _back(who: Caller, message: str) -> RedirectResponse:
+def _back(who: Caller, message: str, bad: bool = False) -> RedirectResponse:
     """Back to the page with what the server said about the form, signed with the session's own secret: a link
     anyone else makes (`/?flash=Your+token+expired,+sign+in+at+...`) shows nothing on the portal's page."""
     if not who.csrf:  # a script that posted with a bearer token has no page to show it on
         return RedirectResponse("/", status_code=303)
     text = message[:MAX_FLASH]
-    return RedirectResponse("/?" + urlencode({"flash": text, "sig": _flash_signature(who.csrf, text)}), status_code=303)
+    query = {"flash": text, **({"bad": "1"} if bad else {}), "sig": _flash_signature(who.csrf, text, bad)}
+    return RedirectResponse("/?" + urlencode(query), status_code=303)
 
 
-def _banner(who: Caller | None, notice: str | None, flash: str | None, sig: str | None) -> str | None:
+@dataclass(frozen=True)
+class Banner:
+    """The page's message box: a form's outcome, an error (`bad`: shown as one) or not."""
+    text: str
+    bad: bool = False
+
+
+def _banner(who: Caller | None, notice: str | None, flash: str | None, sig: str | None,
+            bad: bool = False) -> Banner | None:
     """What the page may show: signed out, one of NOTICES by its code; signed in, a flash this session was sent."""
     if who is None:
-        return NOTICES.get(notice or "")
-    if who.csrf and flash and sig and hmac.compare_digest(sig.encode(), _flash_signature(who.csrf, flash).encode()):
-        return flash
+        return Banner(NOTICES[notice], bad=True) if notice in NOTICES else None
+    if who.csrf and flash and sig and hmac.compare_digest(sig.encode(), _flash_signature(who.csrf, flash, bad).encode()):
+        return Banner(flash, bad)
     return None
 
 
 @router.get("/", response_class=HTMLResponse)
 def page(request: Request, portal: Objects, message: str | None = None, flash: str | None = None,
-         sig: str | None = None, page: int = 1, pools: int = 1):
+         sig: str | None = None, bad: bool = False, page: int = 1, pools: int = 1):
     who = portal.authenticate(request.headers, request.cookies)
-    shown = _banner(who, message, flash, sig)  # never the query's text as it came
+    shown = _banner(who, message, flash, sig, bad)  # never the query's text as it came
     if who is None:
         form_token = secrets.token_urlsafe(32)
         response = HTMLResponse(templates.get_template("signin.html").render(message=shown, csrf=form_token))
         response.set_cookie(SIGNIN_COOKIE, form_token, max_age=3600, **cookie_options(request))
         return response
-    return _render(portal, who, shown, page, pools)
+    return _render(portal, who, shown, _server(request), page, pools)
 
 
-def _render(portal: Portal, who: Caller, shown: str | None, page: int = 1, pools: int = 1, manifest: str = "",
-            status_code: int = 200) -> HTMLResponse:
-    """The signed-in page; `manifest`: the text a refused paste had, kept in the form to fix."""
+def _server(request: Request) -> str:
+    """The portal's URL as this browser reached it: what `modelplane apply --server` takes."""
+    return str(request.base_url).rstrip("/")
+
+
+def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page: int = 1, pools: int = 1,
+            manifest: str = "", status_code: int = 200) -> HTMLResponse:
+    """The signed-in page; `manifest`: the text a refused paste had, kept in the form to fix; `server`: this
+    portal's URL, for the command that fills an empty fleet."""
     person, store = who.principal, portal.store
     with store.read() as conn:
         plan, observed, gateways = portal.observation(conn)
@@ -101,7 +124,7 @@ def _render(portal: Portal, who: Caller, shown: str | None, page: int = 1, pools
     return HTMLResponse(templates.get_template("fleet.html").render(
         who=person, pools=Paged(pool_rows, pools, "pools", {"page": rows.number}), deployments=deployments,
         deployment_pages=rows, services=services, runs=run_rows, message=shown, gateway=gateway,
-        totals=totals, csrf=who.csrf or "", held=held[:20], quotas=quotas, manifest=manifest),
+        totals=totals, csrf=who.csrf or "", held=held[:20], quotas=quotas, manifest=manifest, server=server),
         status_code=status_code)
 
 
@@ -145,24 +168,29 @@ async def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = 
 
 
 @router.post("/ui/apply")
-async def ui_apply(who: SignedIn, portal: Objects, manifest: str = Form(...), csrf: str = Form("", max_length=100)):
+async def ui_apply(request: Request, who: SignedIn, portal: Objects, manifest: str = Form(...),
+                   csrf: str = Form("", max_length=100)):
     """One or more objects pasted (YAML documents, or a List): each checked as its PUT checks it before any is
     written; on a refusal the page comes back with the text in the form, to fix."""
     person = checked_form(who, csrf).principal
     accepted: list[str] = []
     try:
         objects = await run_in_threadpool(_objects, manifest)  # parsing and validation are CPU work
-        for kind, plural, namespace, name, _ in objects:
+        for kind, plural, namespace, name, _, _ in objects:
             if not person.can_write(namespace):
                 raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
-        for kind, _, namespace, name, raw in objects:
-            await queued(portal, portal.put, kind, namespace, name, raw)
+        for kind, _, namespace, name, raw, doc in objects:
+            try:
+                await queued(portal, portal.put, kind, namespace, name, raw)
+            except ApiError as exc:
+                raise _located(exc, doc, kind, name) from None
             accepted.append(f"{kind} {name}")
     except ApiError as exc:
         message = exc.message + "".join(f"; {c.get('text') or c['message']}" for c in exc.causes[:5])
         if accepted:
             message = f"Accepted {', '.join(accepted)}; then refused: {message}"
-        return await run_in_threadpool(_render, portal, who, message[:MAX_FLASH], 1, 1, manifest, 422)
+        return await run_in_threadpool(_render, portal, who, Banner(message[:MAX_FLASH], bad=True), _server(request),
+                                       1, 1, manifest, 422)
     return _back(who, f"Accepted {', '.join(accepted)}")
 
 
@@ -179,8 +207,26 @@ def _end_session(portal: Portal, session_id: str) -> None:
 MAX_PASTED = 50  # objects one paste may hold
 
 
-def _objects(manifest: str) -> list[tuple[str, str, str | None, str, bytes]]:
-    """(kind, plural, namespace, name, its own text) of every object pasted, each validated as its PUT would be."""
+def _located(exc: ApiError, doc: Document, kind: str, name: str) -> ApiError:
+    """The refusal of one pasted object, each problem named once at its line of the paste. The checks read the
+    object's own text (`request:N`, its lines, not the paste's); shown beside the paste's locator, that was two
+    places for one problem."""
+    if not exc.causes:
+        return ApiError(exc.code, exc.reason, f"manifest:{doc.line}: {kind} {name}: {exc.message}")
+    shown = [str(Problem("manifest", doc.line_of(_path(c.get("field") or "")), f"{kind}/{name}", c.get("field") or "",
+                         c.get("message") or "")) for c in exc.causes[:5]]
+    more = f" (and {len(exc.causes) - 5} more)" if len(exc.causes) > 5 else ""
+    return ApiError(exc.code, exc.reason, "; ".join(shown) + more)
+
+
+def _path(field: str) -> tuple[str | int, ...]:
+    """'spec.engines[0].name' -> ('spec', 'engines', 0, 'name'): a cause's field as a document's lines are keyed."""
+    return tuple(int(part[1:-1]) if part.startswith("[") else part for part in re.findall(r"\[\d+\]|[^.\[\]]+", field))
+
+
+def _objects(manifest: str) -> list[tuple[str, str, str | None, str, bytes, Document]]:
+    """(kind, plural, namespace, name, its own text, its document in the paste) of every object pasted, each
+    validated as its PUT would be."""
     import yaml
 
     from automation.portal.service import parse_body
@@ -210,9 +256,8 @@ def _objects(manifest: str) -> list[tuple[str, str, str | None, str, bytes]]:
         try:
             parse_body(raw, str(kind), namespace, name)
         except ApiError as exc:
-            raise ApiError(exc.code, exc.reason, f"manifest:{doc.line}: {kind} {name}: {exc.message}",
-                           exc.causes) from None
-        out.append((str(kind), plural, namespace, name, raw))
+            raise _located(exc, doc, str(kind), name) from None
+        out.append((str(kind), plural, namespace, name, raw, doc))
     return out
 
 
@@ -227,10 +272,10 @@ async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_le
         if kind not in ("ModelDeployment", "ModelService") or not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not delete {kind} {namespace}/{name}")
         await queued(portal, portal.delete, kind, namespace, name)
-        message = f"Deleted {kind} {namespace}/{name}"
+        message, bad = f"Deleted {kind} {namespace}/{name}", False
     except ApiError as exc:
-        message = exc.message
-    return _back(who, message)
+        message, bad = exc.message, True
+    return _back(who, message, bad)
 
 
 @router.post("/ui/scale")
@@ -243,10 +288,10 @@ async def ui_scale(who: SignedIn, portal: Objects, namespace: str = Form(..., ma
         if not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not write in {namespace}")
         await queued(portal, portal.scale, namespace, name, replicas, None)
-        message = f"Scaled ModelDeployment {namespace}/{name} to {replicas} replica(s)"
+        message, bad = f"Scaled ModelDeployment {namespace}/{name} to {replicas} replica(s)", False
     except ApiError as exc:
-        message = exc.message
-    return _back(who, message)
+        message, bad = exc.message, True
+    return _back(who, message, bad)
 
 
 class Paged:
