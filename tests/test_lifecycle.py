@@ -793,3 +793,34 @@ def test_status_watch_follows_a_rollout_until_every_stack_is_up_to_date(double, 
     # every stack's change is printed as it lands, and the watch ends when nothing is pending
     assert {line.split()[1].rstrip(":") for line in changed if line.endswith("up to date")} == EVERY_STACK
     assert out.rstrip().endswith("every stack is up to date") and process.returncode == 0
+
+
+def test_a_destroy_that_fails_after_the_drain_has_the_next_up_run_that_stack_with_a_refresh(double, tmp_path,
+                                                                                          capsys):
+    """The drain deletes the cluster's Gateways; then the destroy fails (here: the cloud refuses it). The stack's
+    state still holds the Gateways and its fingerprint is unchanged: before, the next `up` skipped the stack and
+    the Gateways stayed deleted. Now it runs that stack with a refresh, once (a real engine then finds the Gateways
+    gone and creates them again: not shown by the double, whose providers are mocks)."""
+    docs = copy.deepcopy(double.docs)
+    kube = _eks_cluster_with_load_balancers(double, tmp_path)
+    try:
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0, \
+            capsys.readouterr().err
+        control = json.loads((double.root / "double" / "control.json").read_text())
+        double.control(**control, fail={"platform-eks-us-west": "deleting EKS Cluster: AccessDenied"})
+        assert double.up("--prune", "--yes-destroy-clusters") == 1
+        assert "AccessDenied" in capsys.readouterr().err
+        assert ("gateway.networking.k8s.io/v1", "Gateway", "modelplane-system", "modelplane") not in kube.cluster.objects
+        assert "platform-eks-us-west" in double.recorded()  # the destroy failed: the stack and its record stay
+        double.control(**control)
+        since = len(double.calls())
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0, \
+            capsys.readouterr().err
+        ups = [c["argv"] for c in double.calls()[since:] if c["stack"] == "platform-eks-us-west"
+               and _verb(c["argv"]) == "up"]
+        assert len(ups) == 1 and "--refresh" in ups[0]
+        since = len(double.calls())
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0
+        assert "platform-eks-us-west" not in double.ran("up", since)  # once: the mark is gone after it ran
+    finally:
+        kube.close()
