@@ -32,6 +32,7 @@ import pulumi_eks as eks
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
+from components.versions import CLUSTER_AUTOSCALER_DRA_FROM, CLUSTER_AUTOSCALER_IMAGE, CLUSTER_AUTOSCALER_TAGS, minor
 from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:eks:InferenceCluster"
@@ -54,6 +55,30 @@ AUTOSCALER_ACTIONS = ["autoscaling:DescribeAutoScalingGroups", "autoscaling:Desc
 POD_IDENTITY_TRUST = json.dumps({"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Action": ["sts:AssumeRole", "sts:TagSession"],
     "Principal": {"Service": "pods.eks.amazonaws.com"}}]})
+
+
+def autoscaler_values(cluster_name: str, region: str | None, kubernetes_version: str | None) -> dict:
+    """cluster-autoscaler's chart values: the image of the control plane's minor (the chart's default follows the
+    chart, not the cluster), and DRA handling on, so that a pending pod's ResourceClaims are simulated against the
+    GPU nodes' ResourceSlices. A minor this project has no tag for keeps the chart's image (`validate` warns)."""
+    values: dict = {"autoDiscovery": {"clusterName": cluster_name}, "awsRegion": region,
+                    "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
+                    "extraArgs": {"balance-similar-node-groups": True, "skip-nodes-with-system-pods": False}}
+    cluster_minor = minor(kubernetes_version) if kubernetes_version else ""
+    tag = CLUSTER_AUTOSCALER_TAGS.get(cluster_minor)
+    if tag:
+        values["image"] = {"repository": CLUSTER_AUTOSCALER_IMAGE, "tag": tag}
+    if not tag or tuple(int(p) for p in cluster_minor.split(".")) >= CLUSTER_AUTOSCALER_DRA_FROM:
+        values["extraArgs"]["enable-dynamic-resource-allocation"] = True
+    return values
+
+
+def pool_minimum(pool: GpuPoolArgs) -> int:
+    """A node group's minimum size. cluster-autoscaler builds a node group's template from a live node's
+    ResourceSlices: from zero nodes it has none, so a pod that claims a GPU through DRA never fits the template and
+    the group never grows. A DRA pool that autoscales keeps one node (`validate` says so)."""
+    minimum = pool.min_nodes if pool.min_nodes is not None else pool.node_count
+    return max(minimum, 1) if pool.autoscaled and pool.nvidia else minimum
 
 
 def zones_of(args: ClusterArgs) -> list[str]:
@@ -138,9 +163,7 @@ class EksInferenceCluster(pulumi.ComponentResource):
         autoscaler = None
         if any(p.autoscaled for p in args.pools):
             self.autoscaler_role = self._autoscaler_role(name, tags, child, after_agent)
-            autoscaler = {"autoDiscovery": {"clusterName": self.cluster_name}, "awsRegion": args.region,
-                          "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
-                          "extraArgs": {"balance-similar-node-groups": True, "skip-nodes-with-system-pods": False}}
+            autoscaler = autoscaler_values(self.cluster_name, args.region, args.kubernetes_version)
         self.facts = ClusterFacts(
             storage_classes=[
                 {"metadata": {"name": RWX_CLASS}, "provisioner": "efs.csi.aws.com",
@@ -189,7 +212,7 @@ class EksInferenceCluster(pulumi.ComponentResource):
         subnets = [self.subnets[z].id for z in pool.zones if z in self.subnets] or [s.id for s in self.subnets.values()]
         if pool.efa:  # EFA instances in one zone, close together
             subnets = subnets[:1]
-        minimum = pool.min_nodes if pool.min_nodes is not None else pool.node_count
+        minimum = pool_minimum(pool)
         maximum = max(pool.capacity_nodes, minimum, 1)
         capacity_type = "SPOT" if pool.spot else "ON_DEMAND"
         template_args: dict = {"block_device_mappings": [aws.ec2.LaunchTemplateBlockDeviceMappingArgs(

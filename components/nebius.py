@@ -28,12 +28,17 @@ from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
 from components.serving_stack import ClusterFacts
 from fleet.inventory import CACHE_STORAGE_CLASSES
+from workloads.pods import GPU_NODE_TOLERATIONS
 
 TYPE = "modelplane:nebius:InferenceCluster"
 SYSTEM_PLATFORM, SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
 RWX_CLASS = CACHE_STORAGE_CLASSES["Nebius"]  # the class caches stage to (fleet/inventory.py)
 RWX_PROVISIONER = "mounted-fs-path.csi.nebius.ai"
+# GPU node groups carry the nvidia.com/gpu NoSchedule taint: without these the driver's node DaemonSet never runs
+# where model servers mount their caches. `tolerations` is the top-level key Helm charts conventionally read; the
+# chart (0.1.5) is not vendored here, so that its DaemonSet reads it is what a real cluster shows (docs/platform.md).
+CSI_VALUES_TOLERATIONS = [dict(t) for t in GPU_NODE_TOLERATIONS]
 CACHE_FS_GIB = 2048  # the shared filesystem for model caches (every cache on the cluster shares it)
 CACHE_MOUNT, CACHE_TAG = "/mnt/modelplane-cache", "modelplane-cache"
 # The API only attaches the filesystem as a virtiofs device; the node mounts it (nofail: a node still boots).
@@ -122,7 +127,8 @@ class NebiusInferenceCluster(pulumi.ComponentResource):
             storage_classes=[{"metadata": {"name": RWX_CLASS}, "provisioner": RWX_PROVISIONER,
                               "reclaim_policy": "Delete", "volume_binding_mode": "WaitForFirstConsumer"}],
             # volumes are directories under the shared filesystem's mount
-            storage_charts={"nebius-csi-mounted-fs-path": {"dataDir": f"{CACHE_MOUNT}/csi-mounted-fs-path-data/"}})
+            storage_charts={"nebius-csi-mounted-fs-path": {"dataDir": f"{CACHE_MOUNT}/csi-mounted-fs-path-data/",
+                                                          "tolerations": CSI_VALUES_TOLERATIONS}})
         self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})
 
     def _gpu_group(self, name: str, pool: GpuPoolArgs, labels: dict, opts: pulumi.ResourceOptions):

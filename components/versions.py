@@ -114,6 +114,14 @@ CHARTS: dict[str, Chart] = {c.key: c for c in (
     Chart("cluster-autoscaler", "cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.57.0", "kube-system"),
 )}
 
+# cluster-autoscaler's image per Kubernetes minor: upstream supports a release only with the same minor of the
+# control plane (kubernetes/autoscaler's version table). The newest patch of each minor, from the project's releases.
+CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
+CLUSTER_AUTOSCALER_TAGS = {"1.30": "v1.30.2", "1.31": "v1.31.1", "1.32": "v1.32.1", "1.33": "v1.33.6",
+                           "1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+# `--enable-dynamic-resource-allocation` first exists in 1.32 (experimental, off by default); from 1.35 it is locked on.
+CLUSTER_AUTOSCALER_DRA_FROM = (1, 32)
+
 # The Dynamo release whose CRDs are bundled (workloads/crds/upstream/NOTICE.md): the pinned chart must be this one.
 DYNAMO_CRDS_RELEASE = "1.2.1"
 # ModelExpress, the weight-streaming server of a Dynamo cluster (ai-dynamo/modelexpress; no chart in Dynamo 1.2.1).

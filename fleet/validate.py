@@ -20,6 +20,7 @@ from typing import Any, Iterable, Literal, overload
 
 from pydantic import ValidationError
 
+from fleet.backends import NVIDIA_DRIVER
 from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource)
@@ -346,6 +347,13 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
                 elif prov.provider != source:
                     out.append(fleet.problem(ic, path, f"InferenceClass {pool.className!r} provisions for "
                                              f"{prov.provider}, but this cluster's source is {source}"))
+                if source == "EKS" and pool.maxNodeCount is not None and any(
+                        d.driver == NVIDIA_DRIVER and d.claim == "DRA" for d in icl.spec.devices) and (
+                        pool.minNodeCount if pool.minNodeCount is not None else pool.nodeCount) == 0:
+                    out.append(fleet.problem(ic, ("spec", "nodePools", i, "minNodeCount"), "cluster-autoscaler cannot "
+                                             "grow a DRA pool from zero nodes on EKS (a node group's template has no "
+                                             "ResourceSlices until a node exists): the node group keeps one node",
+                                             warning=True))
         for message in topology_conflicts(ic, classes):
             out.append(fleet.problem(ic, ("spec", "nodePools"), message))
     out += _nvlink_problems(fleet, classes, subjects)

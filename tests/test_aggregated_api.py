@@ -63,7 +63,7 @@ def test_every_rendered_object_is_valid_against_its_upstream_schema(annotations)
 
 @pytest.mark.parametrize("annotations,key", [
     ({PREFIX: "yes"}, PREFIX),
-    ({PREFIX: "enabled"}, f"{PREFIX}-source"),
+    ({PREFIX: "enabled"}, f"{PREFIX}-image"),
     ({**ON, f"{PREFIX}-executor": "local"}, f"{PREFIX}-executor"),
     ({**ON, f"{PREFIX}-serving-secret": "mine"}, f"{PREFIX}-serving-secret"),
     ({**ON, f"{PREFIX}-serving-secret": "mine", f"{PREFIX}-ca-bundle": "not base64!"}, f"{PREFIX}-ca-bundle"),
@@ -74,6 +74,27 @@ def test_wrong_annotations_are_named(annotations, key):
     if aggregated_api.enabled(annotations):
         with pytest.raises(ValueError, match=key):
             objects(annotations)
+
+
+IMAGE = {PREFIX: "enabled", f"{PREFIX}-image": "registry.example/modelplane:0.1.0"}
+
+
+@pytest.mark.parametrize("annotations, installs", [(IMAGE, False), (ON, True)])
+def test_the_portal_starts_under_a_startup_probe_within_the_stacks_wait(annotations, installs):
+    """A startup probe covers the start (seconds from an image, minutes for an install), liveness has no long fixed
+    delay, and the gateway stack waits (`pulumi.com/timeoutSeconds`) at least as long as the probe allows. Before:
+    liveness after 300 s and Pulumi's default ten minutes, whatever the start took."""
+    (deployment,) = [o for o in objects(annotations) if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == container["livenessProbe"]["httpGet"]
+    allowed = startup["periodSeconds"] * startup["failureThreshold"]
+    assert (allowed >= 600) is installs and allowed >= 60
+    assert container["livenessProbe"].get("initialDelaySeconds", 0) <= 30
+    wait = int(deployment["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+    assert wait > allowed and (wait <= 600) is not installs
+    assert ("pip install" in container["command"][-1]) is installs
+    assert check(deployment) == []
 
 
 def _fleet_folder(tmp_path: Path) -> Path:

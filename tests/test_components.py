@@ -324,3 +324,50 @@ def test_eks_control_plane_gets_two_zones_even_when_every_pool_sits_in_one(examp
     assert subnets == ["us-west-2a", "us-west-2c"]
     h100 = inputs(named(resources, "eks-us-west-h100", "aws:eks/nodeGroup:NodeGroup"))
     assert len(h100["subnetIds"]) == 1  # the pool itself stays in its zone
+
+
+@pytest.mark.parametrize("version, tag, dra", [
+    ("1.36", "v1.36.1", True),   # the EKS default minor
+    ("1.34", "v1.34.5", True),
+    ("1.32", "v1.32.1", True),   # the first release with the DRA flag
+    ("1.31", "v1.31.1", False),  # no such flag: passing it would stop the autoscaler at start
+    ("1.99", None, True),        # a minor without a pinned tag keeps the chart's image (validate warns)
+])
+def test_eks_cluster_autoscaler_image_follows_the_control_plane_minor_with_dra_on(version, tag, dra):
+    from components.eks import autoscaler_values
+
+    values = autoscaler_values("c", "us-west-2", version)
+    assert values.get("image") == ({"repository": "registry.k8s.io/autoscaling/cluster-autoscaler", "tag": tag}
+                                   if tag else None)
+    assert values["extraArgs"].get("enable-dynamic-resource-allocation") is (True if dra else None)
+
+
+def test_eks_dra_pool_autoscales_from_one_node_with_a_pinned_dra_autoscaler(tmp_path, capsys):
+    """The example's EKS H100 pool (DRA devices) asking to scale from zero: the platform stack installs
+    cluster-autoscaler of the cluster's minor with DRA on, and the node group keeps one node, because the
+    autoscaler cannot build a DRA template from zero nodes; `validate` says so. Before: the chart's image, no DRA
+    flag, a minimum of zero (the example itself now asks for one)."""
+    from automation.cli import main
+
+    folder = tmp_path / "platform"
+    folder.mkdir()
+    for source in (ROOT / "examples" / "platform").glob("*.yaml"):
+        (folder / source.name).write_text(source.read_text().replace(
+            "minNodeCount: 1  # a DRA pool on EKS", "minNodeCount: 0  # a DRA pool on EKS"))
+    loaded = load_fleet([str(folder)])
+    assert not loaded.errors
+    assert cluster_args(loaded.fleet, "eks-us-west").pools[0].min_nodes == 0
+    resources = registered(lambda: platform(loaded.fleet, pulumi.Config("modelplane")), "platform-eks-us-west",
+                           {"modelplane:cluster": "eks-us-west", "modelplane:gateway": "false"})
+    h100 = inputs(named(resources, "eks-us-west-h100", "aws:eks/nodeGroup:NodeGroup"))
+    assert h100["scalingConfig"]["minSize"] == 1 and h100["scalingConfig"]["maxSize"] == 4
+    release = next(inputs(r) for r in of_type(resources, "kubernetes:helm.sh/v3:Release")
+                   if inputs(r)["name"] == "mp-cluster-autoscaler")
+    version = cluster_args(loaded.fleet, "eks-us-west").kubernetes_version
+    assert release["values"]["image"]["tag"].startswith(f"v{version}.")
+    assert release["values"]["extraArgs"]["enable-dynamic-resource-allocation"] is True
+    assert main(["validate", "-f", str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert "eks-us-west" in err and "cannot grow a DRA pool from zero nodes" in err
+    assert main(["validate", "-f", str(ROOT / "examples" / "platform")]) == 0  # the example as shipped: no warning
+    assert "cannot grow a DRA pool" not in capsys.readouterr().err

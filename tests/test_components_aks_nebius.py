@@ -217,3 +217,32 @@ def test_a_cached_deployment_places_a_replica_on_nebius(tmp_path):
     assert not loaded.errors, [str(e) for e in loaded.errors]
     plan = schedule(loaded.fleet)
     assert [(r.deployment, r.cluster) for r in plan.replicas] == [("qwen", "neb")]
+
+
+def _tolerates(toleration: dict, taint: dict) -> bool:
+    """Kubernetes' own rule (a toleration with no key and Exists matches every taint)."""
+    effect = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+    if toleration.get("effect") and toleration["effect"] != effect.get(taint["effect"], taint["effect"]):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint["key"]
+    return toleration.get("key") == taint["key"] and toleration.get("value") == taint.get("value")
+
+
+@pytest.mark.parametrize("pool", [{"name": "h100", "nodeCount": 1},
+                                  {"name": "h100", "nodeCount": 1, "minNodeCount": 0, "maxNodeCount": 4, "spot": True}])
+def test_nebius_cache_driver_runs_on_tainted_gpu_nodes(tmp_path, pool):
+    """The csi-mounted-fs-path node DaemonSet must run on GPU nodes, where model servers mount their caches: the
+    release's values tolerate every taint the GPU node groups carry (before: no tolerations, so no driver there)."""
+    fleet = _fleet(tmp_path, "Nebius", {"nebius": {"projectId": "project-e00abc"}},
+                   {"provider": "Nebius", "nebius": {"platform": "gpu-h100-sxm", "preset": "8gpu-128vcpu-1600gb"}},
+                   pool, gpus=8)
+    resources = _platform(fleet, "c1")
+    driver = next(r for r in of_type(resources, "kubernetes:helm.sh/v3:Release")
+                  if inputs(r)["name"] == "mp-nebius-csi-mounted-fs-path")
+    tolerations = inputs(driver)["values"]["tolerations"]
+    taints = [t for g in of_type(resources, "nebius:index/mk8sV1NodeGroup:Mk8sV1NodeGroup")
+              for t in inputs(g)["template"].get("taints") or []]
+    assert taints  # the GPU group is tainted: the case this is about
+    for taint in taints:
+        assert any(_tolerates(t, taint) for t in tolerations), (taint, tolerations)

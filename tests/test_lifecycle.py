@@ -850,3 +850,34 @@ def test_the_portal_worker_refuses_a_changed_serving_stack_as_up_does(double, ca
             assert run["status"] == "failed" and "spec.stack is immutable" in run["log"], run
             assert double.ran("up", since=mark) == []  # the platform stack did not run
             assert double.recorded()["platform-c1"]["outputs"]["clusterArgs"]["args"]["stack"] == "Standard"
+
+
+def test_a_destroy_that_fails_after_the_drain_has_the_next_up_run_that_stack_with_a_refresh(double, tmp_path,
+                                                                                          capsys):
+    """The drain deletes the cluster's Gateways; then the destroy fails (here: the cloud refuses it). The stack's
+    state still holds the Gateways and its fingerprint is unchanged: before, the next `up` skipped the stack and
+    the Gateways stayed deleted. Now it runs that stack with a refresh, once (a real engine then finds the Gateways
+    gone and creates them again: not shown by the double, whose providers are mocks)."""
+    docs = copy.deepcopy(double.docs)
+    kube = _eks_cluster_with_load_balancers(double, tmp_path)
+    try:
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0, \
+            capsys.readouterr().err
+        control = json.loads((double.root / "double" / "control.json").read_text())
+        double.control(**control, fail={"platform-eks-us-west": "deleting EKS Cluster: AccessDenied"})
+        assert double.up("--prune", "--yes-destroy-clusters") == 1
+        assert "AccessDenied" in capsys.readouterr().err
+        assert ("gateway.networking.k8s.io/v1", "Gateway", "modelplane-system", "modelplane") not in kube.cluster.objects
+        assert "platform-eks-us-west" in double.recorded()  # the destroy failed: the stack and its record stay
+        double.control(**control)
+        since = len(double.calls())
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0, \
+            capsys.readouterr().err
+        ups = [c["argv"] for c in double.calls()[since:] if c["stack"] == "platform-eks-us-west"
+               and _verb(c["argv"]) == "up"]
+        assert len(ups) == 1 and "--refresh" in ups[0]
+        since = len(double.calls())
+        assert main(["up", "-f", double.fleet(docs), "--kubeconfig", f"byo-eu={double.kubeconfig}"]) == 0
+        assert "platform-eks-us-west" not in double.ran("up", since)  # once: the mark is gone after it ran
+    finally:
+        kube.close()

@@ -9,10 +9,11 @@ modeldeployments` against the control-plane cluster works with the cluster's own
 Asked for by InferenceGateway annotations (the gateway stack deploys it, on the control-plane cluster):
 
     modelplane.ai/aggregated-api: enabled                   turn it on
-    modelplane.ai/aggregated-api-source: <pip requirement>   this project, installed at start into the pod, e.g.
+    modelplane.ai/aggregated-api-image: <image>             an image with this project installed (the project's
+                                                            Dockerfile): the default path, it starts in seconds
+    modelplane.ai/aggregated-api-source: <pip requirement>   or this project, installed at start into the operator's
+                                                            Pulumi image (minutes), e.g.
                                                             "modelplane-pulumi @ git+https://github.com/org/repo@<commit>"
-    modelplane.ai/aggregated-api-image: <image>             default the operator's Pulumi image (Python inside);
-                                                            an image with `modelplane` on its PATH needs no source
     modelplane.ai/aggregated-api-executor: none | operator  default none (`--no-apply`): accept and plan only
     modelplane.ai/aggregated-api-serving-secret: <name>     a kubernetes.io/tls Secret you made in the portal's
     modelplane.ai/aggregated-api-ca-bundle: <base64 PEM>    namespace, and the CA that signed it; default a
@@ -60,7 +61,8 @@ def errors(annotations: dict[str, str] | None) -> list[tuple[str, str]]:
         return [(PREFIX, f"must be 'enabled' to serve the aggregated API (found {annotations.get(PREFIX)!r})")]
     found = [(key, "unknown aggregated-api annotation") for key in sorted(keys - KNOWN)]
     if f"{PREFIX}-source" not in annotations and f"{PREFIX}-image" not in annotations:
-        found.append((f"{PREFIX}-source", "required unless -image names an image with modelplane installed"))
+        found.append((f"{PREFIX}-image", "name an image with modelplane installed (built from the project's "
+                                         "Dockerfile, docs/portal.md); or a -source to install at start (minutes)"))
     if annotations.get(f"{PREFIX}-executor", "none") not in ("none", "operator"):
         found.append((f"{PREFIX}-executor", "must be 'none' or 'operator'"))
     secret, bundle = annotations.get(f"{PREFIX}-serving-secret"), annotations.get(f"{PREFIX}-ca-bundle")
@@ -75,6 +77,22 @@ def errors(annotations: dict[str, str] | None) -> list[tuple[str, str]]:
         except (binascii.Error, ValueError):
             found.append((f"{PREFIX}-ca-bundle", "must be base64 of PEM certificates"))
     return found
+
+
+STARTUP_PERIOD = 5
+# How long a portal may take to serve after its container starts: an image with the project installed (the default
+# path, docs/portal.md) imports and serves in seconds; a `-source` install into an empty venv takes minutes.
+STARTUP_SECONDS = {"image": 120, "source": 900}
+PULL_SECONDS = 180  # pulling the image and scheduling the pod, before the container starts
+
+
+def _startup_failures(source: str | None) -> int:
+    return STARTUP_SECONDS["source" if source else "image"] // STARTUP_PERIOD
+
+
+def rollout_seconds(source: str | None) -> int:
+    """How long the gateway stack waits for the portal's Deployment (`pulumi.com/timeoutSeconds`)."""
+    return PULL_SECONDS + STARTUP_SECONDS["source" if source else "image"]
 
 
 def _command(annotations: dict[str, str]) -> list[str]:
@@ -147,8 +165,11 @@ def objects(annotations: dict[str, str] | None) -> list[dict]:
         + [{"name": "MODELPLANE_CACHE_DIR", "value": "/var/lib/modelplane/cache"}],
         "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "https", "scheme": "HTTPS"}, "periodSeconds": 10},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
-                          "initialDelaySeconds": 300 if source else 30, "periodSeconds": 20},  # an install takes minutes
+        # Start-up has its own allowance (an install at start takes minutes, an image's portal seconds); liveness
+        # only begins after it, so a hung portal is restarted in a minute, not after a fixed five-minute delay.
+        "startupProbe": {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
+                         "periodSeconds": STARTUP_PERIOD, "failureThreshold": _startup_failures(source)},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}, "periodSeconds": 20},
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
                             "capabilities": {"drop": ["ALL"]}},
@@ -159,7 +180,9 @@ def objects(annotations: dict[str, str] | None) -> list[dict]:
                          {"name": "install", "mountPath": "/opt/modelplane"}],
     }
     out += [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME, **meta},
+        # the gateway stack waits for the portal as long as its start may take, not Pulumi's default ten minutes
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": NAME, **meta, "annotations": {"pulumi.com/timeoutSeconds": str(rollout_seconds(source))}},
          "spec": {"replicas": 1, "strategy": {"type": "Recreate"},  # one SQLite writer at a time
                   "selector": {"matchLabels": dict(LABELS)},
                   "template": {"metadata": {"labels": dict(LABELS)}, "spec": {

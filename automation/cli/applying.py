@@ -115,7 +115,13 @@ def _selected_or_exit(prepared, run: StackRun, fleet, given: dict[str, str] | No
     if unknown_force:
         click.echo(f"error: --force names {', '.join(unknown_force)}, not a stack of these manifests", err=True)
         raise SystemExit(2)
-    items = selected(prepared, operation, prune=run.prune, force=set(run.force))
+    from pathlib import Path
+
+    from automation.execution.load_balancers import drained_stacks
+
+    # a platform stack whose failed destroy deleted its Gateways runs again, with a refresh (pulumi_runner.py)
+    drained = drained_stacks(Path(run.state)) & set(prepared.specs) if not run.on_operator else set()
+    items = selected(prepared, operation, prune=run.prune, force=set(run.force) | drained)
     for change in prepared.kept_by_default(operation, run.prune):
         click.echo(f"kept: {change.name} is recorded but not in the input; `{operation} --prune` would destroy it",
                    err=True)

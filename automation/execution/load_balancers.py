@@ -16,6 +16,7 @@ deleted in the cloud.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
 
 from automation.execution.kube import ALL_NAMESPACES, KubeAPI, KubeError
@@ -35,9 +36,10 @@ def _load_balancers(api: KubeAPI) -> list[dict]:
 
 def drain(api: KubeAPI, wait_seconds: float = WAIT_SECONDS, poll_seconds: float = 2.0,
           say: Callable[[str], None] = lambda line: None, sleep: Callable[[float], None] = time.sleep,
-          clock: Callable[[], float] = time.monotonic) -> list[str]:
+          clock: Callable[[], float] = time.monotonic, deleted: list[str] | None = None) -> list[str]:
     """Delete the cluster's Gateways, then its LoadBalancer Services, and wait until those are gone; returns
-    the Services still there when `wait_seconds` ran out (empty: every load balancer was deleted)."""
+    the Services still there when `wait_seconds` ran out (empty: every load balancer was deleted). The Gateways
+    it deleted are appended to `deleted`."""
     try:
         gateways = api.list(GATEWAY, "Gateway", ALL_NAMESPACES)
     except KubeError as exc:
@@ -47,6 +49,8 @@ def drain(api: KubeAPI, wait_seconds: float = WAIT_SECONDS, poll_seconds: float 
     for gateway in gateways:
         say(f"deleting Gateway {_name(gateway)} (its controller deletes its load balancer)")
         api.delete(GATEWAY, "Gateway", gateway["metadata"]["namespace"], gateway["metadata"]["name"])
+        if deleted is not None:
+            deleted.append(_name(gateway))
     deadline = clock() + wait_seconds
     while True:
         left = _load_balancers(api)
@@ -59,3 +63,15 @@ def drain(api: KubeAPI, wait_seconds: float = WAIT_SECONDS, poll_seconds: float 
         if clock() >= deadline:
             return sorted(_name(s) for s in left)
         sleep(poll_seconds)
+
+
+def drained_marker(root: Path, stack: str) -> Path:
+    """Where a platform stack is marked when its destroy failed after the drain deleted its cluster's Gateways:
+    its state still holds them, so the next `up` runs it (unchanged or not) with a refresh, which finds them gone
+    and creates them again. On the machine whose state folder ran the destroy (docs/platform.md)."""
+    return Path(root) / "drained" / stack
+
+
+def drained_stacks(root: Path) -> set[str]:
+    folder = Path(root) / "drained"
+    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()

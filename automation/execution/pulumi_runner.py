@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pulumi
 
+from automation.execution import load_balancers
 from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
 from automation.record.backend import default_backend
@@ -336,20 +337,33 @@ class PulumiRunner:
                 return RunResult(spec.name, operation, True, _counts(result.change_summary))
             if operation == "up":
                 began = utc_now()
-                result = stack.up(on_event=forward, parallel=self.parallel, color="never", refresh=self.refresh or None)
+                marker = load_balancers.drained_marker(self.root, spec.name)
+                drained = marker.is_file()  # a failed destroy deleted its Gateways: the state still has them
+                result = stack.up(on_event=forward, parallel=self.parallel, color="never",
+                                  refresh=(self.refresh or drained) or None)
+                marker.unlink(missing_ok=True)
                 return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes),
                                  _plain(result.outputs), window=UpdateWindow.of(result.summary, began, utc_now()))
             if operation == "destroy":
                 if self.unprotect and spec.kind == "platform":
                     self.lift_protection(stack, spec, forward)
+                gateways: list[str] = []
                 if spec.kind == "platform" and not self.protected:  # a protected cluster stays: so do its LBs
-                    left = self.drain_load_balancers(stack, spec, on_event)
+                    left = self.drain_load_balancers(stack, spec, on_event, gateways)
                     if left:
                         return RunResult(spec.name, operation, False, error=(
                             f"the cloud has not deleted the load balancers of {', '.join(left)} in "
                             f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
                             "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
-                result = stack.destroy(on_event=forward, color="never")
+                try:
+                    result = stack.destroy(on_event=forward, color="never")
+                except Exception:
+                    if gateways:
+                        marker = load_balancers.drained_marker(self.root, spec.name)
+                        marker.parent.mkdir(parents=True, exist_ok=True)
+                        marker.write_text("\n".join(gateways) + "\n")
+                    raise
+                load_balancers.drained_marker(self.root, spec.name).unlink(missing_ok=True)
                 # the stack leaves the backend with its resources: a destroyed stack kept there (no resources, no
                 # record) read as recorded, and every later `up --prune` destroyed it again (the real engine showed it)
                 stack.workspace.remove_stack(stack.name)
@@ -389,11 +403,11 @@ class PulumiRunner:
         given = str(self.config.get("modelplane:deletionProtection", "true")).lower()
         return not self.unprotect and given != "false"
 
-    def drain_load_balancers(self, stack, spec: StackSpec, on_event: EventSink) -> list[str]:
+    def drain_load_balancers(self, stack, spec: StackSpec, on_event: EventSink,
+                             gateways: list[str] | None = None) -> list[str]:
         """Before a provisioned cluster's platform stack is destroyed, have the cloud delete the load balancers
         its Services made (automation/execution/load_balancers.py); returns the Services still there. A cluster this
         machine cannot reach is destroyed anyway, with a warning: draining is then the user's."""
-        from automation.execution import load_balancers
         from automation.execution.kube import KubeClient
 
         outputs = stack.outputs()
@@ -413,7 +427,7 @@ class PulumiRunner:
             path.write_text(str(kubeconfig.value))
             try:
                 api = KubeClient(path, cluster=f"cluster {spec.id.cluster}")
-                return load_balancers.drain(api, LOAD_BALANCER_WAIT, say=say)
+                return load_balancers.drain(api, LOAD_BALANCER_WAIT, say=say, deleted=gateways)
             except AutomationError as exc:
                 say(f"could not delete the cluster's load balancers before destroying it ({exc}); any the cloud "
                     "made for its Services may be left behind and hold its network", "warning")
