@@ -34,10 +34,19 @@ class CacheSettings(Strict):
     storageClassName: Annotated[str, Str(1, 253)] | None = None
 
 
+# Who installs the cluster's add-ons (the CRDs and charts the serving stack needs): Install, the platform stack
+# (the default); Verify, the cluster's own platform team: the platform stack installs none of them, and `up` checks
+# first that the cluster serves what is placed there (automation/planning/addons.py).
+AddOns = Literal["Install", "Verify"]
+
+
 class ExistingCluster(Strict):
     secretRef: SecretKeyRef
     identitySecretRef: IdentitySecretRef | None = None
     cache: CacheSettings | None = None
+    # Not in the reference's API (an optional addition, like cache.storageClassName an admin's setting): who
+    # installs the add-ons of a cluster that is brought as is.
+    addons: AddOns = "Install"
 
 
 class RegionalCluster(Strict):
@@ -187,6 +196,11 @@ def inference_cluster_rules(ic: InferenceCluster) -> Rule:
     if cluster.existing is not None:
         ref = cluster.existing.secretRef
         yield from secret_reference_rules(ref.name, ref.key, ("spec", "cluster", "existing", "secretRef"))
+        if cluster.source != "Existing" and "addons" in cluster.existing.model_fields_set:
+            yield ("spec", "cluster", "existing", "addons"), (
+                f"only an Existing cluster's add-ons can be left to its platform team: this {cluster.source} "
+                "cluster is provisioned by its platform stack, which installs them (remove the field, or bring the "
+                "cluster as source Existing)")
     yield from unique(ic.spec.taints or [], lambda t: (t.key, t.effect), ("spec", "taints"), "taint (key, effect)")
     yield from unique(ic.spec.nodePools, lambda p: p.name, ("spec", "nodePools"), "node pool name")
     for i, pool in enumerate(ic.spec.nodePools):
