@@ -242,3 +242,26 @@ def test_verify_on_a_provisioned_cluster_is_refused_naming_file_object_and_field
     assert len(lines) == 1 and lines[0].startswith(f"{path}:")
     assert f"InferenceCluster/{gke['metadata']['name']}: spec.cluster.existing.addons: only an Existing cluster's " \
            "add-ons can be left to its platform team" in lines[0]
+
+
+def test_the_portals_worker_runs_the_same_check_and_applies_nothing(tmp_path, monkeypatch):
+    from automation.portal import worker as worker_module
+    from automation.portal.store import Store
+    from tests.test_orchestrator import FakeRunner, MemoryRecord
+
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    with store.write() as conn:
+        for doc in verified(EXAMPLES):
+            if doc["apiVersion"].startswith("modelplane.ai/"):
+                store.put(conn, doc["kind"], doc["metadata"].get("namespace") or "", doc, None)
+        store.enqueue(conn, "model-ml-team.qwen3-coder", "up", "f1")
+    runner = FakeRunner()
+    worker = worker_module.Worker(store, tmp_path, runner=lambda fleet, state: worker_module.Executor(
+        runner, MemoryRecord()))
+    monkeypatch.setattr(session, "kubeconfig_reader", answering({("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")}))
+    worker.execute(worker.claim())
+    with store.read() as conn:
+        [run] = store.list_runs(conn)
+    assert run["status"] == "failed" and runner.calls == []
+    assert "nothing was applied: InferenceCluster/byo-eu: leaderworkerset.x-k8s.io/v1 LeaderWorkerSet is not served" \
+        in run["log"]

@@ -42,6 +42,7 @@ from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endp
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
+    from automation.planning.addons import Need
     from fleet.validate import Fleet
 
 class Change(StrEnum):
@@ -390,7 +391,7 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
         spec.depends_on = sorted(d for d in set(spec.depends_on) if d in stacks)
 
 
-def addon_needs(specs: Mapping[str, StackSpec]) -> dict:
+def addon_needs(specs: Mapping[str, StackSpec]) -> dict[str, tuple[Need, ...]]:
     """What each Existing cluster whose platform team manages its add-ons must serve for these stacks
     (automation/planning/addons.py `Need`), from their payloads: the workload stacks' rendered objects, the platform
     stack's and, on the fleet gateway's host, the gateway stack's. {} for a fleet without such a cluster."""
@@ -453,7 +454,7 @@ class DesiredState:
                 for name, digest in (self.inputs.digests if self.inputs is not None else {}).items()}
 
     @cached_property
-    def needs(self) -> dict:
+    def needs(self) -> dict[str, tuple[Need, ...]]:
         """What each Existing cluster whose platform team manages its add-ons must serve (`addon_needs`): computed
         once, read by `up`'s check before anything is applied and by `plan`."""
         if self.reused:
