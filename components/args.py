@@ -90,6 +90,13 @@ class ClusterArgs(Args):
     # a replica placed here (or still applied here) is Dynamo-served: from the plan, not the fleet
     # (fleet/plan.py `dynamo_clusters`, automation/planning/stacks.py `platform_specs`)
     dynamo: bool = False
+    # Existing: who installs the add-ons (spec.cluster.existing.addons). Verify: the cluster's platform team; the
+    # serving stack installs no CRD and no chart, and `up` first checks the cluster serves what is placed there
+    addons: Literal["Install", "Verify"] = "Install"
+
+    @property
+    def verifies_addons(self) -> bool:
+        return self.addons == "Verify"
 
     @property
     def needs_dynamo(self) -> bool:
@@ -228,6 +235,7 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
         kubernetes_version=getattr(block, "kubernetesVersion", None),
         labels=dict(ic.metadata.labels or {}), pools=pools,
         kubeconfig_secret=ic.existing_block.secretRef.name if source == "Existing" else None,
+        addons=ic.existing_block.addons if source == "Existing" else "Install",
         cache_storage_class=cache_storage_class(ic),
         stack=ic.spec.stack or "Standard",
         topology=[TopologyLevel.model_validate({"domain": d, "key": k}) for d, k in cluster_topology(ic, classes)],

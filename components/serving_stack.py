@@ -18,6 +18,13 @@ Installed in an order the API server accepts the first time (each step waits for
 
 Deletes run in reverse: the Gateway before its controller, releases before the pools. The bundled CRDs are shared
 with every other user of the cluster: adopted when already there, and never deleted (components/crds.py).
+
+On an Existing cluster whose platform team manages the add-ons (`spec.cluster.existing.addons: Verify`) none of
+steps 1 and 2 is installed (no CRD, no chart, no namespace of a chart): only the project's own objects are made,
+the `modelplane-system` Namespace, the `envoy` GatewayClass with its EnvoyProxy (in `modelplane-system`: no
+namespace of the platform team's Envoy Gateway is assumed), the Gateway, its fleet listener's objects and, where
+Dynamo serves, Grove's ClusterTopology and ModelExpress. `up` has checked first that the cluster serves every API
+they and the workloads placed there use (automation/planning/addons.py, automation/execution/session.py).
 """
 
 from __future__ import annotations
@@ -243,9 +250,16 @@ class ServingStack(pulumi.ComponentResource):
         after = list(depends_on or [])
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
         self.namespace = k8s.core.v1.Namespace(f"{name}-system", metadata={"name": SYSTEM_NAMESPACE}, opts=k8s_opts)
+        self.releases: dict[str, k8s.helm.v3.Release] = {}
+        if args.verifies_addons:  # the cluster's platform team installed them; `up` checked they are served
+            self._gateway(name, args, provider, [self.namespace], client_cas, SYSTEM_NAMESPACE, [self.namespace],
+                          wait_for_address=facts.load_balancer)
+            if args.needs_dynamo:
+                self._dynamo(name, args, provider, self.namespace)
+            self.register_outputs({"gatewayAddress": self.gateway_address})
+            return
         self.crds = crds.installed(f"{name}-crds", crds.gateway_api() + crds.inference_extension(),
                                    crd_provider or provider, self, after)
-        self.releases: dict[str, k8s.helm.v3.Release] = {}
 
         def install(key: str, wait: list, create_namespace: bool = True) -> k8s.helm.v3.Release:
             self.releases[key] = release(f"{name}-{key}", chart(key, versions, sources), release_values(key, args, facts, rate_limit),
@@ -285,10 +299,19 @@ class ServingStack(pulumi.ComponentResource):
             lb_ready = metallb(name, metallb_pool, provider, self, versions, after, sources)
 
         gateway_deps = [self.crds, envoy, envoy_crds, self.namespace, self.releases["ai-gateway"]]
-        envoy_ns = chart("envoy-gateway", versions).namespace
+        # Without a cloud load balancer or MetalLB nothing gives the Gateway an address: do not wait for one.
+        self._gateway(name, args, provider, gateway_deps, client_cas,
+                      chart("envoy-gateway", versions).namespace, [cert_manager, envoy_crds, self.namespace],
+                      lb_ready, wait_for_address=facts.load_balancer or bool(metallb_pool))
+        self.register_outputs({"gatewayAddress": self.gateway_address})
+
+    def _gateway(self, name: str, args: ClusterArgs, provider: k8s.Provider, gateway_deps: list, client_cas: tuple[str, ...], proxy_namespace: str, listener_after: list,
+                 lb_ready: list | None = None, wait_for_address: bool = True) -> None:
+        """The `envoy` GatewayClass with its EnvoyProxy (in `proxy_namespace`), the fleet listener's objects and the
+        Gateway every replica's HTTPRoute attaches to, after `gateway_deps` (its CRDs and controllers)."""
         proxy = k8s.apiextensions.CustomResource(
             f"{name}-envoy-proxy", api_version="gateway.envoyproxy.io/v1alpha1", kind="EnvoyProxy",
-            metadata={"name": "inference-gateway", "namespace": envoy_ns},
+            metadata={"name": "inference-gateway", "namespace": proxy_namespace},
             spec={"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
                 "name": GATEWAY_SERVICE, "externalTrafficPolicy": "Cluster"}}}},
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=gateway_deps))
@@ -297,18 +320,16 @@ class ServingStack(pulumi.ComponentResource):
             metadata={"name": "envoy"},
             spec={"controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
                   "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
-                                    "name": "inference-gateway", "namespace": envoy_ns}},
+                                    "name": "inference-gateway", "namespace": proxy_namespace}},
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=gateway_deps + [proxy]))
-        fleet_listener = self._fleet_listener(name, args, provider, client_cas, [cert_manager, envoy_crds, self.namespace])
+        fleet_listener = self._fleet_listener(name, args, provider, client_cas, listener_after)
         self.gateway = Gateway(
             f"{name}-gateway", metadata={"name": "inference-gateway", "namespace": SYSTEM_NAMESPACE},
             spec={"gatewayClassName": "envoy", "listeners": front_door_mtls.gateway_listeners(client_cas)},
-            # Without a cloud load balancer or MetalLB nothing gives the Gateway an address: do not wait for one.
-            wait_for_address=facts.load_balancer or bool(metallb_pool),
-            opts=pulumi.ResourceOptions(provider=provider, parent=self,
-                                        depends_on=gateway_deps + [self.gateway_class] + lb_ready + fleet_listener))
+            wait_for_address=wait_for_address,
+            opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=gateway_deps + [
+                self.gateway_class] + list(lb_ready or []) + fleet_listener))
         self.gateway_address = self.gateway.address
-        self.register_outputs({"gatewayAddress": self.gateway_address})
 
     def _fleet_listener(self, name: str, args: ClusterArgs, provider: k8s.Provider, client_cas: tuple[str, ...],
                         after: list) -> list[pulumi.Resource]:
@@ -329,8 +350,9 @@ class ServingStack(pulumi.ComponentResource):
                             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*after, *made]))))
         return made
 
-    def _dynamo(self, name: str, args: ClusterArgs, provider: k8s.Provider, platform: k8s.helm.v3.Release) -> None:
-        """After the Dynamo platform: the ClusterTopology its graphs name, and ModelExpress where it runs."""
+    def _dynamo(self, name: str, args: ClusterArgs, provider: k8s.Provider, platform: pulumi.Resource) -> None:
+        """After the Dynamo platform (`platform`: its release, or on a Verify cluster the namespace, the platform
+        team's Dynamo being there already): the ClusterTopology its graphs name, and ModelExpress where it runs."""
         opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[platform])
         topology = dynamo_platform.cluster_topology([(level.domain, level.key) for level in args.topology])
         if topology is not None:  # immutable once created: a change of levels replaces it

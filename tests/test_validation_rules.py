@@ -201,6 +201,10 @@ ROWS = [
     ("cluster gke region required", cluster, "spec.cluster", {"source": "GKE", "gke": {}}, ("spec.cluster.gke.region", "required")),
     ("cluster gke region too long", cluster, "spec.cluster", {"source": "GKE", "gke": {"region": "r" * 33}}, ("spec.cluster.gke.region", "at most 32")),
     ("cluster secret name required", cluster, "spec.cluster.existing.secretRef", {"key": "k"}, ("spec.cluster.existing.secretRef.name", "required")),
+    ("cluster addons verify ok", cluster, "spec.cluster.existing.addons", "Verify", None),
+    ("cluster addons unknown", cluster, "spec.cluster.existing.addons", "Skip", ("spec.cluster.existing.addons", "'Install' or 'Verify'")),
+    ("cluster addons on GKE refused", lambda: cluster(source="GKE"), "spec.cluster.existing",
+     {"secretRef": {"name": "k"}, "addons": "Verify"}, ("spec.cluster.existing.addons", "only an Existing cluster's add-ons")),
     # optional here (the reference requires one): a pool-less cluster hosts the gateway and offers no capacity
     ("cluster no pools ok", cluster, "spec.nodePools", [], None),
     ("cluster nine pools", cluster, "spec.nodePools", [{"name": f"p{i}", "className": "l4"} for i in range(9)], ("spec.nodePools", "at most 8 items")),

@@ -204,6 +204,18 @@ def crds_in(path: Path, cache: Path | None = None) -> list[dict]:
     return documents
 
 
+@lru_cache(maxsize=None)
+def stored_version(group: str, kind: str, directory: Path = CRD_DIR) -> str | None:
+    """The apiVersion a bundled CRD stores (`group/version`), or None when no bundled file defines the kind: what a
+    controller that only watches the kind (the llm-d endpoint picker, Traefik's Gateway provider) is built for."""
+    for path in sorted(directory.rglob(f"{group}_*.yaml")):
+        for crd in crds_in(path):
+            if crd.get("kind") == "CustomResourceDefinition" and crd["spec"]["group"] == group \
+                    and crd["spec"]["names"]["kind"] == kind:
+                return next((f"{group}/{v['name']}" for v in crd["spec"]["versions"] if v.get("storage")), None)
+    return None
+
+
 def _served_schema(directory: Path, api_version: str, kind: str) -> dict | None:
     group = api_version.rpartition("/")[0]
     return _served(directory, group).get((api_version, kind))

@@ -138,6 +138,8 @@ def _selected_or_exit(prepared, run: StackRun, fleet, given: dict[str, str] | No
     if run.check and operation in ("up", "preview") and items:
         _refuse_undeployable(fleet, prepared.specs, items, run,
                              lambda: _prerequisites(run, fleet, given or {}, items, prepared))
+    if operation in ("up", "preview") and items and prepared.desired is not None and prepared.desired.needs:
+        _refuse_unserved(fleet, prepared.desired.needs, items, run)
     return items
 
 
@@ -325,6 +327,7 @@ def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel:
     from automation.execution.orchestrator import Orchestrator
     from automation.execution.session import reopening, run_interruptibly
 
+    unserved = False  # the second pass's platform stacks were refused by the add-on check
     try:
         with Bar(f"{run.operation}: stacks", len(items), run.output) as bar:
             report = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
@@ -332,6 +335,11 @@ def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel:
         if run.operation == "up" and report.ok:
             # a front door CA recorded just now: the platform stacks open their fleet listeners in this `up`
             again, more = reopening(prepared, record.read(), items, host)
+            if more and again.desired is not None and again.desired.needs and \
+                    _unserved(prepared.fleet, again.desired.needs, more, run):
+                click.echo("the fleet listeners stay closed on those clusters until their add-ons are served",
+                           err=True)
+                unserved, more = True, []
             if more:
                 with Bar("up: fleet listeners", len(more), run.output) as bar:
                     second = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
@@ -347,7 +355,7 @@ def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel:
         click.echo(f"  {outcome.status}: {outcome.stack}: {outcome.reason}", err=True)
     if report.cancelled:
         raise SystemExit(130)
-    if not report.ok:
+    if not report.ok or unserved:
         raise SystemExit(EXIT_INVALID)
     if run.operation == "preview-refresh":
         _report_drift(report)
@@ -420,6 +428,31 @@ def _refuse_undeployable(fleet, specs, items, run: StackRun, needs: Callable[[],
     if missing:
         _say_prerequisites(run, missing, also=True)
     raise SystemExit(EXIT_INVALID)
+
+
+def _unserved(fleet, needs, items, run: StackRun) -> list[str]:
+    """The add-on check of the clusters whose platform team manages their add-ons (session.unserved_addons), one
+    line per problem, each said on stderr."""
+    from pathlib import Path
+
+    from automation.execution.pulumi_runner import existing_kubeconfigs
+    from automation.execution.session import unserved_addons
+
+    files = existing_kubeconfigs(fleet, _kubeconfig_pairs(run.kubeconfig), Path(run.state))
+    lines = unserved_addons(fleet, needs, items, files)
+    for line in lines:
+        click.echo(line, err=True)
+    return lines
+
+
+def _refuse_unserved(fleet, needs, items, run: StackRun) -> None:
+    """A cluster whose platform team manages its add-ons and does not serve what the stacks about to run use there:
+    nothing is applied anywhere. Exit 1 naming each API."""
+    lines = _unserved(fleet, needs, items, run)
+    if lines:
+        click.echo(f"{len(lines)} add-on problem(s) on clusters whose platform team manages them; nothing was "
+                   "applied (docs/platform.md, \"Add-ons a platform team manages\")", err=True)
+        raise SystemExit(EXIT_INVALID)
 
 
 def _confirm(question: str) -> bool:

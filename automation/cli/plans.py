@@ -90,9 +90,12 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     finally:  # the base's process is stopped, not left to this one's exit, whatever happened to the head
         if base is not None and base.beside is not None:
             base.beside.close()
+    checks = _addon_checks(loaded.fleet, result, applied)  # of the whole plan: a filter shows part of it only
     if namespace or deployment:
         result = result.only(namespace, deployment)
     document = plan_to_dict(result, explain)
+    if checks:  # a key added only for fleets with such clusters (the output's keys are never changed)
+        document["addonChecks"] = [n.to_dict() for n in checks]
     if comparison is not None:
         from automation.planning.compare import to_dict
 
@@ -119,6 +122,11 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 
         plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
+        if checks:
+            click.echo("\nchecked before `up` applies (spec.cluster.existing.addons: Verify, the add-ons are the "
+                       "cluster's platform team's):")
+            for n in checks:
+                click.echo(f"  {n.cluster}: {n.describe()}, from {n.addon}; for {', '.join(n.needed_by)}")
         if comparison is not None:
             changed = comparison.changed
             click.echo(f"\n{len(changed)} stack(s) change" + (":" if changed else ""))
@@ -129,6 +137,19 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         click.echo(f"error: {missing} replica(s) of {len(result.unscheduled)} deployment(s) cannot be placed "
                    "(--fail-on-unscheduled)", err=True)
         raise SystemExit(EXIT_UNSCHEDULED)
+
+
+def _addon_checks(fleet, plan, applied: Applied) -> list:
+    """What `up` will check each Existing cluster whose platform team manages its add-ons serves before it applies
+    (automation/planning/addons.py), from this plan's stacks; [] for a fleet without such a cluster (nothing is
+    rendered then)."""
+    if not any(ic.spec.cluster.existing is not None and ic.spec.cluster.source == "Existing"
+               and ic.spec.cluster.existing.addons == "Verify" for ic in fleet.of("InferenceCluster")):
+        return []
+    from automation.planning.stacks import desired_state
+
+    desired = desired_state(fleet, applied.placements(), gateways=applied.gateways(), plan=plan)
+    return [need for needs in desired.needs.values() for need in needs]
 
 
 @cli.command()

@@ -13,12 +13,15 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 import yaml
 
 from automation.execution.runner import AutomationError
 from fleet.loader import yaml_problem
+
+if TYPE_CHECKING:
+    from automation.planning.addons import Served
 
 FIELD_MANAGER = "modelplane"
 # (apiVersion, kind) -> (resource, namespaced): the kinds the executor writes and reads.
@@ -217,6 +220,24 @@ class KubeClient:
                                 "Pulumi Kubernetes Operator installed? (docs/operator.md)", 404) from None
             raise
         return list((found or {}).get("items") or [])
+
+    def served(self, groups: Iterable[str], namespaces: Iterable[str] = ()) -> Served:
+        """What the API server serves of `groups`: every version of each (a group it does not serve is absent) with
+        its kinds; and which of `namespaces` exist. One request for the group list, one per served version of a
+        group asked about, one per namespace."""
+        from automation.planning.addons import Served
+
+        listed = self._call("discover", "API groups", "GET", "/apis") or {}
+        versions = {g.get("name"): [v.get("groupVersion") for v in g.get("versions") or []]
+                    for g in listed.get("groups") or []}
+        kinds: dict[str, frozenset[str]] = {}
+        for group in sorted(groups):
+            for api_version in versions.get(group, []):
+                found = self._call("discover", api_version, "GET", f"/apis/{api_version}") or {}
+                kinds[api_version] = frozenset(r.get("kind") for r in found.get("resources") or []
+                                               if "/" not in str(r.get("name")))  # not a subresource
+        existing = frozenset(n for n in namespaces if self.get("v1", "Namespace", None, n) is not None)
+        return Served(kinds, existing)
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
         try:

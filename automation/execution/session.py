@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from automation.execution.orchestrator import Orchestrator, Report
 from automation.record.applied import Applied
-from automation.execution.runner import Operation
+from automation.execution.runner import AutomationError, Operation
 from automation.planning.stacks import (Change, DesiredState, StackChange, StackSpec, changes, desired_state,
                                         parked_stacks)
 from fleet.plan import Plan
@@ -17,6 +17,9 @@ from fleet.validate import Fleet, stack_transitions
 
 if TYPE_CHECKING:
     from automation.planning.deployability import Findings
+
+if TYPE_CHECKING:
+    from automation.planning.addons import Need, Served
 
 
 @dataclass
@@ -90,6 +93,71 @@ def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackCha
                  config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
     """`deployability`, one line each, every failed program before what follows from it."""
     return [str(v) for v, _ in deployability(fleet, specs, items, config, jobs).ordered()]
+
+
+# cluster, what it must serve -> what its API server serves of that (automation/execution/kube.py KubeClient.served)
+ServedReader = Callable[[str, "list[Need]"], "Served"]
+
+
+def unserved_addons(fleet: Fleet, needs: Mapping[str, tuple[Need, ...]], items: list[StackChange] | None,
+                    kubeconfigs: Mapping[str, str], read: ServedReader | None = None) -> list[str]:
+    """The add-on check of the Existing clusters whose platform team manages their add-ons
+    (`spec.cluster.existing.addons: Verify`): every API and namespace that the stacks about to create or update use
+    there (`needs`, automation/planning/addons.py) asked of the cluster's API server. One line per one it does not
+    serve, naming the cluster, the API and version, the add-on that provides it and the stacks that need it; [] when
+    every one is served. Every road that applies runs it first, after the deployability check (the CLI's `up` and
+    `preview`, the portal's worker): a missing API applies nothing, not half a fleet. `items` None: every stack.
+    `kubeconfigs`: the Existing clusters' kubeconfig files (pulumi_runner.existing_kubeconfigs); else the fleet's
+    Secret. `read`: how a cluster is asked (tests)."""
+    from automation.planning.addons import missing
+
+    running = None if items is None else {c.name for c in items if c.change in (Change.create, Change.update)}
+    read = read or kubeconfig_reader(fleet, kubeconfigs)
+    lines: list[str] = []
+    for cluster, needed in sorted(needs.items()):
+        wanted = [n for n in needed if running is None or running & set(n.needed_by)]
+        if not wanted:
+            continue
+        try:
+            served = read(cluster, wanted)
+        except AutomationError as exc:
+            lines.append(f"InferenceCluster/{cluster}: its add-ons cannot be checked (spec.cluster.existing.addons is "
+                         f"Verify): {exc}")
+            continue
+        lines += missing(wanted, served)
+    return lines
+
+
+def kubeconfig_reader(fleet: Fleet, kubeconfigs: Mapping[str, str]) -> ServedReader:
+    """Asks a cluster with its kubeconfig file, else the fleet's Secret holding it (written to a private temporary
+    file for the client, never shown)."""
+    import tempfile
+    from pathlib import Path
+
+    from automation.execution.kube import KubeClient
+    from automation.planning.secret_sources import kubeconfig_env
+    from fleet.secrets import kubeconfig_ref
+
+    def ask(path: Path, cluster: str, wanted: list[Need]) -> Served:
+        client = KubeClient(path, timeout=15, cluster=f"InferenceCluster/{cluster}")
+        return client.served({n.group for n in wanted if not n.namespace}, {n.name for n in wanted if n.namespace})
+
+    def read(cluster: str, wanted: list[Need]) -> Served:
+        if cluster in kubeconfigs:
+            return ask(Path(kubeconfigs[cluster]), cluster, wanted)
+        ic = next((c for c in fleet.of("InferenceCluster") if c.name == cluster), None)
+        ref = kubeconfig_ref(ic) if ic is not None else None
+        value = fleet.secrets.get(ref) if ref is not None else None
+        if value is None:
+            raise AutomationError(f"no kubeconfig for it is here: give it with --kubeconfig {cluster}=PATH, "
+                                  f"${kubeconfig_env(cluster)}=PATH" +
+                                  (f" or {fleet.secrets.where_to_put(ref)}" if ref is not None else ""))
+        with tempfile.TemporaryDirectory(prefix="modelplane-") as private:  # 0700: the kubeconfig is a credential
+            path = Path(private) / "kubeconfig"
+            path.touch(mode=0o600)
+            path.write_text(value.reveal())
+            return ask(path, cluster, wanted)
+    return read
 
 
 def selected(prepared: Prepared, operation: str, prune: bool = False, force: set[str] | None = None) -> list[StackChange]:

@@ -2,7 +2,8 @@
 
 `up` starts (or completes) a control plane for every Existing InferenceCluster of the fleet, publishes each
 cluster's simulated hardware (`hardware.py`), and installs the add-ons a platform team would have installed on such
-a cluster. It is idempotent: a cluster already up is left running and its hardware re-applied.
+a cluster (on one whose add-ons its platform team manages, `existing.addons: Verify`, every chart's CRDs too). It is
+idempotent: a cluster already up is left running, and its hardware and CRDs re-applied.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
             say(f"{ic.name}: starting a control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
             cluster = control_plane.start_cluster(local, ic.name, tools, pki, stages, install_addons)
         api = _client(cluster)
+        if ic.existing_block.addons == "Verify":
+            for crd in platform_team_crds():
+                _apply(api, crd)
+            say(f"{ic.name}: its add-ons are its platform team's (existing.addons: Verify): installed every chart's "
+                "CRDs as stand-ins, no chart")
         made = hardware(ic, classes)
         for obj in made.device_classes + made.nodes + made.slices + made.storage + lws_webhooks(cluster, pki):
             _apply(api, obj)
@@ -152,6 +158,16 @@ def lws_webhooks(cluster: LocalCluster, pki: pki_.Pki) -> list[dict]:
         out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": f"{kind}WebhookConfiguration",
                     "metadata": {"name": "modelplane-local-lws"}, "webhooks": hooks})
     return out
+
+
+def platform_team_crds() -> list[dict]:
+    """What the platform team of a local cluster whose add-ons it manages (`existing.addons: Verify`) has installed
+    besides the bundled CRDs (`install_addons`): the CRDs of every chart the project would install (stand-ins,
+    automation/local/standin_charts.py), so that `up` finds them served; no chart and no controller."""
+    from automation.local import standin_charts
+    from components.versions import CHARTS
+
+    return [crd for spec in CHARTS.values() for crd in standin_charts.chart_crds(spec)]
 
 
 def _apply(api: KubeClient, obj: dict) -> None:

@@ -68,6 +68,17 @@ def crd(group: str, kind: str, versions: list[str]) -> dict:
                                   for v in served]}}
 
 
+def chart_crds(spec: Chart) -> list[dict]:
+    """The stand-in CRDs of a chart: those it declares and installs itself (none when another owner does)."""
+    if not spec.crds or spec.skip_crds:
+        return []
+    by_group: dict[str, list[str]] = {}
+    for served in spec.serves:
+        group, _, version_name = served.rpartition("/")
+        by_group.setdefault(group, []).append(version_name)
+    return [crd(group, kind, by_group.get(group, [])) for group, kind in spec.crds]
+
+
 def chart_files(spec: Chart) -> dict[str, str]:
     """The stand-in chart's files (path -> text)."""
     version = spec.version.lstrip("v")
@@ -76,12 +87,8 @@ def chart_files(spec: Chart) -> dict[str, str]:
         "description": f"Stand-in for {spec.chart} {spec.version} (the modelplane local fleet): its CRDs and one "
                        "controller Deployment that runs no container; no webhooks, no APIServices."}, sort_keys=False),
         "values.yaml": "{}\n"}
-    if spec.crds and not spec.skip_crds:
-        by_group: dict[str, list[str]] = {}
-        for served in spec.serves:
-            group, _, version_name = served.rpartition("/")
-            by_group.setdefault(group, []).append(version_name)
-        docs = [crd(group, kind, by_group.get(group, [])) for group, kind in spec.crds]
+    docs = chart_crds(spec)
+    if docs:
         files["crds/crds.yaml"] = yaml.safe_dump_all(docs, sort_keys=False)
     labels = {"app.kubernetes.io/name": spec.key, STANDIN_LABEL: "true"}
     deployment = {

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterable, TYPE_CHECKING
 
+from automation.planning.addons import BUILT_IN_GROUPS, BUILT_IN_NAMESPACES, TRAEFIK_WATCHES
 from automation.planning.offline import Registered, unwrap
 from automation.planning.offline_preview import StackPreview
-from components.versions import COMPATIBLE, Chart, by_release_name, minor
+from components.versions import CHARTS, COMPATIBLE, Chart, by_release_name, minor
 from fleet.semver import SemverError, parse_semver
 from fleet.stack_id import MAX_LENGTH, StackId
 from workloads.readiness import awaited
@@ -34,11 +35,6 @@ if TYPE_CHECKING:
     from fleet.validate import Fleet
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
-BUILT_IN_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
-BUILT_IN_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "networking.k8s.io", "policy",
-                   "autoscaling", "discovery.k8s.io", "apiextensions.k8s.io", "resource.k8s.io", "scheduling.k8s.io",
-                   "coordination.k8s.io", "admissionregistration.k8s.io", "node.k8s.io", "certificates.k8s.io",
-                   "apiregistration.k8s.io"}
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "ClusterRole", "ClusterRoleBinding",
                   "PriorityClass", "GatewayClass", "DeviceClass", "PersistentVolume", "IngressClass", "RuntimeClass",
                   "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterIssuer",
@@ -96,11 +92,14 @@ class Violation:
 
 @dataclass(frozen=True)
 class ClusterFacts:
-    """What the check knows of a cluster from the fleet: its source, region and admin-provided storage."""
+    """What the check knows of a cluster from the fleet: its source, region and admin-provided storage, and whether
+    its platform team provides its add-ons (their CRDs, controllers and namespaces are then not in the graph:
+    `up` checks the cluster serves what is placed there before anything is applied, automation/planning/addons.py)."""
 
     source: str
     region: str | None = None
     storage_classes: frozenset[str] = frozenset()  # Existing: the classes its admin provides
+    verify_addons: bool = False  # Existing with spec.cluster.existing.addons: Verify
 
 
 @dataclass
@@ -241,6 +240,11 @@ class Graph:
         """The Helm releases on one cluster (indexed once: rules ask per release, and a fleet has thousands)."""
         return self._releases_by_cluster.get(cluster, [])
 
+    def addons_provided(self, cluster: str | None) -> bool:
+        """Its platform team provides the cluster's add-ons: what they install is checked live, not here."""
+        facts = self.clusters.get(cluster or "")
+        return facts is not None and facts.verify_addons
+
 
 def violation(node: Node, rule: str, message: str) -> Violation:
     return Violation(node.stack, node.label, rule, message)
@@ -296,8 +300,9 @@ def namespaces_exist(graph: Graph) -> Iterable[Violation]:
             creators.setdefault((node.cluster, node.inputs.get("namespace")), []).append(node)
     needs = [(n, n.namespace) for n in graph.objects if n.namespace]
     needs += [(n, n.inputs.get("namespace") or "default") for n in graph.releases if not n.inputs.get("createNamespace")]
+    addon_namespaces = {spec.namespace for spec in CHARTS.values()}
     for node, namespace in needs:
-        if namespace in BUILT_IN_NAMESPACES:
+        if namespace in BUILT_IN_NAMESPACES or (namespace in addon_namespaces and graph.addons_provided(node.cluster)):
             continue
         if not graph.exists_before(creators.get((node.cluster, namespace), []), node):
             yield violation(node, "namespace", f"namespace {namespace!r} on {node.cluster} is not created by this stack "
@@ -322,7 +327,7 @@ def crds_installed(graph: Graph) -> Iterable[Violation]:
     """Every custom resource's CRD is installed before it on that cluster, by a CRD object or a chart that declares it."""
     installers = crd_installers(graph)
     for node in graph.objects:
-        if node.group in BUILT_IN_GROUPS:
+        if node.group in BUILT_IN_GROUPS or graph.addons_provided(node.cluster):
             continue
         if not graph.exists_before(installers.get((node.cluster, node.group, node.kind), []), node):
             yield violation(node, "crd", f"no CRD for {node.kind}.{node.group} is installed on {node.cluster} before it "
@@ -479,6 +484,8 @@ def _inference_controller_problem(graph: Graph, cluster: str | None, controller:
         return None
     if controller != ENVOY_CONTROLLER:
         return f"its controller {controller} cannot route to InferencePools"
+    if graph.addons_provided(cluster):  # the platform team's Envoy Gateway and Envoy AI Gateway: docs/platform.md
+        return None
     releases = {chart.key: r for r in graph.releases_on(cluster) if (chart := graph.chart(r)) is not None}
     if "ai-gateway" not in releases:
         return f"Envoy Gateway serves InferencePools only with the Envoy AI Gateway controller, not installed on {cluster}"
@@ -557,8 +564,7 @@ def programs_run(graph: Graph) -> Iterable[Violation]:
 # What a model stack's success must mean: the workload serves.
 SERVING_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet", "DynamoGraphDeployment"}
 # The CRDs a gateway controller's informers wait on before it serves anything (chart release name -> (group, kind)).
-INFORMERS = {"traefik": [("gateway.networking.k8s.io", kind) for kind in
-                         ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "ReferenceGrant")]}
+INFORMERS = {"traefik": list(TRAEFIK_WATCHES)}
 
 
 def workloads_awaited(graph: Graph) -> Iterable[Violation]:
@@ -577,6 +583,8 @@ def controller_prerequisites(graph: Graph) -> Iterable[Violation]:
     installers = crd_installers(graph)
     for release in graph.releases:
         chart = graph.chart(release)
+        if graph.addons_provided(release.cluster):  # the CRDs are the platform team's, checked live before apply
+            continue
         for group, kind in INFORMERS.get(chart.key, []) if chart else ():
             if not graph.exists_before(installers.get((release.cluster, group, kind), []), release):
                 yield violation(release, "controller-prerequisites", f"its controller waits on {kind}.{group}, whose CRD "
@@ -850,7 +858,7 @@ def cluster_facts(fleet: Fleet) -> dict[str, ClusterFacts]:
     out = {}
     for name, args in every_cluster_args(fleet).items():
         provided = {args.cache_storage_class} if args.source == "Existing" and args.cache_storage_class else set()
-        out[name] = ClusterFacts(args.source, args.region, frozenset(provided))
+        out[name] = ClusterFacts(args.source, args.region, frozenset(provided), args.verifies_addons)
     return out
 
 

@@ -42,6 +42,7 @@ from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endp
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
+    from automation.planning.addons import Need
     from fleet.validate import Fleet
 
 class Change(StrEnum):
@@ -92,8 +93,9 @@ class PlatformPayload:
     client_cas: tuple[str, ...] = ()
 
     def fingerprinted(self) -> dict[str, Any]:
-        # `dynamo` only when set: a cluster without Dynamo replicas kept the fingerprint it had before the field
-        cluster = self.cluster.model_dump(exclude=set() if self.cluster.dynamo else {"dynamo"})
+        # `dynamo` and `addons` only when set: a cluster that uses neither kept the fingerprint it had before them
+        cluster = self.cluster.model_dump(exclude={field for field, default in (("dynamo", False), ("addons", "Install"))
+                                                   if getattr(self.cluster, field) == default})
         return {"cluster": cluster, "versions": self.versions, "project": self.project,
                 **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
                 **({"rateLimit": True} if self.rate_limit else {}),
@@ -389,6 +391,34 @@ def _link(fleet: Fleet, plan: Plan, stacks: dict[str, StackSpec], host: str | No
         spec.depends_on = sorted(d for d in set(spec.depends_on) if d in stacks)
 
 
+def addon_needs(specs: Mapping[str, StackSpec]) -> dict[str, tuple[Need, ...]]:
+    """What each Existing cluster whose platform team manages its add-ons must serve for these stacks
+    (automation/planning/addons.py `Need`), from their payloads: the workload stacks' rendered objects, the platform
+    stack's and, on the fleet gateway's host, the gateway stack's. {} for a fleet without such a cluster."""
+    verify = [spec.payload.cluster.name for spec in specs.values()
+              if isinstance(spec.payload, PlatformPayload) and spec.payload.cluster.verifies_addons]
+    if not verify:
+        return {}
+    from automation.planning import addons
+
+    placed: list[tuple[str, str, list[dict]]] = []
+    watched: list[tuple[str, str, str, str]] = []
+    for name, spec in specs.items():
+        payload = spec.payload
+        if isinstance(payload, PlatformPayload) and payload.cluster.name in verify:
+            placed.append((payload.cluster.name, name, addons.platform_objects(payload.cluster, payload.client_cas)))
+        elif isinstance(payload, GatewayPayload) and payload.host in verify:
+            objects, kinds = addons.gateway_uses(payload.gateway)
+            placed.append((str(payload.host), name, objects))
+            watched += [(str(payload.host), name, group, kind) for group, kind in kinds]
+        elif isinstance(payload, WorkloadPayload):
+            for target, objects in payload.objects.items():
+                cluster = payload.host if target == "control-plane" else target
+                if cluster is not None:
+                    placed.append((cluster, name, objects))
+    return addons.needs(verify, placed, watched)
+
+
 class Known(NamedTuple):
     """A stack as computed before: the digest of its inputs (`stack_inputs`), its fingerprint, and its
     objects' identities (`object_keys`, for collisions with other stacks)."""
@@ -422,6 +452,14 @@ class DesiredState:
         """Every stack with input digests (`inputs`) as `desired_state(known=...)` reuses it next time."""
         return {name: Known(digest, self.specs[name].fingerprint, self.reused.get(name) or object_keys(self.rendered, name))
                 for name, digest in (self.inputs.digests if self.inputs is not None else {}).items()}
+
+    @cached_property
+    def needs(self) -> dict[str, tuple[Need, ...]]:
+        """What each Existing cluster whose platform team manages its add-ons must serve (`addon_needs`): computed
+        once, read by `up`'s check before anything is applied and by `plan`."""
+        if self.reused:
+            raise ValueError("the objects of reused stacks were not composed: what they need is not known")
+        return addon_needs(self.specs)
 
     @cached_property
     def problems(self) -> list[str]:

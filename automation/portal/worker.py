@@ -38,7 +38,7 @@ from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, rfc3339, runs
 from automation.record.applied import RECORD_OUTPUT, Applied, Record, replica_from_dict
 from automation.execution.runner import AutomationError, CLIMissing, StackRunner
-from automation.execution.session import undeployable
+from automation.execution.session import undeployable, unserved_addons
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
@@ -238,11 +238,12 @@ class Worker(threading.Thread):
                 items.append(StackChange(spec.id, Change.update, tuple(spec.depends_on)))
             else:  # destroyed, or an `up` of a stack no longer wanted
                 items.append(StackChange(StackId.parse(run["stack"]), Change.delete))
-        # what `up` checks, by the same rule; in this process's own thread (it has threads of its own: never forks)
+        # what `up` checks, by the same rules; in this process's own thread (it has threads of its own: never forks)
         # an `up` against what the record refuses (InferenceCluster spec.stack changed since it applied) runs nothing
         transitions = [str(p) for p in stack_transitions(fleet, applied.serving_stacks())] if any(
             c.change != Change.delete for c in items) else []
-        problems = desired.problems or transitions or undeployable(fleet, specs, items, jobs=1)
+        problems = desired.problems or transitions or undeployable(fleet, specs, items, jobs=1) or (
+            unserved_addons(fleet, desired.needs, items, self.kubeconfigs(fleet)) if desired.needs else [])
         if problems:
             return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
         by_stack = {run["stack"]: run for run in batch}
@@ -280,6 +281,15 @@ class Worker(threading.Thread):
             self.sync(executor.record.read())  # what the stacks wrote: the record is the truth, not our bookkeeping
         except AutomationError:
             pass  # the copy kept by _finish stands until the next batch reads it
+
+    def kubeconfigs(self, fleet: Fleet) -> dict[str, str]:
+        """The Existing clusters' kubeconfig files, where the runner finds them (its add-on check asks with them)."""
+        from automation.execution.pulumi_runner import existing_kubeconfigs
+
+        try:
+            return existing_kubeconfigs(fleet, {}, self.state_dir)
+        except AutomationError:  # a Secret manifest gives one too: the runner refused it already, and says why
+            return {}
 
     def _blocked(self, batch: list[dict[str, Any]], finished: set[int], why: str) -> None:
         with self.store.write() as conn:

@@ -35,10 +35,19 @@ class CacheSettings(Strict):
     storageClassName: Annotated[str, Str(1, 253)] | None = None
 
 
+# Who installs the cluster's add-ons (the CRDs and charts the serving stack needs): Install, the platform stack
+# (the default); Verify, the cluster's own platform team: the platform stack installs none of them, and `up` checks
+# first that the cluster serves what is placed there (automation/planning/addons.py).
+AddOns = Literal["Install", "Verify"]
+
+
 class ExistingCluster(Strict):
     secretRef: SecretKeyRef
     identitySecretRef: IdentitySecretRef | None = None
     cache: CacheSettings | None = None
+    # Not in the reference's API (an optional addition, like cache.storageClassName an admin's setting): who
+    # installs the add-ons of a cluster that is brought as is.
+    addons: AddOns = "Install"
 
 
 class RegionalCluster(Strict):
@@ -216,6 +225,11 @@ def inference_cluster_rules(ic: InferenceCluster) -> Rule:
     if cluster.existing is not None:
         ref = cluster.existing.secretRef
         yield from secret_reference_rules(ref.name, ref.key, ("spec", "cluster", "existing", "secretRef"))
+        if cluster.source != "Existing" and "addons" in cluster.existing.model_fields_set:
+            yield ("spec", "cluster", "existing", "addons"), (
+                f"only an Existing cluster's add-ons can be left to its platform team: this {cluster.source} "
+                "cluster is provisioned by its platform stack, which installs them (remove the field, or bring the "
+                "cluster as source Existing)")
     labels = ic.spec.placement_labels
     where = ("spec", "placement", "metadata", "labels")
     yield from ((where + (k,), PLACEMENT_LABELS_RESERVED) for k in sorted(labels) if k.startswith(RESERVED_PREFIX))

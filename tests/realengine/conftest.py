@@ -89,6 +89,11 @@ def wait_for(what: str, check, seconds: float = 120):
 
 @pytest.fixture(scope="module")
 def local_fleet(tmp_path_factory):
+    yield from started(tmp_path_factory, FLEET)
+
+
+def started(tmp_path_factory, manifests: Path):
+    """A local fleet of `manifests` (`modelplane local up`), stopped once the module is done."""
     missing = toolchain.find().missing()
     if missing:
         pytest.fail(f"the real engine is not built ({', '.join(missing)} missing): run `make toolchain`")
@@ -102,7 +107,7 @@ def local_fleet(tmp_path_factory):
     if shutil.which("pulumi", path=env.get("PATH")) is None:  # the built CLI, as `modelplane` itself would find it
         env["PATH"] = f"{toolchain.find().folder}{os.pathsep}{env.get('PATH', '')}"
     fleet = Fleet(state, env)
-    fleet.modelplane("local", "up", "-f", str(FLEET), timeout=600)
+    fleet.modelplane("local", "up", "-f", str(manifests), timeout=600)
     try:
         yield fleet
     finally:
