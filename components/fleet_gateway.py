@@ -25,12 +25,13 @@ from components.serving_stack import metallb, release
 from components.versions import chart
 from components.workload_objects import WorkloadObjects
 from workloads import front_door_mtls
+from workloads.ai_gateway import PROXY_SERVICE
 from workloads.schemas import check
 
 TYPE = "modelplane:fleet:Gateway"
 NAMESPACE = "modelplane-system"
 ENVOY_PROXY = "modelplane-fleet"  # backend Envoy: the fleet Gateway's own EnvoyProxy
-ENVOY_SERVICE = "modelplane-fleet-gateway"  # ... and the load balancer Service it names
+ENVOY_SERVICE = PROXY_SERVICE  # ... and the load balancer Service it names
 
 
 class FleetGateway(pulumi.ComponentResource):
@@ -92,17 +93,19 @@ class FleetGateway(pulumi.ComponentResource):
         if problems:
             raise pulumi.RunError("the front door's access objects would be refused: " + "; ".join(problems))
         opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
+        # a v0.5 gateway's EnvoyProxy and listeners are its own (workloads/ai_gateway.py: replicas, drain, usage
+        # records; http beside https)
         proxy = k8s.apiextensions.CustomResource(
             f"{name}-envoy-proxy", api_version="gateway.envoyproxy.io/v1alpha1", kind="EnvoyProxy",
             metadata={"name": ENVOY_PROXY, "namespace": NAMESPACE},
-            spec={"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
+            spec=args.proxy or {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
                 "name": ENVOY_SERVICE, "externalTrafficPolicy": "Cluster"}}}}, opts=opts)
         self.gateway = Gateway(
             f"{name}-gateway", metadata={"name": "modelplane", "namespace": NAMESPACE},
             spec={"gatewayClassName": "envoy",
                   "infrastructure": {"parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
                                                        "name": ENVOY_PROXY}},
-                  "listeners": [envoy_listener(args.tls_secret)]},
+                  "listeners": args.listeners or [envoy_listener(args.tls_secret)]},
             wait_for_address=args.load_balancer or bool(args.metallb_address_pool),
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[*after, proxy]))
         self.address = self.gateway.address
