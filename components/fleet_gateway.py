@@ -89,17 +89,20 @@ class FleetGateway(pulumi.ComponentResource):
                 f"InferenceGateway/{args.name}: backend Envoy serves the front door with the Envoy Gateway a fleet "
                 "cluster's platform stack installs, and modelplane:controlPlaneKubeconfig's cluster has none: host "
                 "the gateway on an InferenceCluster (modelplane:controlPlaneCluster) or use backend Traefik")
-        problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in args.front_door for p in check(o)]
+        # a v0.5 gateway's EnvoyProxy and listeners are its own (workloads/ai_gateway.py: replicas, drain, usage
+        # records; http beside https)
+        proxy_object = {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyProxy",
+                        "metadata": {"name": ENVOY_PROXY, "namespace": NAMESPACE},
+                        "spec": args.proxy or {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
+                            "name": ENVOY_SERVICE, "externalTrafficPolicy": "Cluster"}}}}}
+        problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in [*args.front_door, proxy_object]
+                    for p in check(o)]
         if problems:
             raise pulumi.RunError("the front door's access objects would be refused: " + "; ".join(problems))
         opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
-        # a v0.5 gateway's EnvoyProxy and listeners are its own (workloads/ai_gateway.py: replicas, drain, usage
-        # records; http beside https)
         proxy = k8s.apiextensions.CustomResource(
-            f"{name}-envoy-proxy", api_version="gateway.envoyproxy.io/v1alpha1", kind="EnvoyProxy",
-            metadata={"name": ENVOY_PROXY, "namespace": NAMESPACE},
-            spec=args.proxy or {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
-                "name": ENVOY_SERVICE, "externalTrafficPolicy": "Cluster"}}}}, opts=opts)
+            f"{name}-envoy-proxy", api_version=proxy_object["apiVersion"], kind="EnvoyProxy",
+            metadata=proxy_object["metadata"], spec=proxy_object["spec"], opts=opts)
         self.gateway = Gateway(
             f"{name}-gateway", metadata={"name": "modelplane", "namespace": NAMESPACE},
             spec={"gatewayClassName": "envoy",

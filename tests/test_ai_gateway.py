@@ -369,3 +369,13 @@ def test_usage_records_are_one_json_line_with_upstreams_fields():
     assert setting["format"]["json"]["total_tokens"] == "%DYNAMIC_METADATA(io.envoy.ai_gateway:total_tokens)%"
     assert args.proxy["provider"]["kubernetes"]["envoyDeployment"] == {"replicas": 2}
     assert args.proxy["shutdown"] == {"drainTimeout": "300s"}
+
+
+def test_the_gateways_envoy_proxy_is_valid_against_envoy_gateways_crd_and_a_typo_is_refused():
+    from workloads.schemas import check
+
+    proxy = {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyProxy",
+             "metadata": {"name": "modelplane-fleet", "namespace": "modelplane-system"},
+             "spec": _gateway_args(v05_gateway(cluster_name="c1")).proxy}
+    assert check(proxy) == []
+    assert check(mutate(proxy, "spec.provider.kubernetes.envoyDeployment", {"replica": 2}))
