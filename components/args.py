@@ -295,23 +295,27 @@ def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> Ga
     """A v0.5 gateway on the Envoy front door (workloads/ai_gateway.py): its listeners, its EnvoyProxy, its
     policies, with the caller Secrets its `auth.apiKey.secretSelector` selects."""
     from workloads.aggregated_api import PREFIX
-    from workloads.ai_gateway import PROXY_SERVICE, gateway_objects, listeners, proxy_spec
+    from workloads.ai_gateway import PROXY_SERVICE, caller_secret_objects, gateway_objects, listeners, proxy_spec
 
     spec = ig.v05
     assert spec is not None
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
+    callers = caller_secrets(fleet, ig)
     return GatewayArgs(name=ig.name, backend="Envoy", load_balancer=sources.get(host or "") in LOAD_BALANCED,
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
-                       front_door=gateway_objects(spec, caller_secrets(fleet, ig)), listeners=listeners(spec),
+                       front_door=caller_secret_objects(callers) + gateway_objects(spec, sorted(callers)),
+                       listeners=listeners(spec),
                        proxy=proxy_spec(PROXY_SERVICE))
 
 
-def caller_secrets(fleet: Fleet, ig: InferenceGateway) -> list[str]:
-    """The Secrets in modelplane-system whose labels `auth.apiKey.secretSelector` matches, by name: the Secret
-    manifests given with the fleet (their values never leave the gateway's cluster: only names are composed)."""
+def caller_secrets(fleet: Fleet, ig: InferenceGateway) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """The Secrets in modelplane-system whose labels `auth.apiKey.secretSelector` matches, among the Secret manifests
+    given with the fleet: name -> (labels, keys). Names, labels and keys (the callers' identities) only: the gateway
+    stack's program fills the values in, never a plan, a render or a log."""
     spec = ig.v05
     if spec is None or spec.auth is None or spec.auth.apiKey is None:
-        return []
+        return {}
     wanted = spec.auth.apiKey.secretSelector.matchLabels
-    return sorted(name for (namespace, name), labels in fleet.secrets.labels.items()
-                  if namespace == "modelplane-system" and all(labels.get(k) == v for k, v in wanted.items()))
+    return {name: (labels, sorted(fleet.secrets.manifests[(namespace, name)]))
+            for (namespace, name), labels in sorted(fleet.secrets.labels.items())
+            if namespace == "modelplane-system" and all(labels.get(k) == v for k, v in wanted.items())}

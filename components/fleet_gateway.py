@@ -39,14 +39,16 @@ class FleetGateway(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GatewayArgs, provider: k8s.Provider, versions: dict[str, str] | None = None,
                  standalone: bool = False, after: list | None = None, sources: Mapping[str, str] | None = None,
-                 crd_provider: k8s.Provider | None = None, opts: pulumi.ResourceOptions | None = None):
+                 crd_provider: k8s.Provider | None = None, secrets: Mapping[str, str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child.
         `sources`: where charts are fetched from (components/versions.py `located`). `crd_provider`: standalone,
-        the adopting provider of the Gateway API CRDs (components/crds.py `installed`)."""
+        the adopting provider of the Gateway API CRDs (components/crds.py `installed`). `secrets`: the values of the
+        front door's placeholder Secrets (a v0.5 gateway's callers), in memory (components/workload_objects.py)."""
         super().__init__(TYPE, name, None, opts)
         self.client_ca: pulumi.Output | None = None
         if args.backend == "Envoy":
-            self._envoy(name, args, provider, standalone, list(after or []))
+            self._envoy(name, args, provider, standalone, list(after or []), secrets)
             return
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=list(after or []))
         basics: list = list(after or [])
@@ -79,7 +81,8 @@ class FleetGateway(pulumi.ComponentResource):
         self.register_outputs({"address": self.address})
 
 
-    def _envoy(self, name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool, after: list) -> None:
+    def _envoy(self, name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool, after: list,
+               secrets: Mapping[str, str] | None = None) -> None:
         """Backend Envoy: a second Gateway of the host's Envoy Gateway (its platform stack installed Envoy Gateway,
         the `envoy` GatewayClass, the namespace and, for per-team limits, the rate-limit store), with its own
         EnvoyProxy so that its load balancer Service has a name of its own (the class's EnvoyProxy names the
@@ -112,7 +115,8 @@ class FleetGateway(pulumi.ComponentResource):
             wait_for_address=args.load_balancer or bool(args.metallb_address_pool),
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[*after, proxy]))
         self.address = self.gateway.address
-        self.front_door = WorkloadObjects(f"{name}-front-door", args.front_door, provider, opts=pulumi.ResourceOptions(
+        self.front_door = WorkloadObjects(f"{name}-front-door", args.front_door, provider, secrets=secrets,
+                                          opts=pulumi.ResourceOptions(
             parent=self, depends_on=[self.gateway])) if args.front_door else None
         self.client_ca = client_ca(name, args, provider, self, after)
         self.aggregated_api = aggregated_api(name, args, provider, standalone, self)

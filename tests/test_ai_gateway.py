@@ -379,3 +379,32 @@ def test_the_gateways_envoy_proxy_is_valid_against_envoy_gateways_crd_and_a_typo
              "spec": _gateway_args(v05_gateway(cluster_name="c1")).proxy}
     assert check(proxy) == []
     assert check(mutate(proxy, "spec.provider.kubernetes.envoyDeployment", {"replica": 2}))
+
+
+def test_the_selected_caller_secrets_are_copied_to_the_gateways_cluster_with_values_only_in_the_program(
+        tmp_path, monkeypatch, capsys):
+    """[T-IG] "with auth, copies of the selected caller Secrets": the gateway stack creates each selected Secret
+    (given with the fleet) in modelplane-system on the gateway's cluster; no plan, render or argument holds a key."""
+    from automation.cli import main
+    from tests import pulumi_double
+    from tests.test_lifecycle import make_driver
+
+    driver = make_driver(tmp_path, monkeypatch)
+    gw = v05_gateway(auth={"method": "APIKey", "apiKey": {"secretSelector": {"matchLabels": {"callers": "public"}}}})
+    driver.docs = [gw if d["kind"] == "InferenceGateway" else d for d in driver.docs]
+    driver.docs += [_secret("team-a", {"callers": "public"}), _secret("internal", {"callers": "internal"})]
+    assert driver.up() == 0, capsys.readouterr().err
+    backend = driver.work / ".modelplane" / "backend"
+    gateway = pulumi_double.resources(backend, "modelplane", "gateway")
+    [copy] = [r["inputs"] for r in gateway if r["type"] == "kubernetes:core/v1:Secret"]
+    assert copy["metadata"]["name"] == "team-a" and copy["metadata"]["namespace"] == "modelplane-system"
+    assert copy["metadata"]["labels"]["callers"] == "public"
+    assert "key-of-team-a" in json.dumps(copy["stringData"])  # the value, applied as a Pulumi secret
+    [policy] = [o for o in _config_objects(gateway) if o["kind"] == "SecurityPolicy"
+                and o["metadata"]["name"] == "modelplane-callers"]
+    assert policy["spec"]["apiKeyAuth"]["credentialRefs"] == [{"group": "", "kind": "Secret", "name": "team-a"}]
+    for call in driver.calls():
+        assert not any("key-of-" in arg for arg in call["argv"]), call
+    capsys.readouterr()
+    assert main(["render", "-f", driver.fleet(), "--out", "-"]) == 0
+    assert "key-of-" not in capsys.readouterr().out

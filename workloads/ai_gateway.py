@@ -222,6 +222,21 @@ def gateway_objects(gateway: FleetGatewaySpec, caller_secrets: list[str], namesp
     return objects
 
 
+def caller_secret_objects(secrets: dict[str, tuple[dict[str, str], list[str]]],
+                          namespace: str = FLEET_GATEWAY["namespace"]) -> list[dict]:
+    """[T-IG] the selected caller Secrets, copied to the gateway's cluster: placeholder Secrets (name -> (labels,
+    keys)) whose values the gateway stack's program fills from the fleet's secret store, never rendered. Each key
+    is a caller's identity, each value its key."""
+    from workloads.cache import SECRET_SOURCE_ANNOTATION
+
+    return [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": name, "namespace": namespace, "labels": {**labels, **MANAGED}, "annotations": {
+                 "modelplane.ai/placeholder": f"values come from the Secret {namespace}/{name}, as Pulumi secrets",
+                 SECRET_SOURCE_ANNOTATION: f"{namespace}/{name}"}},
+             "stringData": {key: "<secret: set at apply time, never rendered>" for key in keys}}
+            for name, (labels, keys) in sorted(secrets.items())]
+
+
 def api_key_auth(caller_secrets: list[str]) -> dict:
     """[T-IG, D-IG] The presented key, from `Authorization` (OpenAI clients) or `x-api-key` (Anthropic clients),
     checked against every selected Secret's entries; the matching entry's name set as the caller (Envoy replaces any
