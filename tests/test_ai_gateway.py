@@ -408,3 +408,56 @@ def test_the_selected_caller_secrets_are_copied_to_the_gateways_cluster_with_val
     capsys.readouterr()
     assert main(["render", "-f", driver.fleet(), "--out", "-"]) == 0
     assert "key-of-" not in capsys.readouterr().out
+
+
+def test_status_yaml_gives_the_gateway_and_its_services_v05_status(tmp_path, monkeypatch, capsys):
+    """[X-IG, T-IG] address, endpoints, GatewayReady/GatewayProgrammed; [X-MS, F-MS] model, routes, RoutingReady
+    (RoutesAccepted, or NoGatewayServesThisService for a service the serviceSelector leaves out)."""
+    import yaml
+
+    from automation.cli import main
+    from tests.test_lifecycle import make_driver
+
+    driver = make_driver(tmp_path, monkeypatch)
+    gw = v05_gateway(serviceSelector={"matchLabels": {"public": "yes"}})
+    driver.docs = [gw if d["kind"] == "InferenceGateway" else d for d in driver.docs]
+    for d in driver.docs:
+        if d["kind"] == "ModelService" and d["metadata"]["name"] != "kimi-k2":
+            d["metadata"]["labels"] = {"public": "yes"}
+    driver.control(resourceOutputs={"gateway": {GATEWAY: {"status": {"addresses": [{"value": "203.0.113.7"}]}}}})
+    assert driver.up() == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["status", "-f", driver.fleet(), "-o", "yaml"]) == 0
+    items = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load(capsys.readouterr().out)["items"]}
+    gateway = items[("InferenceGateway", "public")]["status"]
+    assert gateway["address"] == "203.0.113.7"
+    assert gateway["endpoints"] == {"openAI": "http://203.0.113.7/v1", "anthropic": "http://203.0.113.7/anthropic/v1"}
+    assert [c["type"] for c in gateway["conditions"]] == ["GatewayReady"]
+    served = items[("ModelService", "qwen3-8b")]["status"]
+    assert served["model"] == "ml-team/qwen3-8b" and served["routes"]["total"] == 1
+    assert [c["type"] for c in served["conditions"]] == ["RoutingReady"]
+    left_out = items[("ModelService", "kimi-k2")]["status"]
+    assert left_out["routes"] == {"total": 0, "ready": 0}
+    assert left_out["conditions"][0]["reason"] == "NoGatewayServesThisService"
+
+
+@pytest.mark.parametrize("applied, address, gateway_reason, service_reason, ready", [
+    (True, "203.0.113.7", ("True", "GatewayProgrammed"), ("True", "RoutesAccepted"), 1),
+    (True, None, ("False", "WaitingForGateway"), ("False", "WaitingForGateways"), 0),
+    (False, "203.0.113.7", ("Unknown", "PendingUpdate"), ("False", "WaitingForRoutes"), 0),
+])
+def test_gateway_ready_and_routing_ready_follow_the_stacks(applied, address, gateway_reason, service_reason, ready):
+    """[T-IG] GatewayProgrammed only with an address (an address alone is not readiness: the stack must have applied);
+    [F-MS] RoutesAccepted once the gateway has an address and the route applied, else WaitingForGateways/Routes."""
+    from automation.planning.conditions import Observed, with_status
+
+    gw, ms = v05_gateway(), v05_service()
+    snap = {"fingerprints": {"gateway": "g1", "service-ml-team.qwen": "s1"}, "routes": {"ml-team/qwen": ["x"]}}
+    outputs = {"address": address} if address else {}
+    observed = Observed({"gateway": {"fingerprint": "g1" if applied else "old", "outputs": outputs},
+                         "service-ml-team.qwen": {"fingerprint": "s1" if applied else "old"}})
+    gateway = with_status(gw, snap, observed, [gw])["status"]
+    assert (gateway["conditions"][0]["status"], gateway["conditions"][0]["reason"]) == gateway_reason
+    service = with_status(ms, snap, observed, [gw])["status"]
+    assert (service["conditions"][0]["status"], service["conditions"][0]["reason"]) == service_reason
+    assert service["routes"] == {"total": 1, "ready": ready} and service["model"] == "ml-team/qwen"
