@@ -366,7 +366,7 @@ def test_migrated_v031_examples_are_the_v05_examples():
         new = ROOT / "examples" / old.relative_to(V031_DIR)
         result = migrate_text(old.read_text(), str(old), "gke-us-central")
         assert result.problems == []
-        if old.name == "gateway.yaml":  # the example gateway stays v0.3.1 until the v0.5 one is composed
+        if old.name == "gateway.yaml":  # the example gateway stays v0.3.1 until replicas serve <ns>/<deployment>
             assert list(yaml.safe_load_all(result.after)) == [v05_gateway("default", "gke-us-central")]
             continue
         assert list(yaml.safe_load_all(result.after)) == list(yaml.safe_load_all(new.read_text())), old
