@@ -121,12 +121,16 @@ class GatewayArgs(Args):
     # TLS Secret of its HTTPS listener (none: HTTP)
     front_door: list[dict] = []
     tls_secret: str | None = None
+    # a v0.5 gateway (workloads/ai_gateway.py): its Gateway's listeners and its EnvoyProxy's spec
+    listeners: list[dict] = []
+    proxy: dict = {}
 
     def fingerprinted(self) -> dict:
-        """What the gateway stack's fingerprint holds: a Traefik gateway's arguments as they were before backend
-        Envoy existed, so adding it re-ran no Traefik fleet's gateway stack."""
+        """What the gateway stack's fingerprint holds: a gateway's arguments as they were before backend Envoy (and
+        then the v0.5 gateway) existed, so adding them re-ran no earlier fleet's gateway stack."""
         envoy_only = {"backend", "front_door", "tls_secret"} if self.backend == "Traefik" else set()
-        return self.model_dump(exclude=envoy_only)
+        v05_only = {"listeners", "proxy"} if not self.listeners else set()
+        return self.model_dump(exclude=envoy_only | v05_only)
 
     @property
     def rate_limit(self) -> bool:
@@ -165,6 +169,16 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
             raise ValueError(f"{chosen!r} is a {sources[chosen]} cluster, which this project does not provision: "
                              f"the fleet gateway needs a {', '.join(HOSTABLE)} cluster")
         return chosen
+    v05 = v05_gateway(fleet)
+    if v05 is not None and v05.v05 is not None:  # the v0.5 gateway runs on the cluster it names
+        named = v05.v05.clusterName
+        if chosen is not None and chosen != named:
+            raise ValueError(f"InferenceGateway/{v05.name} runs on InferenceCluster {named} (its spec.clusterName), "
+                             f"not on {chosen!r}")
+        if named in sources and sources[named] not in HOSTABLE:
+            raise ValueError(f"InferenceGateway/{v05.name}: {named!r} is a {sources[named]} cluster, which this "
+                             f"project does not provision: a gateway needs a {', '.join(HOSTABLE)} cluster")
+        return named if named in sources else None
     ranked = sorted((sources[name] not in LOAD_BALANCED, name) for name in sources if sources[name] in HOSTABLE)
     return ranked[0][1] if ranked else None
 
@@ -244,9 +258,19 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
     )
 
 
+def v05_gateway(fleet: Fleet) -> InferenceGateway | None:
+    """The v0.5 InferenceGateway this project composes: the first by name (one per fleet for now; the others are
+    refused by workloads/render.py `v05_gateway_problems`)."""
+    gateways = sorted((g for g in fleet.of("InferenceGateway") if g.v05 is not None), key=lambda g: g.name)
+    return gateways[0] if gateways else None
+
+
 def fleet_gateway(fleet: Fleet) -> InferenceGateway | None:
-    """The InferenceGateway the gateway stack runs: one in the v0.3.1 shape that names its backend's settings (a
-    v0.5 gateway runs on its own cluster, which no stack composes yet: workloads/render.py says so)."""
+    """The InferenceGateway the gateway stack runs: one in the v0.3.1 shape that names its backend's settings, or
+    the v0.5 gateway (on its cluster, which is then the control plane's host)."""
+    v05 = v05_gateway(fleet)
+    if v05 is not None:
+        return v05
     ig = next(iter(fleet.of("InferenceGateway")), None)
     if ig is None or ig.v031 is None:
         return None
@@ -255,6 +279,8 @@ def fleet_gateway(fleet: Fleet) -> InferenceGateway | None:
 
 def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
     ig = fleet_gateway(fleet)
+    if ig is not None and ig.v05 is not None:
+        return v05_gateway_args(fleet, ig, host)
     spec = ig.v031 if ig is not None else None
     if ig is None or spec is None:
         return None
@@ -271,3 +297,33 @@ def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
                        front_door=front_door_objects(envoy) if envoy else [],
                        tls_secret=envoy.tls.certificateSecretName if envoy and envoy.tls else None)
+
+
+def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> GatewayArgs:
+    """A v0.5 gateway on the Envoy front door (workloads/ai_gateway.py): its listeners, its EnvoyProxy, its
+    policies, with the caller Secrets its `auth.apiKey.secretSelector` selects."""
+    from workloads.aggregated_api import PREFIX
+    from workloads.ai_gateway import PROXY_SERVICE, caller_secret_objects, gateway_objects, listeners, proxy_spec
+
+    spec = ig.v05
+    assert spec is not None
+    sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
+    callers = caller_secrets(fleet, ig)
+    return GatewayArgs(name=ig.name, backend="Envoy", load_balancer=sources.get(host or "") in LOAD_BALANCED,
+                       aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
+                       front_door=caller_secret_objects(callers) + gateway_objects(spec, sorted(callers)),
+                       listeners=listeners(spec),
+                       proxy=proxy_spec(PROXY_SERVICE))
+
+
+def caller_secrets(fleet: Fleet, ig: InferenceGateway) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """The Secrets in modelplane-system whose labels `auth.apiKey.secretSelector` matches, among the Secret manifests
+    given with the fleet: name -> (labels, keys). Names, labels and keys (the callers' identities) only: the gateway
+    stack's program fills the values in, never a plan, a render or a log."""
+    spec = ig.v05
+    if spec is None or spec.auth is None or spec.auth.apiKey is None:
+        return {}
+    wanted = spec.auth.apiKey.secretSelector.matchLabels
+    return {name: (labels, sorted(fleet.secrets.manifests[(namespace, name)]))
+            for (namespace, name), labels in sorted(fleet.secrets.labels.items())
+            if namespace == "modelplane-system" and all(labels.get(k) == v for k, v in wanted.items())}

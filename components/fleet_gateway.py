@@ -25,12 +25,13 @@ from components.serving_stack import metallb, release
 from components.versions import chart
 from components.workload_objects import WorkloadObjects
 from workloads import front_door_mtls
+from workloads.ai_gateway import PROXY_SERVICE
 from workloads.schemas import check
 
 TYPE = "modelplane:fleet:Gateway"
 NAMESPACE = "modelplane-system"
 ENVOY_PROXY = "modelplane-fleet"  # backend Envoy: the fleet Gateway's own EnvoyProxy
-ENVOY_SERVICE = "modelplane-fleet-gateway"  # ... and the load balancer Service it names
+ENVOY_SERVICE = PROXY_SERVICE  # ... and the load balancer Service it names
 
 
 class FleetGateway(pulumi.ComponentResource):
@@ -38,14 +39,16 @@ class FleetGateway(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GatewayArgs, provider: k8s.Provider, versions: dict[str, str] | None = None,
                  standalone: bool = False, after: list | None = None, sources: Mapping[str, str] | None = None,
-                 crd_provider: k8s.Provider | None = None, opts: pulumi.ResourceOptions | None = None):
+                 crd_provider: k8s.Provider | None = None, secrets: Mapping[str, str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """`after`: what must exist first in the same stack (the host's serving stack), waited for by every child.
         `sources`: where charts are fetched from (components/versions.py `located`). `crd_provider`: standalone,
-        the adopting provider of the Gateway API CRDs (components/crds.py `installed`)."""
+        the adopting provider of the Gateway API CRDs (components/crds.py `installed`). `secrets`: the values of the
+        front door's placeholder Secrets (a v0.5 gateway's callers), in memory (components/workload_objects.py)."""
         super().__init__(TYPE, name, None, opts)
         self.client_ca: pulumi.Output | None = None
         if args.backend == "Envoy":
-            self._envoy(name, args, provider, standalone, list(after or []))
+            self._envoy(name, args, provider, standalone, list(after or []), secrets)
             return
         k8s_opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=list(after or []))
         basics: list = list(after or [])
@@ -78,7 +81,8 @@ class FleetGateway(pulumi.ComponentResource):
         self.register_outputs({"address": self.address})
 
 
-    def _envoy(self, name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool, after: list) -> None:
+    def _envoy(self, name: str, args: GatewayArgs, provider: k8s.Provider, standalone: bool, after: list,
+               secrets: Mapping[str, str] | None = None) -> None:
         """Backend Envoy: a second Gateway of the host's Envoy Gateway (its platform stack installed Envoy Gateway,
         the `envoy` GatewayClass, the namespace and, for per-team limits, the rate-limit store), with its own
         EnvoyProxy so that its load balancer Service has a name of its own (the class's EnvoyProxy names the
@@ -88,25 +92,31 @@ class FleetGateway(pulumi.ComponentResource):
                 f"InferenceGateway/{args.name}: backend Envoy serves the front door with the Envoy Gateway a fleet "
                 "cluster's platform stack installs, and modelplane:controlPlaneKubeconfig's cluster has none: host "
                 "the gateway on an InferenceCluster (modelplane:controlPlaneCluster) or use backend Traefik")
-        problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in args.front_door for p in check(o)]
+        # a v0.5 gateway's EnvoyProxy and listeners are its own (workloads/ai_gateway.py: replicas, drain, usage
+        # records; http beside https)
+        proxy_object = {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyProxy",
+                        "metadata": {"name": ENVOY_PROXY, "namespace": NAMESPACE},
+                        "spec": args.proxy or {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
+                            "name": ENVOY_SERVICE, "externalTrafficPolicy": "Cluster"}}}}}
+        problems = [f"{o['kind']}/{o['metadata']['name']}: {p}" for o in [*args.front_door, proxy_object]
+                    for p in check(o)]
         if problems:
             raise pulumi.RunError("the front door's access objects would be refused: " + "; ".join(problems))
         opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=after)
         proxy = k8s.apiextensions.CustomResource(
-            f"{name}-envoy-proxy", api_version="gateway.envoyproxy.io/v1alpha1", kind="EnvoyProxy",
-            metadata={"name": ENVOY_PROXY, "namespace": NAMESPACE},
-            spec={"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {
-                "name": ENVOY_SERVICE, "externalTrafficPolicy": "Cluster"}}}}, opts=opts)
+            f"{name}-envoy-proxy", api_version=proxy_object["apiVersion"], kind="EnvoyProxy",
+            metadata=proxy_object["metadata"], spec=proxy_object["spec"], opts=opts)
         self.gateway = Gateway(
             f"{name}-gateway", metadata={"name": "modelplane", "namespace": NAMESPACE},
             spec={"gatewayClassName": "envoy",
                   "infrastructure": {"parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
                                                        "name": ENVOY_PROXY}},
-                  "listeners": [envoy_listener(args.tls_secret)]},
+                  "listeners": args.listeners or [envoy_listener(args.tls_secret)]},
             wait_for_address=args.load_balancer or bool(args.metallb_address_pool),
             opts=pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[*after, proxy]))
         self.address = self.gateway.address
-        self.front_door = WorkloadObjects(f"{name}-front-door", args.front_door, provider, opts=pulumi.ResourceOptions(
+        self.front_door = WorkloadObjects(f"{name}-front-door", args.front_door, provider, secrets=secrets,
+                                          opts=pulumi.ResourceOptions(
             parent=self, depends_on=[self.gateway])) if args.front_door else None
         self.client_ca = client_ca(name, args, provider, self, after)
         self.aggregated_api = aggregated_api(name, args, provider, standalone, self)

@@ -141,10 +141,14 @@ class SecretStore:
 
     # where each manifest was given ("file:line"): named by messages and `review`, never a value
     manifest_places: dict[tuple[str, str], str] = field(default_factory=dict)
+    # each manifest's metadata.labels: what a v0.5 gateway's auth.apiKey.secretSelector selects by (never a value)
+    labels: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
-    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue], where: str = "") -> None:
+    def add_manifest(self, namespace: str, name: str, values: dict[str, SecretValue], where: str = "",
+                     labels: dict[str, str] | None = None) -> None:
         self.manifests[(namespace, name)] = values
         self.manifest_places[(namespace, name)] = where
+        self.labels[(namespace, name)] = {str(k): str(v) for k, v in (labels or {}).items()}
 
     def manifest_of(self, ref: SecretRef) -> str | None:
         """The place ("file:line") of the Secret manifest that gives this reference's value, or None."""

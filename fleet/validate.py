@@ -557,7 +557,8 @@ def _read_secret(doc: Document, fleet: Fleet, notes: list[str]) -> list[Problem]
                         f"Secret {namespace}/{name} key {key!r} is also given by {where}: a Secret in the manifests "
                         "may not replace a value the environment or --secrets-dir gives; remove one of the two")
                 for key, where in replaced]
-    fleet.secrets.add_manifest(namespace, name, values, f"{doc.source}:{doc.line}")
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    fleet.secrets.add_manifest(namespace, name, values, f"{doc.source}:{doc.line}", labels)
     notes.append(f"{doc.source}:{doc.line}: read Secret {namespace}/{name} "
                  f"({len(values)} key(s); values are never printed)")
     return []

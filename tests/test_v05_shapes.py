@@ -291,7 +291,7 @@ def test_explain_and_the_portals_openapi_show_the_v05_fields(capsys):
 
 # ---- downstream: what composing does with each shape -----------------------------------------------------
 
-def test_render_and_up_stop_at_a_v05_gateway_in_one_message(tmp_path, capsys):
+def _v05_fleet_folder(tmp_path, *gateways) -> pathlib.Path:
     fleet = tmp_path / "fleet"
     fleet.mkdir()
     for f in example_files():
@@ -299,19 +299,35 @@ def test_render_and_up_stop_at_a_v05_gateway_in_one_message(tmp_path, capsys):
             target = fleet / f.relative_to(ROOT / "examples")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(f.read_text())
-    (fleet / "gateway.yaml").write_text(yaml.safe_dump(v05_gateway("public", "gke-us-central")))
+    (fleet / "gateway.yaml").write_text(yaml.safe_dump_all(gateways))
+    return fleet
+
+
+def test_a_v05_gateway_validates_plans_renders_and_previews(tmp_path, capsys):
+    fleet = _v05_fleet_folder(tmp_path, v05_gateway("public", "gke-us-central"))
     assert main(["validate", "-f", str(fleet)]) == 0
     assert main(["plan", "-f", str(fleet), "--fresh", "-o", "json"]) == 0
+    capsys.readouterr()
+    assert main(["render", "-f", str(fleet), "--out", str(tmp_path / "out"), "--fresh"]) == 0, capsys.readouterr().err
+    routes = [d for p in (tmp_path / "out").rglob("*.yaml") for d in yaml.safe_load_all(p.read_text())
+              if isinstance(d, dict) and d.get("kind") == "AIGatewayRoute"]
+    assert sorted(r["metadata"]["name"] for r in routes) == ["kimi-k2", "qwen3-8b", "qwen3-coder"]
+    assert main(["preview", "--offline", "-f", str(fleet)]) == 0, capsys.readouterr().err
+
+
+def test_a_second_v05_gateway_stops_render_and_up_in_one_message(tmp_path, capsys):
+    fleet = _v05_fleet_folder(tmp_path, v05_gateway("public", "gke-us-central"), v05_gateway("west", "eks-us-west"))
+    assert main(["validate", "-f", str(fleet)]) == 0
     capsys.readouterr()
     for command in (["render", "-f", str(fleet), "--out", "-", "--fresh"],
                     ["render", "-f", str(fleet), "--out", str(tmp_path / "out"), "--fresh"],
                     ["preview", "--offline", "-f", str(fleet)]):
         assert main(command) == 1, command
         out, err = capsys.readouterr()
-        said = [line for line in err.splitlines() if "not composed" in line]
+        said = [line for line in err.splitlines() if "one v0.5 InferenceGateway per fleet" in line]
         assert len(said) == 1 and said[0].startswith(f"{fleet / 'gateway.yaml'}:") and \
-            "InferenceGateway/public: spec.clusterName: the v0.5 fleet gateway (an Envoy AI Gateway on " \
-            "InferenceCluster gke-us-central) is not composed by this project yet" in said[0], err
+            "InferenceGateway/west: spec.clusterName: this project composes one v0.5 InferenceGateway per fleet yet " \
+            "(InferenceGateway/public, on gke-us-central)" in said[0], err
         assert not (tmp_path / "out").exists()
 
 
@@ -350,7 +366,7 @@ def test_migrated_v031_examples_are_the_v05_examples():
         new = ROOT / "examples" / old.relative_to(V031_DIR)
         result = migrate_text(old.read_text(), str(old), "gke-us-central")
         assert result.problems == []
-        if old.name == "gateway.yaml":  # the example gateway stays v0.3.1 until the v0.5 one is composed
+        if old.name == "gateway.yaml":  # the example gateway stays v0.3.1 until replicas serve <ns>/<deployment>
             assert list(yaml.safe_load_all(result.after)) == [v05_gateway("default", "gke-us-central")]
             continue
         assert list(yaml.safe_load_all(result.after)) == list(yaml.safe_load_all(new.read_text())), old

@@ -28,7 +28,8 @@ from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId
-from workloads import autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, front_door_mtls, llmd, native, routing
+from workloads import (ai_gateway, autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, front_door_mtls, llmd,
+                       native, routing)
 from workloads.readiness import READY_WHEN
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
@@ -213,22 +214,31 @@ def v05_endpoint_problems(name: str, spec: EndpointSpec) -> list[str]:
 
 
 def v05_gateway_problems(fleet: Fleet) -> list[Problem]:
-    """One problem naming the fleet's v0.5 InferenceGateways: composing stops there (`up`, `render`)."""
-    newer = [g for g in fleet.of("InferenceGateway") if g.v05 is not None]
-    if not newer:
-        return []
-    first, others = newer[0], ", ".join(f"InferenceGateway/{g.name}" for g in newer[1:])
-    assert first.v05 is not None
-    return [fleet.problem(first, ("spec", "clusterName"), (
-        f"the v0.5 fleet gateway (an Envoy AI Gateway on InferenceCluster {first.v05.clusterName}) is not composed "
-        f"by this project yet{f' (nor are {others})' if others else ''}, so nothing is rendered or applied; "
-        "`validate` and `plan` read it. To run the fleet now, keep its gateway in the v0.3.1 shape (spec.backend: "
-        "Traefik or Envoy)"))]
+    """The v0.5 gateways this project does not compose yet: all but the first by name (one gateway stack per fleet,
+    on the control plane's host, which a v0.5 gateway's cluster is: components/args.py `control_plane_cluster`)."""
+    newer = sorted((g for g in fleet.of("InferenceGateway") if g.v05 is not None), key=lambda g: g.name)
+    return [fleet.problem(other, ("spec", "clusterName"), (
+        f"this project composes one v0.5 InferenceGateway per fleet yet (InferenceGateway/{newer[0].name}, on "
+        f"{newer[0].v05.clusterName if newer[0].v05 else '?'}), so nothing is rendered or applied while there are "
+        f"more; serve several regions from one gateway's cluster for now, or split the fleet"))
+        for other in newer[1:]]
+
+
+def v05_gateway(fleet: Fleet):
+    """The v0.5 InferenceGateway composed (the first by name), or None."""
+    newer = sorted((g for g in fleet.of("InferenceGateway") if g.v05 is not None), key=lambda g: g.name)
+    return newer[0] if newer else None
 
 
 def envoy_front_door(fleet: Fleet) -> Envoy | None:
-    """The fleet data plane's settings when the InferenceGateway's backend is Envoy (workloads/fleet_data_plane.py)."""
-    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    """The fleet data plane's settings when the InferenceGateway's backend is Envoy (workloads/fleet_data_plane.py).
+    A v0.5 gateway runs on the same Envoy front door (its Backends, its mTLS hop): the defaults, which its own
+    policies (workloads/ai_gateway.py) replace where it routes."""
+    from fleet.api.gateway import Envoy
+
+    gateway = v05_gateway(fleet) or next(iter(fleet.of("InferenceGateway")), None)
+    if gateway is not None and gateway.v05 is not None:
+        return Envoy()
     return gateway.envoy if gateway is not None else None
 
 
@@ -261,19 +271,22 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
         else:
             out.add(stack, placed.cluster, models.replica(placed))
     out.deferred = deferred
-    out.problems += v05_gateway_problems(fleet)
     routes = inputs.routing if inputs is not None else routing_plan(fleet, plan, gateways, host, clusters)
     out.problems += routes.problems
     out.endpoints, out.front_door_tls = list(routes.endpoints), routes.front_door_tls
     out.addresses, out.routes, out.backends = dict(routes.addresses), dict(routes.routes), dict(routes.backends)
+    newest = v05_gateway(fleet)
     for stack, (ms, chosen_endpoints) in routes.services.items():
         out.add(stack, CONTROL_PLANE, [] if stack in reuse else
+                [ai_gateway.route_object(ms, chosen_endpoints, newest.name, newest.v05, ms.spec.effective_timeouts)]
+                if newest is not None and newest.v05 is not None else
                 fleet_data_plane.route_objects(ms, chosen_endpoints, envoy) if envoy is not None else
                 route_objects(ms, chosen_endpoints))
     for stack, backends in routes.backends.items():  # one owner for each endpoint's objects, however many services share it
         out.add(stack, CONTROL_PLANE, [] if stack in reuse else
                 [obj for ep in backends.endpoints for obj in backend_objects(ep, envoy=envoy is not None)]
                 + [fleet_data_plane.backend_object(t) for t in backends.tiered] + client_grants(backends)
+                + [obj for r in backends.routed for obj in ai_gateway.endpoint_objects(r)]
                 + backends.scaled)
     for cache in fleet.of("ModelCache"):
         for cluster in cache_targets(cache, clusters.values()):
@@ -310,6 +323,7 @@ class Backends(NamedTuple):
     endpoints: list[Endpoint]
     tiered: list[fleet_data_plane.Tiered]
     scaled: list[dict]
+    routed: list[ai_gateway.Routed] = []  # under a v0.5 gateway: each endpoint's AIServiceBackend and credential
 
 
 @dataclass
@@ -339,9 +353,10 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
     deployments = {(d.namespace, d.name): d for d in fleet.of("ModelDeployment")}
     placement_labels = cluster_placement_labels(fleet)
     ready = _replica_ready(fleet)
-    gateway = next(iter(fleet.of("InferenceGateway")), None)
+    newest = v05_gateway(fleet)
+    gateway = newest or next(iter(fleet.of("InferenceGateway")), None)
     envoy = envoy_front_door(fleet)
-    problems: list[Problem] = []
+    problems: list[Problem] = list(v05_gateway_problems(fleet))
     endpoints: list[Endpoint] = []
     for placed in plan.replicas:
         cluster = clusters[placed.cluster]
@@ -370,20 +385,31 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
             continue
         endpoints.append(Endpoint(me.name, me.namespace, me.url, me.rewrite_path, dict(me.metadata.labels or {})))
     index = EndpointIndex(endpoints)
-    # v0.5 endpoints, for what this (v0.3.1) composition cannot do with them (under a v0.5 gateway, composing stops
-    # at the gateway: `v05_gateway_problems`)
-    v031 = all(g.v031 is not None for g in fleet.of("InferenceGateway"))
-    newer = {(me.namespace, me.name): me.v05 for me in fleet.of("ModelEndpoint") if me.v05 is not None and v031}
+    # v0.5 endpoints: under a v0.5 gateway, what their AIServiceBackends are made of; under a v0.3.1 one, what that
+    # composition cannot do with them
+    specs = {(me.namespace, me.name): me.v05 for me in fleet.of("ModelEndpoint") if me.v05 is not None}
+    newer = specs if newest is None else {}
     front_door = (((gateway.status or {}).get("address") if gateway else None) or (gateways and gateways.front_door)
                   or PENDING_FRONT_DOOR)
-    out = Routing(endpoints, problems, {}, {}, {}, {}, bool(envoy and envoy.tls), {}, set())
+    tls = bool(envoy and envoy.tls) or bool(newest and newest.v05 and newest.v05.tls)
+    out = Routing(endpoints, problems, {}, {}, {}, {}, tls, {}, set())
     envoy_text = fleet.text_of(gateway) if envoy is not None and gateway is not None else ""
     routed: dict[str, dict[str, Endpoint]] = {}  # namespace -> the endpoints any of its services route to
     tiered: dict[str, dict[str, fleet_data_plane.Tiered]] = {}  # namespace -> Backend name -> what it reaches
+    ai: dict[str, dict[str, ai_gateway.Routed]] = {}  # namespace -> AIServiceBackend name -> its endpoint
     for ms in fleet.of("ModelService"):
         stack = service_stack(ms.namespace, ms.name)
         chosen: list
-        if envoy is not None:
+        if newest is not None and newest.v05 is not None:
+            if not ai_gateway.serves(newest.v05, ms.metadata.labels):
+                continue  # the gateway's serviceSelector leaves it out: no route on it
+            chosen = ai_gateway.tiers(ms, select(ms, index), specs)
+            problems += [Problem(stack, 0, f"ModelService/{ms.name}", "spec.endpoints", message)
+                         for message in ai_gateway.endpoint_problems(chosen)]
+            selected = [r.endpoint for r in chosen]
+            tiered.setdefault(ms.namespace, {}).update({r.backend: ai_gateway.backend_tier(r) for r in chosen})
+            ai.setdefault(ms.namespace, {}).update({r.backend: r for r in chosen})
+        elif envoy is not None:
             chosen = fleet_data_plane.tiers(ms, select(ms, index))
             problems += [Problem(stack, 0, f"ModelService/{ms.name}", path, message)
                          for path, message in fleet_data_plane.endpoint_problems(ms, chosen)]
@@ -405,24 +431,32 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
                      for message in v05_endpoint_problems(ep.name, spec)]
         out.services[stack] = (ms, chosen)
         out.digests[stack] = _digest((host, fleet.text_of(ms), envoy_text, chosen))
-        out.addresses[stack] = service_address(front_door, ms.namespace, ms.name, out.front_door_tls)
+        out.addresses[stack] = (service_address(front_door, ms.namespace, ms.name, out.front_door_tls)
+                                if newest is None else v05_service_address(front_door, out.front_door_tls))
         routed.setdefault(ms.namespace, {}).update({ep.name: ep for ep in selected})
         out.routes[(ms.namespace, ms.name)] = [ep.name for ep in selected]
     scaled, scaling_problems = fleet_autoscaling.scaled_objects(fleet, endpoints_stack)
     problems += scaling_problems
     out.serving = {ms.namespace for ms in fleet.of("ModelService")} | set(scaled)
     for namespace in sorted(set(routed) | set(scaled)):
-        shared, backends = routed.get(namespace, {}), tiered.get(namespace, {})
+        shared, backends, routed_ai = routed.get(namespace, {}), tiered.get(namespace, {}), ai.get(namespace, {})
         if shared or namespace in scaled:
             stack = endpoints_stack(namespace)
             owned = out.backends[stack] = Backends([shared[n] for n in sorted(shared)],
-                                                   [backends[n] for n in sorted(backends)], scaled.get(namespace, []))
+                                                   [backends[n] for n in sorted(backends)], scaled.get(namespace, []),
+                                                   [routed_ai[n] for n in sorted(routed_ai)])
             # a replica's slice points at its cluster's gateway: its recorded address is part of the fingerprint
             recorded = {ep.cluster: gateways.clusters.get(ep.cluster) for ep in owned.endpoints
                         if ep.cluster} if gateways else {}
-            out.digests[stack] = _digest((host, envoy is not None, owned.endpoints, owned.tiered,
+            out.digests[stack] = _digest((host, envoy is not None, owned.endpoints, owned.tiered, owned.routed,
                                           json.dumps(owned.scaled, sort_keys=True), sorted(recorded.items())))
     return out
+
+
+def v05_service_address(front_door: str, tls: bool) -> str:
+    """Under a v0.5 gateway a service has no address of its own: callers name it in the body (`"model":
+    "<ns>/<service>"`) at the gateway's OpenAI base URL."""
+    return f"{'https' if tls else 'http'}://{front_door}/v1"
 
 
 def _digest(value: object) -> str:

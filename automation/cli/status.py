@@ -21,6 +21,20 @@ from automation.cli.base import (
 )
 
 
+def _v05_gateways(fleet, applied: dict) -> list[dict]:
+    """The v0.5 gateway composed, with its address (the gateway stack's output) and, without TLS, its base URLs
+    (`status.endpoints`: OpenAI's and Anthropic's, reference §2.1)."""
+    from workloads.ai_gateway import base_urls
+    from workloads.render import v05_gateway
+
+    ig = v05_gateway(fleet)
+    if ig is None or ig.v05 is None:
+        return []
+    address = ((applied.get("gateway") or {}).get("outputs") or {}).get("address") or (ig.status or {}).get("address")
+    return [{"name": ig.name, "cluster": ig.v05.clusterName, "address": address,
+             "endpoints": base_urls(address, ig.v05.tls is not None)}]
+
+
 def _objects_with_status(fleet, prepared, applied: dict) -> str:
     """`status -o yaml`: the objects as the portal serves them, from what `up` recorded in this state folder."""
     import yaml
@@ -35,9 +49,11 @@ def _objects_with_status(fleet, prepared, applied: dict) -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
 
 
-def _service_addresses(prepared, applied: dict) -> list[dict]:
-    """Each ModelService's OpenAI-compatible base address, once the fleet gateway's address is known."""
+def _service_addresses(prepared, applied: dict, v05: bool = False) -> list[dict]:
+    """Each ModelService's OpenAI-compatible base address, once the fleet gateway's address is known. Under a v0.5
+    gateway (`v05`) that is the gateway's base URL, and callers name the service as the request's model."""
     from fleet.stack_id import StackId
+    from workloads.render import v05_service_address
     from workloads.service_routing import service_address
 
     gateway = ((applied.get("gateway") or {}).get("outputs") or {}).get("address")
@@ -46,7 +62,8 @@ def _service_addresses(prepared, applied: dict) -> list[dict]:
     for stack, rendered in sorted(prepared.addresses.items()):
         id = StackId.parse(stack)
         if gateway:  # the host the gateway stack output
-            address = service_address(gateway, str(id.namespace), str(id.name), tls)
+            address = (v05_service_address(gateway, tls) if v05 else
+                       service_address(gateway, str(id.namespace), str(id.name), tls))
             out.append({"name": f"{id.namespace}/{id.name}", "address": address, "pending": None})
         elif ".pending.modelplane.invalid" not in rendered:  # the InferenceGateway's observed status gives it
             out.append({"name": f"{id.namespace}/{id.name}", "address": rendered, "pending": None})
@@ -94,18 +111,26 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     blocked = _cannot_run(prepared, loaded.fleet, state) if on_operator is None else {}
     for row in rows:
         _mark(row, blocked)
-    services = _service_addresses(prepared, applied)
+    gateways = _v05_gateways(loaded.fleet, applied)
+    services = _service_addresses(prepared, applied, v05=bool(gateways))
     if output == "yaml":
         click.echo(_objects_with_status(loaded.fleet, prepared, applied), nl=False)
         return
     if output == "json":
         click.echo(json.dumps({"stacks": rows, "unscheduled": [u.deployment for u in prepared.plan.unscheduled],
-                               "controlPlane": host, "services": services}, indent=2))
+                               "controlPlane": host, "services": services,
+                               **({"gateways": gateways} if gateways else {})}, indent=2))
         return
     click.echo(f"fleet gateway host: {host or 'none (no GKE, EKS, AKS, Nebius or Existing cluster)'}")
+    for gw in gateways:
+        urls = gw["endpoints"]
+        shown = (f"openAI {urls['openAI']}, anthropic {urls['anthropic']}" if urls else
+                 f"https://<your name>/v1 and /anthropic/v1 at {gw['address']}" if gw["address"] else
+                 "pending (known once the gateway stack applied)")
+        click.echo(f"gateway {gw['name']} on {gw['cluster']}: {shown}")
     for service in services:
         where = service["address"] or f"pending ({service['pending']})"
-        click.echo(f"service {service['name']}: {where}")
+        click.echo(f"service {service['name']}: {where}" + (f" (model {service['name']})" if gateways else ""))
     if rows:
         width = max(48, *(len(row["name"]) + 1 for row in rows))  # a stack name is never cut
         click.echo(f"{'STACK':<{width}} {'STATE':<16} {'APPLIED':<14} WHY")

@@ -61,10 +61,18 @@ def kubeconfig_of(reference_name: str, cluster: str, fleet_name: str | None = No
         "kubeconfig")
 
 
+def filled_objects(spec: StackSpec) -> list[list[dict]]:
+    """The objects whose placeholder Secrets a stack's program fills: a workload stack's, or the gateway stack's own
+    (a v0.5 gateway's copies of its callers' Secrets, workloads/ai_gateway.py `caller_secret_objects`)."""
+    if isinstance(spec.payload, GatewayPayload):
+        return [spec.payload.gateway.front_door]
+    return list(spec.objects.values())
+
+
 def stack_secrets(spec: StackSpec, fleet: Fleet) -> dict[str, str]:
     """The values of the stack's placeholder Secrets that the fleet's secret store has (config key -> value)."""
     out = {}
-    for objects in spec.objects.values():
+    for objects in filled_objects(spec):
         for obj in objects:
             for key, ref in secret_refs(obj).items():
                 value = fleet.secrets.get(ref)
@@ -76,7 +84,7 @@ def stack_secrets(spec: StackSpec, fleet: Fleet) -> dict[str, str]:
 def missing_secrets(spec: StackSpec, fleet: Fleet) -> list[str]:
     """What the stack needs and nothing provides, each with where to give it (never a value)."""
     out: dict[str, None] = {}  # once each: a cache's Secret is rendered once per cluster it stages weights on
-    for objects in spec.objects.values():
+    for objects in filled_objects(spec):
         for obj in objects:
             for ref in secret_refs(obj).values():
                 if fleet.secrets.get(ref) is None:
@@ -126,8 +134,10 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
                 pulumi.export(key, value)
         return recorded(run_platform, lambda: spec.fingerprint, versions=payload.versions)
     if isinstance(payload, GatewayPayload):
+        values = {**stack_secrets(spec, fleet), **(secrets or {})}
+
         def run_gateway() -> None:
-            gateway = gateway_stack(payload, fleet_name)
+            gateway = gateway_stack(payload, fleet_name, values)
             pulumi.export("address", gateway.address)
             if gateway.client_ca is not None:  # an Envoy front door's (public) client CA, for the platform stacks
                 pulumi.export("clientCACertificate", gateway.client_ca)
@@ -180,9 +190,10 @@ def stored_kubeconfig(fleet: Fleet, cluster: str) -> str | None:
     return value.reveal() if value is not None else None
 
 
-def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None) -> FleetGateway:
+def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None,
+                  secrets: Mapping[str, str] | None = None) -> FleetGateway:
     """The fleet gateway, on the control-plane cluster: a separate one given as config, else its host, whose
-    platform stack ran first and whose kubeconfig output it uses."""
+    platform stack ran first and whose kubeconfig output it uses. `secrets`: its placeholder Secrets' values."""
     config = pulumi.Config("modelplane")
     separate = config.get_secret("controlPlaneKubeconfig")
     if separate is not None:  # a control-plane cluster no platform stack manages
@@ -194,7 +205,7 @@ def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None) -> Fle
                               "Nebius or Existing InferenceCluster), and no modelplane:controlPlaneKubeconfig is set")
     kubeconfig = kubeconfig_of("gateway-host-platform", payload.host, fleet_name)
     return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", kubeconfig, cluster=payload.host),
-                        versions=payload.versions, sources=chart_sources(config))
+                        versions=payload.versions, sources=chart_sources(config), secrets=secrets)
 
 
 def with_live_gateways(stack: str, objects: list[dict], fleet_name: str | None = None,

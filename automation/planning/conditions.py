@@ -121,6 +121,8 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
     status: dict[str, Any]
     if kind == "ModelDeployment":
         status = _deployment_status(body, snap, observed, generation)
+    elif kind == "ModelService" and _v05_gateway(fleet_objects) is not None:
+        status = _v05_service_status(namespace, name, snap, observed, fleet_objects, generation)
     elif kind == "ModelService":
         stack = str(StackId.service(namespace, name))
         address = gateway_address(snap, observed, fleet_objects)
@@ -160,6 +162,8 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
             status["gateway"] = {"address": address}
         if _output(observed, stack, "pools"):
             status["gpuPools"] = _output(observed, stack, "pools")
+    elif kind == "InferenceGateway" and "clusterName" in (body.get("spec") or {}):
+        status = _v05_gateway_status(body, snap, observed, fleet_objects, generation)
     elif kind == "InferenceGateway":
         st = standing("gateway", snap, observed, ("Installing", "InstallFailed"))
         address = gateway_address(snap, observed, fleet_objects)
@@ -172,6 +176,71 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
     else:
         status = dict(body.get("status") or {})
     return {**{k: v for k, v in body.items() if k != "status"}, "status": status}
+
+
+def _v05_gateway(fleet_objects: list[dict]) -> dict | None:
+    """The v0.5 InferenceGateway composed (the first by name: workloads/render.py `v05_gateway`), or None."""
+    gateways = sorted((o for o in fleet_objects if o["kind"] == "InferenceGateway"
+                       and "clusterName" in (o.get("spec") or {})), key=lambda o: o["metadata"]["name"])
+    return gateways[0] if gateways else None
+
+
+def _v05_gateway_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[dict],
+                        generation: int | None) -> dict:
+    """v0.5's InferenceGateway status (reference §2.1): `address`, `endpoints` (only without TLS),
+    `clientCACertificate`, and GatewayReady: GatewayProgrammed once the gateway stack applied with an address; a
+    gateway this project does not compose (not the first by name) composes nothing."""
+    from workloads.ai_gateway import base_urls
+
+    if ((_v05_gateway(fleet_objects) or {}).get("metadata") or {}).get("name") != body["metadata"]["name"]:
+        return {"conditions": [condition("GatewayReady", "False", "NotComposed", "this project composes one v0.5 "
+                                         "InferenceGateway per fleet: the first by name", generation)]}
+    st = standing("gateway", snap, observed, ("WaitingForGateway", "GatewayFailed"))
+    address = gateway_address(snap, observed, fleet_objects)
+    cluster = body["spec"]["clusterName"]
+    status: dict[str, Any] = {}
+    if address:
+        status["address"] = address
+        urls = base_urls(address, bool(body["spec"].get("tls")))
+        if urls:
+            status["endpoints"] = urls
+    ca = _output(observed, "gateway", "clientCACertificate")
+    if ca:
+        status["clientCACertificate"] = ca
+    if st.status == "True" and not address:
+        ready = condition("GatewayReady", "False", "WaitingForGateway",
+                          f"Waiting for the Gateway on cluster {cluster} to be programmed", generation)
+    else:
+        ready = _from(st, "GatewayReady", "GatewayProgrammed", f"the gateway is programmed on cluster {cluster}",
+                      generation)
+    status["conditions"] = [ready]
+    return status
+
+
+def _v05_service_status(namespace: str, name: str, snap: dict, observed: Observed, fleet_objects: list[dict],
+                        generation: int | None) -> dict:
+    """v0.5's ModelService status (reference §2.2): `model`, `routes.{total, ready}` and RoutingReady, over the one
+    v0.5 gateway composed (a service its serviceSelector leaves out has no route)."""
+    stack = str(StackId.service(namespace, name))
+    served = f"{namespace}/{name}" in snap.get("routes", {})
+    st = standing(stack, snap, observed, ("WaitingForRoutes", "RouteFailed"))
+    address = gateway_address(snap, observed, fleet_objects)
+    ready = 1 if served and address and st.status == "True" else 0
+    gateway = (_v05_gateway(fleet_objects) or {}).get("metadata", {}).get("name", "")
+    if not served:
+        routing = condition("RoutingReady", "False", "NoGatewayServesThisService", "No InferenceGateway's "
+                            "serviceSelector matches this service's labels, so no caller can reach it", generation)
+    elif not address:
+        routing = condition("RoutingReady", "False", "WaitingForGateways",
+                            f"Waiting for gateways to come up: {gateway}", generation)
+    elif st.status != "True":
+        routing = condition("RoutingReady", "False", "WaitingForRoutes", f"Waiting for routes on gateways: {gateway}",
+                            generation, st.since)
+    else:
+        routing = condition("RoutingReady", "True", "RoutesAccepted", "the route is accepted on every gateway",
+                            generation, st.since)
+    return {"model": f"{namespace}/{name}", "routes": {"total": int(served), "ready": ready},
+            "conditions": [routing], "stack": _stack(stack, st, observed)}
 
 
 def _replica_endpoint(namespace: str, replica: dict, observed: Observed) -> str:

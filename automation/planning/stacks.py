@@ -319,7 +319,10 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
         stacks[str(id)] = StackSpec(id, digest, targets=[name], payload=platform)
     if gateway is not None:
         front = GatewayPayload(gateway, pinned(versions), host, release)
-        stacks["gateway"] = StackSpec(StackId.gateway(), fingerprint(front.fingerprinted()),
+        # a v0.5 gateway's caller Secrets come from the fleet's secret store: where from is part of it
+        digest = with_sources(fingerprint(front.fingerprinted()),
+                              from_manifests(fleet, object_secrets({"gateway": gateway.front_door})))
+        stacks["gateway"] = StackSpec(StackId.gateway(), digest,
                                       depends_on=[str(StackId.platform(host))] if host else [], targets=["control-plane"],
                                       payload=front)
     return stacks
