@@ -126,3 +126,26 @@ def test_plan_against_prints_the_same_from_its_cache_and_without_it(tmp_path, ca
             printed.append(capsys.readouterr().out)
     assert printed[0:2] == printed[2:4] == printed[4:6]
     assert len(list((tmp_path / "cache" / "plans").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--forget", "byo-eu"], "it needs --prune"),
+    (["--prune", "--forget", "byo-eu"], "InferenceCluster/byo-eu is in the manifests"),
+    (["--prune", "--forget", "retired"], "the record has no stack of a cluster retired"),
+])
+def test_forget_names_only_a_recorded_cluster_that_left_the_manifests(argv, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    assert main(["up", "-f", str(ROOT / "examples"), "--state", str(tmp_path / "state"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_the_command_that_forgets_a_cluster_is_the_run_s_own():
+    from automation.cli.applying import StackRun, forget_command
+
+    run = StackRun("up", ("fleet dir", "models.yaml"), state="/srv/state", backend="s3://b/fleet", fleet_name="prod",
+                   kubeconfig=("byo-eu=/k/eu",), prune=True)
+    assert forget_command(run, ["byo-eu"]) == (
+        "modelplane up -f 'fleet dir' -f models.yaml --prune --yes-destroy-clusters --state /srv/state --backend "
+        "s3://b/fleet --fleet prod --kubeconfig byo-eu=/k/eu --forget byo-eu")

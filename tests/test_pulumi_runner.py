@@ -256,3 +256,73 @@ def test_a_stack_interrupted_between_its_commands_starts_no_more_of_them(tmp_pat
     assert pulumi_double.calls(tmp_path / "double")[before:] == []
     stack.outputs()  # what the SDK reads after an update still runs
     assert [c["argv"][1:3] for c in pulumi_double.calls(tmp_path / "double")[before:]] == [["stack", "output"]] * 2
+
+
+B_PROVIDER = {"urn": "urn:pulumi:platform-byo-eu::modelplane::pulumi:providers:kubernetes::byo-eu-k8s",
+              "type": "pulumi:providers:kubernetes", "custom": True, "inputs": {"clusterIdentifier": "byo-eu"}}
+B_RELEASE = {"urn": "urn:pulumi:platform-byo-eu::modelplane::kubernetes:helm.sh/v3:Release::byo-eu-keda",
+             "type": "kubernetes:helm.sh/v3:Release", "custom": True, "inputs": {}}
+GONE = ("error: can't delete Helm Release with unreachable cluster. Reason: \"unable to load schema information from "
+        "the API server: Get \\\"https://127.0.0.1:1/api\\\": dial tcp 127.0.0.1:1: connect: connection refused\"")
+
+
+class Unreachable(FakeCommand):
+    """A backend whose stack holds objects of a cluster that does not answer: its destroy fails as the provider's."""
+
+    def __init__(self, resources: list[dict]):
+        super().__init__()
+        self.resources = resources
+
+    def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+        if args[:1] == ["destroy"]:
+            self.calls.append((list(args), cwd, dict(additional_env)))
+            raise create_command_error(CommandResult("", GONE, 255))
+        if args[:2] == ["stack", "export"]:
+            self.calls.append((list(args), cwd, dict(additional_env)))
+            return CommandResult(json.dumps({"version": 3, "deployment": {"resources": self.resources}}), "", 0)
+        return super().run(args, cwd, additional_env, on_output, on_error)
+
+
+def test_a_stack_on_a_cluster_that_does_not_answer_fails_saying_so_and_is_never_dropped_unasked(tmp_path, specs,
+                                                                                                 monkeypatch):
+    from automation.planning.stacks import StackSpec
+    from fleet.stack_id import StackId
+
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
+    fleet, _ = specs
+    command = Unreachable([B_PROVIDER, B_RELEASE])
+    spec = StackSpec.for_deletion(StackId.parse("platform-byo-eu"))
+    result = PulumiRunner(tmp_path, fleet, pulumi_command=command).run("destroy", spec, lambda e: None)
+    assert not result.ok and result.unreachable and "does not answer" in (result.error or "")
+    assert not any(c[0][:2] == ["stack", "rm"] for c in command.calls)
+    assert all("PULUMI_K8S_DELETE_UNREACHABLE" not in c[2] for c in command.calls)
+    # a forgotten cluster, but not this stack's: the same
+    other = Unreachable([B_PROVIDER, B_RELEASE])
+    result = PulumiRunner(tmp_path, fleet, pulumi_command=other, forget=frozenset({"eks-us-west"})).run(
+        "destroy", spec, lambda e: None)
+    assert not result.ok and not any(c[0][:2] == ["stack", "rm"] for c in other.calls)
+
+
+def test_a_forgotten_cluster_s_stack_leaves_the_backend_with_what_the_provider_cannot_drop(tmp_path, specs,
+                                                                                           monkeypatch):
+    from automation.planning.stacks import StackSpec
+    from fleet.stack_id import StackId
+
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
+    fleet, _ = specs
+    command = Unreachable([B_PROVIDER, B_RELEASE])
+    spec = StackSpec.for_deletion(StackId.parse("platform-byo-eu"))
+    runner = PulumiRunner(tmp_path, fleet, pulumi_command=command, forget=frozenset({"byo-eu"}))
+    result = runner.run("destroy", spec, lambda e: None)
+    assert result.ok, result.error
+    destroy = next(c for c in command.calls if c[0][:1] == ["destroy"])
+    assert destroy[2]["PULUMI_K8S_DELETE_UNREACHABLE"] == "true"  # the provider drops what it can
+    removed = [c[0] for c in command.calls if c[0][:2] == ["stack", "rm"]]
+    assert removed and "--force" in removed[0] and "platform-byo-eu" in removed[0]
+    # a stack that also holds something outside the cluster (a cloud cluster) is never removed: it says how to go on
+    cloud = {"urn": CLUSTER_URN, "type": "gcp:container/cluster:Cluster", "custom": True, "inputs": {}}
+    held = Unreachable([B_PROVIDER, B_RELEASE, cloud])
+    result = PulumiRunner(tmp_path, fleet, pulumi_command=held, forget=frozenset({"byo-eu"})).run(
+        "destroy", spec, lambda e: None)
+    assert not result.ok and "pulumi state delete" in (result.error or "") and B_RELEASE["urn"] in result.error
+    assert not any(c[0][:2] == ["stack", "rm"] for c in held.calls)

@@ -86,6 +86,7 @@ class StackRun:
     operator_settings: str = "modelplane-operator.yaml"
     config: dict[str, str] | None = None
     verbose: bool = False  # list every deployability violation, those that follow from a failed program too
+    forget: tuple[str, ...] = ()  # `up --prune --forget CLUSTER`: clusters gone with their API servers
 
     @property
     def on_operator(self) -> bool:
@@ -151,9 +152,13 @@ def _refused(run: StackRun) -> str | None:
         backend_name("gateway", run.fleet_name)
     except StackIdError as exc:
         return f"--fleet: {exc}"
+    if run.forget and not run.prune:
+        return "--forget removes the stacks of a cluster no longer in the manifests: it needs --prune"
     if not run.on_operator:
         return ("--parallel: at most 16 with the local executor (each stack runs a Pulumi engine here)"
                 if run.parallel > 16 else None)
+    if run.forget:
+        return "--forget is for the local executor (on the operator, a Stack of a gone cluster is deleted by hand)"
     if run.operation in ("refresh", "preview-refresh") or run.refresh:
         return ("refresh and drift are not available with --executor operator (the operator refreshes a stack whose "
                 "Stack sets spec.refresh)")
@@ -233,7 +238,7 @@ def _local_runner(run: StackRun, fleet, given: dict[str, str], items: list, prep
     return PulumiRunner(root, fleet, backend=run.backend, parallel=parallel,
                         kubeconfigs=existing_kubeconfigs(fleet, given, root),
                         unprotect=run.unprotect or run.destroy_clusters, refresh=run.refresh,  # says so if no CLI
-                        fleet_name=run.fleet_name, config=run.config)
+                        fleet_name=run.fleet_name, config=run.config, forget=frozenset(run.forget))
 
 
 def _migrate(runner, moves: list[tuple[str, str]], renames: list) -> None:
@@ -246,6 +251,54 @@ def _migrate(runner, moves: list[tuple[str, str]], renames: list) -> None:
         click.echo(f"moved stack {stack} into the Pulumi project modelplane", err=True)
     for done in migrate(renames, runner.rename):
         click.echo(f"renamed stack {done.old} to {done.new}", err=True)
+
+
+def departed(prepared) -> list[str]:
+    """Clusters the record has a platform stack of that the manifests no longer have."""
+    from fleet.stack_id import StackId, StackKind
+
+    ids = [StackId.parse(name) for name in prepared.recorded]
+    fleet = {ic.name for ic in prepared.fleet.of("InferenceCluster")}
+    return sorted({str(i.cluster) for i in ids if i.kind == StackKind.platform and str(i.cluster) not in fleet})
+
+
+def _forget_problem(run: StackRun, prepared) -> str | None:
+    """Why `--forget` cannot name these clusters, or None: only a cluster that left the manifests and whose stacks
+    are recorded can be forgotten (a cluster of the fleet never is)."""
+    fleet = {ic.name for ic in prepared.fleet.of("InferenceCluster")}
+    for cluster in run.forget:
+        if cluster in fleet:
+            return (f"--forget {cluster}: InferenceCluster/{cluster} is in the manifests; remove it from them first "
+                    "(a cluster of the fleet is never forgotten)")
+        if cluster not in departed(prepared):
+            return f"--forget {cluster}: the record has no stack of a cluster {cluster}"
+    return None
+
+
+def forget_command(run: StackRun, clusters: list[str]) -> str:
+    """`modelplane up` with this run's manifests, state, backend, fleet and kubeconfigs, forgetting `clusters`."""
+    import shlex
+
+    words = ["modelplane", "up", *(w for path in run.paths for w in ("-f", path)), "--prune", "--yes-destroy-clusters"]
+    for option, value in (("--state", run.state if run.state != ".modelplane" else None), ("--backend", run.backend),
+                          ("--fleet", run.fleet_name), ("--control-plane", run.control_plane)):
+        words += [option, value] if value else []
+    words += [w for pair in run.kubeconfig for w in ("--kubeconfig", pair)]
+    words += [w for cluster in clusters for w in ("--forget", cluster)]
+    return shlex.join(words)
+
+
+def _forget_hint(run: StackRun, prepared, report) -> str | None:
+    """After a run that failed on a cluster that does not answer: the command that forgets the clusters that left
+    the manifests (when there are any left to forget)."""
+    if not any(o.result is not None and o.result.unreachable for o in report.failed):
+        return None
+    gone = [cluster for cluster in departed(prepared) if cluster not in run.forget]
+    if not gone:
+        return None
+    return (f"{', '.join(gone)} left the manifests, and a cluster with objects of these stacks does not answer: "
+            "nothing there could be deleted. If it is gone for good, forget its stacks (they leave the backend; "
+            f"whatever is still on the cluster stays there, unmanaged): {forget_command(run, gone)}")
 
 
 def _nothing_to_do(run: StackRun, prepared) -> None:
@@ -299,6 +352,9 @@ def run_stacks(run: StackRun) -> None:
         moves = sorted(getattr(record, "legacy", {}).items())  # platform stacks still in the old project
         renames = plan_renames(applied, loaded.fleet)
         prepared = prepare(loaded.fleet, applied, host)
+        problem = _forget_problem(run, prepared)
+        if problem:
+            raise AutomationError(problem)
         if run.on_operator:  # two stacks on one Stack object: refused before anything is written
             _distinct_object_names(runner, [*prepared.specs, *applied.stacks])
         items = _selected_or_exit(prepared, run, loaded.fleet, given)
@@ -353,6 +409,9 @@ def _orchestrate(run: StackRun, runner, record, items: list, prepared, parallel:
                + (" (cancelled)" if report.cancelled else ""), err=run.output == "json")
     for outcome in report.failed:
         click.echo(f"  {outcome.status}: {outcome.stack}: {outcome.reason}", err=True)
+    hint = _forget_hint(run, prepared, report)
+    if hint:
+        click.echo(hint, err=True)
     if report.cancelled:
         raise SystemExit(130)
     if not report.ok or unserved:

@@ -247,12 +247,16 @@ def _show_preview(output: str, stacks, findings: Findings, changes: dict | None,
 @click.option("--refresh", is_flag=True, help="Refresh each stack's state from the clouds and clusters before updating it.")
 @click.option("--skip-check", "skip_check", is_flag=True,
               help="Apply even if the deployability check (as in `preview --offline`) finds violations.")
-def up(prune, destroy_clusters, verbose, force, refresh, skip_check, **common) -> None:
+@click.option("--forget", multiple=True, metavar="CLUSTER",
+              help="With --prune: a cluster removed from the manifests whose API server is gone. What its stacks (and "
+                   "any stack with objects on it) hold there leaves the backend when the cluster does not answer, "
+                   "instead of failing the run; nothing on it is deleted. Repeatable.")
+def up(prune, destroy_clusters, verbose, force, refresh, skip_check, forget, **common) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     run_stacks(_stack_run("up", common, prune=prune, destroy_clusters=destroy_clusters, force=force, refresh=refresh,
-                          check=not skip_check, verbose=verbose))
+                          check=not skip_check, verbose=verbose, forget=forget))
 
 
 @cli.command()

@@ -184,11 +184,12 @@ class KubeClient:
             raise KubeError(f"{verb} {what}: cannot reach {self.cluster} at {self.server} "
                             f"({type(exc).__name__})") from None
 
-    def apply(self, obj: dict) -> dict:
+    def apply(self, obj: dict, manager: str = FIELD_MANAGER) -> dict:
+        """`manager`: the field manager applying (the local fleet's tests apply as another owner would)."""
         meta = obj["metadata"]
         path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         return self._call("apply", describe(obj), "PATCH", path, body=obj,
-                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                          query=[("fieldManager", manager), ("force", "true")],
                           content_type="application/apply-patch+yaml")
 
     def apply_status(self, obj: dict) -> dict:

@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 # how the CLI says a destroy stopped at a protected resource (tests/test_cli_contract.py holds it to the real CLI)
 PROTECTED = ("because it is protected", "marked for protection")
 LOAD_BALANCER_WAIT = 600.0  # seconds for the cloud to delete a destroyed cluster's load balancers
+# how pulumi-kubernetes says a cluster's API server did not answer (a delete, or a read, of one of its objects)
+UNREACHABLE = ("cluster is unreachable", "unreachable cluster")
+# the provider's own switch: an object of a cluster it cannot reach leaves the state instead of failing the delete
+DELETE_UNREACHABLE = "PULUMI_K8S_DELETE_UNREACHABLE"
+KUBERNETES_PROVIDER = "pulumi:providers:kubernetes"
 
 
 READS = (("stack", "output"), ("stack", "history"))  # what the SDK reads after an update, changing nothing
@@ -213,7 +218,8 @@ def program_sources(spec: StackSpec) -> frozenset[str]:
 class PulumiRunner:
     def __init__(self, root: Path, fleet: Fleet, backend: str | None = None, pulumi_command=None, parallel: int = 2,
                  kubeconfigs: dict[str, str] | None = None, unprotect: bool = False, refresh: bool = False,
-                 fleet_name: str | None = None, config: dict[str, str] | None = None):
+                 fleet_name: str | None = None, config: dict[str, str] | None = None,
+                 forget: frozenset[str] = frozenset()):
         from pulumi import automation as auto
 
         self.auto = auto
@@ -232,6 +238,7 @@ class PulumiRunner:
         self.refresh = refresh  # `up --refresh`: read the clouds' state before updating
         self.fleet_name = fleet_name  # `--fleet`: stacks are <fleet>_<stack> in the backend
         self.config = dict(config or {})  # `--config`, `--config-file`: settings for the platform programs
+        self.forget = frozenset(forget)  # `up --forget`: clusters that left the fleet whose API server is gone
         self._stacks: dict[str, tuple[str, Any]] = {}  # name -> (the spec's fingerprint, its automation.Stack)
         self._lock = threading.Lock()
         self._modules_lock = threading.Lock()
@@ -329,6 +336,7 @@ class PulumiRunner:
 
         try:
             stack = self.stack(spec)
+            forgetting = operation in ("up", "destroy") and self.forgetting(stack)
             if operation == "preview":
                 result = stack.preview(on_event=forward, parallel=self.parallel, color="never")
                 return RunResult(spec.name, operation, True, _counts(result.change_summary))
@@ -357,6 +365,14 @@ class PulumiRunner:
                             "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
                 try:
                     result = stack.destroy(on_event=forward, color="never")
+                except auto.errors.CommandError as exc:
+                    if forgetting and any(why in str(exc) for why in UNREACHABLE):
+                        return self.forgotten(stack, spec, first_error(exc))
+                    if gateways:
+                        marker = load_balancers.drained_marker(self.root, spec.name)
+                        marker.parent.mkdir(parents=True, exist_ok=True)
+                        marker.write_text("\n".join(gateways) + "\n")
+                    raise
                 except Exception:
                     if gateways:
                         marker = load_balancers.drained_marker(self.root, spec.name)
@@ -391,11 +407,62 @@ class PulumiRunner:
             if operation == "destroy" and "DependencyViolation" in error:
                 error += (" (a load balancer or network interface the cluster's Services made outlived it: delete "
                           "it in the cloud, e.g. the ELBs tagged kubernetes.io/cluster/<name>, then destroy again)")
-            return RunResult(spec.name, operation, False, error=error)
+            unreachable = any(why in str(exc) for why in UNREACHABLE)
+            if unreachable:
+                error = f"the API server of a cluster it has objects on does not answer ({error})"
+            return RunResult(spec.name, operation, False, error=error, unreachable=unreachable)
         except CLIMissing:
             raise
         except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
             return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+
+    def _state(self, stack) -> dict:
+        """The stack's checkpoint (no --show-secrets: secrets stay ciphertext)."""
+        workspace = stack.workspace
+        return json.loads(workspace.pulumi_command.run(["stack", "export", "--stack", stack.name], workspace.work_dir,
+                                                       workspace.env_vars).stdout or "{}")
+
+    def forgetting(self, stack) -> bool:
+        """`up --forget`: does this stack have objects on a forgotten cluster (a Kubernetes provider of it in its
+        state)? Then its operations run with the provider's DELETE_UNREACHABLE: an object of a cluster that does
+        not answer leaves the state instead of failing the run. Only these stacks: on any other, an unreachable
+        cluster (a network partition) still fails the delete, as pulumi-kubernetes intends."""
+        if not self.forget:
+            return False
+        resources = (self._state(stack).get("deployment") or {}).get("resources") or []
+        clusters = {str((r.get("inputs") or {}).get("clusterIdentifier")) for r in resources
+                    if r.get("type") == KUBERNETES_PROVIDER}
+        if not clusters & self.forget:
+            return False
+        stack.workspace.env_vars[DELETE_UNREACHABLE] = "true"
+        return True
+
+    def forgotten(self, stack, spec: StackSpec, why: str) -> RunResult:
+        """A stack of a forgotten cluster whose destroy stopped at an object the provider will not drop: a Helm
+        release (pulumi-kubernetes 4.25 to this day deletes a release only from a reachable cluster,
+        pulumi-kubernetes#2675). When what is left is on that cluster (its Kubernetes objects; providers, stack
+        references and components hold nothing anywhere), the stack leaves the backend as it is, deleting nothing.
+        Anything else left (a cloud cluster, a network) must still be destroyed: then it stays, and the error says
+        how."""
+        resources = (self._state(stack).get("deployment") or {}).get("resources") or []
+        elsewhere = sorted({r["type"] for r in resources if r.get("custom") and not r["type"].startswith(
+            ("kubernetes:", "pulumi:providers:")) and r["type"] != "pulumi:pulumi:StackReference"})
+        if elsewhere:
+            import shlex
+
+            releases = [r["urn"] for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
+            where = f"cd {shlex.quote(stack.workspace.work_dir)} && PULUMI_BACKEND_URL={shlex.quote(self.backend)}"
+            return RunResult(spec.name, "destroy", False, unreachable=True, error=(
+                f"{why}; it still holds {', '.join(elsewhere)}, which only a destroy removes: drop its Helm releases "
+                "from the state (" + "; ".join(f"{where} pulumi state delete --yes --target-dependents --stack "
+                                               f"{stack.name} {shlex.quote(urn)}" for urn in releases)
+                + "), then run again"))
+        stack.workspace.remove_stack(stack.name, force=True)
+        with self._lock:
+            self._stacks.pop(spec.name, None)
+        return RunResult(spec.name, "destroy", True, summary=(
+            f"forgotten: its cluster does not answer; {sum(1 for r in resources if r['type'].startswith('kubernetes:'))}"
+            " object(s) left on it, none deleted"))
 
     @property
     def protected(self) -> bool:

@@ -31,6 +31,7 @@ class RunResult:
     error: str | None = None
     summary: str | None = None  # what happened, when there are no per-resource counts (the operator executor)
     window: UpdateWindow | None = None  # when an `up` ran, as the backend stamps it (the local executor)
+    unreachable: bool = False  # failed because a cluster it has objects on does not answer (its API server is gone)
 
 
 # the interpreter modelplane runs in (its virtual environment's), which has the Pulumi SDK: not whatever `python` is

@@ -280,6 +280,14 @@ def stop(fleet: LocalFleet, grace: float = 10.0) -> list[str]:
     return [p.name for p in running]
 
 
+def stop_cluster(fleet: LocalFleet, name: str, grace: float = 10.0) -> list[str]:
+    """Stops one cluster's processes (its API server, controller-manager, scheduler and kwok): its API server is gone,
+    as a deleted cluster's is. etcd, which serves every cluster, keeps running, and keeps the cluster's objects: `up`
+    starts it again with them. Returns what was running."""
+    cluster = fleet.clusters.get(name)
+    return stop(LocalFleet(fleet.folder, clusters={name: cluster}), grace) if cluster is not None else []
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)  # its session's group: anything it started too

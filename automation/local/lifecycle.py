@@ -71,7 +71,7 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
             say(f"{ic.name}: already up at {cluster.server}")
         else:
             if current:
-                control_plane.stop(LocalFleet(local.folder, clusters={ic.name: current}))
+                control_plane.stop_cluster(local, ic.name)
             say(f"{ic.name}: starting a control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
             cluster = control_plane.start_cluster(local, ic.name, tools, pki, stages, install_addons)
         api = _client(cluster)

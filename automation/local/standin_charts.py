@@ -11,6 +11,7 @@ values, webhooks and controllers are not exercised, and output and docs say so.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,6 +22,16 @@ from components.versions import CHARTS, Chart
 BUNDLED = Path(__file__).resolve().parents[2] / "workloads" / "crds" / "upstream"
 STANDIN_LABEL = "modelplane.ai/stand-in"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: kwok runs no container
+# Charts whose CRDs are templates, not files of their crds/ folder (the bundled cert-manager files hold the chart's
+# template text): the stand-in templates them the same way, gated and kept by the same values (the real chart's
+# defaults in values.yaml), because Helm treats the two differently. A CRD already in the cluster is left alone
+# from crds/, but refused from a template unless it carries the release's ownership metadata; and only a
+# templated CRD is deleted with its release, unless it carries `helm.sh/resource-policy: keep`.
+TEMPLATED_CRDS: dict[str, tuple[str, str, dict]] = {
+    # key -> (the condition that installs them, the condition that keeps them, the chart's default values)
+    "cert-manager": ("or .Values.crds.enabled .Values.installCRDs", ".Values.crds.keep",
+                     {"crds": {"enabled": False, "keep": True}, "installCRDs": False}),
+}
 
 
 def plural(kind: str) -> str:
@@ -89,7 +100,12 @@ def chart_files(spec: Chart) -> dict[str, str]:
         "values.yaml": "{}\n"}
     docs = chart_crds(spec)
     if docs:
-        files["crds/crds.yaml"] = yaml.safe_dump_all(docs, sort_keys=False)
+        if spec.key in TEMPLATED_CRDS:
+            installed, kept, defaults = TEMPLATED_CRDS[spec.key]
+            files["templates/crds.yaml"] = templated(docs, installed, kept)
+            files["values.yaml"] = yaml.safe_dump(defaults, sort_keys=False)
+        else:
+            files["crds/crds.yaml"] = yaml.safe_dump_all(docs, sort_keys=False)
     labels = {"app.kubernetes.io/name": spec.key, STANDIN_LABEL: "true"}
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -100,6 +116,15 @@ def chart_files(spec: Chart) -> dict[str, str]:
     files["templates/controller.yaml"] = yaml.safe_dump(deployment, sort_keys=False).replace(
         "name: " + f"{spec.key}-stand-in", "name: " + f"{spec.key}-stand-in\n  namespace: {{{{ .Release.Namespace }}}}")
     return files
+
+
+def templated(docs: list[dict], installed: str, kept: str) -> str:
+    """CRDs as a chart template: all of them only if `installed`, each annotated to be kept only if `kept`."""
+    keep = (f"metadata:\n  {{{{- if {kept} }}}}\n  annotations:\n    helm.sh/resource-policy: keep\n"
+            "  {{- end }}\n")
+    bodies = [re.sub(r"^metadata:\n", lambda _: keep, yaml.safe_dump(doc, sort_keys=False), count=1, flags=re.M)
+              for doc in docs]
+    return f"{{{{- if {installed} }}}}\n" + "".join(f"---\n{body}" for body in bodies) + "{{- end }}\n"
 
 
 def write(folder: Path) -> dict[str, str]:
