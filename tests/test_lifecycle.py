@@ -294,13 +294,13 @@ def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(applied,
     assert "model-ml-team.qwen3-8b" in applied.recorded() and "model-ml-team-qwen3-8b" not in applied.recorded()
 
 
-def _start_up(double, fleet: str) -> subprocess.Popen:
+def _start_up(double, fleet: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([str(ROOT / ".venv" / "bin" / "modelplane") if (ROOT / ".venv" / "bin" / "modelplane").exists()
                              else sys.executable, *([] if (ROOT / ".venv" / "bin" / "modelplane").exists()
                                                     else ["-m", "automation.cli"]),
                              "up", "-f", fleet, "--kubeconfig", f"byo-eu={double.kubeconfig}"],
-                            cwd=double.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=double.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def _wait_for(path: pathlib.Path, seconds: float = 60) -> None:
@@ -326,6 +326,48 @@ def test_ctrl_c_interrupts_running_engines_and_starts_nothing_new(double):
     double.control()
     assert main(["up", *double.args()]) == 0
     assert set(double.recorded()) == EVERY_STACK
+
+
+@pytest.mark.parametrize("how", ["a terminal's Ctrl-C", "SIGTERM"])
+def test_a_terminals_ctrl_c_and_sigterm_stop_the_engines_as_one_interrupt(double, how):
+    """A terminal's Ctrl-C reaches modelplane's whole process group: the `pulumi` processes run in groups of their
+    own, so the one SIGINT they get is modelplane's (the real CLI terminates at once at a second one, leaving the
+    step in flight pending in the checkpoint). SIGTERM (`kill`, `timeout`, a cancelled CI job) stops a run as
+    Ctrl-C does: it killed modelplane at once, and the real CLI with it, holding the stack's lock."""
+    double.control(hang=["platform-gke-us-central"])
+    process = _start_up(double, double.fleet(), start_new_session=True)
+    _wait_for(double.root / "double" / "hanging")
+    if how == "SIGTERM":
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "cancelled: platform-gke-us-central" in err
+    assert not (double.root / "double" / "hanging").exists()  # the engine itself stopped
+    ups = [c for c in double.calls() if _verb(c["argv"]) == "up"]
+    assert ups and all(c["ownGroup"] for c in ups)
+    assert not list((double.work / ".modelplane" / "backend" / ".pulumi" / "locks").rglob("*.json"))
+
+
+def test_once_cancelling_a_further_ctrl_c_or_sigterm_only_says_the_run_is_stopping(capsys):
+    """A second Ctrl-C that came after a cancelled run had stopped (in under a second on the real engine) was raised
+    while the process exited: a traceback, and the process killed by SIGINT instead of exit 130."""
+    from automation.execution.session import hold_interrupts
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        hold_interrupts()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handlers run in this thread, between two of its bytecodes
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    assert capsys.readouterr().err.count("still waiting for running stacks to stop safely") == 2
+    # a caller in the same process gets its handlers back from `main`
+    assert main(["validate", "-f", str(ROOT / "examples")]) == 0
+    assert {number: signal.getsignal(number) for number in before} == before
 
 
 def test_ctrl_c_starts_no_stack_queued_behind_the_running_ones(double):

@@ -45,8 +45,9 @@ def interruptible_command(auto: Any) -> Any:
     """The automation API's PulumiCommand, able to interrupt the `pulumi` process of one stack.
 
     On a DIY backend `pulumi cancel` only removes the stack's lock while the engine keeps going; the
-    clean stop is SIGINT to the process itself (the engine finishes the steps in flight, writes its
-    state, and exits). The SDK keeps no handle on its process, so this command starts it itself.
+    clean stop is one SIGINT to the process itself (the engine finishes the steps in flight, writes its
+    state, and exits; a second SIGINT terminates it at once). The SDK keeps no handle on its process, so this
+    command starts it itself, in a process group of its own so that a terminal's Ctrl-C is not that second one.
 
     One stack's operation is several processes (`stack select`, `config set-all`, `up`, then reads of what it
     did): once the stack is interrupted, the command starts none of them again but those reads, so an interrupt
@@ -72,8 +73,11 @@ def interruptible_command(auto: Any) -> Any:
                 if stack in self._interrupted and words not in READS:
                     raise auto.errors.create_command_error(auto._cmd.CommandResult(
                         stdout="", stderr=f"error: interrupted: `pulumi {' '.join(words)}` was not started", code=255))
+                # its own process group: a terminal's Ctrl-C reaches only modelplane, which sends the one SIGINT
+                # that makes the CLI cancel at a safe point; the terminal's as well was a second, and the CLI
+                # terminated at once, leaving the step in flight a pending operation (the real engine showed it)
                 process = subprocess.Popen([self.command, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, encoding="utf-8")
+                                           stderr=subprocess.PIPE, encoding="utf-8", process_group=0)
                 self._processes.setdefault(stack, set()).add(process)
             try:
                 out, err = process.communicate()
