@@ -370,6 +370,28 @@ def test_once_cancelling_a_further_ctrl_c_or_sigterm_only_says_the_run_is_stoppi
     assert {number: signal.getsignal(number) for number in before} == before
 
 
+def test_a_lock_left_by_a_killed_update_of_this_machine_is_released_and_a_live_one_is_not(applied, capsys):
+    """A `pulumi` killed mid-update (SIGKILL, the OOM killer) leaves its lock in a DIY backend, and every later `up`
+    of the stack failed until someone ran `pulumi cancel` (the real engine showed it). A lock whose process, on this
+    machine, no longer runs is released and the stack runs; a lock whose process runs is another update's, and
+    stays."""
+    from tests.pulumi_engine import lock_content
+
+    stack = "model-ml-team.qwen3-8b"
+    folder = applied.work / ".modelplane" / "backend" / ".pulumi" / "locks" / "organization" / "modelplane-workloads" / stack
+    folder.mkdir(parents=True, exist_ok=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    stale = folder / "killed.json"
+    stale.write_text(json.dumps(lock_content(ended.pid)))
+    assert applied.up("--force", stack) == 0, capsys.readouterr().err
+    assert applied.ran("up") == [stack, stack] and not stale.exists()  # refused, the lock released, run
+    live = folder / "running.json"
+    live.write_text(json.dumps(lock_content(os.getpid())))
+    assert applied.up("--force", stack) == 1
+    assert live.exists() and f"stack {stack} is locked by another update" in capsys.readouterr().err
+
+
 def test_ctrl_c_starts_no_stack_queued_behind_the_running_ones(double):
     """Two platform stacks run (--parallel 2), the third waits for a free slot: after Ctrl-C it never starts, no
     `pulumi` process starts at all, and it is listed as skipped."""

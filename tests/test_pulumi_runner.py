@@ -255,3 +255,40 @@ def test_a_stack_interrupted_between_its_commands_starts_no_more_of_them(tmp_pat
     assert pulumi_double.calls(tmp_path / "double")[before:] == []
     stack.outputs()  # what the SDK reads after an update still runs
     assert [c["argv"][1:3] for c in pulumi_double.calls(tmp_path / "double")[before:]] == [["stack", "output"]] * 2
+
+
+def test_only_locks_of_this_machine_whose_process_is_gone_are_released(tmp_path):
+    import datetime
+    import os
+    import socket
+    import subprocess
+
+    from automation.execution.stale_locks import locks_named, release_stale, running
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert running(os.getpid(), now) and not running(ended.pid, now)
+    assert not running(os.getpid(), now - datetime.timedelta(days=1))  # a later process took the lock's pid
+    folder = tmp_path / "backend" / ".pulumi" / "locks" / "organization" / "p" / "s"
+    folder.mkdir(parents=True)
+    here = socket.gethostname()
+
+    def refused(*locks: tuple[str, str, int]) -> str:
+        lines = []
+        for name, host, pid in locks:
+            (folder / name).write_text("{}")
+            lines.append(f"  file://{folder / name}: created by root@{host} (pid {pid}) at {now.isoformat()}")
+        return "error: the stack is currently locked by 1 lock(s). Either wait or `pulumi cancel`.\n" + "\n".join(lines)
+
+    backend = f"file://{tmp_path / 'backend'}"
+    text = refused(("a.json", here, ended.pid))
+    assert [(lock.host, lock.pid) for lock in locks_named(text)] == [(here, ended.pid)]
+    assert release_stale(text, backend) == [folder / "a.json"] and not (folder / "a.json").exists()
+    # one live holder, another machine's lock, another backend, a path outside the backend's locks: all stay
+    for text, other in ((refused(("b.json", here, ended.pid), ("c.json", here, os.getpid())), backend),
+                        (refused(("d.json", "elsewhere", ended.pid)), backend),
+                        (refused(("e.json", here, ended.pid)), "s3://bucket/fleet"),
+                        (refused(("f.json", here, ended.pid)), f"file://{tmp_path / 'another'}")):
+        assert release_stale(text, other) == []
+    assert sorted(p.name for p in folder.iterdir()) == ["b.json", "c.json", "d.json", "e.json", "f.json"]

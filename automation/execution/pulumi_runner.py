@@ -325,62 +325,79 @@ class PulumiRunner:
                 on_event({"stack": spec.name, "type": "diagnostic", "severity": diag.severity,
                           "message": (diag.message or "").strip()[:500]})
 
-        try:
-            stack = self.stack(spec)
-            if operation == "preview":
-                result = stack.preview(on_event=forward, parallel=self.parallel, color="never")
-                return RunResult(spec.name, operation, True, _counts(result.change_summary))
-            if operation == "preview-destroy":
-                result = stack.preview_destroy(on_event=forward, color="never")
-                return RunResult(spec.name, operation, True, _counts(result.change_summary))
-            if operation == "up":
-                began = utc_now()
-                result = stack.up(on_event=forward, parallel=self.parallel, color="never", refresh=self.refresh or None)
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes),
-                                 _plain(result.outputs), window=UpdateWindow.of(result.summary, began, utc_now()))
-            if operation == "destroy":
-                if self.unprotect and spec.kind == "platform":
-                    self.lift_protection(stack, spec, forward)
-                if spec.kind == "platform" and not self.protected:  # a protected cluster stays: so do its LBs
-                    left = self.drain_load_balancers(stack, spec, on_event)
-                    if left:
-                        return RunResult(spec.name, operation, False, error=(
-                            f"the cloud has not deleted the load balancers of {', '.join(left)} in "
-                            f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
-                            "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
-                result = stack.destroy(on_event=forward, color="never")
-                # the stack leaves the backend with its resources: a destroyed stack kept there (no resources, no
-                # record) read as recorded, and every later `up --prune` destroyed it again (the real engine showed it)
-                stack.workspace.remove_stack(stack.name)
-                with self._lock:
-                    self._stacks.pop(spec.name, None)
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
-            if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
-                drift = stack.preview_refresh(on_event=forward, color="never")
-                return RunResult(spec.name, operation, True, _counts(drift.change_summary))
-            if operation == "refresh":
-                result = stack.refresh(on_event=forward, color="never")
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
-            raise ValueError(f"unknown operation {operation}")
-        except auto.ConcurrentUpdateError:
-            return RunResult(spec.name, operation, False,
-                             error=f"stack {spec.name} is locked by another update (another `modelplane up`, "
-                                   "or a crashed one: run `pulumi cancel` in its workspace to release it)")
-        except auto.errors.CommandError as exc:
-            error = first_error(exc)
-            # the CLI's first error line names the resource ("... cannot be deleted"); why follows on the next one
-            # ("because it is protected"; before 3.1xx "as it is currently marked for protection")
-            if operation == "destroy" and any(why in str(exc) for why in PROTECTED):
-                error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
-                         "run `modelplane destroy --unprotect` to lift the protection and destroy it")
-            if operation == "destroy" and "DependencyViolation" in error:
-                error += (" (a load balancer or network interface the cluster's Services made outlived it: delete "
-                          "it in the cloud, e.g. the ELBs tagged kubernetes.io/cluster/<name>, then destroy again)")
-            return RunResult(spec.name, operation, False, error=error)
-        except CLIMissing:
-            raise
-        except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
-            return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+        for attempt in range(2):  # a second time only once stale locks were released
+            try:
+                stack = self.stack(spec)
+                if operation == "preview":
+                    result = stack.preview(on_event=forward, parallel=self.parallel, color="never")
+                    return RunResult(spec.name, operation, True, _counts(result.change_summary))
+                if operation == "preview-destroy":
+                    result = stack.preview_destroy(on_event=forward, color="never")
+                    return RunResult(spec.name, operation, True, _counts(result.change_summary))
+                if operation == "up":
+                    began = utc_now()
+                    result = stack.up(on_event=forward, parallel=self.parallel, color="never", refresh=self.refresh or None)
+                    return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes),
+                                     _plain(result.outputs), window=UpdateWindow.of(result.summary, began, utc_now()))
+                if operation == "destroy":
+                    if self.unprotect and spec.kind == "platform":
+                        self.lift_protection(stack, spec, forward)
+                    if spec.kind == "platform" and not self.protected:  # a protected cluster stays: so do its LBs
+                        left = self.drain_load_balancers(stack, spec, on_event)
+                        if left:
+                            return RunResult(spec.name, operation, False, error=(
+                                f"the cloud has not deleted the load balancers of {', '.join(left)} in "
+                                f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
+                                "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
+                    result = stack.destroy(on_event=forward, color="never")
+                    # the stack leaves the backend with its resources: a destroyed stack kept there (no resources, no
+                    # record) read as recorded, and every later `up --prune` destroyed it again (the real engine showed it)
+                    stack.workspace.remove_stack(stack.name)
+                    with self._lock:
+                        self._stacks.pop(spec.name, None)
+                    return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
+                if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
+                    drift = stack.preview_refresh(on_event=forward, color="never")
+                    return RunResult(spec.name, operation, True, _counts(drift.change_summary))
+                if operation == "refresh":
+                    result = stack.refresh(on_event=forward, color="never")
+                    return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
+                raise ValueError(f"unknown operation {operation}")
+            except auto.ConcurrentUpdateError as exc:
+                if attempt == 0 and self.released_stale_locks(exc, spec, on_event):
+                    continue  # its holder was killed: the stack is free, run it now
+                return RunResult(spec.name, operation, False,
+                                 error=f"stack {spec.name} is locked by another update (another `modelplane up`, "
+                                       "or a crashed one: run `pulumi cancel` in its workspace to release it)")
+            except auto.errors.CommandError as exc:
+                error = first_error(exc)
+                # the CLI's first error line names the resource ("... cannot be deleted"); why follows on the next one
+                # ("because it is protected"; before 3.1xx "as it is currently marked for protection")
+                if operation == "destroy" and any(why in str(exc) for why in PROTECTED):
+                    error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
+                             "run `modelplane destroy --unprotect` to lift the protection and destroy it")
+                if operation == "destroy" and "DependencyViolation" in error:
+                    error += (" (a load balancer or network interface the cluster's Services made outlived it: delete "
+                              "it in the cloud, e.g. the ELBs tagged kubernetes.io/cluster/<name>, then destroy again)")
+                return RunResult(spec.name, operation, False, error=error)
+            except CLIMissing:
+                raise
+            except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
+                return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable: the second attempt returns")
+
+    def released_stale_locks(self, exc: Exception, spec: StackSpec, on_event: EventSink) -> bool:
+        """The stack's locks, when every one was left by a `pulumi` process of this machine that no longer runs
+        (killed mid-update: automation/execution/stale_locks.py), are released, and the run says so. Without it the
+        stack stayed locked until someone ran `pulumi cancel` by hand (the real engine showed it)."""
+        from automation.execution.stale_locks import release_stale
+
+        removed = release_stale(str(exc), self.backend)
+        if removed:
+            on_event({"stack": spec.name, "type": "diagnostic", "severity": "warning",
+                      "message": f"released {len(removed)} lock(s) of {spec.name} left by a killed update of this "
+                                 "machine (its process no longer runs)"})
+        return bool(removed)
 
     @property
     def protected(self) -> bool:
