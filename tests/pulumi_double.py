@@ -31,7 +31,8 @@ Told what to do through `control.json` in its folder (`PULUMI_DOUBLE_DIR`):
                                         files `hanging` and `hanging.<stack>` are in the folder)
    "resourceOutputs": {"<stack>": {"<type>[::<name>]": {...}}},  what a mocked provider returns
    "replaceOn": {"<type>": ["<input key>"]},  a change of these inputs replaces the resource
-   "drift": ["<stack>"]}                refresh --preview-only of that stack reports changes
+   "drift": ["<stack>"]}                refresh of that stack finds changes (--preview-only reports them, a
+                                        refresh records them in its history)
 """
 
 from __future__ import annotations
@@ -670,7 +671,7 @@ class Double:
     def refresh(self, name: str, content: dict, events: Events, preview_only: bool) -> tuple[str, int]:
         resources = content["checkpoint"]["latest"]["resources"]
         count = len(resources)  # the engine counts every resource it read, the stack and components too
-        if preview_only and name in (self.control.get("drift") or []):
+        if name in (self.control.get("drift") or []):  # a refresh writes what its preview reports
             changes = {"update": 1, "same": max(count - 1, 0)}
         else:
             changes = {"same": count}

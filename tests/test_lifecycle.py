@@ -392,6 +392,23 @@ def test_a_lock_left_by_a_killed_update_of_this_machine_is_released_and_a_live_o
     assert live.exists() and f"stack {stack} is locked by another update" in capsys.readouterr().err
 
 
+def test_a_refresh_that_found_drift_makes_the_next_up_run_the_stack(applied, capsys):
+    """`refresh` records what the clusters hold (an object deleted by hand leaves the checkpoint), but the record's
+    fingerprint still said the stack was applied, so `up` ran nothing and the object stayed gone (the real engine
+    showed it). The stack runs again, its replicas where they were; a refresh that found nothing changes nothing."""
+    stack = "model-ml-team.qwen3-8b"
+    placements = applied.recorded()[stack]["placements"]
+    applied.control(drift=[stack])
+    assert main(["refresh", *applied.args()]) == 0, capsys.readouterr().err
+    applied.control()
+    assert main(["refresh", *applied.args()]) == 0  # a later refresh that found nothing: still not applied
+    assert applied.up() == 0, capsys.readouterr().err
+    assert applied.ran("up") == [stack]
+    assert applied.recorded()[stack]["placements"] == placements
+    assert main(["refresh", *applied.args()]) == 0
+    assert applied.up() == 0 and applied.ran("up") == []
+
+
 def test_ctrl_c_starts_no_stack_queued_behind_the_running_ones(double):
     """Two platform stacks run (--parallel 2), the third waits for a free slot: after Ctrl-C it never starts, no
     `pulumi` process starts at all, and it is listed as skipped."""
