@@ -257,6 +257,35 @@ def test_a_stack_interrupted_between_its_commands_starts_no_more_of_them(tmp_pat
     assert [c["argv"][1:3] for c in pulumi_double.calls(tmp_path / "double")[before:]] == [["stack", "output"]] * 2
 
 
+# what the real CLI 3.277 printed for an update the API server refused (a ValidatingAdmissionPolicy), trimmed
+REFUSED = """
+ code: 1
+ stdout: Updating (model-ml-team.llama-70b):
+
+ ~  kubernetes:apps/v1:Deployment model-ml-team.llama-70b-local-b:ml-team/llama-70b-vllm updating (0s) [diff: ~spec]; error: 1 error occurred:
+ ~  kubernetes:apps/v1:Deployment model-ml-team.llama-70b-local-b:ml-team/llama-70b-vllm **updating failed** [diff: ~spec]; error: 1 error occurred:
+    pulumi:pulumi:Stack modelplane-workloads-model-ml-team.llama-70b running error: update failed
+Diagnostics:
+  kubernetes:apps/v1:Deployment (model-ml-team.llama-70b-local-b:ml-team/llama-70b-vllm):
+    error: 1 error occurred:
+    \t* the Kubernetes API server reported that "ml-team/llama-70b-vllm" failed to fully initialize or become live: deployments.apps "llama-70b-vllm" is forbidden: ValidatingAdmissionPolicy 'freeze-llama' with binding 'freeze-llama' denied request: llama-70b is frozen on this cluster
+
+  pulumi:pulumi:Stack (modelplane-workloads-model-ml-team.llama-70b):
+    error: update failed
+"""
+
+
+def test_a_failure_the_cli_lists_as_several_errors_is_reported_by_what_they_say():
+    """"error: 1 error occurred:" said nothing of why: the run's summary now names what the API server refused."""
+    from automation.execution.runner import first_error
+
+    error = first_error(create_command_error(CommandResult(REFUSED.split(" stdout: ")[1], "", 1)))
+    assert error.startswith("error: the Kubernetes API server reported that \"ml-team/llama-70b-vllm\"")
+    assert "ValidatingAdmissionPolicy 'freeze-llama'" in error and "occurred" not in error
+    plain = create_command_error(CommandResult("", "error: update failed\nerror: later", 1))
+    assert first_error(plain) == "error: update failed"
+
+
 def test_only_locks_of_this_machine_whose_process_is_gone_are_released(tmp_path):
     import datetime
     import os
