@@ -361,6 +361,10 @@ def test_once_cancelling_a_further_ctrl_c_or_sigterm_only_says_the_run_is_stoppi
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)  # the handlers run in this thread, between two of its bytecodes
+        hold_interrupts(stopped=True)  # the run stopped: ignored while the process exits
+        assert {signal.getsignal(number) for number in before} == {signal.SIG_IGN}
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
     finally:
         for number, handler in before.items():
             signal.signal(number, handler)
