@@ -7,7 +7,8 @@ and files Pulumi's automation API uses: `version`; `stack select [--create]`, `s
 `preview`, `up`, `destroy`, `refresh` (with `--preview-only`), sending engine events to
 `--event-log` (over gRPC to the automation API's event server for a `tcp://` address, else to a
 file); `cancel`. Anything else is refused, as an unknown command would be. Every call is recorded
-(argv, working directory, PULUMI_* environment keys) in `calls.jsonl`.
+(argv, working directory, PULUMI_* environment keys, whether it ran in a process group of its own) in
+`calls.jsonl`.
 
 It is the program side too (tests/pulumi_engine.py): `up` and `preview` run the stack's program,
 inline (`--client`, the automation API's language server) or local (`Pulumi.yaml`'s `main`), serve
@@ -30,7 +31,8 @@ Told what to do through `control.json` in its folder (`PULUMI_DOUBLE_DIR`):
                                         files `hanging` and `hanging.<stack>` are in the folder)
    "resourceOutputs": {"<stack>": {"<type>[::<name>]": {...}}},  what a mocked provider returns
    "replaceOn": {"<type>": ["<input key>"]},  a change of these inputs replaces the resource
-   "drift": ["<stack>"]}                refresh --preview-only of that stack reports changes
+   "drift": ["<stack>"]}                refresh of that stack finds changes (--preview-only reports them, a
+                                        refresh records them in its history)
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ CLIENT = """#!{python} -S
 import json, os, signal, socket, struct, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect({address!r})
-request = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+request = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ),
+                      "ownGroup": os.getpgrp() == os.getpid()}}).encode()
 socket.send_fds(s, [struct.pack("!Q", len(request))], [0, 1, 2])
 s.sendall(request)
 answer = s.makefile("r")
@@ -204,7 +207,7 @@ def _answer(conn, fds: list[int], request: dict) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         conn.sendall(f"{os.getpid()}\n".encode())
-        code = main(request["argv"])
+        code = main(request["argv"], request.get("ownGroup"))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -668,7 +671,7 @@ class Double:
     def refresh(self, name: str, content: dict, events: Events, preview_only: bool) -> tuple[str, int]:
         resources = content["checkpoint"]["latest"]["resources"]
         count = len(resources)  # the engine counts every resource it read, the stack and components too
-        if preview_only and name in (self.control.get("drift") or []):
+        if name in (self.control.get("drift") or []):  # a refresh writes what its preview reports
             changes = {"update": 1, "same": max(count - 1, 0)}
         else:
             changes = {"same": count}
@@ -733,7 +736,9 @@ def _release_global_lock() -> None:
     fcntl.flock(_LOCK, fcntl.LOCK_UN)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], own_group: bool | None = None) -> int:
+    """`own_group`: whether the process modelplane started runs in a process group of its own (the warm double's
+    client says; else this process is that one)."""
     global _LOCK
     folder = Path(os.environ.get("PULUMI_DOUBLE_DIR") or Path(__file__).parent / ".double")
     folder.mkdir(parents=True, exist_ok=True)
@@ -742,7 +747,8 @@ def main(argv: list[str]) -> int:
     args = [a for a in argv if a not in ("--non-interactive",)]
     with open(folder / "calls.jsonl", "a", encoding="utf-8") as f:  # one line per call, before anything can fail
         f.write(json.dumps({"argv": argv, "cwd": os.getcwd(), "stack": _flag(args, "--stack"),
-                            "env": sorted(k for k in os.environ if k.startswith("PULUMI_"))}) + "\n")
+                            "env": sorted(k for k in os.environ if k.startswith("PULUMI_")),
+                            "ownGroup": os.getpgrp() == os.getpid() if own_group is None else own_group}) + "\n")
     try:
         out, code = Double(folder, Path.cwd()).run(args)
     except Failed as exc:  # the engine ran: its diagnostics are on stdout, as the CLI prints them

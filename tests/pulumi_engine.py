@@ -73,6 +73,16 @@ class Failed(Refused):
 
 # ---- the backend ---------------------------------------------------------------------------------
 
+def lock_content(pid: int) -> dict:
+    """What a DIY backend's lock file holds: the process that took it, where and when."""
+    import getpass
+    import socket
+    from datetime import datetime, timezone
+
+    return {"pid": pid, "username": getpass.getuser(), "hostname": socket.gethostname(),
+            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}
+
+
 class Backend:
     """A DIY `file://` backend folder, as the CLI opens it."""
 
@@ -145,13 +155,17 @@ class Backend:
     def lock(self, project: str, stack: str) -> Path:
         folder = self.lock_dir(project, stack)
         held = sorted(folder.glob("*.json")) if folder.is_dir() else []
-        if held:
+        if held:  # as the DIY backend names each lock (backend/diy/lock.go)
+            named = []
+            for path in held:
+                lock = json.loads(path.read_text())
+                named.append(f"\n  file://{path}: created by {lock.get('username')}@{lock.get('hostname')} (pid "
+                             f"{lock.get('pid')}) at {lock.get('timestamp')}")
             raise Refused(f"error: the stack is currently locked by {len(held)} lock(s). Either wait for the other "
-                          f"process(es) to end or delete the lock file with `pulumi cancel`.\n  {held[0]}: created by "
-                          f"{json.loads(held[0].read_text()).get('pid')}")
+                          f"process(es) to end or delete the lock file with `pulumi cancel`.{''.join(named)}")
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{uuid.uuid4()}.json"
-        path.write_text(json.dumps({"pid": os.getpid()}))
+        path.write_text(json.dumps(lock_content(os.getpid())))
         return path
 
     def unlock_all(self, project: str, stack: str) -> None:

@@ -296,13 +296,13 @@ def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(applied,
     assert "model-ml-team.qwen3-8b" in applied.recorded() and "model-ml-team-qwen3-8b" not in applied.recorded()
 
 
-def _start_up(double, fleet: str) -> subprocess.Popen:
+def _start_up(double, fleet: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([str(ROOT / ".venv" / "bin" / "modelplane") if (ROOT / ".venv" / "bin" / "modelplane").exists()
                              else sys.executable, *([] if (ROOT / ".venv" / "bin" / "modelplane").exists()
                                                     else ["-m", "automation.cli"]),
                              "up", "-f", fleet, "--kubeconfig", f"byo-eu={double.kubeconfig}"],
-                            cwd=double.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=double.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def _wait_for(path: pathlib.Path, seconds: float = 60) -> None:
@@ -328,6 +328,91 @@ def test_ctrl_c_interrupts_running_engines_and_starts_nothing_new(double):
     double.control()
     assert main(["up", *double.args()]) == 0
     assert set(double.recorded()) == EVERY_STACK
+
+
+@pytest.mark.parametrize("how", ["a terminal's Ctrl-C", "SIGTERM"])
+def test_a_terminals_ctrl_c_and_sigterm_stop_the_engines_as_one_interrupt(double, how):
+    """A terminal's Ctrl-C reaches modelplane's whole process group: the `pulumi` processes run in groups of their
+    own, so the one SIGINT they get is modelplane's (the real CLI terminates at once at a second one, leaving the
+    step in flight pending in the checkpoint). SIGTERM (`kill`, `timeout`, a cancelled CI job) stops a run as
+    Ctrl-C does: it killed modelplane at once, and the real CLI with it, holding the stack's lock."""
+    double.control(hang=["platform-gke-us-central"])
+    process = _start_up(double, double.fleet(), start_new_session=True)
+    _wait_for(double.root / "double" / "hanging")
+    if how == "SIGTERM":
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "cancelled: platform-gke-us-central" in err
+    assert not (double.root / "double" / "hanging").exists()  # the engine itself stopped
+    ups = [c for c in double.calls() if _verb(c["argv"]) == "up"]
+    assert ups and all(c["ownGroup"] for c in ups)
+    assert not list((double.work / ".modelplane" / "backend" / ".pulumi" / "locks").rglob("*.json"))
+
+
+def test_once_cancelling_a_further_ctrl_c_or_sigterm_only_says_the_run_is_stopping(capsys):
+    """A second Ctrl-C that came after a cancelled run had stopped (in under a second on the real engine) was raised
+    while the process exited: a traceback, and the process killed by SIGINT instead of exit 130."""
+    from automation.execution.session import hold_interrupts
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        hold_interrupts()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handlers run in this thread, between two of its bytecodes
+        hold_interrupts(stopped=True)  # the run stopped: ignored while the process exits
+        assert {signal.getsignal(number) for number in before} == {signal.SIG_IGN}
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    assert capsys.readouterr().err.count("still waiting for running stacks to stop safely") == 2
+    # a caller in the same process gets its handlers back from `main`
+    assert main(["validate", "-f", str(ROOT / "examples")]) == 0
+    assert {number: signal.getsignal(number) for number in before} == before
+
+
+def test_a_lock_left_by_a_killed_update_of_this_machine_is_released_and_a_live_one_is_not(applied, capsys):
+    """A `pulumi` killed mid-update (SIGKILL, the OOM killer) leaves its lock in a DIY backend, and every later `up`
+    of the stack failed until someone ran `pulumi cancel` (the real engine showed it). A lock whose process, on this
+    machine, no longer runs is released and the stack runs; a lock whose process runs is another update's, and
+    stays."""
+    from tests.pulumi_engine import lock_content
+
+    stack = "model-ml-team.qwen3-8b"
+    folder = applied.work / ".modelplane" / "backend" / ".pulumi" / "locks" / "organization" / "modelplane-workloads" / stack
+    folder.mkdir(parents=True, exist_ok=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    stale = folder / "killed.json"
+    stale.write_text(json.dumps(lock_content(ended.pid)))
+    assert applied.up("--force", stack) == 0, capsys.readouterr().err
+    assert applied.ran("up") == [stack, stack] and not stale.exists()  # refused, the lock released, run
+    live = folder / "running.json"
+    live.write_text(json.dumps(lock_content(os.getpid())))
+    assert applied.up("--force", stack) == 1
+    assert live.exists() and f"stack {stack} is locked by another update" in capsys.readouterr().err
+
+
+def test_a_refresh_that_found_drift_makes_the_next_up_run_the_stack(applied, capsys):
+    """`refresh` records what the clusters hold (an object deleted by hand leaves the checkpoint), but the record's
+    fingerprint still said the stack was applied, so `up` ran nothing and the object stayed gone (the real engine
+    showed it). The stack runs again, its replicas where they were; a refresh that found nothing changes nothing."""
+    stack = "model-ml-team.qwen3-8b"
+    placements = applied.recorded()[stack]["placements"]
+    applied.control(drift=[stack])
+    assert main(["refresh", *applied.args()]) == 0, capsys.readouterr().err
+    applied.control()
+    assert main(["refresh", *applied.args()]) == 0  # a later refresh that found nothing: still not applied
+    assert applied.up() == 0, capsys.readouterr().err
+    assert applied.ran("up") == [stack]
+    assert applied.recorded()[stack]["placements"] == placements
+    assert main(["refresh", *applied.args()]) == 0
+    assert applied.up() == 0 and applied.ran("up") == []
 
 
 def test_ctrl_c_starts_no_stack_queued_behind_the_running_ones(double):

@@ -326,3 +326,69 @@ def test_a_forgotten_cluster_s_stack_leaves_the_backend_with_what_the_provider_c
         "destroy", spec, lambda e: None)
     assert not result.ok and "pulumi state delete" in (result.error or "") and B_RELEASE["urn"] in result.error
     assert not any(c[0][:2] == ["stack", "rm"] for c in held.calls)
+
+
+# what the real CLI 3.277 printed for an update the API server refused (a ValidatingAdmissionPolicy), trimmed
+REFUSED = """
+ code: 1
+ stdout: Updating (model-ml-team.llama-70b):
+
+ ~  kubernetes:apps/v1:Deployment model-ml-team.llama-70b-local-b:ml-team/llama-70b-vllm updating (0s) [diff: ~spec]; error: 1 error occurred:
+ ~  kubernetes:apps/v1:Deployment model-ml-team.llama-70b-local-b:ml-team/llama-70b-vllm **updating failed** [diff: ~spec]; error: 1 error occurred:
+    pulumi:pulumi:Stack modelplane-workloads-model-ml-team.llama-70b running error: update failed
+Diagnostics:
+  kubernetes:apps/v1:Deployment (model-ml-team.llama-70b-local-b:ml-team/llama-70b-vllm):
+    error: 1 error occurred:
+    \t* the Kubernetes API server reported that "ml-team/llama-70b-vllm" failed to fully initialize or become live: deployments.apps "llama-70b-vllm" is forbidden: ValidatingAdmissionPolicy 'freeze-llama' with binding 'freeze-llama' denied request: llama-70b is frozen on this cluster
+
+  pulumi:pulumi:Stack (modelplane-workloads-model-ml-team.llama-70b):
+    error: update failed
+"""
+
+
+def test_a_failure_the_cli_lists_as_several_errors_is_reported_by_what_they_say():
+    """"error: 1 error occurred:" said nothing of why: the run's summary now names what the API server refused."""
+    from automation.execution.runner import first_error
+
+    error = first_error(create_command_error(CommandResult(REFUSED.split(" stdout: ")[1], "", 1)))
+    assert error.startswith("error: the Kubernetes API server reported that \"ml-team/llama-70b-vllm\"")
+    assert "ValidatingAdmissionPolicy 'freeze-llama'" in error and "occurred" not in error
+    plain = create_command_error(CommandResult("", "error: update failed\nerror: later", 1))
+    assert first_error(plain) == "error: update failed"
+
+
+def test_only_locks_of_this_machine_whose_process_is_gone_are_released(tmp_path):
+    import datetime
+    import os
+    import socket
+    import subprocess
+
+    from automation.execution.stale_locks import locks_named, release_stale, running
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert running(os.getpid(), now) and not running(ended.pid, now)
+    assert not running(os.getpid(), now - datetime.timedelta(days=1))  # a later process took the lock's pid
+    folder = tmp_path / "backend" / ".pulumi" / "locks" / "organization" / "p" / "s"
+    folder.mkdir(parents=True)
+    here = socket.gethostname()
+
+    def refused(*locks: tuple[str, str, int]) -> str:
+        lines = []
+        for name, host, pid in locks:
+            (folder / name).write_text("{}")
+            lines.append(f"  file://{folder / name}: created by root@{host} (pid {pid}) at {now.isoformat()}")
+        return "error: the stack is currently locked by 1 lock(s). Either wait or `pulumi cancel`.\n" + "\n".join(lines)
+
+    backend = f"file://{tmp_path / 'backend'}"
+    text = refused(("a.json", here, ended.pid))
+    assert [(lock.host, lock.pid) for lock in locks_named(text)] == [(here, ended.pid)]
+    assert release_stale(text, backend) == [folder / "a.json"] and not (folder / "a.json").exists()
+    # one live holder, another machine's lock, another backend, a path outside the backend's locks: all stay
+    for text, other in ((refused(("b.json", here, ended.pid), ("c.json", here, os.getpid())), backend),
+                        (refused(("d.json", "elsewhere", ended.pid)), backend),
+                        (refused(("e.json", here, ended.pid)), "s3://bucket/fleet"),
+                        (refused(("f.json", here, ended.pid)), f"file://{tmp_path / 'another'}")):
+        assert release_stale(text, other) == []
+    assert sorted(p.name for p in folder.iterdir()) == ["b.json", "c.json", "d.json", "e.json", "f.json"]

@@ -11,6 +11,8 @@ a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import inspect
+import signal
+import threading
 
 import click
 
@@ -41,7 +43,28 @@ for _name, _example in EXAMPLES.items():  # one example per command, shown by --
     cli.commands[_name].help = f"{inspect.cleandoc(cli.commands[_name].help or '')}\n\n\b\nExample:\n  {_example}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None, restore_signals: bool = True) -> int:
+    """`restore_signals`: put SIGINT's and SIGTERM's handlers back before returning, for a caller that goes on in the
+    same process (tests); the command itself keeps them until it exits (a Ctrl-C during its exit is held too)."""
+    # SIGTERM (`kill`, `timeout`, a cancelled CI job) stops a run as Ctrl-C does: the running engines are asked to
+    # stop at a safe point and waited for. Before, the process died at once and its `pulumi` processes with it
+    # (their output pipe closed) mid-update, leaving the stack locked and its steps in flight pending.
+    handling = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)} if handling else {}
+    if handling:
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(argv)
+    finally:
+        for number, handler in previous.items() if restore_signals else ():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="modelplane", standalone_mode=False)
     except click.exceptions.Abort:

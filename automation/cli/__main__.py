@@ -4,4 +4,4 @@ import sys
 
 from automation.cli import main
 
-sys.exit(main())
+sys.exit(main(restore_signals=False))

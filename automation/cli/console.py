@@ -32,7 +32,7 @@ def main() -> int:
     from automation.cli import base
 
     base.ON_COMMAND = command_chosen
-    code = cli.main()
+    code = cli.main(restore_signals=False)  # the process exits next
     gc.freeze()
     return code
 

@@ -52,8 +52,9 @@ def interruptible_command(auto: Any) -> Any:
     """The automation API's PulumiCommand, able to interrupt the `pulumi` process of one stack.
 
     On a DIY backend `pulumi cancel` only removes the stack's lock while the engine keeps going; the
-    clean stop is SIGINT to the process itself (the engine finishes the steps in flight, writes its
-    state, and exits). The SDK keeps no handle on its process, so this command starts it itself.
+    clean stop is one SIGINT to the process itself (the engine finishes the steps in flight, writes its
+    state, and exits; a second SIGINT terminates it at once). The SDK keeps no handle on its process, so this
+    command starts it itself, in a process group of its own so that a terminal's Ctrl-C is not that second one.
 
     One stack's operation is several processes (`stack select`, `config set-all`, `up`, then reads of what it
     did): once the stack is interrupted, the command starts none of them again but those reads, so an interrupt
@@ -79,8 +80,11 @@ def interruptible_command(auto: Any) -> Any:
                 if stack in self._interrupted and words not in READS:
                     raise auto.errors.create_command_error(auto._cmd.CommandResult(
                         stdout="", stderr=f"error: interrupted: `pulumi {' '.join(words)}` was not started", code=255))
+                # its own process group: a terminal's Ctrl-C reaches only modelplane, which sends the one SIGINT
+                # that makes the CLI cancel at a safe point; the terminal's as well was a second, and the CLI
+                # terminated at once, leaving the step in flight a pending operation (the real engine showed it)
                 process = subprocess.Popen([self.command, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, encoding="utf-8")
+                                           stderr=subprocess.PIPE, encoding="utf-8", process_group=0)
                 self._processes.setdefault(stack, set()).add(process)
             try:
                 out, err = process.communicate()
@@ -334,87 +338,104 @@ class PulumiRunner:
                 on_event({"stack": spec.name, "type": "diagnostic", "severity": diag.severity,
                           "message": (diag.message or "").strip()[:500]})
 
-        try:
-            stack = self.stack(spec)
-            forgetting = operation in ("up", "destroy") and self.forgetting(stack)
-            if operation == "preview":
-                result = stack.preview(on_event=forward, parallel=self.parallel, color="never")
-                return RunResult(spec.name, operation, True, _counts(result.change_summary))
-            if operation == "preview-destroy":
-                result = stack.preview_destroy(on_event=forward, color="never")
-                return RunResult(spec.name, operation, True, _counts(result.change_summary))
-            if operation == "up":
-                began = utc_now()
-                marker = load_balancers.drained_marker(self.root, spec.name)
-                drained = marker.is_file()  # a failed destroy deleted its Gateways: the state still has them
-                result = stack.up(on_event=forward, parallel=self.parallel, color="never",
-                                  refresh=(self.refresh or drained) or None)
-                marker.unlink(missing_ok=True)
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes),
-                                 _plain(result.outputs), window=UpdateWindow.of(result.summary, began, utc_now()))
-            if operation == "destroy":
-                if self.unprotect and spec.kind == "platform":
-                    self.lift_protection(stack, spec, forward)
-                gateways: list[str] = []
-                if spec.kind == "platform" and not self.protected:  # a protected cluster stays: so do its LBs
-                    left = self.drain_load_balancers(stack, spec, on_event, gateways)
-                    if left:
-                        return RunResult(spec.name, operation, False, error=(
-                            f"the cloud has not deleted the load balancers of {', '.join(left)} in "
-                            f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
-                            "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
-                try:
-                    result = stack.destroy(on_event=forward, color="never")
-                except auto.errors.CommandError as exc:
-                    if forgetting and any(why in str(exc) for why in UNREACHABLE):
-                        return self.forgotten(stack, spec, first_error(exc))
-                    if gateways:
-                        marker = load_balancers.drained_marker(self.root, spec.name)
-                        marker.parent.mkdir(parents=True, exist_ok=True)
-                        marker.write_text("\n".join(gateways) + "\n")
-                    raise
-                except Exception:
-                    if gateways:
-                        marker = load_balancers.drained_marker(self.root, spec.name)
-                        marker.parent.mkdir(parents=True, exist_ok=True)
-                        marker.write_text("\n".join(gateways) + "\n")
-                    raise
-                load_balancers.drained_marker(self.root, spec.name).unlink(missing_ok=True)
-                # the stack leaves the backend with its resources: a destroyed stack kept there (no resources, no
-                # record) read as recorded, and every later `up --prune` destroyed it again (the real engine showed it)
-                stack.workspace.remove_stack(stack.name)
-                with self._lock:
-                    self._stacks.pop(spec.name, None)
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
-            if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
-                drift = stack.preview_refresh(on_event=forward, color="never")
-                return RunResult(spec.name, operation, True, _counts(drift.change_summary))
-            if operation == "refresh":
-                result = stack.refresh(on_event=forward, color="never")
-                return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
-            raise ValueError(f"unknown operation {operation}")
-        except auto.ConcurrentUpdateError:
-            return RunResult(spec.name, operation, False,
-                             error=f"stack {spec.name} is locked by another update (another `modelplane up`, "
-                                   "or a crashed one: run `pulumi cancel` in its workspace to release it)")
-        except auto.errors.CommandError as exc:
-            error = first_error(exc)
-            # the CLI's first error line names the resource ("... cannot be deleted"); why follows on the next one
-            # ("because it is protected"; before 3.1xx "as it is currently marked for protection")
-            if operation == "destroy" and any(why in str(exc) for why in PROTECTED):
-                error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
-                         "run `modelplane destroy --unprotect` to lift the protection and destroy it")
-            if operation == "destroy" and "DependencyViolation" in error:
-                error += (" (a load balancer or network interface the cluster's Services made outlived it: delete "
-                          "it in the cloud, e.g. the ELBs tagged kubernetes.io/cluster/<name>, then destroy again)")
-            unreachable = any(why in str(exc) for why in UNREACHABLE)
-            if unreachable:
-                error = f"the API server of a cluster it has objects on does not answer ({error})"
-            return RunResult(spec.name, operation, False, error=error, unreachable=unreachable)
-        except CLIMissing:
-            raise
-        except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
-            return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+        for attempt in range(2):  # a second time only once stale locks were released
+            try:
+                stack = self.stack(spec)
+                forgetting = operation in ("up", "destroy") and self.forgetting(stack)
+                if operation == "preview":
+                    result = stack.preview(on_event=forward, parallel=self.parallel, color="never")
+                    return RunResult(spec.name, operation, True, _counts(result.change_summary))
+                if operation == "preview-destroy":
+                    result = stack.preview_destroy(on_event=forward, color="never")
+                    return RunResult(spec.name, operation, True, _counts(result.change_summary))
+                if operation == "up":
+                    began = utc_now()
+                    marker = load_balancers.drained_marker(self.root, spec.name)
+                    drained = marker.is_file()  # a failed destroy deleted its Gateways: the state still has them
+                    result = stack.up(on_event=forward, parallel=self.parallel, color="never",
+                                      refresh=(self.refresh or drained) or None)
+                    marker.unlink(missing_ok=True)
+                    return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes),
+                                     _plain(result.outputs), window=UpdateWindow.of(result.summary, began, utc_now()))
+                if operation == "destroy":
+                    if self.unprotect and spec.kind == "platform":
+                        self.lift_protection(stack, spec, forward)
+                    gateways: list[str] = []
+                    if spec.kind == "platform" and not self.protected:  # a protected cluster stays: so do its LBs
+                        left = self.drain_load_balancers(stack, spec, on_event, gateways)
+                        if left:
+                            return RunResult(spec.name, operation, False, error=(
+                                f"the cloud has not deleted the load balancers of {', '.join(left)} in "
+                                f"{LOAD_BALANCER_WAIT:.0f} s: destroying the cluster now would leave them behind, holding "
+                                "its network; nothing was destroyed, run the destroy again (or delete them by hand)"))
+                    try:
+                        result = stack.destroy(on_event=forward, color="never")
+                    except auto.errors.CommandError as exc:
+                        if forgetting and any(why in str(exc) for why in UNREACHABLE):
+                            return self.forgotten(stack, spec, first_error(exc))
+                        if gateways:
+                            marker = load_balancers.drained_marker(self.root, spec.name)
+                            marker.parent.mkdir(parents=True, exist_ok=True)
+                            marker.write_text("\n".join(gateways) + "\n")
+                        raise
+                    except Exception:
+                        if gateways:
+                            marker = load_balancers.drained_marker(self.root, spec.name)
+                            marker.parent.mkdir(parents=True, exist_ok=True)
+                            marker.write_text("\n".join(gateways) + "\n")
+                        raise
+                    load_balancers.drained_marker(self.root, spec.name).unlink(missing_ok=True)
+                    # the stack leaves the backend with its resources: a destroyed stack kept there (no resources, no
+                    # record) read as recorded, and every later `up --prune` destroyed it again (the real engine showed it)
+                    stack.workspace.remove_stack(stack.name)
+                    with self._lock:
+                        self._stacks.pop(spec.name, None)
+                    return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
+                if operation == "preview-refresh":  # drift: what a refresh would change, changing nothing
+                    drift = stack.preview_refresh(on_event=forward, color="never")
+                    return RunResult(spec.name, operation, True, _counts(drift.change_summary))
+                if operation == "refresh":
+                    result = stack.refresh(on_event=forward, color="never")
+                    return RunResult(spec.name, operation, True, _counts(result.summary.resource_changes))
+                raise ValueError(f"unknown operation {operation}")
+            except auto.ConcurrentUpdateError as exc:
+                if attempt == 0 and self.released_stale_locks(exc, spec, on_event):
+                    continue  # its holder was killed: the stack is free, run it now
+                return RunResult(spec.name, operation, False,
+                                 error=f"stack {spec.name} is locked by another update (another `modelplane up`, "
+                                       "or a crashed one: run `pulumi cancel` in its workspace to release it)")
+            except auto.errors.CommandError as exc:
+                error = first_error(exc)
+                # the CLI's first error line names the resource ("... cannot be deleted"); why follows on the next one
+                # ("because it is protected"; before 3.1xx "as it is currently marked for protection")
+                if operation == "destroy" and any(why in str(exc) for why in PROTECTED):
+                    error = (f"{spec.name} holds protected resources (clusters and networks are never deleted by accident): "
+                             "run `modelplane destroy --unprotect` to lift the protection and destroy it")
+                if operation == "destroy" and "DependencyViolation" in error:
+                    error += (" (a load balancer or network interface the cluster's Services made outlived it: delete "
+                              "it in the cloud, e.g. the ELBs tagged kubernetes.io/cluster/<name>, then destroy again)")
+                unreachable = any(why in str(exc) for why in UNREACHABLE)
+                if unreachable:
+                    error = f"the API server of a cluster it has objects on does not answer ({error})"
+                return RunResult(spec.name, operation, False, error=error, unreachable=unreachable)
+            except CLIMissing:
+                raise
+            except Exception as exc:  # the program itself failed (invalid input reaches here as RunError)
+                return RunResult(spec.name, operation, False, error=f"{type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable: the second attempt returns")
+
+    def released_stale_locks(self, exc: Exception, spec: StackSpec, on_event: EventSink) -> bool:
+        """The stack's locks, when every one was left by a `pulumi` process of this machine that no longer runs
+        (killed mid-update: automation/execution/stale_locks.py), are released, and the run says so. Without it the
+        stack stayed locked until someone ran `pulumi cancel` by hand (the real engine showed it)."""
+        from automation.execution.stale_locks import release_stale
+
+        removed = release_stale(str(exc), self.backend)
+        if removed:
+            on_event({"stack": spec.name, "type": "diagnostic", "severity": "warning",
+                      "message": f"released {len(removed)} lock(s) of {spec.name} left by a killed update of this "
+                                 "machine (its process no longer runs)"})
+        return bool(removed)
 
     def _state(self, stack) -> dict:
         """The stack's checkpoint (no --show-secrets: secrets stay ciphertext)."""

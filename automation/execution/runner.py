@@ -7,6 +7,7 @@ Python that never imports pulumi.automation.
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -42,8 +43,25 @@ INSTALL_HINT = ("install it (https://www.pulumi.com/docs/iac/download-install/),
 def first_error(exc: Exception) -> str:
     """The CLI's first `error:` line. A CommandError's text is `code: N / stdout: ... / stderr: ...`."""
     text = getattr(exc, "stderr", None) or str(exc)
-    lines = [line[line.index("error:"):].strip() for line in text.splitlines() if "error:" in line]
+    every = text.splitlines()
+    lines = [line[line.index("error:"):].strip() for line in every if "error:" in line]
+    if lines and MANY_ERRORS.match(lines[0]):
+        # "error: 1 error occurred:" says nothing: the errors are the "* ..." lines under it where the CLI lists
+        # its diagnostics (an object the API server refused, and why, in the real engine's words)
+        for at, line in enumerate(every):
+            if not MANY_ERRORS.search(line.rstrip()):
+                continue
+            listed = []
+            for item in every[at + 1:]:
+                if not item.strip().startswith("* "):
+                    break
+                listed.append(item.strip()[2:])
+            if listed:
+                return f"error: {'; '.join(listed)}"[:400]
     return (lines[0] if lines else text.strip().splitlines()[-1] if text.strip() else type(exc).__name__)[:400]
+
+
+MANY_ERRORS = re.compile(r"error: \d+ errors? occurred:?$")
 
 
 class AutomationError(ModelplaneError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -208,6 +209,7 @@ def run_interruptibly(orchestrator: Orchestrator, operation: Operation, items: l
         while not done.wait(0.2):
             pass
     except KeyboardInterrupt:
+        hold_interrupts()
         notify("cancelling: asking running stacks to stop at a safe point (Ctrl-C again does not skip this)")
         orchestrator.cancel()
         while not done.is_set():
@@ -215,4 +217,21 @@ def run_interruptibly(orchestrator: Orchestrator, operation: Operation, items: l
                 done.wait(0.2)
             except KeyboardInterrupt:
                 print("still waiting for running stacks to stop safely", file=sys.stderr)
+        hold_interrupts(stopped=True)
     return result.get("report") or Report(cancelled=True)
+
+
+def hold_interrupts(stopped: bool = False) -> None:
+    """Once a run is cancelling, a further Ctrl-C or SIGTERM only says it is still stopping; once it has `stopped`,
+    they are ignored until the process exits (a Python handler is undone while the interpreter exits, an ignored
+    signal stays ignored). Raised once the run had stopped, a second Ctrl-C ended the process with a traceback,
+    killed by SIGINT, instead of exit 130 (the real engine showed it: a cancelled update can stop in under a
+    second). `main` puts the handlers back for callers in the same process."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def still(signum, frame) -> None:
+        print("still waiting for running stacks to stop safely", file=sys.stderr)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN if stopped else still)

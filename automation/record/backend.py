@@ -23,6 +23,7 @@ from fleet.stack_id import StackId, StackIdError
 
 SECRET = "[secret]"
 READERS = 8  # `pulumi stack output` processes at once when many stacks changed since the cache
+HISTORY_PAGE = 10  # history entries read at once when a stack's newest entry is a refresh
 
 
 def default_backend(root: Path) -> str:
@@ -86,12 +87,38 @@ class PulumiRecord:
         run = workspace.pulumi_command.run
         result = run(["stack", "output", "--json", "--stack", backend_stack], workspace.work_dir, self._env())
         values = json.loads(result.stdout or "{}")
-        history = run(["stack", "history", "--json", "--page-size", "1", "--stack", backend_stack],
-                      workspace.work_dir, self._env())
-        last = (json.loads(history.stdout or "[]") or [{}])[0]
+        def page(number: int, size: int) -> list[dict]:
+            history = run(["stack", "history", "--json", "--page-size", str(size), "--page", str(number),
+                           "--stack", backend_stack], workspace.work_dir, self._env())
+            return json.loads(history.stdout or "[]") or []
+
+        last = (page(1, 1) or [{}])[0]
         if last.get("result") not in (None, "succeeded"):
             values.pop(RECORD_OUTPUT, None)
+        elif last.get("kind") == "refresh" and isinstance(values.get(RECORD_OUTPUT), dict) \
+                and self._refreshed_away(page):
+            # a refresh recorded objects changed or gone on the clusters since the update that applied the record:
+            # the stack no longer holds what its fingerprint says, so the next `up` runs it (and puts them back);
+            # its placements stay (the real engine showed `refresh` then `up` leaving a deleted Deployment gone)
+            values[RECORD_OUTPUT] = {**values[RECORD_OUTPUT], "fingerprint": ""}
         return {k: v for k, v in values.items() if v != SECRET}
+
+    @staticmethod
+    def _refreshed_away(page) -> bool:
+        """Did a refresh since the stack's last update change its state (anything but `same`)? History newest
+        first, a page at a time until that update: most stacks' newest entry is their update, read once."""
+        number = 1
+        while True:
+            entries = page(number, HISTORY_PAGE)
+            for entry in entries:
+                if entry.get("kind") != "refresh":
+                    return False  # the update (or destroy, import) the record is of: nothing changed after it
+                if entry.get("result") == "succeeded" and any(
+                        count for op, count in (entry.get("resourceChanges") or {}).items() if op != "same"):
+                    return True
+            if len(entries) < HISTORY_PAGE:
+                return False
+            number += 1
 
     def read(self) -> Applied:
         if self.backend.startswith("file://"):
