@@ -79,7 +79,14 @@ def apply(paths, server, token_file, ca_file) -> None:
 def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend, tls_cert, tls_key,
           tls_self_signed, requestheader_ca, allowed_names, executor, operator_settings) -> None:
     """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
+    import signal
+    import threading
     from pathlib import Path
+
+    # `main` turns SIGTERM into a Ctrl-C so a run of stacks stops at a safe point; a server stops at once on it, as
+    # it always did (its worker threads would keep a KeyboardInterrupt-ed process alive)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     from automation.portal.app import StartupError
     from automation.portal.app import serve as run_portal
