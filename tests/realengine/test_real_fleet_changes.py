@@ -39,6 +39,11 @@ def owned_by_them(doc: dict) -> dict:
     return {**doc, "metadata": {**doc["metadata"], "labels": {**(doc["metadata"].get("labels") or {}), **THEIRS}}}
 
 
+def theirs() -> tuple[list[dict], list[dict], list[dict]]:
+    """The CRDs another owner applies before the first `up`: the Gateway API's, the LWS CRD, cert-manager's."""
+    return [owned_by_them(doc) for doc in crds.gateway_api()], chart_crds("lws"), chart_crds("cert-manager")
+
+
 def crd_named(api, name: str) -> dict:
     found = api.get(*CRD, name)
     assert found is not None, f"CRD {name} is gone"
@@ -51,14 +56,13 @@ def last_result(fleet: Fleet, stack: str) -> str | None:
     return ((json.loads(done.stdout or "[]") or [{}])[0]).get("result")
 
 
-def test_crds_already_on_the_clusters_are_adopted_left_alone_or_refused_as_documented(local_fleet):
+def test_crds_already_on_the_clusters_stop_the_first_up_at_the_release_that_templates_them(local_fleet):
     """Before the first `up`, each cluster holds CRDs of another owner: the Gateway API's (which `local up` installs,
     as GKE ships them) taken over by that owner's manager and labels, the LeaderWorkerSet CRD, and cert-manager's
     (applied as `kubectl apply -f cert-manager.crds.yaml` does). docs/platform.md: the bundled Gateway API CRDs
     are adopted; a chart's crds/ (LWS 0.10.0's) leaves an existing CRD alone; a templated CRD (cert-manager's) not
     owned by the release is refused by Helm, until its owner hands it over with Helm's ownership metadata."""
-    gateway_api = [owned_by_them(doc) for doc in crds.gateway_api()]
-    lws, cert_manager = chart_crds("lws"), chart_crds("cert-manager")
+    gateway_api, lws, cert_manager = theirs()
     for cluster in CLUSTERS:
         api = local_fleet.api(cluster)
         for doc in gateway_api + lws + cert_manager:
@@ -75,6 +79,9 @@ def test_crds_already_on_the_clusters_are_adopted_left_alone_or_refused_as_docum
             assert "meta.helm.sh/release-name" not in (found["metadata"].get("annotations") or {})
     assert local_fleet.history("model-ml-team.qwen3-8b") is None  # nothing ran on a cluster whose platform failed
 
+
+def test_once_their_owner_hands_cert_manager_s_crds_to_the_release_up_applies_every_stack(local_fleet):
+    gateway_api, lws, cert_manager = theirs()
     release = {"meta.helm.sh/release-name": f"mp-{CERT_MANAGER.key}",
                "meta.helm.sh/release-namespace": CERT_MANAGER.namespace}
     for cluster in CLUSTERS:  # their owner hands cert-manager's CRDs to the release (Helm's adoption)
@@ -123,8 +130,8 @@ def test_a_second_operator_with_only_the_backend_reads_the_record_and_runs_nothi
     assert None not in before.values()
 
     mine = json.loads(local_fleet.modelplane("status", "-f", str(FLEET), "-o", "json").stdout)
-    theirs = json.loads(other.modelplane("status", "-f", str(checkout / "local-fleet"), "-o", "json").stdout)
-    assert theirs == mine
+    seen = json.loads(other.modelplane("status", "-f", str(checkout / "local-fleet"), "-o", "json").stdout)
+    assert seen == mine
     other.modelplane("up", "-f", str(checkout / "local-fleet"))
     assert {stack: other.history(stack) for stack in STACKS} == before  # no stack ran
 
@@ -141,10 +148,12 @@ def without_local_b(tmp_path) -> str:
 
 
 GONE = {"platform-local-b", "team-ml-team.local-b", "model-ml-team.llama-70b"}
+BEFORE: dict[str, int | None] = {}  # every stack's history before local-b went
 
 
-def test_a_cluster_whose_api_server_is_gone_removed_from_the_fleet_is_forgotten(local_fleet, tmp_path):
-    before = {stack: local_fleet.history(stack) for stack in STACKS}
+def test_a_cluster_whose_api_server_is_gone_removed_from_the_fleet_keeps_its_stacks_and_says_how_to_forget_them(
+        local_fleet, tmp_path):
+    BEFORE.update({stack: local_fleet.history(stack) for stack in STACKS})
     local = control_plane.LocalFleet.load(control_plane.local_folder(local_fleet.state))
     assert control_plane.stop_cluster(local, "local-b")
     b = local_fleet.api("local-b")
@@ -165,17 +174,21 @@ def test_a_cluster_whose_api_server_is_gone_removed_from_the_fleet_is_forgotten(
     assert all(local_fleet.history(stack) is not None for stack in GONE)
     assert "--forget local-b" in first.stderr, first.stderr[-3000:]
 
+
+def test_forgetting_it_takes_its_stacks_out_of_the_backend_and_leaves_the_rest_alone(local_fleet, tmp_path):
+    fleet = without_local_b(tmp_path)
     local_fleet.modelplane("up", "-f", fleet, "--prune", "--yes-destroy-clusters", "--forget", "local-b")
     after = {stack: local_fleet.history(stack) for stack in STACKS}
     assert all(after[stack] is None for stack in GONE), after
-    changed = {stack for stack in STACKS - GONE if after[stack] != before[stack]}
+    changed = {stack for stack in STACKS - GONE if after[stack] != BEFORE[stack]}
     assert changed <= {"endpoints-ml-team"}, changed  # llama-70b's endpoints leave the front door's cluster
     assert running_pods(local_fleet.api("local-a"), "ml-team", "qwen3-8b")
     # the next `up --prune` has nothing to destroy or forget
     local_fleet.modelplane("up", "-f", fleet, "--prune")
     assert {stack: local_fleet.history(stack) for stack in STACKS} == after
 
-    # forgotten, not deleted: when its control plane comes back, what the stacks made is still on it
+
+def test_what_a_forgotten_cluster_held_is_still_on_it_when_it_comes_back(local_fleet):
     local_fleet.modelplane("local", "up", "-f", str(FLEET), timeout=600)
     assert wait_for("llama-70b's Deployment on local-b", lambda: [
         d for d in local_fleet.api("local-b").list("apps/v1", "Deployment", "ml-team")
