@@ -148,15 +148,22 @@ def _tcp_open(port: int) -> bool:
         return False
 
 
-def _readyz(cluster: LocalCluster, pki: pki_.Pki) -> bool:
+def admin_get(cluster: LocalCluster, pki: pki_.Pki, path: str, timeout: float = 2) -> bytes:
+    """A GET of one of the API server's own paths (`/readyz`, `/metrics`) as the admin, over loopback; OSError when it
+    does not answer 200."""
     import ssl
     import urllib.request
 
     context = ssl.create_default_context(cafile=str(pki.ca))
     context.load_cert_chain(str(pki.admin[0]), str(pki.admin[1]))
+    with urllib.request.urlopen(f"{cluster.server}{path}", context=context, timeout=timeout) as answer:
+        return answer.read()
+
+
+def _readyz(cluster: LocalCluster, pki: pki_.Pki) -> bool:
     try:
-        with urllib.request.urlopen(f"{cluster.server}/readyz", context=context, timeout=2) as answer:
-            return answer.status == 200
+        admin_get(cluster, pki, "/readyz")
+        return True
     except OSError:
         return False
 
