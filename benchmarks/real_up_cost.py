@@ -48,10 +48,12 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -324,6 +326,7 @@ class Work:
     def __init__(self, folder: Path, work: Path, env: dict[str, str], pulumi: Path, shim_dir: Path,
                  traces: bool, engine: str):
         self.folder, self.work, self.engine = folder, work, engine
+        self.state = work / ".modelplane"  # the default state folder: the backend, the stacks' workspaces, the fleet
         self.log = folder / "pulumi-calls.log"
         self.traces = folder / "traces"
         self.traces.mkdir(exist_ok=True)
@@ -338,7 +341,8 @@ class Work:
         before = scrape() if scrape else None
         mark = len(read_calls(self.log))
         start = time.time_ns()
-        seconds, code, error = command(self.work, self.env, args, timeout)
+        said = self.folder / f"{self.engine}-{label.replace(' ', '-').replace(',', '')}.stderr"
+        seconds, code, error = command(self.work, self.env, args, timeout, stderr_to=said)
         end = time.time_ns()
         phase = Phase(label, self.engine, seconds, code, error, read_calls(self.log)[mark:], start, end, expected)
         if scrape and before is not None:
@@ -346,6 +350,9 @@ class Work:
             phase.metrics = delta(after, before)
         print(f"  {engine_label(phase)} {label}: {seconds:.1f} s, {len(phase.engines)} stack(s) run, "
               f"{len(phase.calls)} CLI call(s); {phase.note()}", flush=True)
+        if code:  # what the command said last, to see why
+            for line in said.read_text().strip().splitlines()[-12:]:
+                print(f"      | {line[:240]}", flush=True)
         return phase
 
 
@@ -377,7 +384,11 @@ def apiserver_metrics(state: Path) -> Served:
     pki = Pki(local.folder / "pki")
     out: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for cluster in local.clusters.values():
-        text = control_plane.admin_get(cluster, pki, "/metrics", timeout=30).decode()
+        try:
+            text = control_plane.admin_get(cluster, pki, "/metrics", timeout=30).decode()
+        except OSError as exc:  # counted as nothing served: said, so a gap is never read as idle
+            print(f"  [real] {cluster.name}'s /metrics did not answer ({type(exc).__name__}: {exc})", flush=True)
+            continue
         for line in text.splitlines():
             found = METRIC.match(line)
             if not found:
@@ -427,8 +438,8 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str], runs: int = 5) -> flo
 def cli_start(work: Work, stack: str) -> list[tuple[str, float | None]]:
     """The CLI's own cost, each command timed alone against the run's file backend (no shim, no trace)."""
     pulumi = work.env["REAL_UP_COST_PULUMI"]
-    env = {**work.env, "PULUMI_BACKEND_URL": f"file://{work.work / '.modelplane' / 'backend'}"}
-    where = work.work / ".modelplane" / "stacks" / stack  # the stack's workspace: its Pulumi.yaml
+    env = {**work.env, "PULUMI_BACKEND_URL": f"file://{work.state / 'backend'}"}
+    where = work.state / "stacks" / stack  # the stack's workspace: its Pulumi.yaml
     return [("pulumi version", timed([pulumi, "version"], where, env)),
             ("pulumi stack ls --json (the project's stacks)", timed([pulumi, "stack", "ls", "--json"], where, env)),
             (f"pulumi stack select {stack}", timed([pulumi, "stack", "select", stack], where, env)),
@@ -510,7 +521,7 @@ def trivial_programs(work: Work, folder: Path, kubeconfig: Path) -> list[tuple[s
 def history_seconds(work: Work, stack: str, start: int, end: int) -> float | None:
     """endTime - startTime of the stack's update that began within [start, end] (ns), from the backend's history
     (`pulumi stack history --json`, whole seconds)."""
-    env = {**work.env, "PULUMI_BACKEND_URL": f"file://{work.work / '.modelplane' / 'backend'}"}
+    env = {**work.env, "PULUMI_BACKEND_URL": f"file://{work.state / 'backend'}"}
     done = subprocess.run([work.env["REAL_UP_COST_PULUMI"], "stack", "history", "--json", "--stack",
                            f"organization/{project_of(kind_of(stack))}/{stack}"],
                           cwd=work.folder, env=env, capture_output=True, text=True, timeout=120)
@@ -737,8 +748,22 @@ def choose_change(work: Work, objects: list[dict], apart: Apart) -> None:
         apart.changed = deployments[0]
 
 
-def real_part(folder: Path, objects: list[dict], parallel: int, shim_dir: Path) -> tuple[list[Phase], Work, Apart]:
-    """`local up`, the phases with the real engine, what is measured apart; `local down` whatever happens."""
+def watch(state: Path, stop: threading.Event) -> None:
+    """Says when a process of the local fleet goes: none should before `local down`."""
+    local = control_plane.LocalFleet.load(control_plane.local_folder(state))
+    processes = [p for c in local.clusters.values() for p in c.processes] + ([local.etcd] if local.etcd else [])
+    gone: set[int] = set()
+    while not stop.wait(5):
+        for process in processes:
+            if process.pid not in gone and not process.alive():
+                gone.add(process.pid)
+                print(f"  [watch] {time.strftime('%H:%M:%S')} {process.name} (pid {process.pid}) is gone", flush=True)
+
+
+def real_part(folder: Path, objects: list[dict], parallel: int, shim_dir: Path,
+              logs: Path | None = None) -> tuple[list[Phase], Work, Apart]:
+    """`local up`, the phases with the real engine, what is measured apart; `local down` whatever happens. `logs`:
+    where the local fleet's logs and the commands' standard error are copied at the end."""
     tools = toolchain.find()
     missing = tools.missing()
     if missing:
@@ -749,14 +774,16 @@ def real_part(folder: Path, objects: list[dict], parallel: int, shim_dir: Path) 
     env["PULUMI_IGNORE_AMBIENT_PLUGINS"] = "true"  # the registered provider, as `modelplane` itself runs it
     work = Work(folder, folder / "work", env, tools.binary("pulumi"), shim_dir, traces=True, engine="real")
     work.write(objects)
-    state = work.work / ".modelplane"
+    state = work.state
     apart = Apart()
     phases: list[Phase] = []
+    stop = threading.Event()
     try:
         apart.local_up, code, error = command(work.work, work.env, ("local", "up"), timeout=HOUR)
         print(f"  [real] local up: {apart.local_up:.1f} s, exit {code} {error}", flush=True)
         if code:
             return phases, work, apart
+        threading.Thread(target=watch, args=(state, stop), daemon=True).start()
         before = apiserver_metrics(state)
         time.sleep(IDLE)
         apart.idle = delta(apiserver_metrics(state), before)
@@ -773,8 +800,13 @@ def real_part(folder: Path, objects: list[dict], parallel: int, shim_dir: Path) 
                 print(f"  [real] measuring apart failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
         return phases, work, apart
     finally:
+        stop.set()
         down = subprocess.run([MODELPLANE, "local", "down"], cwd=work.work, env=work.env, capture_output=True,
                               text=True, timeout=300)
+        if logs is not None:
+            shutil.copytree(state / "local" / "logs", logs / "local-fleet", dirs_exist_ok=True)
+            for stderr in folder.glob("*.stderr"):
+                shutil.copy(stderr, logs)
         said = (down.stdout + down.stderr).strip().splitlines()
         print(f"  [real] local down: exit {down.returncode}; {said[-1] if said else ''}", flush=True)
 
@@ -793,6 +825,8 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=10)
     parser.add_argument("--parallel", type=int, default=2, help="`up --parallel` (the command's default: 2)")
     parser.add_argument("--no-double", dest="double", action="store_false", help="the real engine only")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="a folder to keep the local fleet's logs and the commands' standard error in")
     args = parser.parse_args()
     objects = generate(args.deployments, args.clusters)
     began = time.perf_counter()
@@ -801,7 +835,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="real-up-cost-") as tmp:
         folder = Path(tmp)
         shim_dir = install_shim(folder)
-        phases, real, apart = real_part(folder / "real", objects, args.parallel, shim_dir)
+        phases, real, apart = real_part(folder / "real", objects, args.parallel, shim_dir, args.logs)
         works = {"real": real}
         print(f"{load_average()} after the real engine's part", flush=True)
         if args.double and apart.changed is not None:

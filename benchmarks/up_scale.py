@@ -75,9 +75,10 @@ class Fleet:
 
 
 def command(work: Path, env: dict[str, str], args: tuple[str, ...], timeout: float | None = None,
-            files: tuple[str, ...] = ("-f", "fleet.yaml")) -> tuple[float, int, str]:
-    """(seconds, exit code, last error line) of one `modelplane ARGS -f fleet.yaml` run in `work`. Past `timeout` the
-    command and what it started (its own session) are interrupted, then killed: exit code -1."""
+            files: tuple[str, ...] = ("-f", "fleet.yaml"), stderr_to: Path | None = None) -> tuple[float, int, str]:
+    """(seconds, exit code, last error line) of one `modelplane ARGS -f fleet.yaml` run in `work`; its standard error
+    also written to `stderr_to` when given. Past `timeout` the command and what it started (its own session) are
+    interrupted, then killed: exit code -1."""
     start = time.perf_counter()
     process = subprocess.Popen([MODELPLANE, *args, *files], cwd=work, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -93,6 +94,8 @@ def command(work: Path, env: dict[str, str], args: tuple[str, ...], timeout: flo
             _, stderr = process.communicate()
         code, stderr = -1, f"{stderr}\nerror: timed out after {timeout:.0f} s"
     seconds = time.perf_counter() - start
+    if stderr_to is not None:
+        stderr_to.write_text(stderr)
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     error = next((line for line in reversed(lines) if line.startswith("error")), lines[-1] if code and lines else "")
     return seconds, code, error
