@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,14 +68,37 @@ class Fleet:
     def run(self, *args: str) -> tuple[float, list[str], int, str]:
         """(seconds, stacks an engine ran on, exit code, last error line) of one modelplane command."""
         mark = len(self.calls())
-        start = time.perf_counter()
-        done = subprocess.run([MODELPLANE, *args, "-f", "fleet.yaml"], cwd=self.work, env=self.env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        seconds = time.perf_counter() - start
+        seconds, code, error = command(self.work, self.env, args)
         verbs = ([a for a in c["argv"] if a != "--non-interactive"][:1] for c in self.calls()[mark:])
         engines = [c["stack"] for c, verb in zip(self.calls()[mark:], verbs) if verb and verb[0] in ENGINE_VERBS]
-        error = next((line for line in reversed(done.stderr.splitlines()) if line.startswith("error")), "")
-        return seconds, engines, done.returncode, error
+        return seconds, engines, code, error
+
+
+def command(work: Path, env: dict[str, str], args: tuple[str, ...], timeout: float | None = None,
+            files: tuple[str, ...] = ("-f", "fleet.yaml"), stderr_to: Path | None = None) -> tuple[float, int, str]:
+    """(seconds, exit code, last error line) of one `modelplane ARGS -f fleet.yaml` run in `work`; its standard error
+    also written to `stderr_to` when given. Past `timeout` the command and what it started (its own session) are
+    interrupted, then killed: exit code -1."""
+    start = time.perf_counter()
+    process = subprocess.Popen([MODELPLANE, *args, *files], cwd=work, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)  # a clean stop first: the engines write their state
+        try:
+            _, stderr = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            _, stderr = process.communicate()
+        code, stderr = -1, f"{stderr}\nerror: timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - start
+    if stderr_to is not None:
+        stderr_to.write_text(stderr)
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    error = next((line for line in reversed(lines) if line.startswith("error")), lines[-1] if code and lines else "")
+    return seconds, code, error
 
 
 def change_images(objects: list[dict], count: int, tag: str) -> set[str]:

@@ -80,3 +80,35 @@ def test_down_keeps_the_clusters_data_and_purge_deletes_it(tmp_path):
     done = runner.invoke(cli, ["local", "down", "--purge", "--state", str(tmp_path / ".modelplane")])
     assert done.exit_code == 0 and not local.exists()
     assert "modelplane refresh" in done.output
+
+
+def test_local_down_never_signals_a_process_that_took_a_recorded_pid(tmp_path):
+    """A record's pid may belong to another process by the time `local down` (or `local up`, stopping what it finds
+    stale) reads it: pids wrap at 32,768 on this machine within minutes, and every reboot reuses them. Only the process
+    the record started is signalled, known by its start time; the other keeps running."""
+    import json
+    import os
+    import subprocess
+
+    from automation.local import control_plane
+
+    other = subprocess.Popen(["sleep", "120"], start_new_session=True)  # has the pid a stale record names
+    ours = control_plane._start("kwok", ["sleep", "120"], tmp_path / "logs")  # as the local fleet starts its own
+    try:
+        state = tmp_path / "state"
+        folder = control_plane.local_folder(state)
+        folder.mkdir(parents=True)
+        stale = {"name": "etcd", "pid": other.pid, "log": "", "started": "an-earlier-boot:1234"}
+        (folder / "fleet.json").write_text(json.dumps({"etcd": stale, "etcd_port": 1, "clusters": {"a": {
+            "name": "a", "port": 1, "kubeconfig": "", "processes": [ours.__dict__]}}}))
+        result = run("local", "down", "--state", str(state))
+        assert result.exit_code == 0, result.output
+        assert other.poll() is None  # still running: never signalled
+        assert not ours.alive()  # ours was stopped (and reaped: this process started it)
+    finally:
+        other.kill()
+        other.wait()
+        try:
+            os.kill(ours.pid, 9)
+        except ProcessLookupError:
+            pass

@@ -33,7 +33,10 @@ def test_native_deployment_exact():
     assert deployment_obj == {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": workload, "namespace": "ml-team", "labels": labels,
-                     "annotations": {"pulumi.com/timeoutSeconds": "3600"}},  # GPU scale-up and weights take long
+                     "annotations": {"pulumi.com/timeoutSeconds": "3600",  # GPU scale-up and weights take long
+                                     # created after its claim template; the cache's claim is another stack's
+                                     "config.kubernetes.io/depends-on": "resource.k8s.io/namespaces/ml-team/"
+                                     f"ResourceClaimTemplate/{child_name(replica, 'vllm', 'standalone', 'devices')}"}},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"modelplane.ai/workload": workload}}, "template": {
             "metadata": {"labels": {"team": "nlp", **labels, "modelplane.ai/serving": replica, "modelplane.ai/workload": workload}},
             "spec": {
@@ -201,6 +204,32 @@ def test_workload_route_and_pool_exact():
     assert epp["spec"]["template"]["metadata"]["annotations"]["modelplane.ai/epp-config-checksum"]
     assert {o["kind"] for o in find(result, "Role") + find(result, "RoleBinding") + find(result, "ServiceAccount")} == {
         "Role", "RoleBinding", "ServiceAccount"}
+
+
+def test_each_workload_is_created_after_what_its_pods_need_in_its_own_stack():
+    """The ConfigGroup creates what a workload's pods need first (cli-utils' depends-on): started before them, a
+    Deployment's step waits for pods that cannot be made, and two such steps held both of `--parallel 2`'s slots of a
+    model stack until its hour-long readiness timeout (the real engine showed it)."""
+    from workloads.readiness import DEPENDS_ON, with_prerequisites
+
+    _, result = rendered(L4, cluster("a"), deployment("qwen"))
+    replica = replica_name("qwen", "a", 0)
+    depends = {d["metadata"]["name"]: d["metadata"]["annotations"].get(DEPENDS_ON, "").split(",")
+               for d in find(result, "Deployment", stack="model-ml-team.qwen")}
+    assert depends == {
+        child_name(replica, "vllm"): [f"resource.k8s.io/namespaces/ml-team/ResourceClaimTemplate/"
+                                      f"{child_name(replica, 'vllm', 'standalone', 'devices')}"],
+        f"{replica}-epp": [f"/namespaces/ml-team/ConfigMap/{replica}-epp",
+                           f"/namespaces/ml-team/ServiceAccount/{replica}-epp"]}
+    for kind in ("ConfigMap", "ServiceAccount"):  # what it names is in the same stack (else the group fails)
+        assert [o["metadata"]["name"] for o in find(result, kind, stack="model-ml-team.qwen")] == [f"{replica}-epp"]
+    # an object of another stack, or a placeholder Secret made beside the group, is never named
+    pod = {"serviceAccountName": "elsewhere", "volumes": [{"name": "t", "secret": {"secretName": "token"}}]}
+    objects = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n"},
+                "spec": {"template": {"spec": pod}}},
+               {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "n", "annotations": {
+                   "modelplane.ai/placeholder": "true"}}}]
+    assert DEPENDS_ON not in (with_prerequisites(objects)[0]["metadata"].get("annotations") or {})
 
 
 @pytest.mark.parametrize("groups,expected", [

@@ -30,7 +30,7 @@ from fleet.problems import Problem
 from fleet.stack_id import StackId
 from workloads import (ai_gateway, autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, front_door_mtls, llmd,
                        native, routing)
-from workloads.readiness import READY_WHEN
+from workloads.readiness import READY_WHEN, with_prerequisites
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
 from workloads.context import ReplicaContext, replica_context, replica_labels
@@ -168,7 +168,7 @@ def compose_replica(ctx: ReplicaContext) -> list[dict]:
             objects += native.build(ctx, engine) if engine.backend == "native" else llmd.build_lws(ctx, engine)
     objects += routing.replica_surface(ctx)
     objects += autoscaling.scaled_objects(ctx)
-    return with_ready_timeout(objects)
+    return with_prerequisites(with_ready_timeout(objects))
 
 
 def _replica_ready(fleet: Fleet) -> dict[tuple[str, str], bool]:

@@ -36,19 +36,35 @@ class LocalFleetError(Exception):
     """A failure the user can act on, said in one line."""
 
 
+def identity(pid: int) -> str:
+    """The boot and the start time of the process with this pid ("" when unknown): a pid reused by another process
+    (pids wrap at 32,768 here, within minutes on a busy machine; and after every reboot) has another."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            started = stat.read().rsplit(")", 1)[1].split()[19]  # field 22, starttime; the fields after comm are 3..
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return f"{boot.read().strip()}:{started}"
+    except (OSError, IndexError):
+        return ""
+
+
 @dataclass
 class Process:
     name: str
     pid: int
     log: str
+    started: str = ""  # `identity` when it started ("" in records written before it was kept)
 
     def alive(self) -> bool:
+        """Running, and still the process this record started: never another that has its pid since."""
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
             return True
+        if self.started and identity(self.pid) not in (self.started, ""):
+            return False
         try:  # a zombie of ours is not alive
             with open(f"/proc/{self.pid}/stat") as stat:
                 return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -126,7 +142,7 @@ def _start(name: str, argv: list[str], logs: Path, env: dict[str, str] | None = 
     with open(log, "ab") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, env={**os.environ, **(env or {})})
-    return Process(name, child.pid, str(log))
+    return Process(name, child.pid, str(log), identity(child.pid))
 
 
 def _wait(what: str, ready, process: Process, seconds: float) -> None:
@@ -148,15 +164,22 @@ def _tcp_open(port: int) -> bool:
         return False
 
 
-def _readyz(cluster: LocalCluster, pki: pki_.Pki) -> bool:
+def admin_get(cluster: LocalCluster, pki: pki_.Pki, path: str, timeout: float = 2) -> bytes:
+    """A GET of one of the API server's own paths (`/readyz`, `/metrics`) as the admin, over loopback; OSError when it
+    does not answer 200."""
     import ssl
     import urllib.request
 
     context = ssl.create_default_context(cafile=str(pki.ca))
     context.load_cert_chain(str(pki.admin[0]), str(pki.admin[1]))
+    with urllib.request.urlopen(f"{cluster.server}{path}", context=context, timeout=timeout) as answer:
+        return answer.read()
+
+
+def _readyz(cluster: LocalCluster, pki: pki_.Pki) -> bool:
     try:
-        with urllib.request.urlopen(f"{cluster.server}/readyz", context=context, timeout=2) as answer:
-            return answer.status == 200
+        admin_get(cluster, pki, "/readyz")
+        return True
     except OSError:
         return False
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 PROJECT = Path(__file__).resolve().parents[2]
 BUILT = PROJECT / ".modelplane" / "toolchain" / "bin"
@@ -69,6 +70,22 @@ class Toolchain:
 def find() -> Toolchain:
     explicit = os.environ.get("MODELPLANE_TOOLCHAIN_BIN")
     return Toolchain(Path(explicit) if explicit else BUILT)
+
+
+def engine_env(environ: Mapping[str, str], passphrase: str, cache: Path) -> dict[str, str]:
+    """The environment of a `modelplane` command driven from outside against a local fleet with the built engine (the
+    real-engine tier, benchmarks/real_up_cost.py): the caller's, less its Pulumi settings, kubeconfig overrides and
+    MODELPLANE_NO_TOOLCHAIN; a passphrase and a cache folder of its own; the toolchain's Pulumi home, where plugins
+    are never downloaded; this project's modules; the built `pulumi` on PATH unless one is there already (as
+    `modelplane` itself would find it)."""
+    env = {k: v for k, v in environ.items()
+           if not k.startswith(("PULUMI_", "MODELPLANE_KUBECONFIG_", "MODELPLANE_NO_TOOLCHAIN"))}
+    env.update({"PULUMI_CONFIG_PASSPHRASE": passphrase, "MODELPLANE_CACHE_DIR": str(cache),
+                "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                "PULUMI_HOME": str(find().pulumi_home), "PYTHONPATH": str(PROJECT)})
+    if shutil.which("pulumi", path=env.get("PATH")) is None:
+        env["PATH"] = f"{find().folder}{os.pathsep}{env.get('PATH', '')}"
+    return env
 
 
 def ambient_pulumi() -> Path | None:

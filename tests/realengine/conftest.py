@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -99,16 +98,9 @@ def started(tmp_path_factory, manifests: Path):
         pytest.fail(f"the real engine is not built ({', '.join(missing)} missing): run `make toolchain`")
     work = tmp_path_factory.mktemp("realengine")
     state = work / ".modelplane"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PULUMI_", "MODELPLANE_KUBECONFIG_", "MODELPLANE_NO_TOOLCHAIN"))}
-    env.update({"PULUMI_CONFIG_PASSPHRASE": "real-engine-tier", "MODELPLANE_CACHE_DIR": str(work / "cache"),
-                "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-                "PULUMI_HOME": str(toolchain.find().pulumi_home), "PYTHONPATH": str(ROOT)})
-    if shutil.which("pulumi", path=env.get("PATH")) is None:  # the built CLI, as `modelplane` itself would find it
-        env["PATH"] = f"{toolchain.find().folder}{os.pathsep}{env.get('PATH', '')}"
-    fleet = Fleet(state, env)
-    fleet.modelplane("local", "up", "-f", str(manifests), timeout=600)
-    try:
+    fleet = Fleet(state, toolchain.engine_env(os.environ, "real-engine-tier", work / "cache"))
+    try:  # a local up that fails midway leaves processes: down stops whatever it recorded
+        fleet.modelplane("local", "up", "-f", str(manifests), timeout=600)
         yield fleet
     finally:
         fleet.modelplane("local", "down", check=False, timeout=120)

@@ -36,6 +36,25 @@ def test_the_first_up_applies_every_stack_and_the_model_pods_run_on_simulated_gp
         f"gpu-{i}" for i in range(8)}
 
 
+def test_the_engine_made_what_each_model_pod_needs_before_its_workload(local_fleet):
+    """A Deployment's step waits for its pods, which cannot be made before their ServiceAccount and claim templates:
+    started first, two such steps held both of `--parallel 2`'s slots of a model stack for its hour-long readiness
+    timeout. The backend's checkpoint holds the order the engine kept (each Deployment's dependencies)."""
+    for stack in ("model-ml-team.qwen3-8b", "model-ml-team.llama-70b"):
+        resources = local_fleet.checkpoint(stack)["deployment"]["resources"]
+        urns = {(r["type"].rsplit(":", 1)[-1], r["inputs"]["metadata"]["name"]): r["urn"] for r in resources
+                if r["type"].startswith("kubernetes:") and "metadata" in (r.get("inputs") or {})}
+        deployments = [r for r in resources if r["type"] == "kubernetes:apps/v1:Deployment"]
+        assert len(deployments) == 2, stack  # the engine's and its endpoint picker's
+        for deployment in deployments:
+            pod = deployment["inputs"]["spec"]["template"]["spec"]
+            needs = {("ServiceAccount", pod.get("serviceAccountName")), *(
+                ("ResourceClaimTemplate", c["resourceClaimTemplateName"]) for c in pod.get("resourceClaims") or []), *(
+                ("ConfigMap", v["configMap"]["name"]) for v in pod.get("volumes") or [] if "configMap" in v)}
+            needed = {urns[n] for n in needs if n in urns}
+            assert needed and needed <= set(deployment.get("dependencies") or []), deployment["urn"]
+
+
 def test_a_second_up_with_nothing_changed_runs_no_engine(local_fleet):
     before = {stack: local_fleet.history(stack) for stack in STACKS}
     local_fleet.modelplane("up", "-f", str(FLEET))
