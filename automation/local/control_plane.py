@@ -275,7 +275,7 @@ def start_lws(fleet: LocalFleet, cluster: LocalCluster, tools: Toolchain, pki: p
         "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
         "webhook": {"host": "127.0.0.1", "port": cluster.lws_webhook_port, "certDir": str(certs)},
         "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"}}))
-    loop = ('while :; do until "$0" get crd ' + LWS_CRD + ' >/dev/null 2>&1; do sleep 1; done; '
+    loop = ('while :; do until "$0" get crd ' + LWS_CRD + ' >/dev/null 2>&1; do sleep 3; done; '
             '"$1" --config="$2"; sleep 2; done')
     return _start(f"{cluster.name}-lws-controller", ["/bin/sh", "-c", loop, str(tools.binary("kubectl")),
                                                      str(tools.binary("lws-controller")), str(config)],

@@ -33,15 +33,42 @@ class Fleet:
     env: dict[str, str]
     runs: list[subprocess.CompletedProcess] = field(default_factory=list)
 
-    def modelplane(self, *args: str, check: bool = True, timeout: float = 1500,
+    def modelplane(self, *args: str, check: bool = True, timeout: float = 540,
                    input: str | None = None) -> subprocess.CompletedProcess:
-        done = subprocess.run([*MODELPLANE, *args, "--state", str(self.state)], cwd=self.state.parent, env=self.env,
-                              capture_output=True, text=True, timeout=timeout, input=input)
+        """Runs one command; past `timeout` (inside pytest's 600 s per test, so what it said is kept) it is stopped as
+        a CI job would stop it (SIGTERM: modelplane cancels its stacks at a safe point) and the test fails with its
+        output and the local fleet's controllers' last log lines."""
+        argv = [*MODELPLANE, *args, "--state", str(self.state)]
+        process = subprocess.Popen(argv, cwd=self.state.parent, env=self.env, text=True, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                out, err = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+            raise AssertionError(f"modelplane {' '.join(args)} still ran after {timeout:.0f} s (stopped):\n"
+                                 f"{out[-4000:]}\n{err[-4000:]}\n{self.controller_logs()}") from None
+        done = subprocess.CompletedProcess(argv, process.returncode, out, err)
         self.runs.append(done)
         if check and done.returncode != 0:
             raise AssertionError(f"modelplane {' '.join(args)} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
                                  f"{done.stderr[-6000:]}")
         return done
+
+    def controller_logs(self, lines: int = 15) -> str:
+        """The last lines of the local fleet's own controllers' logs (the LWS controller's, the stand-ins'), which say
+        why a workload a stack waits for never became ready."""
+        said = []
+        for log in sorted((self.state / "local" / "logs").glob("*.log")):
+            if "kube-" in log.name or "etcd" in log.name:
+                continue
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            said.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(said)
 
     def api(self, cluster: str) -> KubeClient:
         return KubeClient(self.state / "local" / cluster / "kubeconfig", timeout=30, cluster=f"local {cluster}")
@@ -100,7 +127,7 @@ def started(tmp_path_factory, manifests: Path):
     state = work / ".modelplane"
     fleet = Fleet(state, toolchain.engine_env(os.environ, "real-engine-tier", work / "cache"))
     try:  # a local up that fails midway leaves processes: down stops whatever it recorded
-        fleet.modelplane("local", "up", "-f", str(manifests), timeout=600)
+        fleet.modelplane("local", "up", "-f", str(manifests), timeout=400)
         yield fleet
     finally:
         fleet.modelplane("local", "down", check=False, timeout=120)
