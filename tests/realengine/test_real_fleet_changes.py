@@ -136,6 +136,65 @@ def test_a_second_operator_with_only_the_backend_reads_the_record_and_runs_nothi
     assert {stack: other.history(stack) for stack in STACKS} == before  # no stack ran
 
 
+def recorded_under_its_legacy_name(state, stack: str) -> str:
+    """Puts a stack of a file:// backend back as the first stack-name encoding recorded it: the stack under its legacy
+    name, and every resource's name (derived from the stack's) with it, in the backend's own checkpoint file."""
+    from automation.execution.projects import project_of
+    from fleet.stack_id import StackId
+
+    id_ = StackId.parse(stack)
+    legacy = id_.legacy_name()
+    assert legacy
+    stacks = state / "backend" / ".pulumi" / "stacks" / project_of(id_.kind)
+    checkpoint = (stacks / f"{stack}.json").read_text()
+    assert checkpoint.count(f"::{stack}-") > 3  # resources named after the stack
+    (stacks / f"{legacy}.json").write_text(checkpoint.replace(stack, legacy))
+    for old in stacks.glob(f"{stack}.json*"):
+        old.unlink()
+    shutil.rmtree(state / "backend" / ".pulumi" / "history" / project_of(id_.kind) / stack, ignore_errors=True)
+    return legacy
+
+
+def test_a_stack_recorded_under_its_legacy_name_is_renamed_and_its_objects_kept(local_fleet, tmp_path):
+    """A stack applied before the one-to-one stack names (`model-ml-team-qwen3-8b`, its resources named after it) is
+    renamed in the backend by the next `up` (automation/execution/migration.py), and its resources keep their
+    identity through the aliases the programs give them: the first update after the rename changes the Deployment
+    in place, creating and deleting nothing. A second operator's copy of the backend, so the module's record stays
+    the first machine's."""
+    stack = "model-ml-team.qwen3-8b"
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FLEET, checkout / "local-fleet")
+    state = checkout / ".modelplane"
+    shutil.copytree(local_fleet.state / "backend", state / "backend")
+    for cluster in CLUSTERS:
+        (state / "kubeconfigs").mkdir(parents=True, exist_ok=True)
+        shutil.copy(local_fleet.state / "local" / cluster / "kubeconfig", state / "kubeconfigs" / f"{cluster}-kubeconfig")
+    other = Fleet(state, {**local_fleet.env, "MODELPLANE_CACHE_DIR": str(tmp_path / "their-cache")})
+    legacy = recorded_under_its_legacy_name(state, stack)
+    assert other.history(stack) is None and other.history(legacy) is not None
+    a = local_fleet.api("local-a")
+    uids = {d["metadata"]["name"]: d["metadata"]["uid"] for d in a.list("apps/v1", "Deployment", "ml-team")
+            if d["metadata"]["name"].startswith("qwen3-8b")}
+    assert uids
+    models = checkout / "local-fleet" / "models.yaml"
+    models.write_text(models.read_text().replace('"--max-model-len=16384"', '"--max-model-len=8192"'))
+    other.modelplane("up", "-f", str(checkout / "local-fleet"))
+    assert other.pulumi("stack", "ls", "--all", "--json").stdout.count(f'"{legacy}"') == 0
+    done = other.pulumi("stack", "history", "--json", "--page-size", "1", "--stack", qualified(stack))
+    last = json.loads(done.stdout)[0]
+    assert last["result"] == "succeeded" and last["resourceChanges"].get("update", 0) >= 1, last
+    # nothing created, deleted or replaced ("discard": a read of an object by its old name left the state; a read
+    # never touches the cluster)
+    assert not {k for k in last["resourceChanges"] if k not in ("same", "update", "discard")}, last["resourceChanges"]
+    urns = [r["urn"] for r in other.checkpoint(stack)["deployment"]["resources"]]
+    assert not [u for u in urns if legacy in u] and [u for u in urns if f"::{stack}-" in u]
+    now = {d["metadata"]["name"]: d["metadata"]["uid"] for d in a.list("apps/v1", "Deployment", "ml-team")
+           if d["metadata"]["name"].startswith("qwen3-8b")}
+    assert now == uids  # the same objects, updated: never deleted and made anew
+    assert [d for d in a.list("apps/v1", "Deployment", "ml-team")
+            if "--max-model-len=8192" in json.dumps(d["spec"]["template"])]  # the change applied
+
+
 def without_local_b(tmp_path) -> str:
     """The fleet's files with InferenceCluster/local-b removed, as its platform team would (llama-70b, which only
     local-b's H100s fit, stays: its developers own it; it is unscheduled until a cluster fits it)."""
@@ -189,7 +248,7 @@ def test_forgetting_it_takes_its_stacks_out_of_the_backend_and_leaves_the_rest_a
 
 
 def test_what_a_forgotten_cluster_held_is_still_on_it_when_it_comes_back(local_fleet):
-    local_fleet.modelplane("local", "up", "-f", str(FLEET), timeout=600)
+    local_fleet.modelplane("local", "up", "-f", str(FLEET), timeout=400)
     assert wait_for("llama-70b's Deployment on local-b", lambda: [
         d for d in local_fleet.api("local-b").list("apps/v1", "Deployment", "ml-team")
         if d["metadata"]["name"].startswith("llama-70b")])

@@ -34,6 +34,13 @@ def test_the_first_up_applies_every_stack_and_the_model_pods_run_on_simulated_gp
     assert allocated and len(allocated[0]["status"]["allocation"]["devices"]["results"]) == 2
     assert {r["device"] for r in allocated[0]["status"]["allocation"]["devices"]["results"]} <= {
         f"gpu-{i}" for i in range(8)}
+    # the Dynamo platform goes only where a placed replica is Dynamo-served (none here), not to every cluster with an
+    # NVIDIA pool (both are): no platform stack installs its release, and neither API server has its namespace
+    for cluster, api in (("local-a", a), ("local-b", b)):
+        resources = local_fleet.checkpoint(f"platform-{cluster}")["deployment"]["resources"]
+        charts = [str(r["inputs"].get("chart")) for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
+        assert charts and not [c for c in charts if "dynamo" in c], charts
+        assert "dynamo-system" not in {n["metadata"]["name"] for n in api.list("v1", "Namespace", None)}
 
 
 def test_the_engine_made_what_each_model_pod_needs_before_its_workload(local_fleet):
