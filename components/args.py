@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fleet.backends import NVIDIA_DRIVER
 from fleet.inventory import cache_storage_class
+from fleet.secrets import CALLER_KEYS_NAMESPACE
 from fleet.topology import cluster_topology
 
 if TYPE_CHECKING:
@@ -324,7 +325,6 @@ def caller_secrets(fleet: Fleet, ig: InferenceGateway) -> dict[str, tuple[dict[s
     spec = ig.v05
     if spec is None or spec.auth is None or spec.auth.apiKey is None:
         return {}
-    wanted = spec.auth.apiKey.secretSelector.matchLabels
-    return {name: (labels, sorted(fleet.secrets.manifests[(namespace, name)]))
-            for (namespace, name), labels in sorted(fleet.secrets.labels.items())
-            if namespace == "modelplane-system" and all(labels.get(k) == v for k, v in wanted.items())}
+    namespace = CALLER_KEYS_NAMESPACE
+    return {name: (fleet.secrets.labels[(namespace, name)], sorted(fleet.secrets.manifests[(namespace, name)]))
+            for name in fleet.secrets.selected(namespace, spec.auth.apiKey.secretSelector.matchLabels)}
