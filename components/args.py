@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fleet.backends import NVIDIA_DRIVER
 from fleet.inventory import cache_storage_class
+from fleet.secrets import CALLER_KEYS_NAMESPACE
 from fleet.topology import cluster_topology
 
 if TYPE_CHECKING:
@@ -154,23 +155,17 @@ LOAD_BALANCED = ("GKE", "EKS", "AKS", "Nebius")
 
 
 def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
-    """The InferenceCluster that hosts the fleet gateway: the chosen one, else the first by name whose cloud gives
-    its LoadBalancer an address, else the first Existing one (whose gateway gets an address only from the
-    InferenceGateway's MetalLB pool: without one, its services stay `pending` in `status`).
+    """The InferenceCluster that hosts the fleet gateway: a v0.5 gateway's `spec.clusterName`, else the chosen one,
+    else the first by name whose cloud gives its LoadBalancer an address, else the first Existing one (whose gateway
+    gets an address only from the InferenceGateway's MetalLB pool: without one, its services stay `pending` in
+    `status`).
 
-    Raises ValueError when the chosen cluster is not in the fleet or cannot host it (a source this project
-    neither provisions nor connects to).
+    Raises ValueError when the chosen cluster is not in the fleet, cannot host it (a source this project neither
+    provisions nor connects to), or is not the cluster a v0.5 gateway names.
     """
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
-    if chosen is not None:
-        if chosen not in sources:
-            raise ValueError(f"{chosen!r} is not an InferenceCluster of the fleet")
-        if sources[chosen] not in HOSTABLE:
-            raise ValueError(f"{chosen!r} is a {sources[chosen]} cluster, which this project does not provision: "
-                             f"the fleet gateway needs a {', '.join(HOSTABLE)} cluster")
-        return chosen
     v05 = v05_gateway(fleet)
-    if v05 is not None and v05.v05 is not None:  # the v0.5 gateway runs on the cluster it names
+    if v05 is not None and v05.v05 is not None:  # the v0.5 gateway runs on the cluster it names, whatever is chosen
         named = v05.v05.clusterName
         if chosen is not None and chosen != named:
             raise ValueError(f"InferenceGateway/{v05.name} runs on InferenceCluster {named} (its spec.clusterName), "
@@ -179,6 +174,13 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
             raise ValueError(f"InferenceGateway/{v05.name}: {named!r} is a {sources[named]} cluster, which this "
                              f"project does not provision: a gateway needs a {', '.join(HOSTABLE)} cluster")
         return named if named in sources else None
+    if chosen is not None:
+        if chosen not in sources:
+            raise ValueError(f"{chosen!r} is not an InferenceCluster of the fleet")
+        if sources[chosen] not in HOSTABLE:
+            raise ValueError(f"{chosen!r} is a {sources[chosen]} cluster, which this project does not provision: "
+                             f"the fleet gateway needs a {', '.join(HOSTABLE)} cluster")
+        return chosen
     ranked = sorted((sources[name] not in LOAD_BALANCED, name) for name in sources if sources[name] in HOSTABLE)
     return ranked[0][1] if ranked else None
 
@@ -323,7 +325,6 @@ def caller_secrets(fleet: Fleet, ig: InferenceGateway) -> dict[str, tuple[dict[s
     spec = ig.v05
     if spec is None or spec.auth is None or spec.auth.apiKey is None:
         return {}
-    wanted = spec.auth.apiKey.secretSelector.matchLabels
-    return {name: (labels, sorted(fleet.secrets.manifests[(namespace, name)]))
-            for (namespace, name), labels in sorted(fleet.secrets.labels.items())
-            if namespace == "modelplane-system" and all(labels.get(k) == v for k, v in wanted.items())}
+    namespace = CALLER_KEYS_NAMESPACE
+    return {name: (fleet.secrets.labels[(namespace, name)], sorted(fleet.secrets.manifests[(namespace, name)]))
+            for name in fleet.secrets.selected(namespace, spec.auth.apiKey.secretSelector.matchLabels)}

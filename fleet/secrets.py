@@ -34,6 +34,7 @@ from typing import Mapping
 from fleet.errors import ModelplaneError
 
 CLUSTER_SECRETS_NAMESPACE = "modelplane-system"  # where the reference keeps kubeconfig Secrets
+CALLER_KEYS_NAMESPACE = "modelplane-system"  # where a v0.5 gateway's auth.apiKey.secretSelector selects (upstream's)
 
 
 class SecretValue:
@@ -149,6 +150,13 @@ class SecretStore:
         self.manifests[(namespace, name)] = values
         self.manifest_places[(namespace, name)] = where
         self.labels[(namespace, name)] = {str(k): str(v) for k, v in (labels or {}).items()}
+
+    def selected(self, namespace: str, match_labels: Mapping[str, str]) -> list[str]:
+        """The names of the Secret manifests in `namespace` whose labels carry every entry of `match_labels` (a v0.5
+        gateway's `auth.apiKey.secretSelector`), sorted. Manifests only: a value from the environment or the secrets
+        folder has no labels to select by."""
+        return sorted(name for (ns, name), labels in self.labels.items()
+                      if ns == namespace and all(labels.get(k) == v for k, v in match_labels.items()))
 
     def manifest_of(self, ref: SecretRef) -> str | None:
         """The place ("file:line") of the Secret manifest that gives this reference's value, or None."""

@@ -27,7 +27,7 @@ from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway
 from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
 from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
-from fleet.secrets import SecretManifestError, SecretRef, SecretStore, secret_from_manifest
+from fleet.secrets import CALLER_KEYS_NAMESPACE, SecretManifestError, SecretRef, SecretStore, secret_from_manifest
 from fleet.problems import Problem, format_path
 from fleet.topology import nvlink_label, topology_conflicts
 
@@ -468,6 +468,16 @@ def _gateway_problems(fleet: Fleet, subjects: Fleet) -> list[Problem]:
             out += [fleet.problem(g, ("spec", "clusterName"), (
                 f"InferenceCluster {cluster!r} is not among the given manifests{did_you_mean(cluster, clusters)}; the "
                 "gateway waits for it"), warning=True) for g in there if id(g) in mine]
+    for gateway in subjects.of("InferenceGateway"):  # [T-IG] upstream warns, and still composes the gateway
+        auth = gateway.v05.auth if gateway.v05 is not None else None
+        if auth is not None and auth.apiKey is not None:
+            wanted = auth.apiKey.secretSelector.matchLabels
+            if not fleet.secrets.selected(CALLER_KEYS_NAMESPACE, wanted):
+                labels = ", ".join(f"{k}: {v!r}" for k, v in sorted(wanted.items()))
+                out.append(fleet.problem(gateway, ("spec", "auth", "apiKey", "secretSelector"), (
+                    f"matches no Secret, so no caller could authenticate: the gateway refuses every request. It "
+                    f"selects among the v1/Secret manifests in {CALLER_KEYS_NAMESPACE} given with the fleet (-f); "
+                    f"give the callers' Secret there with the labels {labels}"), warning=True))
     return out
 
 

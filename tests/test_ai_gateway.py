@@ -339,6 +339,32 @@ def test_api_keys_come_from_the_selected_secrets_and_the_caller_is_the_gateways_
     assert "key-of-" not in json.dumps(args.model_dump())  # only names: a key is never composed
 
 
+@pytest.mark.parametrize("secrets, warned", [
+    ([_secret("team-a", {"callers": "public"})], False),
+    ([_secret("team-a", {"callers": "public", "other": "x"})], False),  # matchLabels: a subset of the Secret's labels
+    ([], True),
+    ([_secret("internal", {"callers": "internal"})], True),
+    ([_secret("team-a", {"callers": "public"}, namespace="ml-team")], True),  # only modelplane-system is selected
+    ([_secret("team-a", {})], True),
+])
+def test_a_selector_that_matches_no_caller_secret_is_a_warning_and_the_gateway_still_composes(secrets, warned):
+    """[T-IG] upstream warns "spec.auth.apiKey.secretSelector matches no Secret, so no caller could authenticate"
+    and still composes the gateway, which then refuses every request."""
+    gw = v05_gateway(cluster_name="c1", auth={"method": "APIKey", "apiKey": {
+        "secretSelector": {"matchLabels": {"callers": "public"}}}})
+    from tests.manifests import cluster, gpu_class
+
+    loaded = run(gpu_class(), cluster("c1"), gw, *secrets)
+    said = [(p.object, p.message) for p in loaded.warnings if p.path == "spec.auth.apiKey.secretSelector"]
+    assert said == ([("InferenceGateway/public",
+                      "matches no Secret, so no caller could authenticate: the gateway refuses every request. It "
+                      "selects among the v1/Secret manifests in modelplane-system given with the fleet (-f); give the "
+                      "callers' Secret there with the labels callers: 'public'")] if warned else []), said
+    assert loaded.errors == []
+    policy = _front(_gateway_args(gw, *secrets), "SecurityPolicy", "modelplane-callers")["spec"]["apiKeyAuth"]
+    assert bool(policy["credentialRefs"]) is not warned
+
+
 def test_without_auth_nobody_is_authenticated():
     args = _gateway_args(v05_gateway(cluster_name="c1"))
     assert not [o for o in args.front_door if o["kind"] == "SecurityPolicy"]

@@ -331,6 +331,28 @@ def test_a_second_v05_gateway_stops_render_and_up_in_one_message(tmp_path, capsy
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("chosen, host, refused", [
+    (None, "gke-us-central", None),
+    ("gke-us-central", "gke-us-central", None),
+    # the gateway runs on its spec.clusterName: another --control-plane is refused, not silently obeyed
+    ("eks-us-west", None, "InferenceGateway/public runs on InferenceCluster gke-us-central (its spec.clusterName), "
+                          "not on 'eks-us-west'"),
+])
+def test_a_v05_gateways_cluster_is_the_control_planes_host(tmp_path, capsys, chosen, host, refused):
+    from components.args import control_plane_cluster
+
+    fleet_dir = _v05_fleet_folder(tmp_path, v05_gateway("public", "gke-us-central"))
+    fleet = load_fleet([str(fleet_dir)]).fleet
+    if refused is None:
+        assert control_plane_cluster(fleet, chosen) == host
+        return
+    with pytest.raises(ValueError, match=refused.replace("(", r"\(").replace(")", r"\)")):
+        control_plane_cluster(fleet, chosen)
+    capsys.readouterr()
+    assert main(["preview", "--offline", "-f", str(fleet_dir), "--control-plane", chosen]) == 2
+    assert f"error: --control-plane: {refused}" in capsys.readouterr().err
+
+
 def _render_problems(*objects) -> list[str]:
     from fleet.scheduler import schedule
     from workloads.render import render
