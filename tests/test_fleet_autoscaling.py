@@ -10,6 +10,7 @@ import pytest
 
 from fleet.autoscaling import FLEET_PREFIX, FLEET_PROMETHEUS, parse, parse_fleet
 from automation.cli import main
+from tests import pulumi_double
 from fleet.validate import Fleet
 from tests.manifests import cluster, deployment, gpu_class, run
 from tests.rendering import rendered
@@ -223,3 +224,51 @@ def test_up_and_preview_from_files_refuse_fleet_autoscaling_naming_file_object_a
     assert text[int(line.group(1)) - 1].strip() == f"{FLEET_PREFIX}: keda"  # the line of the field named
     assert "1 fleet-autoscaled deployment(s) in the files; nothing was applied" in err
     assert double.ran("up", since=0) == [] and double.ran("preview", since=0) == [] and double.recorded() == {}
+
+
+def test_with_the_portal_as_source_of_truth_a_new_replica_count_from_keda_is_planned_and_applied(tmp_path, monkeypatch):
+    """The loop that works: the portal holds the deployment and applies what it stores. KEDA's scale client PUTs a new
+    spec.replicas on the scale subresource; the portal plans it (a second replica placed, the model stack changed)
+    and its worker applies that stack. Through the program-running double (tests/pulumi_double.py)."""
+    from automation.portal.worker import Worker
+    from tests.test_lifecycle import make_driver
+
+    double = make_driver(tmp_path, monkeypatch)
+    state = double.work / ".modelplane"
+    (state / "kubeconfigs").mkdir(parents=True)
+    for name in ("c1", "c2"):  # their existing.secretRef
+        (state / "kubeconfigs" / f"{name}-kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (double.root / "portal").mkdir(exist_ok=True)
+    with ThreadServer(double.root / "portal", apply=True) as server:
+        worker = Worker(server.store, state)
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            for name in ("c1", "c2"):
+                assert admin.put(f"{API}/inferenceclusters/{name}",
+                                 json=cluster(name, pools=(("gpu", "l4", 2),))).status_code == 201
+            assert admin.put(f"{API}/inferencegateways/default", json=GATEWAY).status_code == 201
+            path = f"{API}/namespaces/team-a/modeldeployments/qwen"
+            assert admin.put(path, json=annotated(ON, namespace="team-a")).status_code == 201
+            server.settle()
+            worker.execute(worker.claim())
+            runs = {r["stack"]: r["status"] for r in admin.get("/runs").json()["items"]}
+            assert runs and set(runs.values()) == {"succeeded"}, runs
+            recorded = double.recorded()
+            assert len(recorded["model-team-a.qwen"]["placements"]) == 1
+            # the ScaledObject KEDA acts on, applied on the control plane in the team's endpoints stack
+            applied = pulumi_double.resources(state / "backend", "modelplane-workloads", "endpoints-team-a")
+            scaled = [o for r in applied for o in (r["inputs"].get("objs") or [r["inputs"]])
+                      if o.get("kind") == "ScaledObject"]
+            assert [o["spec"]["scaleTargetRef"]["name"] for o in scaled] == ["qwen"]
+            # KEDA's scale client: GET the Scale, PUT it back with spec.replicas 2
+            scale = admin.get(f"{path}/scale").json()
+            scale["spec"]["replicas"] = 2
+            assert admin.put(f"{path}/scale", json=scale).status_code == 200
+            server.settle()
+            batch = worker.claim()
+            assert "model-team-a.qwen" in {r["stack"] for r in batch}  # a changed plan: its model stack
+            mark = len(double.calls())
+            worker.execute(batch)
+            assert "model-team-a.qwen" in double.ran("up", since=mark)
+            placements = double.recorded()["model-team-a.qwen"]["placements"]
+            assert len(placements) == 2 and {p["cluster"] for p in placements} == {"c1", "c2"}
