@@ -7,8 +7,8 @@ Installed in an order the API server accepts the first time (each step waits for
    first) configured to call the Envoy AI Gateway controller as its extension server, which is
    what lets a Gateway route to InferencePools; LeaderWorkerSet; Node Feature Discovery; the
    NVIDIA DRA driver (after the ResourceQuota GKE needs to admit its critical pods); KEDA;
-   Prometheus; the Dynamo platform (with Grove and KAI; then its ClusterTopology and, for WeightStreaming, the
-   ModelExpress server: workloads/dynamo_platform.py) where a Dynamo-served replica is placed (or still applied) or
+   Prometheus; the Dynamo platform (with Grove, configured with the cluster's topology levels, and KAI; then, for
+   WeightStreaming, the ModelExpress server: workloads/dynamo_platform.py) where a Dynamo-served replica is placed (or still applied) or
    the cluster's `spec.stack` is Dynamo (ClusterArgs.needs_dynamo); on EKS the
    cluster-autoscaler where a pool can grow; MetalLB where the cluster has no cloud load balancer;
 3. the `envoy` GatewayClass and the Gateway `modelplane-system/inference-gateway` every replica's
@@ -23,7 +23,7 @@ On an Existing cluster whose platform team manages the add-ons (`spec.cluster.ex
 steps 1 and 2 is installed (no CRD, no chart, no namespace of a chart): only the project's own objects are made,
 the `modelplane-system` Namespace, the `envoy` GatewayClass with its EnvoyProxy (in `modelplane-system`: no
 namespace of the platform team's Envoy Gateway is assumed), the Gateway, its fleet listener's objects and, where
-Dynamo serves, Grove's ClusterTopology and ModelExpress. `up` has checked first that the cluster serves every API
+Dynamo serves, ModelExpress (the graphs' ClusterTopology is the platform team's Grove's, docs/platform.md). `up` has checked first that the cluster serves every API
 they and the workloads placed there use (automation/planning/addons.py, automation/execution/session.py).
 """
 
@@ -151,7 +151,7 @@ def release_values(key: str, args: ClusterArgs, facts: ClusterFacts | None = Non
     if key == "traefik":
         return {}
     if key == "dynamo":
-        return dynamo_platform.platform_values(args.model_express)
+        return dynamo_platform.platform_values(args.model_express, [(level.domain, level.key) for level in args.topology])
     if key == "cluster-autoscaler":
         return dict((facts.autoscaler if facts else None) or {})
     if facts and key in facts.storage_charts:
@@ -352,15 +352,9 @@ class ServingStack(pulumi.ComponentResource):
 
     def _dynamo(self, name: str, args: ClusterArgs, provider: k8s.Provider, platform: pulumi.Resource) -> None:
         """After the Dynamo platform (`platform`: its release, or on a Verify cluster the namespace, the platform
-        team's Dynamo being there already): the ClusterTopology its graphs name, and ModelExpress where it runs."""
+        team's Dynamo being there already): ModelExpress where it runs. The ClusterTopology the graphs name is
+        Grove's own, made from the release's values (workloads/dynamo_platform.py)."""
         opts = pulumi.ResourceOptions(provider=provider, parent=self, depends_on=[platform])
-        topology = dynamo_platform.cluster_topology([(level.domain, level.key) for level in args.topology])
-        if topology is not None:  # immutable once created: a change of levels replaces it
-            k8s.apiextensions.CustomResource(
-                f"{name}-cluster-topology", api_version=topology["apiVersion"], kind=topology["kind"],
-                metadata=topology["metadata"], spec=topology["spec"],
-                opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-                    replace_on_changes=["spec"], delete_before_replace=True)))
         if args.model_express:
             deployment, service = dynamo_platform.model_express_objects(MODEL_EXPRESS_IMAGE)
             k8s.apps.v1.Deployment(f"{name}-model-express", metadata=deployment["metadata"],

@@ -1,9 +1,12 @@
-"""Where a node sits, as the InferenceClasses say it (`spec.topology`), and the ClusterTopology a cluster gets.
+"""Where a node sits, as the InferenceClasses say it (`spec.topology`), and the topology levels a cluster's Grove gets.
 
-Grove (the gang scheduler of the Dynamo platform) packs a graph's pods into a topology domain named by a
+Grove (the gang scheduler of the Dynamo platform) packs a graph's pods into a topology domain of a
 `grove.io/v1alpha1` ClusterTopology: levels from broadest to narrowest, each a domain Grove knows (region, zone,
-datacenter, block, rack, host, numa) and the node label whose value names it. A cluster's levels come from the
-classes of its pools: the zone label (default `topology.kubernetes.io/zone`), the NVLink domain as `block` (an
+datacenter, block, rack, host, numa) and the node label whose value names it. The Grove of the pinned Dynamo
+(dynamo-platform 1.2.1, Grove v0.1.0-alpha.8) reads one ClusterTopology only, `grove-topology`, which it makes
+itself from its operator configuration's `topologyAwareScheduling.levels` (workloads/dynamo_platform.py sets them);
+it ignores any other, and refuses topology constraints while topology-aware scheduling is off. A cluster's levels
+come from the classes of its pools: the zone label (default `topology.kubernetes.io/zone`), the NVLink domain as `block` (an
 NVLink domain may span racks, as on NVL36x2, so it sits above `rack` in Grove's order), the rack, and the host.
 An engine with the `NVLinkDomain` capability is packed into one `block` (workloads/dynamo.py), so it can only be
 placed on a pool whose class names an NVLink-domain label (fleet/placement.py says so per pool).
@@ -17,7 +20,9 @@ if TYPE_CHECKING:
     from fleet.api.cluster import InferenceCluster
     from fleet.api.inference_class import InferenceClass
 
-CLUSTER_TOPOLOGY = "modelplane"  # the ClusterTopology every graph on a cluster names
+# The ClusterTopology every graph names: the one Grove v0.1.0-alpha.8 makes from its configuration and reads
+# (its DefaultClusterTopologyName); named topologies arrive in later Grove releases.
+CLUSTER_TOPOLOGY = "grove-topology"
 NVLINK_DOMAIN = "block"  # the Grove domain an NVLink domain is, and the packDomain of NVLinkDomain engines
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOST_LABEL = "kubernetes.io/hostname"
@@ -48,7 +53,7 @@ def _declaring(ic: InferenceCluster, classes: dict[str, InferenceClass]) -> list
 
 
 def cluster_topology(ic: InferenceCluster, classes: dict[str, InferenceClass]) -> list[tuple[str, str]]:
-    """The cluster's ClusterTopology levels (domain, label), broadest first; [] when no class of its pools declares
+    """The cluster's topology levels (domain, label), broadest first, as its Grove is configured with them; [] when no class of its pools declares
     a topology. Where classes disagree (a `validate` error, `topology_conflicts`), the first class by name wins."""
     merged: dict[str, str] = {}
     for icl in _declaring(ic, classes):

@@ -23,6 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "workloads" / "crds" / "upstream"
 DYN = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.2.1"
 CLIQUE = "nvidia.com/gpu.clique"
+HOST = "kubernetes.io/hostname"
 
 
 def h100(name="h100", topology: dict | None = None, provider: str | None = None) -> dict:
@@ -110,37 +111,118 @@ def platform_of(previews, cluster_name="a"):
     return stack.resources
 
 
-def test_the_offline_preview_shows_the_platform_with_grove_and_the_named_cluster_topology():
-    fleet = run(h100(topology={"nvlinkDomainLabel": CLIQUE, "rackLabel": "example.com/rack"}),
-                cluster("a", pools=(("h", "h100", 2),)), gang(capabilities=["NVLinkDomain"])).fleet
+# What the pinned chart makes of the release's values, read from dynamo-platform 1.2.1 and its Grove subchart
+# (grove-charts v0.1.0-alpha.8, as aenix-org/package-nvidia-dynamo e221b354 vendors both) and from ai-dynamo/grove at
+# v0.1.0-alpha.8. Neither chart has a values.schema.json: these are their templates' and Grove's own rules.
+GROVE_ALIAS = "grove"  # dynamo-platform Chart.yaml: grove-charts v0.1.0-alpha.8, alias grove, if global.grove.install
+GROVE_CONFIG_DEFAULTS = {"topologyAwareScheduling": {"enabled": False}}  # grove-charts values.yaml `config`
+REMOVED_VALUES = [("grove", "enabled"), ("nats", "enabled"), ("etcd", "enabled"), ("kai-scheduler", "enabled")]
+GROVE_DOMAINS = ("region", "zone", "datacenter", "block", "rack", "host", "numa")  # topologyDomainOrder, broadest first
+GROVE_TOPOLOGY = "grove-topology"  # DefaultClusterTopologyName: the only ClusterTopology alpha.8 makes and reads
+
+
+def coalesced(defaults: dict, values: dict) -> dict:
+    """Helm's merge of a release's values over a chart's: maps merge key by key, anything else replaces."""
+    out = dict(defaults)
+    for key, value in values.items():
+        out[key] = coalesced(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def grove_tas(values: dict) -> dict:
+    """`topologyAwareScheduling` of Grove's OperatorConfiguration as grove-charts' `operator.config.data` template
+    renders it from the release's values: `enabled`, and each level's `domain` and `key` (nothing else of a level)."""
+    tas = coalesced({"config": GROVE_CONFIG_DEFAULTS}, values.get(GROVE_ALIAS, {}))["config"]["topologyAwareScheduling"]
+    out = {"enabled": tas["enabled"]}
+    if tas.get("levels"):
+        out["levels"] = [{"domain": level["domain"], "key": level["key"]} for level in tas["levels"]]
+    return out
+
+
+def grove_refuses(tas: dict) -> list[str]:
+    """Grove's configuration validation (operator/api/config/validation): with it on, levels are required, each a
+    known domain, domains and keys unique. A refused configuration stops the operator at start."""
+    if not tas["enabled"]:
+        return []
+    levels = tas.get("levels", [])
+    out = ["levels are required when topology is enabled"] if not levels else []
+    out += [f"unknown domain {level['domain']}" for level in levels if level["domain"] not in GROVE_DOMAINS]
+    for field in ("domain", "key"):
+        seen = [level[field] for level in levels]
+        out += [f"duplicate {field} {v}" for v in sorted({v for v in seen if seen.count(v) > 1})]
+    return out
+
+
+def grove_topology(tas: dict) -> dict | None:
+    """The ClusterTopology Grove makes at start from its configuration (internal/clustertopology): `grove-topology`,
+    its levels sorted broadest first; none (deleted) while topology-aware scheduling is off."""
+    if not tas["enabled"]:
+        return None
+    levels = sorted(tas["levels"], key=lambda level: GROVE_DOMAINS.index(level["domain"]))
+    return {"apiVersion": "grove.io/v1alpha1", "kind": "ClusterTopology", "metadata": {"name": GROVE_TOPOLOGY},
+            "spec": {"levels": levels}}
+
+
+def pack_domains(graph: dict) -> list[str]:
+    spec = graph["spec"]
+    return [c["topologyConstraint"]["packDomain"] for c in [spec, *spec["components"]]
+            if "packDomain" in c.get("topologyConstraint", {})]
+
+
+ZONE, RACK = "topology.kubernetes.io/zone", "example.com/rack"
+
+
+@pytest.mark.parametrize("topology,capabilities,levels", [
+    (None, (), []),  # no class declares one: Grove keeps its default, off, and no graph asks for a domain
+    ({"nvlinkDomainLabel": CLIQUE}, ["NVLinkDomain"], [("zone", ZONE), ("block", CLIQUE), ("host", HOST)]),
+    ({"nvlinkDomainLabel": CLIQUE, "rackLabel": RACK, "zoneLabel": "example.com/zone"}, ["NVLinkDomain", "KVOffload"],
+     [("zone", "example.com/zone"), ("block", CLIQUE), ("rack", RACK), ("host", HOST)]),
+    ({"rackLabel": RACK}, [], [("zone", ZONE), ("rack", RACK), ("host", HOST)]),  # levels, but nothing packed
+], ids=["none", "nvlink", "nvlink-rack-zone", "rack-only"])
+def test_grove_is_configured_with_the_fleets_levels_and_reads_the_topology_the_graphs_name(topology, capabilities,
+                                                                                            levels):
+    """The platform's values turn Grove's topology-aware scheduling on with the cluster's levels where its classes
+    declare some: the pinned Grove (v0.1.0-alpha.8) then makes `grove-topology` from them, the one ClusterTopology it
+    reads, and admits the graphs' packDomains; with it off (the chart's default) it refuses any topology constraint.
+    Checked against the chart's templates and Grove's rules (above), and Grove's ClusterTopology against its CRD."""
+    annotations = None if capabilities else {"modelplane.ai/backend": "dynamo"}
+    fleet = run(h100(topology=topology), cluster("a", pools=(("h", "h100", 2),)),
+                gang(capabilities=capabilities, annotations=annotations)).fleet
     previews = all_stacks(fleet, "a")
     resources = platform_of(previews)
     [release] = [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["name"] == "mp-dynamo"]
-    inputs = unwrap(release.inputs)
-    assert (inputs["chart"], inputs["version"], inputs.get("skipCrds", False)) == ("dynamo-platform", "1.2.1", False)
-    values = inputs["values"]
-    assert values["global"]["grove"] == {"install": True} and values["global"]["kai-scheduler"] == {"install": True}
-    assert values["dynamo-operator"] == {"upgradeCRD": True}  # no WeightStreaming: no ModelExpress URL
-    [topology] = [r for r in resources if r.type == "kubernetes:grove.io/v1alpha1:ClusterTopology"]
-    assert topology.inputs["metadata"]["name"] == "modelplane"
-    assert topology.inputs["spec"]["levels"] == [
-        {"domain": "zone", "key": "topology.kubernetes.io/zone"}, {"domain": "block", "key": CLIQUE},
-        {"domain": "rack", "key": "example.com/rack"}, {"domain": "host", "key": "kubernetes.io/hostname"}]
-    assert release.name in topology.depends_on  # created after the release that installs its CRD
-    graphs = [r for p in previews for r in p.resources if r.type.endswith(":DynamoGraphDeployment")]
-    assert [g.inputs["spec"]["topologyConstraint"] for g in graphs] == [{"clusterTopologyName": "modelplane"}]
-    assert not [r for r in resources if r.name.endswith("model-express")]
+    values = unwrap(release.inputs)["values"]
+    assert values["global"]["grove"] == {"install": True}  # the subchart is installed, so its values apply
+    assert not [f"{a}.{b}" for a, b in REMOVED_VALUES if b in values.get(a, {})]  # the chart's validate-values
+    tas = grove_tas(values)
+    assert tas == ({"enabled": True, "levels": [{"domain": d, "key": k} for d, k in levels]} if levels
+                   else {"enabled": False})
+    assert grove_refuses(tas) == []
+    made = grove_topology(tas)
+    assert made is None if not levels else check(made) == []  # Grove's own CRD (grove.io_clustertopologies.yaml)
+    # the graphs name that topology, and pack only into domains it has (Dynamo's webhook and Grove's check both)
+    graphs = [unwrap(r.inputs) for p in previews for r in p.resources if r.type.endswith(":DynamoGraphDeployment")]
+    assert len(graphs) == 1
+    [graph] = graphs
+    if "NVLinkDomain" in capabilities:
+        assert graph["spec"]["topologyConstraint"] == {"clusterTopologyName": GROVE_TOPOLOGY}
+        assert made is not None and set(pack_domains(graph)) == {"block"} <= {lv["domain"] for lv in made["spec"]["levels"]}
+    else:
+        assert "topologyConstraint" not in graph["spec"] and pack_domains(graph) == []
+    # Grove owns its ClusterTopology: no stack creates one (one of another name would be ignored)
+    assert not [r for p in previews for r in p.resources if r.type.endswith(":ClusterTopology")]
     assert [str(v) for v in check_fleet(fleet, previews)] == []
-    manifest = dynamo_platform.cluster_topology([(level["domain"], level["key"])
-                                                 for level in topology.inputs["spec"]["levels"]])
-    assert check(manifest) == []  # Grove's own CRD (grove.io_clustertopologies.yaml)
 
 
-def test_no_cluster_topology_where_no_class_declares_one():
-    fleet = run(h100(), cluster("a", pools=(("h", "h100", 2),)), gang(annotations={"modelplane.ai/backend": "dynamo"})).fleet
-    resources = platform_of(all_stacks(fleet, "a"))
-    assert [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["name"] == "mp-dynamo"]
-    assert not [r for r in resources if r.type.endswith(":ClusterTopology")]
+@pytest.mark.parametrize("tas,refused", [
+    ({"enabled": True}, ["levels are required when topology is enabled"]),
+    ({"enabled": True, "levels": [{"domain": "block", "key": CLIQUE}, {"domain": "rack", "key": CLIQUE}]},
+     [f"duplicate key {CLIQUE}"]),
+    ({"enabled": True, "levels": [{"domain": "nvlink", "key": CLIQUE}]}, ["unknown domain nvlink"]),
+    ({"enabled": False}, []),
+])
+def test_the_rules_the_values_are_held_to_refuse_what_grove_refuses(tas, refused):
+    assert grove_refuses(tas) == refused
 
 
 def test_nvlink_packing_with_no_pool_declaring_a_domain_is_a_validate_error_naming_the_pool():

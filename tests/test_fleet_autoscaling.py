@@ -4,10 +4,13 @@ workloads/fleet_autoscaling.py), and the scale subresource driven the way KEDA's
 from __future__ import annotations
 
 import copy
+import pathlib
 
 import pytest
 
 from fleet.autoscaling import FLEET_PREFIX, FLEET_PROMETHEUS, parse, parse_fleet
+from automation.cli import main
+from tests import pulumi_double
 from fleet.validate import Fleet
 from tests.manifests import cluster, deployment, gpu_class, run
 from tests.rendering import rendered
@@ -21,6 +24,7 @@ ON = {FLEET_PREFIX: "keda", f"{FLEET_PREFIX}-max-replicas": "4"}
 GATEWAY = {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway",
            "metadata": {"name": "default", "annotations": {
                AGGREGATED: "enabled", f"{AGGREGATED}-image": "example/modelplane:1",
+               f"{AGGREGATED}-executor": "operator",  # the portal KEDA scales applies what it stores
                FLEET_PROMETHEUS: "http://thanos-query.monitoring.svc:9090"}},
            "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}
 
@@ -113,7 +117,12 @@ def test_the_default_query_sums_over_clusters_and_matches_only_this_deployments_
     assert not re.fullmatch(pattern, "qwen-big-a02c0-vllm-xyz")  # another deployment sharing the prefix
 
 
-@pytest.mark.parametrize("drop,missing", [(AGGREGATED, "aggregated API"), (FLEET_PROMETHEUS, "fleet's Prometheus")])
+@pytest.mark.parametrize("drop,missing", [
+    (AGGREGATED, "aggregated API"), (FLEET_PROMETHEUS, "fleet's Prometheus"),
+    # the in-cluster portal's default, --no-apply: KEDA's new spec.replicas would be stored and never applied
+    (f"{AGGREGATED}-executor", f"that portal to apply what KEDA scales (InferenceGateway annotation "
+                               f"{AGGREGATED}-executor: operator; with none, the default, it plans only"),
+])
 def test_without_the_aggregated_api_or_the_fleet_prometheus_render_says_what_is_missing(drop, missing):
     gateway = copy.deepcopy(GATEWAY)
     for key in [k for k in gateway["metadata"]["annotations"] if k.startswith(drop)]:
@@ -142,8 +151,16 @@ def test_keda_drives_the_scale_subresource_as_its_scale_client_does(tmp_path):
             md = annotated(ON, namespace="team-a")
             refused = team.put(f"{API}/namespaces/team-a/modeldeployments/qwen", json=md)
             assert refused.status_code == 422 and "fleet autoscaling needs" in refused.text  # no aggregated API yet
+            planning_only = copy.deepcopy(GATEWAY)
+            del planning_only["metadata"]["annotations"][f"{AGGREGATED}-executor"]
             with server.client(ADMIN) as admin:
-                assert admin.put(f"{API}/inferencegateways/default", json=GATEWAY).status_code == 201
+                assert admin.put(f"{API}/inferencegateways/default", json=planning_only).status_code == 201
+            refused = team.put(f"{API}/namespaces/team-a/modeldeployments/qwen", json=md)
+            assert refused.status_code == 422 and f"{AGGREGATED}-executor: operator" in refused.text, refused.text
+            with server.client(ADMIN) as admin:
+                gateway = admin.get(f"{API}/inferencegateways/default").json()
+                gateway["metadata"]["annotations"] = GATEWAY["metadata"]["annotations"]
+                assert admin.put(f"{API}/inferencegateways/default", json=gateway).status_code == 200
             created = team.put(f"{API}/namespaces/team-a/modeldeployments/qwen", json=md)
             assert created.status_code == 201, created.text
             url = f"{API}/namespaces/team-a/modeldeployments/qwen/scale"
@@ -180,3 +197,78 @@ def test_the_endpoints_stack_with_a_scaled_object_runs_after_the_gateway_stack_t
     plain = fleet_of(GATEWAY, gpu_class("l4", 1, "23034Mi"), cluster("c1", pools=(("gpu", "l4", 4),)), annotated({}))
     endpoints = desired_state(plain, control_plane="c1").specs.get("endpoints-ml-team")
     assert endpoints is None or "gateway" not in endpoints.depends_on
+
+
+@pytest.mark.parametrize("command", ["up", "preview --offline"])
+def test_up_and_preview_from_files_refuse_fleet_autoscaling_naming_file_object_and_field(tmp_path, monkeypatch, capsys,
+                                                                                        command):
+    """KEDA scales the in-cluster portal's copy of a deployment, which `up -f` never writes (and each `up -f` would set
+    spec.replicas back to the file's): fleet autoscaling needs the portal as the source of truth, so the files'
+    road refuses it, with the reason, and applies nothing. Through the program-running double."""
+    import re
+
+    from tests.test_lifecycle import make_driver
+
+    double = make_driver(tmp_path, monkeypatch)
+    gateway = next(d for d in double.docs if d["kind"] == "InferenceGateway")
+    gateway["metadata"]["annotations"] = dict(GATEWAY["metadata"]["annotations"])
+    double.deployment("qwen3-8b")["metadata"].setdefault("annotations", {}).update(ON)
+    verb, *extra = command.split()
+    assert main([verb, *double.args(*extra)]) == 1
+    err = capsys.readouterr().err
+    line = re.search(r"fleet\.yaml:(\d+): ModelDeployment/qwen3-8b: metadata\.annotations\[modelplane\.ai/fleet-autoscaling\]: "
+                     r"fleet autoscaling needs the control-plane cluster's portal as this deployment's source of truth: "
+                     r"KEDA scales the portal's copy \(its aggregated API\), which applying these files never writes", err)
+    assert line, err
+    text = pathlib.Path(double.fleet()).read_text().splitlines()
+    assert text[int(line.group(1)) - 1].strip() == f"{FLEET_PREFIX}: keda"  # the line of the field named
+    assert "1 fleet-autoscaled deployment(s) in the files; nothing was applied" in err
+    assert double.ran("up", since=0) == [] and double.ran("preview", since=0) == [] and double.recorded() == {}
+
+
+def test_with_the_portal_as_source_of_truth_a_new_replica_count_from_keda_is_planned_and_applied(tmp_path, monkeypatch):
+    """The loop that works: the portal holds the deployment and applies what it stores. KEDA's scale client PUTs a new
+    spec.replicas on the scale subresource; the portal plans it (a second replica placed, the model stack changed)
+    and its worker applies that stack. Through the program-running double (tests/pulumi_double.py)."""
+    from automation.portal.worker import Worker
+    from tests.test_lifecycle import make_driver
+
+    double = make_driver(tmp_path, monkeypatch)
+    state = double.work / ".modelplane"
+    (state / "kubeconfigs").mkdir(parents=True)
+    for name in ("c1", "c2"):  # their existing.secretRef
+        (state / "kubeconfigs" / f"{name}-kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (double.root / "portal").mkdir(exist_ok=True)
+    with ThreadServer(double.root / "portal", apply=True) as server:
+        worker = Worker(server.store, state)
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            for name in ("c1", "c2"):
+                assert admin.put(f"{API}/inferenceclusters/{name}",
+                                 json=cluster(name, pools=(("gpu", "l4", 2),))).status_code == 201
+            assert admin.put(f"{API}/inferencegateways/default", json=GATEWAY).status_code == 201
+            path = f"{API}/namespaces/team-a/modeldeployments/qwen"
+            assert admin.put(path, json=annotated(ON, namespace="team-a")).status_code == 201
+            server.settle()
+            worker.execute(worker.claim())
+            runs = {r["stack"]: r["status"] for r in admin.get("/runs").json()["items"]}
+            assert runs and set(runs.values()) == {"succeeded"}, runs
+            recorded = double.recorded()
+            assert len(recorded["model-team-a.qwen"]["placements"]) == 1
+            # the ScaledObject KEDA acts on, applied on the control plane in the team's endpoints stack
+            applied = pulumi_double.resources(state / "backend", "modelplane-workloads", "endpoints-team-a")
+            scaled = [o for r in applied for o in (r["inputs"].get("objs") or [r["inputs"]])
+                      if o.get("kind") == "ScaledObject"]
+            assert [o["spec"]["scaleTargetRef"]["name"] for o in scaled] == ["qwen"]
+            # KEDA's scale client: GET the Scale, PUT it back with spec.replicas 2
+            scale = admin.get(f"{path}/scale").json()
+            scale["spec"]["replicas"] = 2
+            assert admin.put(f"{path}/scale", json=scale).status_code == 200
+            server.settle()
+            batch = worker.claim()
+            assert "model-team-a.qwen" in {r["stack"] for r in batch}  # a changed plan: its model stack
+            mark = len(double.calls())
+            worker.execute(batch)
+            assert "model-team-a.qwen" in double.ran("up", since=mark)
+            placements = double.recorded()["model-team-a.qwen"]["placements"]
+            assert len(placements) == 2 and {p["cluster"] for p in placements} == {"c1", "c2"}

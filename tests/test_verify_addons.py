@@ -21,13 +21,12 @@ from automation.planning.addons import Need, Served, missing
 from automation.planning.offline import run, unwrap
 from automation.planning.stacks import Change, StackChange, desired_state
 from fleet.stack_id import StackId
-from tests.manifests import example_documents
-from tests.manifests import run as load
+from tests.manifests import example_documents, run as load
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KUBECONFIG = "apiVersion: v1\nkind: Config\n"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-EXAMPLES = example_documents()
+EXAMPLES = example_documents()  # the v0.5 fleet (its v0.3 variant beside it would duplicate every object)
 
 
 def verified(docs: list[dict], cluster: str = "byo-eu", **spec) -> list[dict]:

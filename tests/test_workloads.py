@@ -156,8 +156,8 @@ def test_dynamo_graph_exact():
     assert frontend["type"] == "frontend" and frontend["podTemplate"]["spec"]["containers"][0]["image"] == DYN
     assert worker == {**worker, "name": "e", "type": "worker", "replicas": 1, "multinode": {"nodeCount": 2},
                       "topologyConstraint": {"packDomain": "block"}}
-    # the NVLink domain is Grove's `block` level of the cluster's ClusterTopology `modelplane`
-    assert graph["spec"]["topologyConstraint"] == {"clusterTopologyName": "modelplane"}
+    # the NVLink domain is Grove's `block` level of the ClusterTopology Grove makes and reads, `grove-topology`
+    assert graph["spec"]["topologyConstraint"] == {"clusterTopologyName": "grove-topology"}
     main = worker["podTemplate"]["spec"]["containers"][0]
     assert main["name"] == "main" and main["resources"] == {"claims": [{"name": "devices"}]}
     # KVOffload: KVBM's disk tier on a local volume, and udev for cuFile (no sizes set: no size limit, no memory)

@@ -15,6 +15,7 @@ Asked for by InferenceGateway annotations (the gateway stack deploys it, on the 
                                                             Pulumi image (minutes), e.g.
                                                             "modelplane-pulumi @ git+https://github.com/org/repo@<commit>"
     modelplane.ai/aggregated-api-executor: none | operator  default none (`--no-apply`): accept and plan only
+                                                            (fleet autoscaling needs operator: fleet_autoscaling.py)
     modelplane.ai/aggregated-api-serving-secret: <name>     a kubernetes.io/tls Secret you made in the portal's
     modelplane.ai/aggregated-api-ca-bundle: <base64 PEM>    namespace, and the CA that signed it; default a
                                                             cert-manager Certificate (the platform stack installs it)

@@ -8,8 +8,9 @@ one pod template, the leader's, serves every node. The engine's image, command, 
 env are the user's; modelplane adds the pool pin, the DRA claim, the cache and labels, and per capability
 what the platform provides for it (docs/backends.md says which flag stays the user's):
 
-- `NVLinkDomain`: the component packs into one NVLink domain (`packDomain: block`) of the cluster's ClusterTopology
-  `modelplane` (fleet/topology.py; placement keeps such engines on pools whose class names the domain's label).
+- `NVLinkDomain`: the component packs into one NVLink domain (`packDomain: block`) of the ClusterTopology
+  `grove-topology`, the one the cluster's Grove makes from the levels it is configured with (fleet/topology.py,
+  workloads/dynamo_platform.py; placement keeps such engines on pools whose class names the domain's label).
 - `KVOffload`: KVBM's disk tier on a local volume (`emptyDir` at /kvbm-cache, `DYN_KVBM_DISK_CACHE_DIR`, sized by
   `DYN_KVBM_DISK_CACHE_GB` when set), `/run/udev` read-only for cuFile, and, when `DYN_KVBM_CPU_CACHE_GB` is set,
   a memory request of twice that (Dynamo's agg_kvbm example: a 100 GB CPU cache, 200Gi requested).

@@ -1,6 +1,6 @@
-"""What a cluster's Dynamo platform is made of, beyond the chart: its values, the ClusterTopology the graphs name
-and the ModelExpress server. Plain manifests, so tests check them against the bundled upstream CRDs; the platform
-stack (components/serving_stack.py) creates them after the `dynamo-platform` release.
+"""What a cluster's Dynamo platform is made of, beyond the chart: its values and the ModelExpress server. Plain
+manifests, so tests check them against the bundled upstream CRDs; the platform stack (components/serving_stack.py)
+creates them after the `dynamo-platform` release.
 
 - **Values** (dynamo-platform 1.2.1): Grove and the KAI scheduler installed as the chart's subcharts
   (`global.grove.install`, `global.kai-scheduler.install`; the operator then turns its Grove integration on, and
@@ -8,15 +8,19 @@ stack (components/serving_stack.py) creates them after the `dynamo-platform` rel
   `crd-apply` init container applies its release's CRDs on every upgrade (Helm's `crds/` only installs them the
   first time); and, where ModelExpress runs, `dynamo-operator.modelExpressURL`, from which the operator injects
   `MODEL_EXPRESS_URL` into the graphs' pods.
-- **ClusterTopology** `modelplane` (grove.io/v1alpha1, cluster-scoped, immutable): the levels of fleet/topology.py.
-  The chart creates none (Dynamo's topology guide leaves it to the cluster admin).
+- **Grove's topology**: where the cluster's classes declare levels (fleet/topology.py), Grove's operator
+  configuration (the `grove` subchart's `config.topologyAwareScheduling`) turns topology-aware scheduling on with
+  those levels. Grove v0.1.0-alpha.8 (the subchart of dynamo-platform 1.2.1) then makes the ClusterTopology
+  `grove-topology` from them at start, the only one it reads, and accepts the graphs' `packDomain`s; with it off
+  (the chart's default) its PodCliqueSet webhook refuses every topology constraint. Nothing else creates a
+  ClusterTopology: one of another name would be ignored.
 - **ModelExpress** (WeightStreaming): the server as the ModelExpress chart runs it (one Deployment, its gRPC port
   8001 behind a Service; no persistence, no metrics): Dynamo 1.2.1 ships no ModelExpress chart.
 """
 
 from __future__ import annotations
 
-from fleet.topology import CLUSTER_TOPOLOGY
+from collections.abc import Sequence
 
 NAMESPACE = "dynamo-system"
 MODEL_EXPRESS = "modelexpress-server"
@@ -24,20 +28,17 @@ MODEL_EXPRESS_PORT = 8001
 MODEL_EXPRESS_URL = f"http://{MODEL_EXPRESS}.{NAMESPACE}.svc.cluster.local:{MODEL_EXPRESS_PORT}"
 
 
-def platform_values(model_express: bool) -> dict:
+def platform_values(model_express: bool, levels: Sequence[tuple[str, str]] = ()) -> dict:
+    """The release's values; `levels` the cluster's topology levels (domain, node label), broadest first."""
     operator: dict = {"upgradeCRD": True}
     if model_express:
         operator["modelExpressURL"] = MODEL_EXPRESS_URL
-    return {"global": {"grove": {"install": True}, "kai-scheduler": {"install": True}}, "dynamo-operator": operator}
-
-
-def cluster_topology(levels: list[tuple[str, str]]) -> dict | None:
-    """The ClusterTopology of the cluster's levels (broadest first); None when its classes declare none."""
-    if not levels:
-        return None
-    return {"apiVersion": "grove.io/v1alpha1", "kind": "ClusterTopology",
-            "metadata": {"name": CLUSTER_TOPOLOGY, "labels": {"app.kubernetes.io/managed-by": "modelplane"}},
-            "spec": {"levels": [{"domain": domain, "key": key} for domain, key in levels]}}
+    values: dict = {"global": {"grove": {"install": True}, "kai-scheduler": {"install": True}},
+                    "dynamo-operator": operator}
+    if levels:  # Grove refuses topology-aware scheduling without levels: left off (its default) where none
+        values["grove"] = {"config": {"topologyAwareScheduling": {
+            "enabled": True, "levels": [{"domain": domain, "key": key} for domain, key in levels]}}}
+    return values
 
 
 def model_express_objects(image: str) -> list[dict]:

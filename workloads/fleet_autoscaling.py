@@ -6,6 +6,13 @@ ModelDeployment itself. Its query runs on the fleet's Prometheus (one that sees 
 InferenceGateway's `modelplane.ai/fleet-prometheus`), summed over every cluster serving the deployment. Settings:
 fleet/autoscaling.py. They go in the namespace's endpoints stack (`endpoints-<ns>`, on the control plane): per team
 like the deployments they scale, so a team's change never touches the platform-level gateway stack.
+
+KEDA scales the portal's copy of the deployment, so fleet autoscaling needs that portal to be the deployment's source
+of truth and to apply what it stores: the in-cluster portal with the operator executor
+(`modelplane.ai/aggregated-api-executor: operator`; with `none`, the default, it plans only and a new `spec.replicas`
+is never applied). `render` and a portal write refuse it otherwise (`scaled_objects`), and `up` and `preview` from
+files refuse every fleet-autoscaled deployment (`from_files`): the portal never reads those files, and each `up -f`
+would set `spec.replicas` back to the file's.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from fleet import tenancy
 from fleet.autoscaling import FLEET_PREFIX, FLEET_PROMETHEUS, parse_fleet
 from fleet.names import MAX_PREFIX
 from fleet.problems import Problem
-from workloads.aggregated_api import GROUP, VERSION, enabled
+from workloads.aggregated_api import GROUP, PREFIX as AGGREGATED_API, VERSION, enabled
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -46,6 +53,10 @@ def scaled_objects(fleet: Fleet, stack_of) -> tuple[dict[str, list[dict]], list[
         missing = [] if enabled(annotations) else [
             "the portal's aggregated API (InferenceGateway annotation modelplane.ai/aggregated-api: enabled), "
             "whose scale subresource KEDA drives"]
+        if annotations.get(f"{AGGREGATED_API}-executor", "none") != "operator":
+            missing.append(f"that portal to apply what KEDA scales (InferenceGateway annotation "
+                           f"{AGGREGATED_API}-executor: operator; with none, the default, it plans only and a new "
+                           "spec.replicas is never applied)")
         if not server:
             missing.append(f"the fleet's Prometheus (InferenceGateway annotation {FLEET_PROMETHEUS}: <URL>)")
         if missing:
@@ -63,3 +74,20 @@ def scaled_objects(fleet: Fleet, stack_of) -> tuple[dict[str, list[dict]], list[
                          "serverAddress": str(server), "query": query, "threshold": settings.threshold}}]},
         })
     return out, problems
+
+
+def from_files(fleet: Fleet) -> list[Problem]:
+    """Why `up` and `preview` from files refuse each fleet-autoscaled deployment: the copy KEDA scales is the
+    in-cluster portal's, which these files never reach, so the portal must be its source of truth."""
+    out = []
+    for md in fleet.of("ModelDeployment"):
+        settings, _ = parse_fleet(md.metadata.annotations)
+        if settings is None:
+            continue
+        out.append(fleet.problem(md, ("metadata", "annotations", FLEET_PREFIX), (
+            "fleet autoscaling needs the control-plane cluster's portal as this deployment's source of truth: KEDA "
+            "scales the portal's copy (its aggregated API), which applying these files never writes, and each "
+            "`up -f` would set spec.replicas back to this file's. Apply it to the control-plane cluster instead "
+            f"(kubectl apply, its portal with {AGGREGATED_API}-executor: operator applies it) and leave it out of "
+            "these files (docs/composition.md, fleet autoscaling)")))
+    return out

@@ -107,6 +107,8 @@ def _selected_or_exit(prepared, run: StackRun, fleet, given: dict[str, str] | No
             click.echo(line, err=True)
         click.echo(f"{len(prepared.problems)} invalid object(s); nothing was applied", err=True)
         raise SystemExit(EXIT_INVALID)
+    if operation in ("preview", "up"):
+        refuse_fleet_autoscaled(fleet)
     if prepared.transitions and operation in ("preview", "up"):
         for line in prepared.transitions:
             click.echo(line, err=True)
@@ -142,6 +144,19 @@ def _selected_or_exit(prepared, run: StackRun, fleet, given: dict[str, str] | No
     if operation in ("up", "preview") and items and prepared.desired is not None and prepared.desired.needs:
         _refuse_unserved(fleet, prepared.desired.needs, items, run)
     return items
+
+
+def refuse_fleet_autoscaled(fleet) -> None:
+    """A fleet-autoscaled deployment among the files: KEDA scales the in-cluster portal's copy, which the files never
+    reach (workloads/fleet_autoscaling.py `from_files`). Exit 1 naming each, having applied nothing."""
+    from workloads.fleet_autoscaling import from_files
+
+    problems = from_files(fleet)
+    if problems:
+        for problem in problems:
+            click.echo(str(problem), err=True)
+        click.echo(f"{len(problems)} fleet-autoscaled deployment(s) in the files; nothing was applied", err=True)
+        raise SystemExit(EXIT_INVALID)
 
 
 def _refused(run: StackRun) -> str | None:

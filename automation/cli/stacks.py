@@ -27,7 +27,7 @@ from automation.cli.base import (
     state_option,
     summarised_base,
 )
-from automation.cli.applying import StackRun, _kubeconfig_pairs, run_stacks, stack_settings
+from automation.cli.applying import StackRun, _kubeconfig_pairs, refuse_fleet_autoscaled, run_stacks, stack_settings
 
 
 def _apply_options(function):
@@ -156,6 +156,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     for problem in v05_gateway_problems(loaded.fleet):  # what `up` and `render` stop at, before any stack runs
         click.echo(str(problem), err=True)
         raise SystemExit(EXIT_INVALID)
+    refuse_fleet_autoscaled(loaded.fleet)  # what `up` refuses from files, before any stack runs
     host = gateway_host(loaded.fleet, run.control_plane)
     # what every road plans with: the record (the cache stands in, and says so, when it cannot be read)
     applied = record_for_plan(run.state, run.backend, run.fleet_name, run.executor, run.operator_settings, fresh=False)

@@ -118,7 +118,7 @@ def namespace_owner(namespace: str) -> str:
 def platform_objects(args: ClusterArgs, client_cas: tuple[str, ...] = ()) -> list[dict]:
     """The objects the serving stack makes on a Verify cluster (components/serving_stack.py: a test holds the two
     together): its namespace, Gateway, GatewayClass and EnvoyProxy, the fleet listener's objects, and where Dynamo
-    serves, Grove's ClusterTopology and ModelExpress."""
+    serves, ModelExpress."""
     def meta(name: str, namespace: str | None = SYSTEM_NAMESPACE) -> dict:
         return {"name": name, **({"namespace": namespace} if namespace else {})}
 
@@ -129,8 +129,6 @@ def platform_objects(args: ClusterArgs, client_cas: tuple[str, ...] = ()) -> lis
         {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": meta("inference-gateway")},
         *front_door_mtls.cluster_listener_objects(client_cas)]
     if args.needs_dynamo:
-        topology = dynamo_platform.cluster_topology([(level.domain, level.key) for level in args.topology])
-        out += [topology] if topology is not None else []
         out += dynamo_platform.model_express_objects("") if args.model_express else []
     return out
 
