@@ -280,3 +280,21 @@ def test_every_exported_object_is_written_by_the_fast_writer(desired, monkeypatc
             yamlio.dump_fast(obj)
     assert not [s for s in slow if "'apiVersion'" in s], slow[:3]  # an unusual key may still ask the reference
 
+
+def test_every_program_runs_the_kubernetes_provider_the_local_executor_runs(desired):
+    """A Program that names no version gets whichever kubernetes plugin is newest when its workspace starts, so
+    two runs of one fingerprint could run two providers. Every Kubernetes resource goes through a provider the
+    Program pins to the installed pulumi-kubernetes SDK's plugin: the one the local executor's programs run."""
+    from importlib.metadata import version
+
+    programs = by_stack(export(desired, OPTIONS), "Program")
+    assert programs
+    for name, program in programs.items():
+        resources = program["program"]["resources"]
+        providers = {key for key, r in resources.items() if r["type"] == "pulumi:providers:kubernetes"}
+        assert providers, name
+        for key in providers:
+            assert resources[key]["options"] == {"version": version("pulumi-kubernetes")}, (name, key)
+        for key, resource in resources.items():
+            if resource["type"].startswith("kubernetes:"):
+                assert resource["options"]["provider"] in {f"${{{p}}}" for p in providers}, (name, key)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable
 
@@ -44,6 +45,10 @@ LAPTOP_PROJECT = "modelplane"  # the root Pulumi.yaml: platform and gateway stac
 # Python SDK pyproject.toml pins (tests/test_operator.py checks it). The workspace's `pulumi install` installs the
 # platform program's dependencies from infra/requirements.txt: the Python host reads the program's folder.
 PULUMI_IMAGE = "pulumi/pulumi:3.272.0-nonroot"
+# The Kubernetes provider a Program's workspace runs: the one the local executor runs (the installed
+# pulumi-kubernetes SDK's plugin), never whichever is newest when the workspace starts. Every Kubernetes resource of
+# a Program uses the explicit provider that carries it.
+KUBERNETES_PLUGIN = version("pulumi-kubernetes")
 SERVICE_ACCOUNT = "modelplane-stacks"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MAX_NAME = 42  # the operator's Stack CRD refuses longer names (a CEL rule on the object)
@@ -331,7 +336,8 @@ def _provider_resources(options: ExportOptions, target: str, cluster: str) -> di
         reference: {"type": "pulumi:pulumi:StackReference", "properties": {
             "name": _stack_name(options, LAPTOP_PROJECT, StackId.platform(cluster), qualified=True)}},
         f"{target}-k8s": {"type": "pulumi:providers:kubernetes", "properties": {
-            "kubeconfig": f"${{{reference}.outputs[\"kubeconfig\"]}}", "clusterIdentifier": cluster}},
+            "kubeconfig": f"${{{reference}.outputs[\"kubeconfig\"]}}", "clusterIdentifier": cluster},
+            "options": {"version": KUBERNETES_PLUGIN}},
     }
 
 
