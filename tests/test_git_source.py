@@ -92,22 +92,22 @@ def test_the_local_tree_must_be_the_clean_commit_the_operator_runs(tmp_path):
     assert local_tree_problem(head, fleet) is None
     assert local_tree_problem(head, fleet / "platform" / "clusters.yaml") is None  # a file names its checkout too
     other = "f" * 40
-    assert f"is at {head[:12]}, but gitRef resolves to {other[:12]}" in local_tree_problem(other, fleet)
+    assert f"is at {head[:12]}, but gitRef resolves to {other[:12]}" in (local_tree_problem(other, fleet) or "")
     clusters = fleet / "platform" / "clusters.yaml"
     clusters.write_text(clusters.read_text().replace("nodeCount: 1", "nodeCount: 2", 1))
-    assert "1 uncommitted change(s)" in local_tree_problem(head, fleet)
-    assert "fleet/platform/clusters.yaml" in local_tree_problem(head, fleet)
+    assert "1 uncommitted change(s)" in (local_tree_problem(head, fleet) or "")
+    assert "fleet/platform/clusters.yaml" in (local_tree_problem(head, fleet) or "")
     git(root, "checkout", "--", ".")
     (fleet / "models" / "new.yaml").write_text("{}\n")  # untracked: a manifest the plan reads, no commit holds
-    assert "fleet/models/new.yaml" in local_tree_problem(head, fleet)
+    assert "fleet/models/new.yaml" in (local_tree_problem(head, fleet) or "")
     (fleet / "models" / "new.yaml").unlink()
     (root / "notes").mkdir()
     (root / "notes" / "draft.md").write_text("x")  # outside repoDir: not what the workspaces fetch
     assert local_tree_problem(head, fleet, repo_dir="fleet") is None
-    assert "notes/draft.md" in local_tree_problem(head, fleet, repo_dir=".")
+    assert "notes/draft.md" in (local_tree_problem(head, fleet, repo_dir=".") or "")
     outside = tmp_path / "loose"
     outside.mkdir()
-    assert "is not in a git checkout" in local_tree_problem(head, outside)
+    assert "is not in a git checkout" in (local_tree_problem(head, outside) or "")
 
 
 def test_up_on_the_operator_refuses_a_dirty_or_other_tree_before_writing_anything(tmp_path, capsys):
