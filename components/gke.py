@@ -25,6 +25,7 @@ import pulumi_gcp as gcp
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
+from components.workspace_credentials import MOUNTED
 from components.serving_stack import ClusterFacts
 from fleet.inventory import CACHE_STORAGE_CLASSES
 
@@ -50,9 +51,15 @@ def pool_sizing(pool: GpuPoolArgs) -> dict:
                             "location_policy": "BALANCED"}}
 
 
-def kubeconfig(name: str, endpoint: str, ca: str) -> str:
-    """A kubeconfig for GKE using gke-gcloud-auth-plugin."""
-    return exec_kubeconfig(name, endpoint, ca, "gke-gcloud-auth-plugin", provide_cluster_info=True,
+def kubeconfig(name: str, endpoint: str, ca: str, credentials: str = "") -> str:
+    """A kubeconfig for GKE using gke-gcloud-auth-plugin: by default it asks gcloud for its signed-in account (a
+    laptop); `credentials="mounted"` (an operator workspace, components/workspace_credentials.py) makes it use
+    Application Default Credentials instead, i.e. the key file GOOGLE_APPLICATION_CREDENTIALS names. The flag is
+    the plugin's own: kubernetes/cloud-provider-gcp's gke-gcloud-auth-plugin takes
+    `--use_application_default_credentials` to read GOOGLE_APPLICATION_CREDENTIALS rather than shell out to gcloud
+    (kubernetes/cloud-provider-gcp issue 654 describes that flag and its env var)."""
+    args = ["--use_application_default_credentials"] if credentials == MOUNTED else None
+    return exec_kubeconfig(name, endpoint, ca, "gke-gcloud-auth-plugin", args, provide_cluster_info=True,
                            install_hint="Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)")
 
 
@@ -60,7 +67,7 @@ class GkeInferenceCluster(pulumi.ComponentResource):
     """Outputs: kubeconfig (secret), cluster_identifier, pools."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True, project: str | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 credentials: str = "", opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE, name, None, opts)
         self.provider = gcp.Provider(f"{name}-gcp", project=args.project or project, region=args.region,
                                      opts=pulumi.ResourceOptions(parent=self))
@@ -103,7 +110,7 @@ class GkeInferenceCluster(pulumi.ComponentResource):
             gpu_driver_installer=any(p.accelerator_type for p in args.pools))
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate,
-        ).apply(lambda v: kubeconfig(v[0], v[1], v[2])))
+        ).apply(lambda v: kubeconfig(v[0], v[1], v[2], credentials)))
         self.cluster_identifier = args.name
         self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})
 

@@ -7,6 +7,9 @@ replaces the resources that use it.
 
 from __future__ import annotations
 
+import json
+import re
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -30,13 +33,21 @@ def provider(name: str, kubeconfig: pulumi.Input[str], parent: pulumi.Resource |
     )
 
 
+_PLAIN = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_./=-]*$")  # `--format`, `json`: as the CLIs write them
+
+
+def _flow_scalar(arg: str) -> str:
+    """An argument in a YAML flow sequence: as it is when plain, else a JSON string (which YAML reads as is)."""
+    return arg if _PLAIN.match(arg) else json.dumps(arg)
+
+
 def exec_kubeconfig(name: str, server: str, ca_data: str, command: str, args: list[str] | None = None,
                     provide_cluster_info: bool = False, install_hint: str = "") -> str:
     """A kubeconfig whose user authenticates through a CLI plugin (no long-lived credential inside).
 
     `ca_data` is the base64 of the PEM certificate, as `certificate-authority-data` takes it."""
     server = server if server.startswith("https://") else f"https://{server}"
-    arguments = f"\n      args: [{', '.join(args)}]" if args else ""
+    arguments = f"\n      args: [{', '.join(_flow_scalar(a) for a in args)}]" if args else ""
     return f"""apiVersion: v1
 kind: Config
 clusters:

@@ -26,6 +26,7 @@ import pulumi_nebius as nebius
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
+from components.workspace_credentials import MOUNTED, NEBIUS_ENDPOINT, NEBIUS_FILE, NEBIUS_PROFILE
 from components.serving_stack import ClusterFacts
 from fleet.inventory import CACHE_STORAGE_CLASSES
 from workloads.pods import GPU_NODE_TOLERATIONS
@@ -52,11 +53,26 @@ runcmd:
 """
 
 
-def kubeconfig(name: str, endpoint: str, ca: str) -> str:
-    """A kubeconfig authenticating with the `nebius` CLI, as `nebius mk8s cluster get-credentials` writes it."""
+GET_TOKEN = ["mk8s", "cluster", "get-token", "--format", "json"]  # as `nebius mk8s cluster get-credentials` writes it
+
+
+def kubeconfig(name: str, endpoint: str, ca: str, credentials: str = "") -> str:
+    """A kubeconfig authenticating with the `nebius` CLI: by default with the CLI's signed-in profile (a laptop).
+
+    `credentials="mounted"` (an operator workspace, components/workspace_credentials.py): a fresh pod has no
+    profile, so the plugin first makes one from the mounted service-account key, with the flags Nebius documents
+    for that (docs.nebius.com, "Authorized keys": `nebius profile create --endpoint api.nebius.cloud
+    --service-account-file FILE --profile NAME`, then `--profile NAME` on each command), and asks for the token
+    with it. Only the token reaches stdout (the ExecCredential the client reads); the profile's output goes to
+    stderr. The pod's image must hold the `nebius` CLI (the operator settings' `image`)."""
     ca_data = base64.b64encode(ca.encode()).decode() if "BEGIN CERTIFICATE" in ca else ca
-    return exec_kubeconfig(name, endpoint, ca_data, "nebius", ["mk8s", "cluster", "get-token", "--format", "json"],
-                           install_hint="Install the Nebius CLI (https://docs.nebius.com/cli) and sign in")
+    hint = "Install the Nebius CLI (https://docs.nebius.com/cli) and sign in"
+    if credentials != MOUNTED:
+        return exec_kubeconfig(name, endpoint, ca_data, "nebius", GET_TOKEN, install_hint=hint)
+    token = " ".join(["nebius", *GET_TOKEN, "--profile", NEBIUS_PROFILE])
+    script = (f"{token} 2>/dev/null || {{ nebius profile create --endpoint {NEBIUS_ENDPOINT} --service-account-file "
+              f"{NEBIUS_FILE} --profile {NEBIUS_PROFILE} >&2; {token}; }}")
+    return exec_kubeconfig(name, endpoint, ca_data, "sh", ["-c", script], install_hint=hint)
 
 
 def _get(value, snake: str):
@@ -82,7 +98,7 @@ class NebiusInferenceCluster(pulumi.ComponentResource):
     """Outputs: kubeconfig (secret), cluster_identifier, facts."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True, project: str | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 credentials: str = "", opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE, name, None, opts)
         parent_id = args.project or project
         self.provider = nebius.Provider(f"{name}-nebius", parent_id=parent_id, opts=pulumi.ResourceOptions(parent=self))
@@ -121,7 +137,7 @@ class NebiusInferenceCluster(pulumi.ComponentResource):
             labels=labels, opts=child) for fabric in fabrics}
         self.gpu_pools = [self._gpu_group(name, pool, labels, after) for pool in args.pools]
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.status.apply(
-            lambda status: kubeconfig(args.name, _endpoint(status), _ca(status))))
+            lambda status: kubeconfig(args.name, _endpoint(status), _ca(status), credentials)))
         self.cluster_identifier = args.name
         self.facts = ClusterFacts(  # the cluster's default class backs charts' volumes; caches use the shared one
             storage_classes=[{"metadata": {"name": RWX_CLASS}, "provisioner": RWX_PROVISIONER,

@@ -9,6 +9,8 @@
   modelplane:controlPlaneKubeconfig  (secret) a kubeconfig for a separate control-plane cluster instead
   modelplane:deletionProtection   GKE deletion protection (default true)
   modelplane:versions             chart version overrides, e.g. {keda: 2.20.2}
+  modelplane:clusterCredentials   "mounted": GKE and Nebius kubeconfigs sign in from the files an operator
+                                  workspace mounts (components/workspace_credentials.py); default: the CLIs' sign-in
 Stack outputs per cluster: kubeconfig (secret), gatewayAddress (and the replica slices' gatewayEndpoints and
 gatewayAddressType made from it, and the replica Services' gatewayServiceSpec under an Envoy fleet gateway),
 pools (name, nodes, devices).
@@ -70,7 +72,8 @@ def cluster_component(args: ClusterArgs, config: pulumi.Config, stored_kubeconfi
         if not project:
             raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.gke.project is not set and the stack has no "
                                "gcp:project config: name the Google Cloud project to create the cluster in")
-        return GkeInferenceCluster(args.name, args, deletion_protection=protect, project=project)
+        return GkeInferenceCluster(args.name, args, deletion_protection=protect, project=project,
+                                   credentials=config.get("clusterCredentials") or "")
     if args.source == "EKS":
         return EksInferenceCluster(args.name, args, deletion_protection=protect)
     if args.source == "AKS":
@@ -81,7 +84,8 @@ def cluster_component(args: ClusterArgs, config: pulumi.Config, stored_kubeconfi
         from components.nebius import NebiusInferenceCluster
 
         return NebiusInferenceCluster(args.name, args, deletion_protection=protect,
-                                      project=pulumi.Config("nebius").get("parentId"))
+                                      project=pulumi.Config("nebius").get("parentId"),
+                                      credentials=config.get("clusterCredentials") or "")
     if args.source == "Existing":
         return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config, stored_kubeconfig))
     raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.source: {args.source} clusters cannot be "

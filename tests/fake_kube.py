@@ -409,6 +409,7 @@ class FakeKube:
         path.write_text(yaml.safe_dump({"backend": "s3://acme-fleet-state", "gitUrl": "https://github.com/acme/fleet",
                                         "gitRef": COMMIT,
                                         "secrets": ["cloud-credentials"], "kubeconfig": str(self.kubeconfig),
+                                        "credentials": {"gcp": {"secret": "gcp-workspace"}},  # the examples' GKE
                                         "pollSeconds": 0.01, "timeoutMinutes": 0.5, **extra}))
         return path
 

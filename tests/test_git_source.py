@@ -56,7 +56,7 @@ def test_operator_export_pins_every_repository_stack_to_the_commit_the_branch_is
 
     path, _, head = repo
     args = ["operator", "export", "-f", str(ROOT / "examples"), "--backend", "s3://b", "--git-url", str(path),
-            "--fresh"]
+            "--fresh", "--gcp-credentials", "gcp-workspace"]
     assert main([*args, "--out", str(tmp_path / "out")]) == 0
     (platform,) = yaml.safe_load_all((tmp_path / "out" / "platform-byo-eu.yaml").read_text())
     assert platform["spec"]["commit"] == head and "branch" not in platform["spec"]
@@ -64,3 +64,74 @@ def test_operator_export_pins_every_repository_stack_to_the_commit_the_branch_is
     assert main([*args, "--git-ref", "no-such-branch", "--out", str(tmp_path / "bad")]) != 0
     err = capsys.readouterr().err
     assert "no such branch or tag" in err and "Traceback" not in err and not (tmp_path / "bad").exists()
+
+
+# The operator's workspaces run the commit gitRef resolves to; the plan and the Stacks' fingerprints are made from
+# the manifests here. `--executor operator` runs only when the two are the same tree (issue 61).
+
+def _checkout(tmp_path):
+    """This project's examples committed in a repository, as a fleet's checkout holds them."""
+    import shutil
+
+    from tests.test_operator import ROOT
+
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "examples", root / "fleet")
+    (root / "Pulumi.yaml").write_text("name: modelplane\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "fleet")
+    return root, git(root, "rev-parse", "HEAD")
+
+
+def test_the_local_tree_must_be_the_clean_commit_the_operator_runs(tmp_path):
+    from automation.operator.git_source import local_tree_problem
+
+    root, head = _checkout(tmp_path)
+    fleet = root / "fleet"
+    assert local_tree_problem(head, fleet) is None
+    assert local_tree_problem(head, fleet / "platform" / "clusters.yaml") is None  # a file names its checkout too
+    other = "f" * 40
+    assert f"is at {head[:12]}, but gitRef resolves to {other[:12]}" in (local_tree_problem(other, fleet) or "")
+    clusters = fleet / "platform" / "clusters.yaml"
+    clusters.write_text(clusters.read_text().replace("nodeCount: 1", "nodeCount: 2", 1))
+    assert "1 uncommitted change(s)" in (local_tree_problem(head, fleet) or "")
+    assert "fleet/platform/clusters.yaml" in (local_tree_problem(head, fleet) or "")
+    git(root, "checkout", "--", ".")
+    (fleet / "models" / "new.yaml").write_text("{}\n")  # untracked: a manifest the plan reads, no commit holds
+    assert "fleet/models/new.yaml" in (local_tree_problem(head, fleet) or "")
+    (fleet / "models" / "new.yaml").unlink()
+    (root / "notes").mkdir()
+    (root / "notes" / "draft.md").write_text("x")  # outside repoDir: not what the workspaces fetch
+    assert local_tree_problem(head, fleet, repo_dir="fleet") is None
+    assert "notes/draft.md" in (local_tree_problem(head, fleet, repo_dir=".") or "")
+    outside = tmp_path / "loose"
+    outside.mkdir()
+    assert "is not in a git checkout" in (local_tree_problem(head, outside) or "")
+
+
+def test_up_on_the_operator_refuses_a_dirty_or_other_tree_before_writing_anything(tmp_path, capsys):
+    from automation.cli import main
+    from tests.fake_kube import FakeKube
+
+    root, head = _checkout(tmp_path)
+    kube = FakeKube(tmp_path)
+    try:
+        def up(commit: str) -> int:
+            settings = kube.settings(tmp_path, gitRef=commit)
+            return main(["up", "-f", str(root / "fleet"), "--executor", "operator", "--operator-settings",
+                         str(settings), "--state", str(tmp_path / "state"), "--skip-check"])
+
+        clusters = root / "fleet" / "platform" / "clusters.yaml"
+        clusters.write_text(clusters.read_text().replace("nodeCount: 1", "nodeCount: 2", 1))
+        assert up(head) == 2
+        err = capsys.readouterr().err
+        assert "uncommitted change(s)" in err and "fleet/platform/clusters.yaml" in err and "Traceback" not in err
+        git(root, "commit", "-q", "-am", "grow the L4 pool")
+        assert up(head) == 2  # committed, but the operator would still run the commit before it
+        assert "gitRef resolves to" in capsys.readouterr().err
+        assert kube.cluster.writes() == []
+        assert up(git(root, "rev-parse", "HEAD")) == 0  # the clean tree the operator runs: handed over
+        assert kube.cluster.stacks()
+    finally:
+        kube.close()

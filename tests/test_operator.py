@@ -23,7 +23,8 @@ from workloads.schemas import check
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKEN = "hf_operator_never_written_5e1"
-OPTIONS = ExportOptions(backend="s3://bucket/fleet", git_url="https://github.com/acme/fleet", git_ref=COMMIT, secrets=("cloud",))
+OPTIONS = ExportOptions(backend="s3://bucket/fleet", git_url="https://github.com/acme/fleet", git_ref=COMMIT, secrets=("cloud",),
+                        gcp_credentials=("gcp-workspace", "credentials.json"))  # the examples hold a GKE cluster
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_programs_hold_exactly_what_render_writes_and_no_secret_value(desired):
 def test_the_export_is_byte_identical_and_refuses_a_folder_it_did_not_write(tmp_path):
     args = ["operator", "export", "-f", str(ROOT / "examples"), "--backend", "s3://bucket/fleet",
             "--git-url", "https://github.com/acme/fleet", "--git-ref", "0123456789abcdef0123456789abcdef01234567",
-            "--fresh"]
+            "--fresh", "--gcp-credentials", "gcp-workspace"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     a, b = sorted((tmp_path / "a").glob("*.yaml")), sorted((tmp_path / "b").glob("*.yaml"))
@@ -105,7 +106,8 @@ def test_the_export_is_byte_identical_and_refuses_a_folder_it_did_not_write(tmp_
 
 
 def test_pulumi_cloud_names_stacks_fully(desired):
-    cloud = ExportOptions(backend="https://api.pulumi.com", git_url="https://github.com/acme/fleet", git_ref=COMMIT, organization="acme")
+    cloud = ExportOptions(backend="https://api.pulumi.com", git_url="https://github.com/acme/fleet", git_ref=COMMIT, organization="acme",
+                          gcp_credentials=("gcp-workspace", "credentials.json"))
     stacks = by_stack(export(desired, cloud), "Stack")
     assert stacks["platform-byo-eu"]["spec"]["stack"] == "acme/modelplane/platform-byo-eu"
     project = object_name("model-ml-team.qwen3-8b")  # a Program's project is its object's name
@@ -185,7 +187,7 @@ def test_a_private_repository_is_cloned_with_a_named_secret(desired):
                                      "password": {"type": "Secret", "secret": {"name": "git", "key": "password"}}}}),
     ]:
         options = ExportOptions(backend="s3://b", git_url="git@github.com:acme/fleet.git", git_ref=COMMIT,
-                                git_auth=(mode, "git"))
+                                git_auth=(mode, "git"), gcp_credentials=OPTIONS.gcp_credentials)
         files = export(desired, options)
         assert problems(files) == []
         stacks = by_stack(files, "Stack")
@@ -277,3 +279,22 @@ def test_every_exported_object_is_written_by_the_fast_writer(desired, monkeypatc
         for obj in objects:
             yamlio.dump_fast(obj)
     assert not [s for s in slow if "'apiVersion'" in s], slow[:3]  # an unusual key may still ask the reference
+
+
+def test_every_program_runs_the_kubernetes_provider_the_local_executor_runs(desired):
+    """A Program that names no version gets whichever kubernetes plugin is newest when its workspace starts, so
+    two runs of one fingerprint could run two providers. Every Kubernetes resource goes through a provider the
+    Program pins to the installed pulumi-kubernetes SDK's plugin: the one the local executor's programs run."""
+    from importlib.metadata import version
+
+    programs = by_stack(export(desired, OPTIONS), "Program")
+    assert programs
+    for name, program in programs.items():
+        resources = program["program"]["resources"]
+        providers = {key for key, r in resources.items() if r["type"] == "pulumi:providers:kubernetes"}
+        assert providers, name
+        for key in providers:
+            assert resources[key]["options"] == {"version": version("pulumi-kubernetes")}, (name, key)
+        for key, resource in resources.items():
+            if resource["type"].startswith("kubernetes:"):
+                assert resource["options"]["provider"] in {f"${{{p}}}" for p in providers}, (name, key)

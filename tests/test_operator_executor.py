@@ -27,8 +27,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NS = "modelplane-stacks"
 
 
+def _any_tree(monkeypatch) -> None:
+    """These tests plan from folders no commit holds: the check that this tree is gitRef's clean commit is tested
+    on real git repositories (tests/test_git_source.py) and stands aside here."""
+    monkeypatch.setattr("automation.operator.git_source.local_tree_problem", lambda *args: None)
+
+
 @pytest.fixture
-def kube(tmp_path):
+def kube(tmp_path, monkeypatch):
+    _any_tree(monkeypatch)
     fake = FakeKube(tmp_path)
     yield fake
     fake.close()
@@ -481,6 +488,7 @@ def test_two_stacks_whose_object_names_collide_are_refused_before_anything_is_wr
         export.object_names(ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT),
                             ["model-ml-team.qwen", "model-ml.team-qwen"])
     monkeypatch.undo()
+    _any_tree(monkeypatch)
     _colliding(monkeypatch, "model-ml-team.qwen3-coder", "model-ml-team.qwen3-8b")
     assert run(kube, tmp_path, "up", "--skip-check") == 2
     err = capsys.readouterr().err
@@ -512,3 +520,12 @@ def test_a_live_stack_of_another_name_is_never_written_over_or_deleted(kube, tmp
     assert not result.ok and "is the live Stack of stack model-ml-team.qwen3-8b" in (result.error or "")
     assert kube.cluster.writes()[writes:] == []
     assert kube.cluster.stacks()["model-ml-team.qwen3-8b"] == before
+
+
+def test_up_refuses_a_gke_cluster_with_no_workspace_credential_before_writing_anything(kube, tmp_path, capsys):
+    """A GKE kubeconfig execs gke-gcloud-auth-plugin, which has no account in a workspace pod: without the
+    settings' credentials.gcp every stack on that cluster would fail at its first object (issue 61)."""
+    assert run(kube, tmp_path, "up", "--skip-check", credentials={}) == 2
+    err = capsys.readouterr().err
+    assert "InferenceCluster/gke-us-central" in err and "set credentials.gcp in the operator settings" in err
+    assert kube.cluster.writes() == [] and "Traceback" not in err

@@ -98,7 +98,7 @@ def test_pulumi_yaml_is_a_valid_project_whose_modelplane_keys_are_its_own():
     assert PROJECT["name"] == "modelplane"  # else Pulumi refuses types on the `modelplane:` keys
     assert {key for key, entry in declared.items() if "type" in entry} == {
         f"modelplane:{key}" for key in ("fleet", "cluster", "gatewayOnly", "controlPlaneCluster", "controlPlaneStack",
-                                        "deletionProtection", "kubeconfigFile", "kubeconfigContext")}
+                                        "deletionProtection", "kubeconfigFile", "kubeconfigContext", "clusterCredentials")}
     assert all(entry.get("description") for entry in declared.values())
 
 

@@ -31,7 +31,8 @@ def _objects() -> list[tuple[dict, pathlib.Path]]:
         if (obj["apiVersion"], obj["kind"]) not in seen:
             seen.add((obj["apiVersion"], obj["kind"]))
             out.append((obj, schemas.CRD_DIR))
-    files = export(desired, ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT, secrets=("cloud",)))
+    files = export(desired, ExportOptions(backend="s3://b", git_url="https://g/x", git_ref=COMMIT, secrets=("cloud",),
+                                                   gcp_credentials=("gcp", "key.json")))
     for objects in files.values():
         for obj in objects:
             if (obj["apiVersion"], obj["kind"], "operator") not in seen:

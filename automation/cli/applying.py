@@ -198,7 +198,8 @@ def _executor(run: StackRun):
     from automation.record.backend import PulumiRecord
 
     if run.on_operator:  # the cluster's Stacks are the record of what is applied
-        return operator_executor(run.operator_settings, run.fleet_name, run.force, run.unprotect or run.destroy_clusters)
+        return operator_executor(run.operator_settings, run.fleet_name, run.force, run.unprotect or run.destroy_clusters,
+                                 paths=run.paths)
     return None, PulumiRecord(Path(run.state), run.backend, run.fleet_name, strict=True)
 
 
@@ -326,14 +327,19 @@ def _nothing_to_do(run: StackRun, prepared) -> None:
         click.echo(f"nothing to {run.operation}: every stack is up to date with the manifests")
 
 
-def _distinct_object_names(runner, stacks: list[str]) -> None:
+def _operator_refusals(runner, stacks: list[str], specs) -> None:
+    """What the operator could not run, refused before anything is written: two stacks on one Stack object, and a
+    GKE or Nebius cluster whose workspaces would have no credential to sign in with."""
     from automation.execution.runner import AutomationError
-    from automation.operator.export import ExportError, object_names
+    from automation.operator.export import ExportError, credential_problems, object_names
 
     try:
         object_names(runner.options, set(stacks))
     except ExportError as exc:
         raise AutomationError(str(exc)) from None
+    refused = credential_problems(runner.options, specs)
+    if refused:
+        raise AutomationError("; ".join(refused))
 
 
 def run_stacks(run: StackRun) -> None:
@@ -370,8 +376,8 @@ def run_stacks(run: StackRun) -> None:
         problem = _forget_problem(run, prepared)
         if problem:
             raise AutomationError(problem)
-        if run.on_operator:  # two stacks on one Stack object: refused before anything is written
-            _distinct_object_names(runner, [*prepared.specs, *applied.stacks])
+        if run.on_operator:  # refused before anything is written
+            _operator_refusals(runner, [*prepared.specs, *applied.stacks], prepared.specs.values())
         items = _selected_or_exit(prepared, run, loaded.fleet, given)
         if not items and not renames and not moves:
             lock.unlock()

@@ -47,6 +47,12 @@ def operator() -> None:
 @click.option("--secret", "secrets", multiple=True, metavar="NAME",
               help="A Secret in --namespace whose keys become every workspace's environment (cloud credentials, "
                    "PULUMI_ACCESS_TOKEN or PULUMI_CONFIG_PASSPHRASE). Repeatable; values are never read.")
+@click.option("--gcp-credentials", "gcp_credentials", default=None, metavar="SECRET[:KEY]",
+              help="GKE clusters: a Secret in --namespace whose KEY (default credentials.json) is a GCP service "
+                   "account key, mounted into every workspace as GOOGLE_APPLICATION_CREDENTIALS.")
+@click.option("--nebius-credentials", "nebius_credentials", default=None, metavar="SECRET[:KEY]",
+              help="Nebius clusters: a Secret in --namespace whose KEY (default credentials.json) is a service "
+                   "account's authorized key, mounted into every workspace (with an --image holding the nebius CLI).")
 @click.option("--organization", default="organization", show_default=True,
               help="The backend's organization (Pulumi Cloud: yours; DIY backends: organization).")
 @click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_FLEET", metavar="NAME",
@@ -56,7 +62,7 @@ def operator() -> None:
 @state_option
 @fresh_option
 def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, fleet_dir, namespace, image, secrets,
-                    organization, fleet_name, control_plane, state, fresh) -> None:
+                    gcp_credentials, nebius_credentials, organization, fleet_name, control_plane, state, fresh) -> None:
     """Write the Pulumi Kubernetes Operator objects that run every desired stack (nothing is applied)."""
     from pathlib import Path
 
@@ -81,7 +87,9 @@ def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, f
                                 git_ref=pinned_commit(git_url, git_ref) if git_url else git_ref, repo_dir=repo_dir,
                                 fleet_dir=fleet_dir, namespace=namespace, image=image or PULUMI_IMAGE,
                                 secrets=tuple(secrets), organization=organization, fleet_name=fleet_name,
-                                git_auth=(mode, secret) if git_auth else None)
+                                git_auth=(mode, secret) if git_auth else None,
+                                gcp_credentials=_credential_file("--gcp-credentials", gcp_credentials),
+                                nebius_credentials=_credential_file("--nebius-credentials", nebius_credentials))
         files = export(desired, options)
         found = problems(files)
         if found:
@@ -96,3 +104,15 @@ def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, f
     click.echo(f"wrote {count} operator objects for {len(files) - 1} stacks to {out} (every object checked against "
                "the operator's CRDs); apply them with `kubectl apply --server-side -f` to the control-plane cluster")
 
+
+
+def _credential_file(flag: str, given: str | None) -> tuple[str, str] | None:
+    """SECRET[:KEY] as (Secret, key); the key defaults to credentials.json."""
+    from automation.operator.export import ExportError
+
+    if given is None:
+        return None
+    secret, colon, key = given.partition(":")
+    if not secret or (colon and not key):
+        raise ExportError(f"{flag} {given!r}: expected SECRET or SECRET:KEY, e.g. gcp-workspace:credentials.json")
+    return secret, key or "credentials.json"

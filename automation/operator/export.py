@@ -24,11 +24,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable
 
 from automation.operator.pulumi_yaml import Malformed, NotLiteral, escaped, references
 from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
+from components.workspace_credentials import GCP_FILE, MOUNTED, NEBIUS_FILE
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, backend_name
 from workloads.cache import secret_refs
@@ -43,6 +45,10 @@ LAPTOP_PROJECT = "modelplane"  # the root Pulumi.yaml: platform and gateway stac
 # Python SDK pyproject.toml pins (tests/test_operator.py checks it). The workspace's `pulumi install` installs the
 # platform program's dependencies from infra/requirements.txt: the Python host reads the program's folder.
 PULUMI_IMAGE = "pulumi/pulumi:3.272.0-nonroot"
+# The Kubernetes provider a Program's workspace runs: the one the local executor runs (the installed
+# pulumi-kubernetes SDK's plugin), never whichever is newest when the workspace starts. Every Kubernetes resource of
+# a Program uses the explicit provider that carries it.
+KUBERNETES_PLUGIN = version("pulumi-kubernetes")
 SERVICE_ACCOUNT = "modelplane-stacks"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MAX_NAME = 42  # the operator's Stack CRD refuses longer names (a CEL rule on the object)
@@ -83,6 +89,10 @@ class ExportOptions:
     organization: str = "organization"  # the backend's (DIY backends: `organization`)
     fleet_name: str | None = None  # --fleet: stacks are <fleet>_<stack> in the backend
     git_auth: tuple[str, str] | None = None  # (mode, Secret name): how the workspaces clone a private repository
+    # (Secret, key) of a credential file mounted into every workspace, so GKE and Nebius kubeconfigs work in a pod
+    # (components/workspace_credentials.py): a GCP service account key; a Nebius service account's authorized key
+    gcp_credentials: tuple[str, str] | None = None
+    nebius_credentials: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.backend.startswith("file://"):
@@ -208,12 +218,32 @@ def _git_auth(mode: str, secret: str) -> dict:
     return {"basicAuth": {"userName": ref("username"), "password": ref("password")}}
 
 
+def _credential_files(options: ExportOptions) -> dict:
+    """The workspace's credential files: each Secret's one key mounted read-only at the path the kubeconfigs read
+    (components/workspace_credentials.py), and GOOGLE_APPLICATION_CREDENTIALS naming the GCP key, which both
+    gke-gcloud-auth-plugin's application-default mode and the Google provider read. Nothing when none is set."""
+    mounts = [(kind, found, path) for kind, found, path in (
+        ("gcp", options.gcp_credentials, GCP_FILE), ("nebius", options.nebius_credentials, NEBIUS_FILE)) if found]
+    if not mounts:
+        return {}
+    volumes = [{"name": f"modelplane-{kind}-credentials", "secret": {
+        "secretName": secret, "items": [{"key": key, "path": Path(path).name}]}} for kind, (secret, key), path in mounts]
+    container: dict = {"name": "pulumi", "volumeMounts": [
+        {"name": f"modelplane-{kind}-credentials", "mountPath": str(Path(path).parent), "readOnly": True}
+        for kind, _, path in mounts]}
+    out: dict = {"podTemplate": {"spec": {"volumes": volumes, "containers": [container]}}}
+    if options.gcp_credentials:
+        out["env"] = [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": GCP_FILE}]
+    return out
+
+
 def _common(options: ExportOptions, spec: StackSpec, source: str) -> dict:
     out: dict = {
         "backend": options.backend,
         "serviceAccountName": SERVICE_ACCOUNT,
         "workspaceTemplate": {"spec": {"image": options.image, "resources": WORKSPACE_RESOURCES[source], **(
-            {"envFrom": [{"secretRef": {"name": name}} for name in options.secrets]} if options.secrets else {})}},
+            {"envFrom": [{"secretRef": {"name": name}} for name in options.secrets]} if options.secrets else {}),
+            **_credential_files(options)}},
     }
     if spec.depends_on:  # the planner's dependencies, already only desired stacks
         out["prerequisites"] = [{"name": options.object_name(dep)} for dep in spec.depends_on]
@@ -239,6 +269,8 @@ def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     secrets_ref: dict = {}
     if spec.kind == "platform":
         config.update({"modelplane:cluster": spec.id.name, "modelplane:gateway": "false"})
+        if isinstance(spec.payload, PlatformPayload) and _signs_in_from_mounts(options, spec):
+            config["modelplane:clusterCredentials"] = MOUNTED
         existing = spec.payload.cluster.kubeconfig_secret if isinstance(spec.payload, PlatformPayload) else None
         if existing:  # an Existing cluster's kubeconfig: the Secret of that name in the stacks' namespace
             secrets_ref[f"modelplane:{existing}"] = {"type": "Secret", "secret": {"name": existing, "key": "kubeconfig"}}
@@ -256,13 +288,56 @@ def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     return [_stack(options, spec, body)]
 
 
+# What a cluster's kubeconfig needs in a workspace pod, by source: the setting that mounts it (docs/operator.md).
+CREDENTIAL_SETTINGS = {"GKE": ("gcp_credentials", "credentials.gcp", "--gcp-credentials"),
+                       "Nebius": ("nebius_credentials", "credentials.nebius", "--nebius-credentials")}
+
+
+def credential_problem(options: ExportOptions, spec: StackSpec) -> str | None:
+    """Why a GKE or Nebius cluster's stacks could not sign in on the operator, naming the setting, or None.
+
+    Its kubeconfig execs a CLI plugin that, in a fresh workspace pod, has no account to sign in with: it must read
+    a mounted credential file (components/workspace_credentials.py), and for Nebius the image must hold the CLI.
+    Without them every stack on that cluster would fail at its first Kubernetes object."""
+    if spec.kind != "platform" or not isinstance(spec.payload, PlatformPayload):
+        return None
+    source = spec.payload.cluster.source
+    if source not in CREDENTIAL_SETTINGS:
+        return None
+    field, setting, flag = CREDENTIAL_SETTINGS[source]
+    if getattr(options, field) is None:
+        return (f"InferenceCluster/{spec.id.name}: a {source} cluster's kubeconfig signs in with a CLI plugin that "
+                f"has no account in a workspace pod; set {setting} in the operator settings ({flag} SECRET[:KEY] "
+                f"for operator export): a Secret in {options.namespace} holding the service account's credential "
+                "file (docs/operator.md, \"Cloud credentials\")")
+    if source == "Nebius" and options.image == PULUMI_IMAGE:
+        return (f"InferenceCluster/{spec.id.name}: {PULUMI_IMAGE} has no Nebius CLI, which the cluster's kubeconfig "
+                "runs; set image in the operator settings (--image for operator export) to a workspace image with "
+                "the `nebius` CLI on its PATH (docs/operator.md, \"Cloud credentials\")")
+    return None
+
+
+def credential_problems(options: ExportOptions, specs: Iterable[StackSpec]) -> list[str]:
+    return [found for spec in specs if (found := credential_problem(options, spec))]
+
+
+def _signs_in_from_mounts(options: ExportOptions, spec: StackSpec) -> bool:
+    """The platform stack's kubeconfig signs in from the mounted files (ExportError when it cannot sign in)."""
+    found = credential_problem(options, spec)
+    if found:
+        raise ExportError(found)
+    assert isinstance(spec.payload, PlatformPayload)
+    return spec.payload.cluster.source in CREDENTIAL_SETTINGS
+
+
 def _provider_resources(options: ExportOptions, target: str, cluster: str) -> dict:
     reference = f"{target}-platform"
     return {
         reference: {"type": "pulumi:pulumi:StackReference", "properties": {
             "name": _stack_name(options, LAPTOP_PROJECT, StackId.platform(cluster), qualified=True)}},
         f"{target}-k8s": {"type": "pulumi:providers:kubernetes", "properties": {
-            "kubeconfig": f"${{{reference}.outputs[\"kubeconfig\"]}}", "clusterIdentifier": cluster}},
+            "kubeconfig": f"${{{reference}.outputs[\"kubeconfig\"]}}", "clusterIdentifier": cluster},
+            "options": {"version": KUBERNETES_PLUGIN}},
     }
 
 
@@ -346,6 +421,9 @@ def export(desired: DesiredState, options: ExportOptions) -> dict[str, list[dict
     """File name -> the objects it holds: `_operator.yaml`, then one `<stack>.yaml` per desired stack."""
     files: dict[str, list[dict]] = {"_operator.yaml": shared_objects(options)}
     names = object_names(options, desired.specs)
+    refused = credential_problems(options, desired.specs.values())
+    if refused:  # every cluster that cannot sign in, at once
+        raise ExportError("\n".join(refused))
     for name, spec in sorted(desired.specs.items()):
         files[f"{names[name]}.yaml"] = stack_objects(options, spec)
     return files

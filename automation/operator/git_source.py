@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from automation.operator.export import COMMIT, ExportError
@@ -56,3 +57,42 @@ def pinned_commit(url: str, ref: str) -> str:
             return found[name]
     raise GitRefError(f"gitRef {ref!r}: no such branch or tag in {redacted(url)}; give a branch, a tag or a 40-hex "
                       "commit")
+
+
+def _git(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=TIMEOUT_SECONDS,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"}, check=False)
+
+
+def local_tree_problem(commit: str, fleet_path: str | Path, repo_dir: str = ".") -> str | None:
+    """Why the operator would not run what this machine fingerprints, or None.
+
+    The plan (and every Stack's fingerprint) is made from the manifests here, but the operator's platform and
+    gateway workspaces clone `commit`: the two are the same only when this tree is at `commit` with nothing
+    uncommitted (or untracked) in the project the workspaces fetch (`repo_dir`)."""
+    start = Path(fleet_path).resolve()
+    folder = start if start.is_dir() else start.parent
+    try:
+        top = _git(folder, "rev-parse", "--show-toplevel")
+        if top.returncode != 0:
+            return (f"{fleet_path} is not in a git checkout: the operator runs commit {commit[:12]} of gitUrl, and "
+                    "nothing shows that it holds these manifests; run from a checkout of that commit")
+        root = Path(top.stdout.strip())
+        head = _git(root, "rev-parse", "HEAD").stdout.strip()
+        if head != commit:
+            return (f"this checkout ({root}) is at {head[:12] or 'no commit'}, but gitRef resolves to {commit[:12]}: the "
+                    "operator would run that commit's program and manifests, not the ones planned here; check out "
+                    "that commit, or push this one and point gitRef at it")
+        status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", repo_dir)
+    except FileNotFoundError:
+        return "git is not installed, so this tree cannot be compared with the commit the operator runs"
+    except subprocess.TimeoutExpired:
+        return f"git did not answer in {TIMEOUT_SECONDS} s in {folder}"
+    if status.returncode != 0:
+        return f"cannot read {root}'s status: {' '.join(status.stderr.split())[:200]}"
+    changed = [line[3:] for line in status.stdout.splitlines() if line.strip()]
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        return (f"{len(changed)} uncommitted change(s) in {root} ({shown}): the operator runs commit {commit[:12]} "
+                "without them; commit and push them, then point gitRef at that commit")
+    return None

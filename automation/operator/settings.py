@@ -25,6 +25,7 @@ from automation.execution.runner import AutomationError
 DEFAULT_FILE = "modelplane-operator.yaml"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
 class SettingsError(AutomationError):
@@ -47,6 +48,39 @@ class GitAuth(BaseModel):
         return value
 
 
+class CredentialFile(BaseModel):
+    """A Secret in `namespace` whose key holds a credential file, mounted into every workspace (never read here)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    secret: str
+    key: str = "credentials.json"
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not a Secret name (a DNS subdomain)")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not _SECRET_KEY.match(value):
+            raise ValueError(f"{value!r} is not a Secret key (letters, digits, '-', '_', '.')")
+        return value
+
+    def pair(self) -> tuple[str, str]:
+        return self.secret, self.key
+
+
+class Credentials(BaseModel):
+    """How GKE and Nebius kubeconfigs sign in inside a workspace pod (docs/operator.md, "Cloud credentials")."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gcp: CredentialFile | None = None  # a GCP service account key: GOOGLE_APPLICATION_CREDENTIALS
+    nebius: CredentialFile | None = None  # a Nebius service account's authorized key (with an image with the CLI)
+
+
 class OperatorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
@@ -59,6 +93,7 @@ class OperatorSettings(BaseModel):
     namespace: str = "modelplane-stacks"
     image: str = PULUMI_IMAGE
     secrets: tuple[str, ...] = ()  # Secrets in `namespace` whose keys become every workspace's environment
+    credentials: Credentials = Credentials()  # credential files mounted into every workspace (GKE, Nebius)
     organization: str = "organization"
     kubeconfig: str | None = None  # the control-plane cluster's kubeconfig (default: $KUBECONFIG, ~/.kube/config)
     context: str | None = None
@@ -91,7 +126,9 @@ class OperatorSettings(BaseModel):
                                  repo_dir=self.repo_dir, fleet_dir=self.fleet_dir, namespace=self.namespace,
                                  image=self.image, secrets=tuple(self.secrets), organization=self.organization,
                                  fleet_name=fleet_name,
-                                 git_auth=(self.git_auth.mode, self.git_auth.secret) if self.git_auth else None)
+                                 git_auth=(self.git_auth.mode, self.git_auth.secret) if self.git_auth else None,
+                                 gcp_credentials=self.credentials.gcp.pair() if self.credentials.gcp else None,
+                                 nebius_credentials=self.credentials.nebius.pair() if self.credentials.nebius else None)
         except ExportError as exc:
             raise SettingsError(str(exc).replace("--backend", "backend").replace("--git-url", "gitUrl")
                                 .replace("--git-ref", "gitRef")) from None

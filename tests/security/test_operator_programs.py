@@ -22,7 +22,8 @@ from tests.manifests import example_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-OPTIONS = ExportOptions(backend="s3://bucket/fleet", git_url="https://github.com/acme/fleet", git_ref=COMMIT)
+OPTIONS = ExportOptions(backend="s3://bucket/fleet", git_url="https://github.com/acme/fleet", git_ref=COMMIT,
+                        gcp_credentials=("gcp-workspace", "credentials.json"))
 ATTACK = '$${gke-us-central-platform.outputs["kubeconfig"]}'  # last round's finding: `$${` became `$$${`
 TRICKY = st.text(alphabet="${}[]\".\\a0 ", max_size=24)
 
@@ -102,7 +103,7 @@ def test_a_function_key_in_a_pod_template_never_reaches_a_program(tmp_path, caps
         member["template"]["metadata"] = {"annotations": {"Fn::ReadFile": "/var/run/secrets/token"}}
     fleet = _fleet_with(tmp_path, inject)
     code = main(["operator", "export", "-f", str(fleet), "--backend", "s3://bucket/fleet", "--git-url",
-                 "https://github.com/acme/fleet", "--git-ref", COMMIT, "--out", str(tmp_path / "out")])
+                 "https://github.com/acme/fleet", "--git-ref", COMMIT, "--gcp-credentials", "gcp", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err
     assert "Fn::" in err and not (tmp_path / "out").exists()
@@ -128,7 +129,7 @@ def test_two_stacks_with_one_object_name_are_refused_not_dropped(monkeypatch):
 def test_export_out_writes_through_no_planted_link(tmp_path, capsys):
     out = tmp_path / "out"
     args = ["operator", "export", "-f", str(ROOT / "examples"), "--backend", "s3://bucket/fleet", "--git-url",
-            "https://github.com/acme/fleet", "--git-ref", COMMIT, "--out", str(out)]
+            "https://github.com/acme/fleet", "--git-ref", COMMIT, "--gcp-credentials", "gcp", "--out", str(out)]
     assert main(args) == 0
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
