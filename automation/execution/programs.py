@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import pulumi
 
 from automation.execution.projects import PLATFORM_PROJECT
-from automation.record.applied import RECORD_OUTPUT, record_output
+from automation.record.applied import GATEWAY_CLUSTER_OUTPUT, RECORD_OUTPUT, record_output
 from automation.planning.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
 from components.fleet_gateway import FleetGateway
 from components.kubernetes import provider
@@ -141,6 +141,8 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
             pulumi.export("address", gateway.address)
             if gateway.client_ca is not None:  # an Envoy front door's (public) client CA, for the platform stacks
                 pulumi.export("clientCACertificate", gateway.client_ca)
+            if payload.gateway.listeners and payload.host:  # a v0.5 gateway: its clusterName, immutable once applied
+                pulumi.export(GATEWAY_CLUSTER_OUTPUT, {"name": payload.gateway.name, "clusterName": payload.host})
         return recorded(run_gateway, lambda: spec.fingerprint, versions=payload.versions)
     if not isinstance(payload, WorkloadPayload):  # a stack to destroy: its program never runs
         def refuse() -> None:
