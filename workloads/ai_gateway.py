@@ -23,12 +23,17 @@ auth the API-key `SecurityPolicy` (`gateway_objects`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleet.api.gateway import FleetGatewaySpec
 from fleet.api.service import EndpointSpec
 from fleet.names import bounded
+from fleet.secrets import SecretRef
 from workloads.fleet_data_plane import EG, Tiered, backend_name, external_name
 from workloads.service_routing import FLEET_GATEWAY, Endpoint, distribute_weights
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 AIGW = "aigateway.envoyproxy.io/v1alpha1"
 MODEL_HEADER = "x-ai-eg-model"  # where Envoy AI Gateway's ext_proc puts the request body's `model`
@@ -168,6 +173,27 @@ def endpoint_objects(routed: Routed) -> list[dict]:
         out.append({"apiVersion": AIGW, "kind": "BackendSecurityPolicy", "metadata": dict(meta), "spec": {
             "type": kind, field: {"secretRef": {"name": credential.apiKey.secretRef.name, "namespace": ep.namespace}},
             "targetRefs": [{"group": "aigateway.envoyproxy.io", "kind": "AIServiceBackend", "name": routed.backend}]}})
+    return out
+
+
+def credentials(fleet: Fleet) -> dict[tuple[str, str], str]:
+    """[F-ME] Each v0.5 ModelEndpoint with a credential -> "" when its Secret has the key (a Secret manifest of the
+    fleet, or wherever else the secret store reads it from), else upstream's EndpointReady message: "Secret <n> does
+    not exist" or "Secret <n> has no key <k>". Names and keys only, never a value."""
+    out = {}
+    for me in fleet.of("ModelEndpoint"):
+        spec = me.spec
+        if not isinstance(spec, EndpointSpec) or spec.credential is None or spec.credential.apiKey is None:
+            continue
+        ref = spec.credential.apiKey.secretRef
+        values = fleet.secrets.manifests.get((me.namespace, ref.name))
+        if (values is not None and ref.key in values) or \
+                fleet.secrets.given_elsewhere(SecretRef(me.namespace, ref.name, ref.key)) is not None:
+            out[(me.namespace, me.name)] = ""
+        elif values is not None:
+            out[(me.namespace, me.name)] = f"Secret {ref.name} has no key {ref.key}"
+        else:
+            out[(me.namespace, me.name)] = f"Secret {ref.name} does not exist"
     return out
 
 

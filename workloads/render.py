@@ -121,6 +121,8 @@ class Rendered:
     front_door_tls: bool = False  # the fleet gateway serves only HTTPS: service addresses are https
     backends: dict[str, Backends] = field(default_factory=dict)  # endpoints stack -> what it owns (composed or not)
     placement_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # `cluster_placement_labels`
+    # v0.5 endpoint -> "" when its credential's Secret has the key, else why not (`ai_gateway.credentials`)
+    credentials: dict[tuple[str, str], str] = field(default_factory=dict)
     deferred: ModelStacks | None = None  # model stacks left to compose: their targets are in `stacks`, empty
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
@@ -258,7 +260,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
 
     `deferred`: this plan's model stacks, left to compose (`Rendered.deferred`), and their collisions to find."""
     reuse = reuse or {}
-    out = Rendered(placement_labels=cluster_placement_labels(fleet))
+    out = Rendered(placement_labels=cluster_placement_labels(fleet), credentials=ai_gateway.credentials(fleet))
     # the cluster views: for routing and team stacks (given with `inputs`) and caches
     clusters = {c.name: c for c in build_clusters(fleet)} if inputs is None or fleet.of("ModelCache") else {}
     chosen = tenancy.mode(fleet)
