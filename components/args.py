@@ -303,15 +303,23 @@ def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> Ga
     """A v0.5 gateway on the Envoy front door (workloads/ai_gateway.py): its listeners, its EnvoyProxy, its
     policies, with the caller Secrets its `auth.apiKey.secretSelector` selects."""
     from workloads.aggregated_api import PREFIX
-    from workloads.ai_gateway import PROXY_SERVICE, caller_secret_objects, gateway_objects, listeners, proxy_spec
+    from workloads.ai_gateway import (PROXY_SERVICE, caller_secret_objects, certificate_secret_objects, gateway_objects,
+                                      listeners, proxy_spec)
 
     spec = ig.v05
     assert spec is not None
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     callers = caller_secrets(fleet, ig)
+    # the certificates callers are served with, copied from the fleet's Secret manifests (one not given is refused
+    # by workloads/render.py `v05_gateway_problems`)
+    given = fleet.secrets.manifests
+    refs = spec.tls.certificateRefs if spec.tls is not None else []
+    certificates = {r.name: sorted(given[("modelplane-system", r.name)]) for r in refs
+                    if ("modelplane-system", r.name) in given}
     return GatewayArgs(name=ig.name, backend="Envoy", load_balancer=sources.get(host or "") in LOAD_BALANCED,
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
-                       front_door=caller_secret_objects(callers) + gateway_objects(spec, sorted(callers)),
+                       front_door=caller_secret_objects(callers) + certificate_secret_objects(certificates)
+                       + gateway_objects(spec, sorted(callers)),
                        listeners=listeners(spec),
                        proxy=proxy_spec(PROXY_SERVICE))
 
