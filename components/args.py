@@ -138,6 +138,12 @@ class GatewayArgs(Args):
         return any(o["kind"] == "BackendTrafficPolicy" for o in self.front_door)
 
 
+def gateway_cluster_output(gateway: GatewayArgs, host: str | None) -> dict[str, str] | None:
+    """What the gateway stack outputs (`GATEWAY_CLUSTER_OUTPUT`) of a v0.5 gateway (the one with listeners of its
+    own): its name and its cluster, the "old" side of the XRD's rule that `spec.clusterName` is immutable."""
+    return {"name": gateway.name, "clusterName": host} if gateway.listeners and host else None
+
+
 def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> tuple[str | None, bool, bool]:
     """What hosting the fleet gateway adds to a cluster's platform stack: MetalLB's address pool (its Gateway
     needs an address first), a rate-limit store (an Envoy front door with global limits) and trust-manager (an

@@ -74,3 +74,26 @@ def test_up_refuses_a_moved_v05_gateway_against_the_record(tmp_path, monkeypatch
     assert re.search(r"fleet\.yaml:\d+: InferenceGateway/public: spec\.clusterName: spec\.clusterName is immutable\. "
                      r"\(applied on byo-eu, now eks-us-west", err), err
     assert "nothing was applied" in err and driver.ran("up") == [] and driver.ran("destroy") == []
+
+
+@pytest.mark.parametrize("gateway,expected", [
+    (v05_gateway("public", "a"), {"name": "public", "clusterName": "a"}),
+    # a v0.3.1 gateway has no clusterName: nothing recorded
+    ({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway", "metadata": {"name": "default"},
+      "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}, None),
+])
+def test_the_platform_programs_gateway_stack_records_the_same_cluster(gateway, expected):
+    """infra/program.py's gateway stack (a laptop's `pulumi up --stack gateway`, the operator's Program) outputs
+    what the automation layer's does: the v0.5 gateway's cluster."""
+    import pulumi
+
+    from infra.program import platform
+    from tests.pulumi_mocks import registered
+
+    loaded = run(L4, cluster("a"), gateway)
+    assert not loaded.errors, [str(e) for e in loaded.errors]
+    outputs: dict = {}
+    registered(lambda: outputs.update(platform(loaded.fleet, pulumi.Config("modelplane"), gateway_only=True,
+                                               gateway_kubeconfig="kubeconfig")), "gateway",
+               {"modelplane:gatewayOnly": "true", "modelplane:controlPlaneCluster": "a"})
+    assert outputs["gateway"].get("gatewayCluster") == expected

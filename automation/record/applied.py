@@ -24,10 +24,9 @@ import orjson
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
 from fleet.stack_id import StackId, StackIdError
-from workloads.gateways import Gateways
+from workloads.gateways import GATEWAY_CLUSTER_OUTPUT, Gateways
 
 RECORD_OUTPUT = "modelplane"  # the stack output every program exports: what this update applied
-GATEWAY_CLUSTER_OUTPUT = "gatewayCluster"  # the gateway stack's: the v0.5 gateway's name and the cluster it runs on
 
 
 def replica_from_dict(d: Mapping[str, Any]) -> RecordedReplica:
