@@ -139,6 +139,12 @@ class GatewayArgs(Args):
         return any(o["kind"] == "BackendTrafficPolicy" for o in self.front_door)
 
 
+def gateway_cluster_output(gateway: GatewayArgs, host: str | None) -> dict[str, str] | None:
+    """What the gateway stack outputs (`GATEWAY_CLUSTER_OUTPUT`) of a v0.5 gateway (the one with listeners of its
+    own): its name and its cluster, the "old" side of the XRD's rule that `spec.clusterName` is immutable."""
+    return {"name": gateway.name, "clusterName": host} if gateway.listeners and host else None
+
+
 def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> tuple[str | None, bool, bool]:
     """What hosting the fleet gateway adds to a cluster's platform stack: MetalLB's address pool (its Gateway
     needs an address first), a rate-limit store (an Envoy front door with global limits) and trust-manager (an
@@ -305,15 +311,23 @@ def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> Ga
     """A v0.5 gateway on the Envoy front door (workloads/ai_gateway.py): its listeners, its EnvoyProxy, its
     policies, with the caller Secrets its `auth.apiKey.secretSelector` selects."""
     from workloads.aggregated_api import PREFIX
-    from workloads.ai_gateway import PROXY_SERVICE, caller_secret_objects, gateway_objects, listeners, proxy_spec
+    from workloads.ai_gateway import (PROXY_SERVICE, caller_secret_objects, certificate_secret_objects, gateway_objects,
+                                      listeners, proxy_spec)
 
     spec = ig.v05
     assert spec is not None
     sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     callers = caller_secrets(fleet, ig)
+    # the certificates callers are served with, copied from the fleet's Secret manifests (one not given is refused
+    # by workloads/render.py `v05_gateway_problems`)
+    given = fleet.secrets.manifests
+    refs = spec.tls.certificateRefs if spec.tls is not None else []
+    certificates = {r.name: sorted(given[("modelplane-system", r.name)]) for r in refs
+                    if ("modelplane-system", r.name) in given}
     return GatewayArgs(name=ig.name, backend="Envoy", load_balancer=sources.get(host or "") in LOAD_BALANCED,
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
-                       front_door=caller_secret_objects(callers) + gateway_objects(spec, sorted(callers)),
+                       front_door=caller_secret_objects(callers) + certificate_secret_objects(certificates)
+                       + gateway_objects(spec, sorted(callers)),
                        listeners=listeners(spec),
                        proxy=proxy_spec(PROXY_SERVICE))
 

@@ -25,6 +25,7 @@ from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource)
 from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
+from fleet.api.gateway import fleet_gateway_transition_rules
 from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import CALLER_KEYS_NAMESPACE, SecretManifestError, SecretRef, SecretStore, secret_from_manifest
@@ -399,6 +400,25 @@ def stack_transitions(fleet: Fleet, applied: dict[str, str]) -> list[Problem]:
                 f"{STACK_IMMUTABLE} (applied as {before}, now {now}: remove this InferenceCluster from the input and "
                 "run `modelplane up --prune --yes-destroy-clusters`, which destroys its platform stack, then add it "
                 f"back with stack {now})")))
+    return out
+
+
+def gateway_transitions(fleet: Fleet, applied: dict[str, str]) -> list[Problem]:
+    """The v0.5 XRD's transition rule on InferenceGateway `spec.clusterName` (fleet_gateway_transition_rules), with
+    "old" the cluster the gateway stack last applied the gateway on (`applied`: gateway name -> cluster, from the
+    record). A gateway not in the record is new: any cluster. Moving it is recreating it: remove it from the input,
+    `up --prune` (which destroys the gateway stack), then add it back on the other cluster."""
+    out = []
+    for ig in fleet.of("InferenceGateway"):
+        before = applied.get(ig.name)
+        if ig.v05 is None or before is None:
+            continue
+        old = ig.model_copy(update={"spec": ig.v05.model_copy(update={"clusterName": before})})
+        for path, message in fleet_gateway_transition_rules(old, ig):
+            out.append(fleet.problem(ig, path, (
+                f"{message} (applied on {before}, now {ig.v05.clusterName}: remove this InferenceGateway from the "
+                f"input and run `modelplane up --prune`, which destroys the gateway stack, then add it back on "
+                f"{ig.v05.clusterName})")))
     return out
 
 

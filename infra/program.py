@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
-from components.args import ClusterArgs, cluster_args, control_plane_cluster, gateway_args, host_extras
+from components.args import (ClusterArgs, cluster_args, control_plane_cluster, gateway_args, host_extras,
+                             gateway_cluster_output)
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster, read_kubeconfig
 from components.fleet_gateway import FleetGateway
@@ -36,6 +37,7 @@ from fleet.plan import dynamo_clusters
 from fleet.scheduler import schedule
 from fleet.secrets import kubeconfig_ref
 from fleet.validate import load_fleet
+from workloads.gateways import GATEWAY_CLUSTER_OUTPUT
 from workloads.service_routing import gateway_endpoints, gateway_service_spec, slice_address_type
 
 if TYPE_CHECKING:
@@ -203,6 +205,9 @@ def platform(fleet: Fleet, config: pulumi.Config | None = None, gateway_kubeconf
             raise InvalidFleet("the fleet gateway needs a cluster: set modelplane:controlPlaneCluster to an "
                                "InferenceCluster in this stack, or modelplane:controlPlaneKubeconfig (secret)")
         outputs["gateway"] = {"address": front.address}
+        cluster = gateway_cluster_output(gateway, host)
+        if cluster is not None:  # a v0.5 gateway: its clusterName, immutable once applied (automation/record)
+            outputs["gateway"][GATEWAY_CLUSTER_OUTPUT] = cluster
     flat = outputs[only] if only and only in outputs else outputs.get("gateway") if gateway_only else None
     if flat is not None:  # one cluster's or the gateway's stack: flat outputs other stacks reference
         for key, value in flat.items():

@@ -136,18 +136,22 @@ def test_every_v05_gateway_object_is_valid_against_the_envoy_ai_gateway_and_envo
                         credential={"method": "APIKey", "apiKey": {"secretRef": {"name": "together"}}})
     gw = v05_gateway(cluster_name="c1", tls={"certificateRefs": [{"name": "a"}, {"name": "b"}]},
                      auth={"method": "APIKey", "apiKey": {"secretSelector": {"matchLabels": {"team": "x"}}}})
+    # the certificates, given with the fleet (the gateway stack copies them to c1)
+    certificates = [{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                     "metadata": {"name": n, "namespace": "modelplane-system"},
+                     "stringData": {"tls.crt": "pem", "tls.key": "pem"}} for n in ("a", "b")]
     result = rendered(v05_service(entries=[entry("stable", **{"modelplane.ai/deployment": "qwen"}),
                                            entry("together", 1), entry("claude", 2)]),
-                      anthropic, together, gateway=gw)
+                      anthropic, together, *certificates, gateway=gw)
     assert result.problems == [], [str(p) for p in result.problems]
     kinds = {o["kind"] for _, _, o in result.objects()}
     assert {"AIGatewayRoute", "AIServiceBackend", "BackendSecurityPolicy", "Backend"} <= kinds
     assert [m for _, _, o in result.objects() for m in check(o)] == []
-    loaded = run(gpu_class(), cluster("c1"), gw)
+    loaded = run(gpu_class(), cluster("c1"), gw, *certificates)
     args = gateway_args(loaded.fleet, "c1")
     assert args is not None and [m for o in args.front_door for m in check(o)] == []
     assert {o["kind"] for o in args.front_door} == {"ClientTrafficPolicy", "BackendTrafficPolicy", "HTTPRouteFilter",
-                                                    "HTTPRoute", "SecurityPolicy"}
+                                                    "HTTPRoute", "SecurityPolicy", "Secret"}
     # a mistyped field is refused by the bundled CRD: the check reads Envoy AI Gateway's schema
     route = the_route(result)
     assert check(mutate(route, "spec.rules[0].backendRefs[0].priority", -1))

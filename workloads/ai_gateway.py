@@ -23,12 +23,17 @@ auth the API-key `SecurityPolicy` (`gateway_objects`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleet.api.gateway import FleetGatewaySpec
 from fleet.api.service import EndpointSpec
 from fleet.names import bounded
+from fleet.secrets import SecretRef
 from workloads.fleet_data_plane import EG, Tiered, backend_name, external_name
 from workloads.service_routing import FLEET_GATEWAY, Endpoint, distribute_weights
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
 
 AIGW = "aigateway.envoyproxy.io/v1alpha1"
 MODEL_HEADER = "x-ai-eg-model"  # where Envoy AI Gateway's ext_proc puts the request body's `model`
@@ -171,6 +176,27 @@ def endpoint_objects(routed: Routed) -> list[dict]:
     return out
 
 
+def credentials(fleet: Fleet) -> dict[tuple[str, str], str]:
+    """[F-ME] Each v0.5 ModelEndpoint with a credential -> "" when its Secret has the key (a Secret manifest of the
+    fleet, or wherever else the secret store reads it from), else upstream's EndpointReady message: "Secret <n> does
+    not exist" or "Secret <n> has no key <k>". Names and keys only, never a value."""
+    out = {}
+    for me in fleet.of("ModelEndpoint"):
+        spec = me.spec
+        if not isinstance(spec, EndpointSpec) or spec.credential is None or spec.credential.apiKey is None:
+            continue
+        ref = spec.credential.apiKey.secretRef
+        values = fleet.secrets.manifests.get((me.namespace, ref.name))
+        if (values is not None and ref.key in values) or \
+                fleet.secrets.given_elsewhere(SecretRef(me.namespace, ref.name, ref.key)) is not None:
+            out[(me.namespace, me.name)] = ""
+        elif values is not None:
+            out[(me.namespace, me.name)] = f"Secret {ref.name} has no key {ref.key}"
+        else:
+            out[(me.namespace, me.name)] = f"Secret {ref.name} does not exist"
+    return out
+
+
 def listeners(gateway: FleetGatewaySpec) -> list[dict]:
     """[T-IG] `http` on 80 always (`/healthz` is plain HTTP even with TLS), and with TLS `https` on 443 terminating
     the referenced certificates (the proxy picks one by SNI)."""
@@ -227,14 +253,44 @@ def caller_secret_objects(secrets: dict[str, tuple[dict[str, str], list[str]]],
     """[T-IG] the selected caller Secrets, copied to the gateway's cluster: placeholder Secrets (name -> (labels,
     keys)) whose values the gateway stack's program fills from the fleet's secret store, never rendered. Each key
     is a caller's identity, each value its key."""
+    return [_copied_secret(name, namespace, labels, keys, "Opaque") for name, (labels, keys) in sorted(secrets.items())]
+
+
+TLS_KEYS = ("tls.crt", "tls.key")  # what a `kubernetes.io/tls` Secret holds
+
+
+def certificate_secret_objects(secrets: dict[str, list[str]], namespace: str = FLEET_GATEWAY["namespace"]) -> list[dict]:
+    """[X-IG] the Secrets `tls.certificateRefs` names (name -> keys), copied to the gateway's cluster as
+    `kubernetes.io/tls` placeholder Secrets the gateway stack's program fills, as the caller Secrets."""
+    return [_copied_secret(name, namespace, {}, keys, "kubernetes.io/tls") for name, keys in sorted(secrets.items())]
+
+
+def _copied_secret(name: str, namespace: str, labels: dict[str, str], keys: list[str], type_: str) -> dict:
     from workloads.cache import SECRET_SOURCE_ANNOTATION
 
-    return [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-             "metadata": {"name": name, "namespace": namespace, "labels": {**labels, **MANAGED}, "annotations": {
-                 "modelplane.ai/placeholder": f"values come from the Secret {namespace}/{name}, as Pulumi secrets",
-                 SECRET_SOURCE_ANNOTATION: f"{namespace}/{name}"}},
-             "stringData": {key: "<secret: set at apply time, never rendered>" for key in keys}}
-            for name, (labels, keys) in sorted(secrets.items())]
+    return {"apiVersion": "v1", "kind": "Secret", "type": type_,
+            "metadata": {"name": name, "namespace": namespace, "labels": {**labels, **MANAGED}, "annotations": {
+                "modelplane.ai/placeholder": f"values come from the Secret {namespace}/{name}, as Pulumi secrets",
+                SECRET_SOURCE_ANNOTATION: f"{namespace}/{name}"}},
+            "stringData": {key: "<secret: set at apply time, never rendered>" for key in keys}}
+
+
+def certificate_problems(gateway: FleetGatewaySpec, given: dict[tuple[str, str], list[str]],
+                         namespace: str = FLEET_GATEWAY["namespace"]) -> list[tuple[tuple, str]]:
+    """(path, message) for each `tls.certificateRefs` entry the gateway stack cannot copy: its Secret is not among
+    the fleet's Secret manifests in `namespace` (`given`: (namespace, name) -> keys), or lacks a TLS key."""
+    out: list[tuple[tuple, str]] = []
+    for i, ref in enumerate(gateway.tls.certificateRefs if gateway.tls is not None else []):
+        path = ("spec", "tls", "certificateRefs", i, "name")
+        keys = given.get((namespace, ref.name))
+        if keys is None:
+            out.append((path, f"Secret {namespace}/{ref.name} is not among the fleet's Secret manifests: give it with "
+                              f"-f (a v1/Secret of type kubernetes.io/tls with {' and '.join(TLS_KEYS)}), for the "
+                              f"gateway stack to copy to the gateway's cluster {gateway.clusterName}"))
+        elif missing := [k for k in TLS_KEYS if k not in keys]:
+            out.append((path, f"Secret {namespace}/{ref.name} has no {' or '.join(missing)}: a TLS certificate "
+                              f"Secret holds {' and '.join(TLS_KEYS)}"))
+    return out
 
 
 def api_key_auth(caller_secrets: list[str]) -> dict:

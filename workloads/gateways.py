@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+GATEWAY_CLUSTER_OUTPUT = "gatewayCluster"  # the gateway stack's: the v0.5 gateway's name and the cluster it runs on
+
 
 @dataclass(frozen=True)
 class Gateways:

@@ -121,6 +121,8 @@ class Rendered:
     front_door_tls: bool = False  # the fleet gateway serves only HTTPS: service addresses are https
     backends: dict[str, Backends] = field(default_factory=dict)  # endpoints stack -> what it owns (composed or not)
     placement_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # `cluster_placement_labels`
+    # v0.5 endpoint -> "" when its credential's Secret has the key, else why not (`ai_gateway.credentials`)
+    credentials: dict[tuple[str, str], str] = field(default_factory=dict)
     deferred: ModelStacks | None = None  # model stacks left to compose: their targets are in `stacks`, empty
 
     def add(self, stack: str, target: str, objects: list[dict]) -> None:
@@ -215,13 +217,17 @@ def v05_endpoint_problems(name: str, spec: EndpointSpec) -> list[str]:
 
 def v05_gateway_problems(fleet: Fleet) -> list[Problem]:
     """The v0.5 gateways this project does not compose yet: all but the first by name (one gateway stack per fleet,
-    on the control plane's host, which a v0.5 gateway's cluster is: components/args.py `control_plane_cluster`)."""
+    on the control plane's host, which a v0.5 gateway's cluster is: components/args.py `control_plane_cluster`);
+    and each `tls.certificateRefs` Secret the gateway stack cannot copy to the gateway's cluster."""
     newer = sorted((g for g in fleet.of("InferenceGateway") if g.v05 is not None), key=lambda g: g.name)
     return [fleet.problem(other, ("spec", "clusterName"), (
         f"this project composes one v0.5 InferenceGateway per fleet yet (InferenceGateway/{newer[0].name}, on "
         f"{newer[0].v05.clusterName if newer[0].v05 else '?'}), so nothing is rendered or applied while there are "
         f"more; serve several regions from one gateway's cluster for now, or split the fleet"))
-        for other in newer[1:]]
+        for other in newer[1:]] + [
+        fleet.problem(g, path, message) for g in newer if g.v05 is not None
+        for path, message in ai_gateway.certificate_problems(
+            g.v05, {where: sorted(values) for where, values in fleet.secrets.manifests.items()})]
 
 
 def v05_gateway(fleet: Fleet):
@@ -258,7 +264,7 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
 
     `deferred`: this plan's model stacks, left to compose (`Rendered.deferred`), and their collisions to find."""
     reuse = reuse or {}
-    out = Rendered(placement_labels=cluster_placement_labels(fleet))
+    out = Rendered(placement_labels=cluster_placement_labels(fleet), credentials=ai_gateway.credentials(fleet))
     # the cluster views: for routing and team stacks (given with `inputs`) and caches
     clusters = {c.name: c for c in build_clusters(fleet)} if inputs is None or fleet.of("ModelCache") else {}
     chosen = tenancy.mode(fleet)

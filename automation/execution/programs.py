@@ -15,6 +15,7 @@ import pulumi
 from automation.execution.projects import PLATFORM_PROJECT
 from automation.record.applied import RECORD_OUTPUT, record_output
 from automation.planning.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
+from components.args import gateway_cluster_output
 from components.fleet_gateway import FleetGateway
 from components.kubernetes import provider
 from components.workload_objects import WorkloadObjects, secret_config_key
@@ -22,7 +23,7 @@ from fleet.secrets import kubeconfig_ref
 from fleet.stack_id import StackId, backend_name
 from infra.program import chart_sources, cluster_stack
 from workloads.cache import secret_refs
-from workloads.gateways import Gateways
+from workloads.gateways import GATEWAY_CLUSTER_OUTPUT, Gateways
 from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,
                                        gateway_service_spec, slice_address_type)
 
@@ -141,6 +142,9 @@ def program_for(spec: StackSpec, fleet: Fleet, secrets: Mapping[str, str] | None
             pulumi.export("address", gateway.address)
             if gateway.client_ca is not None:  # an Envoy front door's (public) client CA, for the platform stacks
                 pulumi.export("clientCACertificate", gateway.client_ca)
+            cluster = gateway_cluster_output(payload.gateway, payload.host)
+            if cluster is not None:  # a v0.5 gateway: its clusterName, immutable once applied
+                pulumi.export(GATEWAY_CLUSTER_OUTPUT, cluster)
         return recorded(run_gateway, lambda: spec.fingerprint, versions=payload.versions)
     if not isinstance(payload, WorkloadPayload):  # a stack to destroy: its program never runs
         def refuse() -> None:

@@ -14,7 +14,7 @@ from automation.execution.runner import AutomationError, Operation
 from automation.planning.stacks import (Change, DesiredState, StackChange, StackSpec, changes, desired_state,
                                         parked_stacks)
 from fleet.plan import Plan
-from fleet.validate import Fleet, stack_transitions
+from fleet.validate import Fleet, gateway_transitions, stack_transitions
 
 if TYPE_CHECKING:
     from automation.planning.deployability import Findings
@@ -34,7 +34,8 @@ class Prepared:
     addresses: dict[str, str] = field(default_factory=dict)  # service stack -> its address (placeholder until known)
     desired: DesiredState | None = None  # everything the plan renders (status reads endpoints, routes, caches)
     recorded: dict[str, str] = field(default_factory=dict)  # applied stack -> the fingerprint it applied
-    # changes the record refuses (InferenceCluster spec.stack, immutable once applied): `preview` and `up` stop
+    # changes the record refuses (InferenceCluster spec.stack, InferenceGateway spec.clusterName: immutable once
+    # applied): `preview` and `up` stop
     transitions: list[str] = field(default_factory=list)
 
     def kept_by_default(self, operation: str, prune: bool) -> list[StackChange]:
@@ -49,7 +50,8 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
     """Plan with the record: applied replicas stay where they are, recorded gateway addresses are rendered."""
     desired = desired_state(fleet, applied.placements(), control_plane, gateways=applied.gateways())
     fingerprints = applied.fingerprints()
-    transitions = [str(p) for p in stack_transitions(fleet, applied.serving_stacks())]
+    transitions = [str(p) for p in [*stack_transitions(fleet, applied.serving_stacks()),
+                                    *gateway_transitions(fleet, applied.gateway_clusters())]]
     return Prepared(fleet, desired.plan, desired.specs, changes(desired.specs, fingerprints), applied,
                     desired.problems, dict(desired.rendered.addresses), desired, fingerprints, transitions)
 

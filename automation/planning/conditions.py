@@ -39,6 +39,7 @@ def snapshot(desired: DesiredState) -> dict:
         "caches": {f"{ns}/{name}": clusters for (ns, name), clusters in sorted(rendered.cache_clusters.items())},
         "frontDoorTls": rendered.front_door_tls,
         "placementLabels": rendered.placement_labels,
+        "credentials": {f"{ns}/{name}": why for (ns, name), why in sorted(rendered.credentials.items())},
     }
 
 
@@ -143,7 +144,9 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
             "stack": _stack(stack, st, observed),
         }
     elif kind == "ModelEndpoint":
-        status = _endpoint_status(namespace, name, snap, observed, generation)
+        spec = body.get("spec") or {}
+        status = _endpoint_status(namespace, name, snap, observed, generation) if "url" in spec else \
+            _v05_endpoint_status(namespace, name, spec, snap, generation)
     elif kind == "ModelCache":
         status = _cache_status(body, snap, observed, generation)
     elif kind == "InferenceCluster":
@@ -356,6 +359,25 @@ def _endpoint_status(namespace: str, name: str, snap: dict, observed: Observed, 
     if st.status == "True":
         status["routing"] = {"backendName": backend_service_name(name)}
     return status
+
+
+def _v05_endpoint_status(namespace: str, name: str, spec: dict, snap: dict, generation: int | None) -> dict:
+    """v0.5's ModelEndpoint status (reference §2.3, [F-ME]): EndpointReady, on its credential's Secret alone (v0.3.1's
+    RoutingReady is gone). A credential the last planning did not see (a write not planned yet) is waiting."""
+    secret = (((spec.get("credential") or {}).get("apiKey") or {}).get("secretRef") or {}).get("name")
+    if secret is None:
+        return {"conditions": [condition("EndpointReady", "True", "EndpointUsable", "the endpoint has no credential",
+                                         generation)]}
+    why = snap.get("credentials", {}).get(f"{namespace}/{name}")
+    if why is None:
+        ready = condition("EndpointReady", "False", "WaitingForCredential", f"Waiting for Secret {secret} to resolve",
+                          generation)
+    elif why:
+        ready = condition("EndpointReady", "False", "CredentialMissing", why, generation)
+    else:
+        ready = condition("EndpointReady", "True", "EndpointUsable", f"Secret {secret} holds the credential",
+                          generation)
+    return {"conditions": [ready]}
 
 
 def _cache_status(body: dict, snap: dict, observed: Observed, generation: int | None) -> dict:

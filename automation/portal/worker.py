@@ -42,7 +42,7 @@ from automation.execution.session import undeployable, unserved_addons
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
-from fleet.validate import Fleet, stack_transitions
+from fleet.validate import Fleet, gateway_transitions, stack_transitions
 
 log = logging.getLogger("modelplane.portal")
 
@@ -239,8 +239,10 @@ class Worker(threading.Thread):
             else:  # destroyed, or an `up` of a stack no longer wanted
                 items.append(StackChange(StackId.parse(run["stack"]), Change.delete))
         # what `up` checks, by the same rules; in this process's own thread (it has threads of its own: never forks)
-        # an `up` against what the record refuses (InferenceCluster spec.stack changed since it applied) runs nothing
-        transitions = [str(p) for p in stack_transitions(fleet, applied.serving_stacks())] if any(
+        # an `up` against what the record refuses (InferenceCluster spec.stack, InferenceGateway spec.clusterName
+        # changed since it applied) runs nothing
+        transitions = [str(p) for p in [*stack_transitions(fleet, applied.serving_stacks()),
+                                        *gateway_transitions(fleet, applied.gateway_clusters())]] if any(
             c.change != Change.delete for c in items) else []
         problems = desired.problems or transitions or undeployable(fleet, specs, items, jobs=1) or (
             unserved_addons(fleet, desired.needs, items, self.kubeconfigs(fleet)) if desired.needs else [])

@@ -24,7 +24,7 @@ import orjson
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
 from fleet.stack_id import StackId, StackIdError
-from workloads.gateways import Gateways
+from workloads.gateways import GATEWAY_CLUSTER_OUTPUT, Gateways
 
 RECORD_OUTPUT = "modelplane"  # the stack output every program exports: what this update applied
 
@@ -109,6 +109,17 @@ class Applied:
             if id.kind == "platform" and id.cluster and isinstance(args, Mapping) and isinstance(args.get("stack"), str):
                 out[str(id.cluster)] = args["stack"]
         return out
+
+    def gateway_clusters(self) -> dict[str, str]:
+        """v0.5 InferenceGateway -> the cluster (`spec.clusterName`) the gateway stack last applied it on (its
+        `gatewayCluster` output): the "old" side of the XRD's transition rule on `spec.clusterName`. A gateway
+        stack that never finished an update, or whose record predates the output, says nothing."""
+        entry = self.stacks.get("gateway")
+        recorded = entry.outputs.get(GATEWAY_CLUSTER_OUTPUT) if entry is not None and entry.fingerprint else None
+        if isinstance(recorded, Mapping) and isinstance(recorded.get("name"), str) \
+                and isinstance(recorded.get("clusterName"), str):
+            return {recorded["name"]: recorded["clusterName"]}
+        return {}
 
     def gateways(self) -> Gateways:
         """The gateway addresses the applied platform stacks and the gateway stack output."""
