@@ -71,6 +71,7 @@ def test_preview_offline_leads_with_the_failed_program_and_counts_what_follows(n
     assert main(["preview", "--offline", "-f", str(no_project)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith(CAUSE)
+    assert "--config gcp:project=PROJECT" in err[0]  # the cause names the way out, as `validate` does
     assert re.fullmatch(r"  \+ (\d+) violation\(s\) that follow from it: what runs after platform-gke-us-central "
                         r"misses what it would create \(--verbose or -o json lists them\)", err[1])
     followed = int(err[1].split()[1])
