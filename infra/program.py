@@ -73,7 +73,9 @@ def cluster_component(args: ClusterArgs, config: pulumi.Config, stored_kubeconfi
         project = args.project or pulumi.Config("gcp").get("project")
         if not project:
             raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.gke.project is not set and the stack has no "
-                               "gcp:project config: name the Google Cloud project to create the cluster in")
+                               "gcp:project config: name the Google Cloud project to create the cluster in (set "
+                               "spec.cluster.gke.project, or give gcp:project: `modelplane up --config "
+                               "gcp:project=PROJECT`, `pulumi config set gcp:project PROJECT`)")
         return GkeInferenceCluster(args.name, args, deletion_protection=protect, project=project,
                                    credentials=config.get("clusterCredentials") or "")
     if args.source == "EKS":

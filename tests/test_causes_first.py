@@ -71,6 +71,7 @@ def test_preview_offline_leads_with_the_failed_program_and_counts_what_follows(n
     assert main(["preview", "--offline", "-f", str(no_project)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith(CAUSE)
+    assert "--config gcp:project=PROJECT" in err[0]  # the cause names the way out, as `validate` does
     assert re.fullmatch(r"  \+ (\d+) violation\(s\) that follow from it: what runs after platform-gke-us-central "
                         r"misses what it would create \(--verbose or -o json lists them\)", err[1])
     followed = int(err[1].split()[1])
@@ -226,3 +227,16 @@ def test_serve_help_documents_the_tokens_file_mapping_form_with_quotas(capsys):
     tokens = text[text.index("--tokens FILE"):text.index("--database URL")]
     for field in [*TokenEntry.model_fields, *TokensDocument.model_fields, *Quota.model_fields]:
         assert field in tokens, field
+
+
+@pytest.mark.parametrize("how", [[], ["--fresh"]])
+def test_plan_against_markdown_leads_with_the_same_record_warning_as_review(tmp_path, no_cli, capsys, how):
+    """No backend given and nothing recorded in the default one (a runner, or a first try), or --fresh: the comment's
+    parts, run one at a time as docs/ci/README.md shows, say first what `review` says first."""
+    head, base = _sides(tmp_path)
+    args = ["-f", head, "--against", base, "--no-cache", *how]
+    assert main(["review", *args]) == 0
+    comment = capsys.readouterr().out.splitlines()
+    assert comment[3].startswith("> **Warning:** ") and "listed as possible, not certain" in comment[3]
+    assert main(["plan", *args, "-o", "markdown"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == comment[3]

@@ -53,7 +53,9 @@ def test_plan_against_markdown_is_a_pr_comment(tmp_path, capsys):
     base, head = pr(tmp_path)
     assert main(["plan", "-f", str(head), "--against", str(base), "-o", "markdown"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("### modelplane: fleet change preview")
+    # nothing is recorded here: the comment first says it was planned as if nothing were applied, as `review`'s does
+    assert text.startswith("> **Warning:** the record of what is applied holds no stack")
+    assert "\n\n### modelplane: fleet change preview\n" in text
     assert "| `platform-byo-eu` | delete |" in text
     assert "`ml-team/qwen3-coder`" in text and "`byo-eu` -> `eks-us-west` (cluster byo-eu no longer exists)" in text
     assert "nothing was applied" in text

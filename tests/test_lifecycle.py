@@ -624,6 +624,24 @@ def test_status_shows_each_service_address_once_the_gateway_is_known(double, cap
     assert services["ml-team/qwen3-8b"] == "http://203.0.113.7/ml-team/qwen3-8b"
 
 
+def test_status_says_how_to_read_an_address_the_applied_gateway_did_not_have_yet(double, capsys):
+    """A gateway stack applied before its load balancer had an address (a cluster without a cloud load balancer, as
+    `make demo`'s local fleet) records none: `status` says so and names the command that reads it, not "known once
+    the gateway stack applied" about a stack that is applied."""
+    double.control(resourceOutputs={"gateway": {GATEWAY: {"status": {"addresses": []}}}})  # no address yet
+    assert double.up() == 0
+    assert not double.recorded()["gateway"]["outputs"].get("address")
+    capsys.readouterr()
+    assert main(["status", "-f", double.fleet()]) == 0
+    out = capsys.readouterr().out
+    assert ("service ml-team/qwen3-8b: pending (the gateway stack applied before its load balancer had an address: "
+            "`modelplane up --refresh --force gateway` reads it)") in out
+    from automation.cli.base import cli
+
+    up = {o for p in cli.commands["up"].params for o in p.opts}
+    assert {"--refresh", "--force"} <= up
+
+
 def test_secret_outputs_never_reach_the_recorded_state(double):
     double.kubeconfig.write_text("apiVersion: v1\nkind: Config\n# SECRET-KC\n")
     assert double.up() == 0

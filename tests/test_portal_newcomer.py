@@ -57,7 +57,11 @@ def test_apply_reaches_a_self_signed_portal_with_its_ca(tls_portal, monkeypatch,
     assert len(err.splitlines()) == 1, err  # one line, naming what fixes it
     assert "--ca-file" in err and "SSL_CERT_FILE" in err and portal.url in err, err
     assert main(["apply", "-f", EXAMPLES, "--server", portal.url, "--ca-file", str(made.ca)]) == 0
-    assert "InferenceClass/eks-h100-8x-p5 created" in capsys.readouterr().out.splitlines()
+    out, err = capsys.readouterr()
+    assert "InferenceClass/eks-h100-8x-p5 created" in out.splitlines()
+    # examples/observed holds a ModelReplica: the portal composes those, so it is not sent, and the push says so
+    assert re.search(r"^note: .*examples/observed/qwen3-8b-gke\.yaml:\d+: not pushed: ModelReplica/ml-team/"
+                     r"qwen3-8b-a02c0 \(the portal composes ModelReplicas itself", err, re.M), err
     monkeypatch.setenv("SSL_CERT_FILE", str(made.ca))  # what the message says works too
     assert main(["apply", "-f", EXAMPLES, "--server", portal.url]) == 0
     assert all(line.endswith(" unchanged") for line in capsys.readouterr().out.splitlines())

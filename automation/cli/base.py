@@ -128,6 +128,27 @@ def read_record(record, fresh: bool = False):
     return applied
 
 
+def what_the_record_lacks(applied, fresh: bool, backend: str | None, executor: str) -> list[str]:
+    """A comment's first words on the record it was planned with: unread, asked away (--fresh), or holding nothing
+    (in CI: no backend given, most likely). `review` and `plan --against -o markdown` both lead with them, so the
+    comment and its parts run one at a time say the same."""
+    from automation.planning.compare import record_warning
+
+    unread = record_warning(applied.guessed, applied.source)
+    if unread:
+        return [unread]
+    if fresh:
+        return ["planned as if nothing were applied (`--fresh`): a move it could not check against the record is "
+                "listed as possible, not certain."]
+    if applied.stacks:
+        return []
+    given = bool(backend or os.environ.get("PULUMI_BACKEND_URL")) or executor == "operator"
+    where = "the backend given" if given else "the default backend (no `--backend` or `PULUMI_BACKEND_URL` was given)"
+    return [f"the record of what is applied holds no stack in {where}, so this was planned as if nothing were "
+            "applied: a move it could not check against the record is listed as possible, not certain. CI reads the "
+            "record with the Pulumi CLI and read access to the backend `modelplane up` uses (docs/ci/README.md)."]
+
+
 def record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh: bool):
     if fresh:
         return read_record(None, fresh=True)

@@ -23,6 +23,7 @@ from automation.cli.base import (
     record_for_plan,
     record_options,
     summarised_base,
+    what_the_record_lacks,
 )
 
 if TYPE_CHECKING:
@@ -111,11 +112,10 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         for r in result.replicas:
             click.echo(f"modelreplica/{r.namespace}/{r.name}")
     elif output == "markdown":
-        from automation.planning.compare import markdown, record_warning
+        from automation.planning.compare import markdown
 
         assert comparison is not None  # -o markdown without --against was refused above
-        warning = record_warning(applied.guessed, applied.source)
-        if warning:  # the comment says what it could not know
+        for warning in what_the_record_lacks(applied, fresh, backend, executor):  # what it could not know, first
             click.echo(f"> **Warning:** {warning}\n")
         click.echo(markdown(comparison, applied.guessed), nl=False)
     else:

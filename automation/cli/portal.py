@@ -27,7 +27,7 @@ def apply(paths, server, token_file, ca_file) -> None:
     """Push manifests to a portal (validated here first; nothing is sent if any is invalid)."""
     import os
 
-    from automation.cli.apply_remote import PushError, push
+    from automation.cli.apply_remote import ORDER, PushError, push
 
     loaded = load(paths)
     token = (open(token_file).read().strip() if token_file else os.environ.get("MODELPLANE_TOKEN", "")).strip()
@@ -42,6 +42,13 @@ def apply(paths, server, token_file, ca_file) -> None:
     except PushError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_INVALID) from None
+    # observed state (a ModelReplica kept as placement memory, a ModelRoute) is the portal's own: not sent, and said,
+    # so that pushing examples/ does not look as if it lost an object
+    for obj in loaded.fleet.objects:
+        if obj.kind not in ORDER:
+            source, line = loaded.fleet.where(obj)
+            click.echo(f"note: {source}:{line}: not pushed: {obj.kind}/{obj.namespace}/{obj.name} (the portal "
+                       f"composes {obj.kind}s itself; they are read-only there)", err=True)
 
 
 @cli.command()

@@ -9,7 +9,6 @@ the change may be merged (1: invalid or refused).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ import click
 from fleet.validate import LoadMemo
 
 from automation.cli.base import (EXIT_INVALID, cli, comparing, gateway_host, paths_option, record_for_plan,
-                                 record_options, summarised_base)
+                                 record_options, summarised_base, what_the_record_lacks)
 
 if TYPE_CHECKING:
     from automation.record.applied import Applied
@@ -63,8 +62,7 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
     _, result.base_problems = _errors(against, memo)
     if not result.problems and not result.base_problems:
         applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
-        result.warnings += _what_the_record_lacks(applied, fresh, given=bool(backend or os.environ.get(
-            "PULUMI_BACKEND_URL")) or executor == "operator")
+        result.warnings += what_the_record_lacks(applied, fresh, backend, executor)
         result.guessed = applied.guessed
         result.recorded = None if applied.guessed else len(applied.placements())
         _compare(result, loaded.fleet, against, control_plane, jobs, applied, no_cache)
@@ -77,25 +75,6 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
         sys.stdout.write(text)
     if result.failed:
         raise SystemExit(EXIT_INVALID)
-
-
-def _what_the_record_lacks(applied: Applied, fresh: bool, given: bool) -> list[str]:
-    """The comment's first words on the record it was planned with: unread (the same warning as `plan --against -o
-    markdown`), asked away (--fresh), or holding nothing (in CI: no backend given, most likely)."""
-    from automation.planning.compare import record_warning
-
-    unread = record_warning(applied.guessed, applied.source)
-    if unread:
-        return [unread]
-    if fresh:
-        return ["planned as if nothing were applied (`--fresh`): a move it could not check against the record is "
-                "listed as possible, not certain."]
-    if applied.stacks:
-        return []
-    where = "the backend given" if given else "the default backend (no `--backend` or `PULUMI_BACKEND_URL` was given)"
-    return [f"the record of what is applied holds no stack in {where}, so this was planned as if nothing were "
-            "applied: a move it could not check against the record is listed as possible, not certain. CI reads the "
-            "record with the Pulumi CLI and read access to the backend `modelplane up` uses (docs/ci/README.md)."]
 
 
 def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None, jobs: int | None, applied: Applied,

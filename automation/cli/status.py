@@ -21,6 +21,16 @@ from automation.cli.base import (
 )
 
 
+def _pending_gateway(applied: dict) -> str:
+    """Why a gateway's address is not known, and what to do: an applied gateway stack whose load balancer had no
+    address yet when it ran (a cluster without a cloud load balancer: the local fleet) keeps an empty output until
+    its state is refreshed, and rerunning it alone reads the same empty output again."""
+    if "gateway" in applied:
+        return ("the gateway stack applied before its load balancer had an address: "
+                "`modelplane up --refresh --force gateway` reads it")
+    return "known once the gateway stack applied"
+
+
 def _v05_gateways(fleet, applied: dict) -> list[dict]:
     """The v0.5 gateway composed, with its address (the gateway stack's output) and, without TLS, its base URLs
     (`status.endpoints`: OpenAI's and Anthropic's, reference §2.1)."""
@@ -68,8 +78,7 @@ def _service_addresses(prepared, applied: dict, v05: bool = False) -> list[dict]
         elif ".pending.modelplane.invalid" not in rendered:  # the InferenceGateway's observed status gives it
             out.append({"name": f"{id.namespace}/{id.name}", "address": rendered, "pending": None})
         else:
-            out.append({"name": f"{id.namespace}/{id.name}", "address": None,
-                        "pending": "known once the gateway stack applied"})
+            out.append({"name": f"{id.namespace}/{id.name}", "address": None, "pending": _pending_gateway(applied)})
     return out
 
 
@@ -126,7 +135,7 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
         urls = gw["endpoints"]
         shown = (f"openAI {urls['openAI']}, anthropic {urls['anthropic']}" if urls else
                  f"https://<your name>/v1 and /anthropic/v1 at {gw['address']}" if gw["address"] else
-                 "pending (known once the gateway stack applied)")
+                 f"pending ({_pending_gateway(applied)})")
         click.echo(f"gateway {gw['name']} on {gw['cluster']}: {shown}")
     for service in services:
         where = service["address"] or f"pending ({service['pending']})"
