@@ -298,3 +298,85 @@ def test_every_program_runs_the_kubernetes_provider_the_local_executor_runs(desi
         for key, resource in resources.items():
             if resource["type"].startswith("kubernetes:"):
                 assert resource["options"]["provider"] in {f"${{{p}}}" for p in providers}, (name, key)
+
+
+def _pins(files: dict) -> tuple[dict, dict[str, str]]:
+    """The exported constraints ConfigMap and its pins (canonical name -> version)."""
+    (configmap,) = [o for o in files["_operator.yaml"] if o["kind"] == "ConfigMap"]
+    lines = [line for line in configmap["data"]["constraints.txt"].splitlines() if not line.startswith("#")]
+    pins = dict(line.split("==") for line in lines)
+    assert len(pins) == len(lines)
+    return configmap, pins
+
+
+def test_every_workspace_installs_exactly_the_package_versions_the_local_executor_runs(desired):
+    """A repository workspace's `pulumi install` pip-installs this project with pyproject.toml's ranges: without a
+    pin it takes the newest in range, not what planned and fingerprinted the stacks. Every Stack's workspace gets
+    the installed versions of the project's whole requirement tree as a constraints file (a ConfigMap, mounted),
+    and PIP_CONSTRAINT naming it, which pip reads as `-c` for every install."""
+    import tomllib
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    files = export(desired, OPTIONS)
+    assert problems(files) == []  # the ConfigMap against Kubernetes' schema, the mounts against the Stack CRD
+    configmap, pins = _pins(files)
+    assert configmap["metadata"]["namespace"] == OPTIONS.namespace
+    assert pins and all(version(name) == pinned for name, pinned in pins.items())  # exact, as installed here
+    assert "modelplane-pulumi" not in pins  # the workspace installs it from the cloned commit
+    direct = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {canonicalize_name(Requirement(r).name) for r in direct} <= set(pins)
+    for name in list(pins):  # transitively: what each pinned distribution requires unconditionally is pinned too
+        for line in requires(name) or []:
+            if Requirement(line).marker is None:
+                assert canonicalize_name(Requirement(line).name) in pins, (name, line)
+    assert "psycopg-binary" in pins  # through an extra (`psycopg[binary]`)
+    mounted = "/var/run/modelplane/constraints/constraints.txt"
+    stacks = by_stack(files, "Stack")
+    assert set(stacks) == set(desired.specs)
+    for name, stack in stacks.items():
+        workspace = stack["spec"]["workspaceTemplate"]["spec"]
+        assert {"name": "PIP_CONSTRAINT", "value": mounted} in workspace["env"], name
+        pod = workspace["podTemplate"]["spec"]
+        (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+        assert volume["configMap"] == {"name": configmap["metadata"]["name"],
+                                       "items": [{"key": "constraints.txt", "path": "constraints.txt"}]}, name
+        (container,) = pod["containers"]
+        assert container["name"] == "pulumi"  # PKO's workspace container, which runs `pulumi install`
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert f"{mount['mountPath']}/constraints.txt" == mounted and mount["readOnly"], name
+
+
+def test_pip_reads_the_exported_constraints_from_pip_constraint(desired, tmp_path):
+    """The exported file, given as the workspace gives it (PIP_CONSTRAINT), is what pip resolves
+    `pip install -r requirements.txt` against: consistent with this machine's packages, and binding (one pin moved
+    makes the same install fail). Offline: --no-index, --dry-run; nothing is installed."""
+    import os
+    import subprocess
+    import sys
+
+    configmap, pins = _pins(export(desired, OPTIONS))
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("pulumi-kubernetes\npydantic\n")
+
+    def install(text: str) -> subprocess.CompletedProcess:
+        (tmp_path / "constraints.txt").write_text(text)
+        env = {**os.environ, "PIP_CONSTRAINT": str(tmp_path / "constraints.txt"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "-r",
+                               str(requirements)], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    exported = configmap["data"]["constraints.txt"]
+    assert install(exported).returncode == 0, install(exported).stderr
+    moved = exported.replace(f"pulumi-kubernetes=={pins['pulumi-kubernetes']}\n", "pulumi-kubernetes==4.34.0\n")
+    assert moved != exported and pins["pulumi-kubernetes"] != "4.34.0"
+    refused = install(moved)
+    assert refused.returncode != 0 and "pulumi-kubernetes==4.34.0" in refused.stdout + refused.stderr
+
+
+def test_a_requirement_missing_on_this_machine_is_one_clear_error():
+    from automation.operator.constraints import ConstraintsError, installed_versions
+
+    with pytest.raises(ConstraintsError, match="modelplane-no-such-dist: required by modelplane-no-such-dist but not installed"):
+        installed_versions("modelplane-no-such-dist")

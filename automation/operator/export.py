@@ -14,12 +14,14 @@ Each desired stack becomes what the operator needs to run it in the control-plan
 
 `prerequisites` are the planner's dependencies; workload stacks are destroyed with their Stack object
 (`destroyOnFinalize`), platform stacks never are (clusters are destroyed only on purpose). Credentials
-reach every workspace from the Secrets named with `--secret` (`envFrom`), never inline. The same input
-gives byte-identical files, and every object is checked against the operator's own CRDs (v2.9.0).
+reach every workspace from the Secrets named with `--secret` (`envFrom`), never inline. Every workspace installs
+exactly the package versions this machine runs: a constraints file in a ConfigMap, mounted and named by
+PIP_CONSTRAINT (automation/operator/constraints.py). The same input gives byte-identical files, and every object is checked against the operator's own CRDs (v2.9.0).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -28,6 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable
 
+from automation.operator import constraints
 from automation.operator.pulumi_yaml import Malformed, NotLiteral, escaped, references
 from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
 from components.workspace_credentials import GCP_FILE, MOUNTED, NEBIUS_FILE
@@ -218,23 +221,41 @@ def _git_auth(mode: str, secret: str) -> dict:
     return {"basicAuth": {"userName": ref("username"), "password": ref("password")}}
 
 
-def _credential_files(options: ExportOptions) -> dict:
-    """The workspace's credential files: each Secret's one key mounted read-only at the path the kubeconfigs read
-    (components/workspace_credentials.py), and GOOGLE_APPLICATION_CREDENTIALS naming the GCP key, which both
-    gke-gcloud-auth-plugin's application-default mode and the Google provider read. Nothing when none is set."""
+@functools.cache
+def local_constraints() -> tuple[str, str]:
+    """(ConfigMap name, constraints file): the local executor's installed versions, read once per process."""
+    try:
+        text = constraints.constraints_text(constraints.installed_versions())
+    except constraints.ConstraintsError as exc:
+        raise ExportError(str(exc)) from None
+    return constraints.configmap_name(text), text
+
+
+def constraints_configmap(options: ExportOptions) -> dict:
+    name, text = local_constraints()
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": options.namespace},
+            "data": {constraints.KEY: text}}
+
+
+def _workspace_files(options: ExportOptions) -> dict:
+    """What the workspace mounts: the constraints file, with PIP_CONSTRAINT naming it, so `pulumi install` installs
+    the local executor's versions; and each credential Secret's one key read-only at the path the kubeconfigs read
+    (components/workspace_credentials.py), with GOOGLE_APPLICATION_CREDENTIALS naming the GCP key, which both
+    gke-gcloud-auth-plugin's application-default mode and the Google provider read."""
     mounts = [(kind, found, path) for kind, found, path in (
         ("gcp", options.gcp_credentials, GCP_FILE), ("nebius", options.nebius_credentials, NEBIUS_FILE)) if found]
-    if not mounts:
-        return {}
-    volumes = [{"name": f"modelplane-{kind}-credentials", "secret": {
+    volumes: list[dict] = [{"name": "modelplane-constraints", "configMap": {
+        "name": local_constraints()[0], "items": [{"key": constraints.KEY, "path": constraints.KEY}]}}]
+    volumes += [{"name": f"modelplane-{kind}-credentials", "secret": {
         "secretName": secret, "items": [{"key": key, "path": Path(path).name}]}} for kind, (secret, key), path in mounts]
     container: dict = {"name": "pulumi", "volumeMounts": [
-        {"name": f"modelplane-{kind}-credentials", "mountPath": str(Path(path).parent), "readOnly": True}
-        for kind, _, path in mounts]}
-    out: dict = {"podTemplate": {"spec": {"volumes": volumes, "containers": [container]}}}
+        {"name": "modelplane-constraints", "mountPath": constraints.MOUNT_DIR, "readOnly": True}, *(
+            {"name": f"modelplane-{kind}-credentials", "mountPath": str(Path(path).parent), "readOnly": True}
+            for kind, _, path in mounts)]}
+    env = [{"name": constraints.ENV, "value": constraints.FILE}]
     if options.gcp_credentials:
-        out["env"] = [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": GCP_FILE}]
-    return out
+        env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": GCP_FILE})
+    return {"env": env, "podTemplate": {"spec": {"volumes": volumes, "containers": [container]}}}
 
 
 def _common(options: ExportOptions, spec: StackSpec, source: str) -> dict:
@@ -243,7 +264,7 @@ def _common(options: ExportOptions, spec: StackSpec, source: str) -> dict:
         "serviceAccountName": SERVICE_ACCOUNT,
         "workspaceTemplate": {"spec": {"image": options.image, "resources": WORKSPACE_RESOURCES[source], **(
             {"envFrom": [{"secretRef": {"name": name}} for name in options.secrets]} if options.secrets else {}),
-            **_credential_files(options)}},
+            **_workspace_files(options)}},
     }
     if spec.depends_on:  # the planner's dependencies, already only desired stacks
         out["prerequisites"] = [{"name": options.object_name(dep)} for dep in spec.depends_on]
@@ -405,8 +426,9 @@ def workload_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
 
 
 def shared_objects(options: ExportOptions) -> list[dict]:
-    """What every stack's workspace shares: the namespace and its service account (with system:auth-delegator,
-    which the operator's workspaces need). The Secrets named with --secret are the user's to create."""
+    """What every stack's workspace shares: the namespace, its service account (with system:auth-delegator, which
+    the operator's workspaces need) and the constraints ConfigMap. The Secrets named with --secret are the user's
+    to create."""
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": options.namespace}},
@@ -414,6 +436,7 @@ def shared_objects(options: ExportOptions) -> list[dict]:
          "metadata": {"name": f"{options.namespace}:{SERVICE_ACCOUNT}:system:auth-delegator"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
          "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": options.namespace}]},
+        constraints_configmap(options),
     ]
 
 
