@@ -78,7 +78,7 @@ class CheckpointFolder:
     def list(self, project: str) -> list[Listed]:
         self.request()
         folder = self.root / ".pulumi" / "stacks" / project
-        out = []
+        found: dict[str, list[tuple[str, datetime]]] = {}
         try:
             entries = list(os.scandir(folder))
         except FileNotFoundError:
@@ -95,8 +95,11 @@ class CheckpointFolder:
             except FileNotFoundError:
                 continue  # removed while listed
             written = datetime.fromtimestamp(st.st_mtime_ns / 1e9, timezone.utc).replace(tzinfo=None)
-            out.append(Listed(project, name[:-len(suffix)], f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", written))
-        return out
+            found.setdefault(name[:-len(suffix)], []).append(
+                (f"{suffix}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", written))
+        # a stack with both a .json and a .json.gz (gzip turned on or off since): a write of either is a change
+        return [Listed(project, stack, ",".join(sorted(s for s, _ in versions)), max(w for _, w in versions))
+                for stack, versions in sorted(found.items())]
 
     def _index_path(self, fleet: str | None) -> Path:
         return self.root / ".modelplane" / "index" / f"{fleet or DEFAULT_FLEET}.json"
