@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from automation.record.applied import UpdateWindow
 from automation.record.backend import PulumiRecord
 from automation.record.index import CheckpointFolder
 from tests.test_lifecycle import applied_driver, set_gateway_address
@@ -132,3 +134,27 @@ def test_the_listing_stamp_changes_with_every_write_of_a_checkpoint(tmp_path):
     after = folder.list("modelplane")
     assert [x.stack for x in before] == ["gateway"] == [x.stack for x in after]
     assert before[0].stamp != after[0].stamp
+
+
+def test_this_machines_own_update_is_known_by_when_its_checkpoint_was_written(applied, tmp_path):
+    """A stack this machine applied is taken from what its `up` returned when the checkpoint object was written
+    between the update's start and the automation API's reads right after it (on a busy machine, after the
+    history's whole-second end); a write after those reads is someone else's, and the stack is read."""
+    backend = applied.work / ".modelplane" / "backend"
+    state = tmp_path / "machine"
+    state.mkdir()
+    first = PulumiRecord(state, f"file://{backend}").read()
+    st = (backend / ".pulumi" / "stacks" / "modelplane" / "gateway.json").stat()
+    written = datetime.fromtimestamp(st.st_mtime_ns / 1e9, timezone.utc).replace(tzinfo=None)
+    mine = {**first.stacks["gateway"].to_outputs(), "probe": "as this machine's up returned it"}
+    second = timedelta(seconds=1)
+    PulumiRecord(state, f"file://{backend}").applied(
+        "gateway", mine, UpdateWindow(written - 3 * second, written - 2 * second, written - second))
+    read = PulumiRecord(state, f"file://{backend}").read()
+    assert read.stacks["gateway"].outputs == first.stacks["gateway"].outputs  # what the index read, not `mine`
+    PulumiRecord(state, f"file://{backend}").applied(
+        "gateway", mine, UpdateWindow(written - 3 * second, written - 2 * second, written + second))
+    since = len(applied.calls())
+    read = PulumiRecord(state, f"file://{backend}").read()
+    assert read.stacks["gateway"].outputs.get("probe") == "as this machine's up returned it"
+    assert [s for verb, s in _verbs(applied, since) if verb == "stack output"] == []

@@ -171,9 +171,12 @@ class PulumiRecord:
                 known += 1
                 continue
             # this machine's own update, while its cache entry keeps the window (a copied backend folder keeps
-            # the objects' times, not their inodes)
+            # the objects' times, not their inodes). The object's time is when its last write finished, after the
+            # history's whole-second end when the machine is busy: it must lie between the update's start and
+            # `seen`, so another update counts as this one only if it ran whole between this one's end and the
+            # automation API's reads right after it (as `UpdateWindow.holds` argues for the stamp)
             window = UpdateWindow.from_json(mine.get("window"))
-            if window is not None and listed.project in PROJECTS and window.holds(listed.written):
+            if window is not None and listed.project in PROJECTS and window.start <= listed.written <= window.seen:
                 fresh[name] = {**index_entry(listed, mine.get("lastUpdate") or listed.written.isoformat(),
                                              mine.get("outputs") or {}), "window": mine["window"]}
                 continue
