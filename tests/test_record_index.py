@@ -158,3 +158,20 @@ def test_this_machines_own_update_is_known_by_when_its_checkpoint_was_written(ap
     read = PulumiRecord(state, f"file://{backend}").read()
     assert read.stacks["gateway"].outputs.get("probe") == "as this machine's up returned it"
     assert [s for verb, s in _verbs(applied, since) if verb == "stack output"] == []
+
+
+def test_a_backend_that_cannot_be_listed_is_said_so_not_blamed_on_the_cli(tmp_path, monkeypatch):
+    from automation.execution.runner import AutomationError
+
+    backend = tmp_path / "backend"
+    (backend / ".pulumi").mkdir(parents=True)
+    (backend / ".pulumi" / "meta.yaml").write_text("version: 1\n")
+
+    def refuse(self, project):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(CheckpointFolder, "list", refuse)
+    with pytest.raises(AutomationError, match="could not list the stacks in the Pulumi backend .*Permission denied"):
+        PulumiRecord(tmp_path / "state", f"file://{backend}").read()
+    guessed = PulumiRecord(tmp_path / "state", f"file://{backend}", strict=False).read()
+    assert guessed.guessed and "Permission denied" in guessed.source and "not installed" not in guessed.source

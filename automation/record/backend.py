@@ -154,7 +154,12 @@ class PulumiRecord:
         chosen: dict[str, Listed] = {}
         self.legacy = {}
         for project in (*PROJECTS, LEGACY_PLATFORM_PROJECT):
-            for listed in store.list(project):  # before any output is read: an entry's stamp is never newer
+            try:
+                listing = store.list(project)  # before any output is read: an entry's stamp is never newer
+            except OSError as exc:  # not "the CLI is not installed", which `read` says of other OSErrors
+                raise AutomationError(f"could not list the stacks in the Pulumi backend {self.backend}: "
+                                      f"{exc.strerror or exc}") from None
+            for listed in listing:
                 name = ours(listed.stack, self.fleet_name)
                 if name is None:
                     continue
