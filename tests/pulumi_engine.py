@@ -83,6 +83,15 @@ def lock_content(pid: int) -> dict:
             "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}
 
 
+def _bucket_wait(size: int) -> None:
+    """As a bucket answers one request: PULUMI_DOUBLE_LATENCY seconds, plus `size` bytes at
+    PULUMI_DOUBLE_BANDWIDTH bytes/s (benchmarks/record_index.py); nothing when unset."""
+    latency = float(os.environ.get("PULUMI_DOUBLE_LATENCY") or 0)
+    bandwidth = float(os.environ.get("PULUMI_DOUBLE_BANDWIDTH") or 0)
+    if latency or bandwidth:
+        time.sleep(latency + (size / bandwidth if bandwidth else 0))
+
+
 class Backend:
     """A DIY `file://` backend folder, as the CLI opens it."""
 
@@ -102,6 +111,7 @@ class Backend:
 
     def stacks(self, project: str | None = None) -> list[tuple[str, str]]:
         folder = self.meta / "stacks"
+        _bucket_wait(0)  # a listing is one request
         return sorted((p.parent.name, p.stem) for p in folder.glob("*/*.json")
                       if project is None or p.parent.name == project)
 
@@ -122,7 +132,9 @@ class Backend:
         path = self.stack_file(project, stack)
         if not path.is_file():
             raise Refused(f"error: no stack named '{stack}' found", code=6)
-        return _transform(json.loads(path.read_text()), _unseal)
+        text = path.read_text()
+        _bucket_wait(len(text))
+        return _transform(json.loads(text), _unseal)
 
     def save(self, project: str, stack: str, content: dict) -> None:
         """Secrets are kept as ciphertext, as the engine keeps them with the stack's secrets provider."""

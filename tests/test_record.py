@@ -82,6 +82,9 @@ def test_a_plan_that_cannot_read_the_record_says_it_guessed(applied, capsys, mon
     docs = list(yaml.safe_load_all(pathlib.Path(applied.fleet()).read_text()))
     (applied.work / "head.yaml").write_text(yaml.safe_dump_all(docs))
     monkeypatch.setenv("PATH", "/nonexistent")  # no Pulumi CLI
+    # and a stack written since this machine read it, so the record cannot be read without the CLI (the listing of
+    # the checkpoints and the cache need none)
+    os.utime(applied.work / ".modelplane" / "backend" / ".pulumi" / "stacks" / "modelplane" / "gateway.json")
     capsys.readouterr()
     assert main(["plan", "-f", "head.yaml", "--against", applied.fleet(), "-o", "markdown", "--no-cache"]) == 0
     said = capsys.readouterr()

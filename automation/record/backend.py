@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
+from automation.record.index import CheckpointFolder, Listed, entry as index_entry
 from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
 from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
@@ -80,8 +81,9 @@ class PulumiRecord:
                                    project_settings=auto.ProjectSettings(name=project, runtime="python",
                                                                          backend=auto.ProjectBackend(url=self.backend)))
 
-    def _outputs(self, workspace, backend_stack: str) -> dict[str, Any]:
-        """The stack's plain outputs as its last update left them; without the record output when that update
+    def _outputs(self, workspace, backend_stack: str) -> tuple[dict[str, Any], str | None]:
+        """The stack's plain outputs as its last update left them, and when that update ended (the newest entry
+        of its history; None for a stack never updated); without the record output when that update
         failed: the real engine keeps what a failed program exported (a program that raised after its record
         output resolved left a stack that looked applied), so only a succeeded update is a record."""
         run = workspace.pulumi_command.run
@@ -101,7 +103,8 @@ class PulumiRecord:
             # the stack no longer holds what its fingerprint says, so the next `up` runs it (and puts them back);
             # its placements stay (the real engine showed `refresh` then `up` leaving a deleted Deployment gone)
             values[RECORD_OUTPUT] = {**values[RECORD_OUTPUT], "fingerprint": ""}
-        return {k: v for k, v in values.items() if v != SECRET}
+        ended = last.get("endTime") if isinstance(last.get("endTime"), str) else None
+        return {k: v for k, v in values.items() if v != SECRET}, ended
 
     @staticmethod
     def _refreshed_away(page) -> bool:
@@ -126,16 +129,107 @@ class PulumiRecord:
             if not (folder / ".pulumi").is_dir():  # the CLI makes it with the first stack: nothing is applied there
                 return Applied({}, f"the Pulumi backend {self.backend} (empty: nothing applied yet)")
         try:
+            store = CheckpointFolder.of(self.backend)
+            if store is not None:
+                return self._read_indexed(store)
             if self.command is None:
                 self.command = started_cli(self.auto.PulumiCommand)
-            return self._read()
+            return self._read_listed()
         except (OSError, AutomationError) as exc:
             why = exc if isinstance(exc, AutomationError) else f"the Pulumi CLI is not installed: {INSTALL_HINT}"
             if self.strict:
                 raise AutomationError(str(why)) from None
             return self.cache.applied_from_cache(f"the local cache {self.cache.path} ({why})")
 
-    def _read(self) -> Applied:
+    def _read_indexed(self, store: CheckpointFolder) -> Applied:
+        """The record from a listing of the checkpoints (no checkpoint read): each stack's outputs from the local
+        cache or the fleet's index when either was read at the object version listed now, or this machine's own
+        update's (its window holds the object's write); every other stack is read from its checkpoint, and the
+        index is written back with it (`automation/record/index.py`)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        cached = self.cache.load()
+        index: dict[str, dict] | None = None
+        index_read = False
+        chosen: dict[str, Listed] = {}
+        self.legacy = {}
+        for project in (*PROJECTS, LEGACY_PLATFORM_PROJECT):
+            try:
+                listing = store.list(project)  # before any output is read: an entry's stamp is never newer
+            except OSError as exc:  # not "the CLI is not installed", which `read` says of other OSErrors
+                raise AutomationError(f"could not list the stacks in the Pulumi backend {self.backend}: "
+                                      f"{exc.strerror or exc}") from None
+            for listed in listing:
+                name = ours(listed.stack, self.fleet_name)
+                if name is None:
+                    continue
+                if project == LEGACY_PLATFORM_PROJECT:
+                    self.legacy[name] = "organization"  # a DIY backend's stacks have no organization
+                chosen.setdefault(name, listed)  # the new project's stack wins over a legacy one of the name
+        fresh: dict[str, dict] = {}
+        stale: list[tuple[str, Listed]] = []
+        known = 0  # stacks taken from the local cache, needing no request
+        for name, listed in chosen.items():
+            mine = cached.get(name) or {}
+            if mine.get("stamp") == listed.stamp and mine.get("project") == listed.project:
+                fresh[name] = mine
+                known += 1
+                continue
+            # this machine's own update, while its cache entry keeps the window (a copied backend folder keeps
+            # the objects' times, not their inodes). The object's time is when its last write finished, after the
+            # history's whole-second end when the machine is busy: it must lie between the update's start and
+            # `seen`, so another update counts as this one only if it ran whole between this one's end and the
+            # automation API's reads right after it (as `UpdateWindow.holds` argues for the stamp)
+            window = UpdateWindow.from_json(mine.get("window"))
+            if window is not None and listed.project in PROJECTS and window.start <= listed.written <= window.seen:
+                fresh[name] = {**index_entry(listed, mine.get("lastUpdate") or listed.written.isoformat(),
+                                             mine.get("outputs") or {}), "window": mine["window"]}
+                continue
+            if not index_read:
+                index, index_read = store.get_index(self.fleet_name), True
+            there = (index or {}).get(listed.key)
+            if there is not None and there.get("stamp") == listed.stamp and isinstance(there.get("outputs"), dict):
+                fresh[name] = index_entry(listed, there.get("lastUpdate"), there["outputs"])
+            else:
+                stale.append((name, listed))
+        try:
+            if stale:
+                if self.command is None:  # the CLI is started only when some stack must be read from it
+                    self.command = started_cli(self.auto.PulumiCommand)
+                workspaces = {project: self._workspace(project) for project in {listed.project for _, listed in stale}}
+                pool = ThreadPoolExecutor(READERS)
+                try:
+                    read = pool.map(lambda s: self._outputs(workspaces[s[1].project], s[1].stack), stale)
+                    for (name, listed), (values, ended) in zip(stale, read):
+                        fresh[name] = index_entry(listed, ended, values)
+                finally:  # a failed read is reported at once, not after every queued one has run its process
+                    pool.shutdown(wait=True, cancel_futures=True)
+        except self.auto.errors.CommandError as exc:
+            raise AutomationError(f"could not read the record from the Pulumi backend {self.backend}: "
+                                  f"{first_error(exc)}") from None
+        self.cache.save(fresh)
+        repaired = "index up to date"
+        if len(fresh) > known:  # something was not this machine's cache: make the index say what this read saw
+            if not index_read:
+                index, index_read = store.get_index(self.fleet_name), True
+            wanted = {chosen[name].key: {k: e[k] for k in ("stamp", "lastUpdate", "outputs")}
+                      for name, e in fresh.items()}
+            if index != wanted:
+                try:
+                    store.put_index(self.fleet_name, wanted)
+                    repaired = "index rewritten"
+                except OSError as exc:  # a read-only backend (a CI preview's credentials): the next read reads again
+                    repaired = f"index not written: {exc.strerror or exc}"
+        source = f"the Pulumi backend {self.backend}"
+        if stale:
+            why = ("no index" if index is None else "not in the index, or updated since it was written")
+            source += f" ({len(stale)} of {len(chosen)} stacks read from their checkpoints: {why}; {repaired})"
+        stacks = {name: AppliedStack.from_outputs(e["outputs"], e["lastUpdate"]) for name, e in fresh.items()}
+        return Applied({name: seeded(name, stack, self.root) for name, stack in stacks.items()}, source)
+
+    def _read_listed(self) -> Applied:
+        """Today's read for a backend with no store here: `stack ls` per project (the CLI loads every checkpoint)
+        and `stack output` for each stack updated since the cache."""
         from concurrent.futures import ThreadPoolExecutor
 
         auto = self.auto
@@ -169,7 +263,7 @@ class PulumiRecord:
             # READERS at once, so a large fleet's first read is not thousands of processes one after another
             pool = ThreadPoolExecutor(READERS)
             try:
-                outputs = pool.map(lambda s: self._outputs(s[1], s[2]), stale)
+                outputs = pool.map(lambda s: self._outputs(s[1], s[2])[0], stale)
                 for (name, _, _, stamp), values in zip(stale, outputs):
                     fresh[name] = {"lastUpdate": stamp, "outputs": values}
             finally:  # a failed read is reported at once, not after every queued one has run its process
