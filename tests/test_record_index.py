@@ -175,3 +175,15 @@ def test_a_backend_that_cannot_be_listed_is_said_so_not_blamed_on_the_cli(tmp_pa
         PulumiRecord(tmp_path / "state", f"file://{backend}").read()
     guessed = PulumiRecord(tmp_path / "state", f"file://{backend}", strict=False).read()
     assert guessed.guessed and "Permission denied" in guessed.source and "not installed" not in guessed.source
+
+
+def test_a_stack_this_machine_applied_reads_the_same_applied_time_as_on_a_machine_that_reads_its_history():
+    """`status -o json` of the machine that applied a stack and of a second operator with only the backend agree
+    (the real engine showed `2026-12-06T21:04:01.923806`, the checkpoint file's time, against the history's
+    `2026-12-06T21:04:01.000Z`): this machine's own update is given its history's end, as the CLI writes it."""
+    from automation.record.backend import history_time
+
+    end = datetime(2026, 12, 6, 21, 4, 1, tzinfo=timezone.utc)
+    assert history_time(end) == "2026-12-06T21:04:01.000Z"
+    assert history_time(end.astimezone(timezone(timedelta(hours=2)))) == "2026-12-06T21:04:01.000Z"
+    assert history_time(end.replace(tzinfo=None)) == "2026-12-06T21:04:01.000Z"  # naive: already UTC

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -30,6 +31,13 @@ HISTORY_PAGE = 10  # history entries read at once when a stack's newest entry is
 def default_backend(root: Path) -> str:
     """PULUMI_BACKEND_URL, else a folder backend under the state folder."""
     return os.environ.get("PULUMI_BACKEND_URL") or f"file://{(Path(root) / 'backend').resolve()}"
+
+
+def history_time(moment: datetime) -> str:
+    """A time as the CLI's `stack history --json` writes an update's `endTime` (UTC, whole seconds), so a stack this
+    machine applied reads the same `appliedAt` here as on a machine that reads its history."""
+    utc = moment.astimezone(timezone.utc) if moment.tzinfo else moment
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def ours(backend_stack: str, fleet_name: str | None) -> str | None:
@@ -182,7 +190,7 @@ class PulumiRecord:
             # automation API's reads right after it (as `UpdateWindow.holds` argues for the stamp)
             window = UpdateWindow.from_json(mine.get("window"))
             if window is not None and listed.project in PROJECTS and window.start <= listed.written <= window.seen:
-                fresh[name] = {**index_entry(listed, mine.get("lastUpdate") or listed.written.isoformat(),
+                fresh[name] = {**index_entry(listed, mine.get("lastUpdate") or history_time(window.end),
                                              mine.get("outputs") or {}), "window": mine["window"]}
                 continue
             if not index_read:
