@@ -151,3 +151,15 @@ def test_vultr_and_civo_clusters_can_host_the_fleet_gateway():
 
     fleet = load_fleet([str(CONCEPTS)]).fleet
     assert control_plane_cluster(fleet, "vultr-ewr") == "vultr-ewr"
+
+
+def test_civo_stacks_pass_the_deployability_check(tmp_path):
+    """Civo's resources are cloud resources the check knows: pinned to the cluster's region by an explicit provider,
+    their pools' taints read (what runs on GPU nodes must tolerate them)."""
+    from automation.planning.deployability import check_fleet
+    from automation.planning.offline_preview import all_stacks
+
+    fleet = _fleet(tmp_path, "Civo", CIVO, CIVO_CLASS, {"name": "l40s", "nodeCount": 1})
+    previews = [p for p in all_stacks(fleet) if p.name == "platform-c1"]
+    assert previews and previews[0].error is None, previews[0].error
+    assert not [str(v) for v in check_fleet(fleet, previews) if str(v).startswith("platform-c1")]

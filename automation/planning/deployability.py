@@ -52,9 +52,9 @@ RWX_PROVISIONERS = {"filestore.csi.storage.gke.io", "efs.csi.aws.com", "file.csi
                     "mounted-fs-path.csi.nebius.ai",
                     "cephfs.csi.ceph.com", "lustre.csi.aws.com", "lustre.csi.storage.gke.io"}
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
-CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:", "nebius:")
+CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:", "nebius:", "vultr:", "civo:")
 CLOUD_PROVIDERS = {"pulumi:providers:gcp", "pulumi:providers:aws", "pulumi:providers:azure-native",
-                   "pulumi:providers:nebius"}
+                   "pulumi:providers:nebius", "pulumi:providers:vultr", "pulumi:providers:civo"}
 
 
 def _eks_addon(name: str) -> Callable[[Registered], bool]:
@@ -523,6 +523,8 @@ def pinned(graph: Graph) -> Iterable[Violation]:
                 continue
             inputs = unwrap(provider.inputs)
             region = inputs.get("location" if provider.type == "pulumi:providers:azure-native" else "region")
+            if provider.type == "pulumi:providers:vultr":  # Vultr's provider has no region: the VKE cluster names it
+                region = unwrap(r.inputs).get("region", facts.region if facts else None)
             if facts and facts.region and region != facts.region:
                 yield Violation(stack.name, r.name, "pinned", f"its provider {provider.name} is for region "
                                                               f"{region}, not the cluster's {facts.region}")
@@ -720,6 +722,8 @@ def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
     elif type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup"):
         template = node.inputs.get("template") or {}
         labels, taints = (template.get("metadata") or {}).get("labels") or {}, _cloud_taints(template.get("taints"))
+    elif type_ in ("vultr:index/kubernetesNodePools:KubernetesNodePools", "civo:index/kubernetesNodePool:KubernetesNodePool"):
+        labels, taints = node.inputs.get("labels") or {}, _cloud_taints(node.inputs.get("taints"))
     else:
         return None
     return (labels[POOL_LABEL], taints) if POOL_LABEL in labels else None
