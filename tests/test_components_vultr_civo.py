@@ -163,3 +163,27 @@ def test_civo_stacks_pass_the_deployability_check(tmp_path):
     previews = [p for p in all_stacks(fleet) if p.name == "platform-c1"]
     assert previews and previews[0].error is None, previews[0].error
     assert not [str(v) for v in check_fleet(fleet, previews) if str(v).startswith("platform-c1")]
+
+
+@pytest.mark.parametrize("source,block,provisioning", [("Vultr", VULTR, VULTR_CLASS), ("Civo", CIVO, CIVO_CLASS)])
+def test_a_dynamo_stack_on_vultr_or_civo_claims_volumes_from_the_clouds_default_class(tmp_path, source, block,
+                                                                                      provisioning):
+    """Dynamo's NATS claims a volume from the default StorageClass: VKE's (vultr-block-storage) and Civo's
+    (civo-volume) are there by themselves, so the check passes the claim."""
+    from automation.planning.deployability import check_fleet
+    from automation.planning.offline_preview import all_stacks
+    from fleet.validate import load_fleet
+
+    icl = gpu_class("g")
+    icl["spec"]["provisioning"] = provisioning
+    ic = cluster(pools=(("l40s", "g", 1),))
+    ic["spec"]["cluster"] = {"source": source, **block}
+    ic["spec"]["stack"] = "Dynamo"
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([icl, ic]))
+    fleet = load_fleet([str(path)]).fleet
+    previews = [p for p in all_stacks(fleet) if p.name == "platform-c1"]
+    assert previews and previews[0].error is None, previews[0].error
+    assert "mp-dynamo" in {inputs(r).get("name") for r in previews[0].resources
+                           if r.type == "kubernetes:helm.sh/v3:Release"}
+    assert not [str(v) for v in check_fleet(fleet, previews) if str(v).startswith("platform-c1")]

@@ -43,8 +43,9 @@ CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "Clus
 CLOUD_STORAGE = {"GKE": {"standard-rwo": "pd.csi.storage.gke.io", "premium-rwo": "pd.csi.storage.gke.io",
                          "standard": "kubernetes.io/gce-pd"},
                  "AKS": {"managed-csi": "disk.csi.azure.com", "managed-csi-premium": "disk.csi.azure.com",
-                         "azurefile-csi": "file.csi.azure.com", "azurefile-csi-premium": "file.csi.azure.com"}}
-CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo", "AKS": "managed-csi"}
+                         "azurefile-csi": "file.csi.azure.com", "azurefile-csi-premium": "file.csi.azure.com"},
+                 "Vultr": {"vultr-block-storage": "block.csi.vultr.com"}, "Civo": {"civo-volume": "csi.civo.com"}}
+CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo", "AKS": "managed-csi", "Vultr": "vultr-block-storage", "Civo": "civo-volume"}
 # Sources whose clusters bring a default StorageClass this check cannot name: an existing cluster's admin's,
 # Nebius Managed Kubernetes' own.
 TRUSTED_DEFAULT_CLASS = {"Existing", "Nebius"}
