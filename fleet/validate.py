@@ -248,6 +248,10 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
     return (None if problems else obj), problems, None
 
 
+# The reference's serving stack installs NVIDIA's GPU Operator on Civo for the driver; this one has no GPU Operator yet
+CIVO_DRIVER = ("the serving stack does not install NVIDIA's GPU Operator on Civo yet (the reference installs it for "
+               "the GPU driver): the NVIDIA DRA driver finds this pool's GPUs only if Civo's node image carries the "
+               "driver")
 AKS_POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 
 
@@ -332,6 +336,10 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
         for i, pool in enumerate(ic.spec.nodePools):
             for name, message in pool_shape_problems(source, pool):
                 out.append(fleet.problem(ic, ("spec", "nodePools", i, name), message))
+            icl_of_pool = classes.get(pool.className)
+            if source == "Civo" and icl_of_pool is not None and any(
+                    d.driver == NVIDIA_DRIVER and d.claim == "DRA" for d in icl_of_pool.spec.devices):
+                out.append(fleet.problem(ic, ("spec", "nodePools", i, "className"), CIVO_DRIVER, warning=True))
             if source == "AKS" and pool.fabric is not None and pool.fabric.type == "InfiniBand":
                 out.append(fleet.problem(ic, ("spec", "nodePools", i, "fabric"), "InfiniBand on AKS is not set up by this "
                                          "project yet (no network operator is installed): the pool is created without "

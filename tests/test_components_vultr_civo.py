@@ -187,3 +187,19 @@ def test_a_dynamo_stack_on_vultr_or_civo_claims_volumes_from_the_clouds_default_
     assert "mp-dynamo" in {inputs(r).get("name") for r in previews[0].resources
                            if r.type == "kubernetes:helm.sh/v3:Release"}
     assert not [str(v) for v in check_fleet(fleet, previews) if str(v).startswith("platform-c1")]
+
+
+def test_civo_gpu_pools_warn_that_no_gpu_operator_installs_the_driver(tmp_path, capsys):
+    """The reference's serving stack installs NVIDIA's GPU Operator on Civo; this one has none yet: say so."""
+    from automation.cli import main
+
+    icl = gpu_class("g")
+    icl["spec"]["provisioning"] = CIVO_CLASS
+    ic = cluster(pools=(("l40s", "g", 1),))
+    ic["spec"]["cluster"] = {"source": "Civo", **CIVO}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([icl, ic]))
+    assert main(["validate", "-f", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "InferenceCluster/c1: spec.nodePools[0].className: warning: the serving stack does not install NVIDIA's GPU " \
+           "Operator on Civo yet" in err, err
