@@ -42,6 +42,8 @@ class GpuPoolArgs(Args):
     platform: str | None = None  # Nebius: the compute platform (gpu-h100-sxm) ...
     preset: str | None = None  # ... and its preset (8gpu-128vcpu-1600gb)
     drivers_preset: str | None = None  # Nebius: the GPU drivers image preset
+    plan: str | None = None  # Vultr: the VKE node plan (vcg-l40s-16c-180g-48vram)
+    size: str | None = None  # Civo: the node size (an.g1.l40s.kube.x1)
     infiniband_fabric: str | None = None  # AKS, Nebius: the InfiniBand fabric of the pool's GPU cluster
     accelerator_type: str | None = None
     accelerator_count: int = 1
@@ -77,7 +79,7 @@ class TopologyLevel(Args):
 
 class ClusterArgs(Args):
     name: str
-    source: Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
+    source: Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo", "Existing"]
     region: str | None = None
     project: str | None = None  # GKE: the Google Cloud project (else the stack's gcp:project config)
     kubernetes_version: str | None = None
@@ -155,9 +157,9 @@ def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> 
 
 
 # Sources whose clusters this project creates or connects to: only these can host the fleet gateway.
-HOSTABLE = ("GKE", "EKS", "AKS", "Nebius", "Existing")
+HOSTABLE = ("GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo", "Existing")
 # Clouds whose LoadBalancer Services get an address by themselves; an Existing cluster needs MetalLB (or its own).
-LOAD_BALANCED = ("GKE", "EKS", "AKS", "Nebius")
+LOAD_BALANCED = ("GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo")
 
 
 def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
@@ -230,7 +232,9 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
         eks = prov.eks if prov else None
         aks = prov.aks if prov else None
         nebius = prov.nebius if prov else None
-        recipe = gke or eks or aks or nebius
+        vultr = prov.vultr if prov else None
+        civo = prov.civo if prov else None
+        recipe = gke or eks or aks or nebius or vultr or civo
         accelerator = recipe.accelerator if recipe else None
         pools.append(GpuPoolArgs(
             name=np.name, class_name=np.className,
@@ -240,10 +244,12 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
             platform=nebius.platform if nebius else None,
             preset=nebius.preset if nebius else None,
             drivers_preset=nebius.driversPreset if nebius else None,
+            plan=vultr.plan if vultr else None,
+            size=civo.size if civo else None,
             infiniband_fabric=np.fabric.infiniband.fabric if np.fabric and np.fabric.infiniband else None,
             accelerator_type=accelerator.type if accelerator else None,
             accelerator_count=accelerator.count if accelerator else 1,
-            disk_size_gb=recipe.diskSizeGb if recipe else 100,
+            disk_size_gb=getattr(recipe, "diskSizeGb", 100),  # Vultr and Civo plans fix their disks
             zones=list(np.zones or []), node_count=np.nodeCount, min_nodes=np.minNodeCount, max_nodes=np.maxNodeCount,
             spot=bool(np.spot), efa=bool(np.fabric and np.fabric.type == "EFA"),
             capacity_reservation_id=np.capacityBlock.capacityReservationId if np.capacityBlock else None,

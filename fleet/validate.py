@@ -248,11 +248,10 @@ def validate_document(doc: Document) -> tuple[Resource | None, list[Problem], st
     return (None if problems else obj), problems, None
 
 
-UNPROVISIONED = {"Vultr": ("Vultr clusters are not provisioned by this project (no Pulumi SDK for Vultr in the package "
-                           "registries): its platform stack will fail. Create the cluster in Vultr, then replace "
-                           "`source: Vultr` and the `vultr` block with `source: Existing` and "
-                           "`existing: {secretRef: {name: <cluster>-kubeconfig}}`, and give its kubeconfig with "
-                           "`--kubeconfig <cluster>=PATH`")}
+# The reference's serving stack installs NVIDIA's GPU Operator on Civo for the driver; this one has no GPU Operator yet
+CIVO_DRIVER = ("the serving stack does not install NVIDIA's GPU Operator on Civo yet (the reference installs it for "
+               "the GPU driver): the NVIDIA DRA driver finds this pool's GPUs only if Civo's node image carries the "
+               "driver")
 AKS_POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 
 
@@ -265,6 +264,21 @@ def pool_shape_problems(source: str, pool) -> list[tuple[str, str]]:
     if source == "AKS" and not AKS_POOL_NAME.match(pool.name):
         out.append(("name", f"AKS node pool names are 1 to 12 lowercase letters and digits, starting with a letter "
                             f"({pool.name!r} is not)"))
+    if source == "Vultr":  # VKE node pools hold at least one node, the autoscaler's floor too (the reference's XRD)
+        if pool.nodeCount < 1:
+            out.append(("nodeCount", "Vultr node pools have at least one node: use nodeCount 1 or more"))
+        if pool.minNodeCount is not None and pool.minNodeCount < 1:
+            out.append(("minNodeCount", "Vultr's autoscaler keeps at least one node: use minNodeCount 1 or more"))
+    if source == "Civo" and (pool.maxNodeCount is not None or pool.minNodeCount is not None):
+        field = "maxNodeCount" if pool.maxNodeCount is not None else "minNodeCount"
+        out.append((field, "Civo node pools are not autoscaled by this project yet (the reference runs the upstream "
+                           "cluster-autoscaler there): remove minNodeCount and maxNodeCount and set nodeCount"))
+    if source in ("Vultr", "Civo") and pool.zones:
+        out.append(("zones", f"{source} places a pool's nodes in the cluster's region itself: remove zones"))
+    if source in ("Vultr", "Civo") and pool.spot:
+        out.append(("spot", f"{source} has no spot capacity for Kubernetes node pools: remove spot"))
+    if source in ("Vultr", "Civo") and pool.fabric is not None and pool.fabric.type != "None":
+        out.append(("fabric", f"{source} node pools have no {pool.fabric.type} fabric: remove fabric"))
     zones = len(pool.zones or [])
     if source == "GKE" and pool.maxNodeCount is None and zones and pool.nodeCount % zones:
         out.append(("nodeCount", f"GKE creates nodeCount nodes in every zone: {pool.nodeCount} nodes over {zones} "
@@ -319,11 +333,13 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
     classes = {c.name: c for c in fleet.of("InferenceClass")}
     for ic in subjects.of("InferenceCluster"):
         source = ic.spec.cluster.source
-        if source in UNPROVISIONED:
-            out.append(fleet.problem(ic, ("spec", "cluster", "source"), UNPROVISIONED[source], warning=True))
         for i, pool in enumerate(ic.spec.nodePools):
             for name, message in pool_shape_problems(source, pool):
                 out.append(fleet.problem(ic, ("spec", "nodePools", i, name), message))
+            icl_of_pool = classes.get(pool.className)
+            if source == "Civo" and icl_of_pool is not None and any(
+                    d.driver == NVIDIA_DRIVER and d.claim == "DRA" for d in icl_of_pool.spec.devices):
+                out.append(fleet.problem(ic, ("spec", "nodePools", i, "className"), CIVO_DRIVER, warning=True))
             if source == "AKS" and pool.fabric is not None and pool.fabric.type == "InfiniBand":
                 out.append(fleet.problem(ic, ("spec", "nodePools", i, "fabric"), "InfiniBand on AKS is not set up by this "
                                          "project yet (no network operator is installed): the pool is created without "
@@ -424,7 +440,7 @@ def gateway_transitions(fleet: Fleet, applied: dict[str, str]) -> list[Problem]:
 
 CLOUD_CREDENTIALS = {"gke": "gcloud application default credentials", "eks": "the AWS credential chain",
                      "aks": "the Azure CLI login or environment credentials", "nebius": "the nebius CLI profile",
-                     "vultr": "VULTR_API_KEY"}
+                     "vultr": "VULTR_API_KEY", "civo": "CIVO_TOKEN"}
 
 
 # labels every composed endpoint of a replica carries whose values placement decides: any value may match

@@ -43,7 +43,7 @@ from workloads.service_routing import gateway_endpoints, gateway_service_spec, s
 if TYPE_CHECKING:
     from fleet.validate import Fleet
 
-PROVISIONED = {"GKE", "EKS", "AKS", "Nebius"}
+PROVISIONED = {"GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo"}
 
 
 class InvalidFleet(ModelplaneError, pulumi.RunError):
@@ -90,10 +90,18 @@ def cluster_component(args: ClusterArgs, config: pulumi.Config, stored_kubeconfi
         return NebiusInferenceCluster(args.name, args, deletion_protection=protect,
                                       project=pulumi.Config("nebius").get("parentId"),
                                       credentials=config.get("clusterCredentials") or "")
+    if args.source == "Vultr":
+        from components.vultr import VultrInferenceCluster
+
+        return VultrInferenceCluster(args.name, args, deletion_protection=protect)
+    if args.source == "Civo":
+        from components.civo import CivoInferenceCluster
+
+        return CivoInferenceCluster(args.name, args, deletion_protection=protect)
     if args.source == "Existing":
         return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config, stored_kubeconfig))
     raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.source: {args.source} clusters cannot be "
-                       "provisioned by this project yet; bring them as source Existing")  # Vultr
+                       "provisioned by this project yet; bring them as source Existing")
 
 
 def published_pools(args: ClusterArgs) -> list[dict]:

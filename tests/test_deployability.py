@@ -506,13 +506,14 @@ def test_generated_fleet_without_a_gateway_has_services_that_would_route_nothing
                               for v in violations), violations
 
 
-def test_unprovisioned_sources_fail_the_check_naming_what_to_do():
+def test_a_cluster_without_its_cloud_project_fails_the_check_naming_what_to_do():
     violations = _violations([str(ROOT / "tests" / "data" / "reference" / "concepts.yaml")])
     programs = [v for v in violations if ": program: " in v]
-    assert {v.split(":")[0] for v in programs} == {"platform-vultr-ewr", "platform-gke-us-central"}
-    assert all("bring them as source Existing" in v or "gke.project" in v for v in programs)
-    # AKS and Nebius are provisioned: their stacks pass every rule
-    assert not [v for v in violations if v.startswith(("platform-aks-westeurope", "platform-nebius-eu-north"))]
+    assert {v.split(":")[0] for v in programs} == {"platform-gke-us-central"}
+    assert all("gke.project" in v for v in programs)
+    # AKS, Nebius and Vultr are provisioned: their stacks pass every rule
+    assert not [v for v in violations if v.startswith(("platform-aks-westeurope", "platform-nebius-eu-north",
+                                                       "platform-vultr-ewr"))]
 
 
 @pytest.mark.parametrize("stack_name", ["gcp-dev", "aws-prod", "existing"])

@@ -112,13 +112,13 @@ def test_without_any_load_balancer_the_serving_gateway_does_not_wait_for_an_addr
     assert annotations == {"pulumi.com/skipAwait": "true"}
 
 
-def test_control_plane_must_be_a_cluster_that_can_host_it(tmp_path, capsys):
+def test_control_plane_must_be_a_cluster_of_the_fleet(tmp_path, capsys):
     from automation.cli import main
 
     path = tmp_path / "fleet.yaml"
     path.write_text((ROOT / "tests" / "data" / "reference" / "concepts.yaml").read_text())
-    assert main(["preview", "--offline", "-f", str(path), "--control-plane", "vultr-ewr"]) == 2
-    assert "is a Vultr cluster, which this project does not provision" in capsys.readouterr().err
+    assert main(["preview", "--offline", "-f", str(path), "--control-plane", "vultr-ewx"]) == 2
+    assert "'vultr-ewx' is not an InferenceCluster of the fleet" in capsys.readouterr().err
 
 
 def test_stack_references_follow_the_fleet_prefix(examples):

@@ -190,7 +190,7 @@ ROWS = [
     ("cache auth name required", cache, "spec.huggingFace.authSecret", {"key": "T"}, ("spec.huggingFace.authSecret.name", "required")),
     # --- InferenceCluster ----------------------------------------------------------------------
     ("cluster gke ok", lambda: cluster(source="GKE"), "spec.cluster.gke.kubernetesVersion", "1.34", None),
-    ("cluster bad source", cluster, "spec.cluster.source", "OpenShift", ("spec.cluster.source", "'GKE', 'EKS', 'AKS', 'Nebius', 'Vultr' or 'Existing'")),
+    ("cluster bad source", cluster, "spec.cluster.source", "OpenShift", ("spec.cluster.source", "'GKE', 'EKS', 'AKS', 'Nebius', 'Vultr', 'Civo' or 'Existing'")),
     ("cluster existing needs block", cluster, "spec.cluster.existing", DELETE, ("spec.cluster.existing", "source Existing needs the existing block")),
     ("cluster gke needs block", cluster, "spec.cluster", {"source": "GKE"}, ("spec.cluster.gke", "source GKE needs the gke block")),
     ("cluster eks needs block", cluster, "spec.cluster", {"source": "EKS"}, ("spec.cluster.eks", "source EKS needs the eks block")),
@@ -198,6 +198,20 @@ ROWS = [
     ("cluster nebius needs block", cluster, "spec.cluster", {"source": "Nebius"}, ("spec.cluster.nebius", "source Nebius needs the nebius block")),
     ("cluster nebius empty ok", cluster, "spec.cluster", {"source": "Nebius", "nebius": {}}, None),
     ("cluster vultr needs block", cluster, "spec.cluster", {"source": "Vultr"}, ("spec.cluster.vultr", "source Vultr needs the vultr block")),
+    ("cluster vultr ok", cluster, "spec.cluster", {"source": "Vultr", "vultr": {"region": "ewr"}}, None),
+    ("cluster vultr needs region", cluster, "spec.cluster", {"source": "Vultr", "vultr": {}}, ("spec.cluster.vultr.region", "required")),
+    ("cluster vultr pool needs a node", lambda: cloud_cluster("Vultr"), "spec.nodePools[0].nodeCount", 0, ("spec.nodePools[0].nodeCount", "Vultr node pools have at least one node")),
+    ("cluster vultr autoscaler floor", lambda: cloud_cluster("Vultr"), "spec.nodePools[0].minNodeCount", 0, ("spec.nodePools[0].minNodeCount", "at least one node")),
+    ("cluster vultr autoscaled ok", lambda: cloud_cluster("Vultr"), "spec.nodePools[0].maxNodeCount", 4, None),
+    ("cluster vultr no spot", lambda: cloud_cluster("Vultr"), "spec.nodePools[0].spot", True, ("spec.nodePools[0].spot", "Vultr has no spot capacity")),
+    ("cluster civo needs block", cluster, "spec.cluster", {"source": "Civo"}, ("spec.cluster.civo", "source Civo needs the civo block")),
+    ("cluster civo ok", cluster, "spec.cluster", {"source": "Civo", "civo": {"region": "LON1"}}, None),
+    ("cluster civo needs region", cluster, "spec.cluster", {"source": "Civo", "civo": {}}, ("spec.cluster.civo.region", "required")),
+    ("cluster civo region empty", cluster, "spec.cluster", {"source": "Civo", "civo": {"region": ""}}, ("spec.cluster.civo.region", "at least 1 character")),
+    ("cluster civo unknown field", cluster, "spec.cluster", {"source": "Civo", "civo": {"region": "LON1", "zone": "a"}}, ("spec.cluster.civo.zone", "unknown field")),
+    ("cluster civo not autoscaled", lambda: cloud_cluster("Civo"), "spec.nodePools[0].maxNodeCount", 3, ("spec.nodePools[0].maxNodeCount", "Civo node pools are not autoscaled by this project yet")),
+    ("cluster civo no zones", lambda: cloud_cluster("Civo"), "spec.nodePools[0].zones", ["lon1-a"], ("spec.nodePools[0].zones", "remove zones")),
+    ("cluster civo no fabric", lambda: cloud_cluster("Civo"), "spec.nodePools[0].fabric", {"type": "InfiniBand", "infiniband": {"fabric": "f"}}, ("spec.nodePools[0].fabric", "no InfiniBand fabric")),
     ("cluster gke region required", cluster, "spec.cluster", {"source": "GKE", "gke": {}}, ("spec.cluster.gke.region", "required")),
     ("cluster gke region too long", cluster, "spec.cluster", {"source": "GKE", "gke": {"region": "r" * 33}}, ("spec.cluster.gke.region", "at most 32")),
     ("cluster secret name required", cluster, "spec.cluster.existing.secretRef", {"key": "k"}, ("spec.cluster.existing.secretRef.name", "required")),
@@ -253,7 +267,13 @@ ROWS = [
     ("class aks needs block", gpu_class, "spec.provisioning", {"provider": "AKS"}, ("spec.provisioning.aks", "provider AKS needs the aks block")),
     ("class nebius needs preset", gpu_class, "spec.provisioning", {"provider": "Nebius", "nebius": {"platform": "gpu-h100-sxm"}}, ("spec.provisioning.nebius.preset", "required")),
     ("class vultr needs block", gpu_class, "spec.provisioning", {"provider": "Vultr"}, ("spec.provisioning.vultr", "provider Vultr needs the vultr block")),
-    ("class bad provider", gpu_class, "spec.provisioning", {"provider": "OCI"}, ("spec.provisioning.provider", "'GKE', 'EKS', 'AKS', 'Nebius' or 'Vultr'")),
+    ("class vultr needs plan", gpu_class, "spec.provisioning", {"provider": "Vultr", "vultr": {}}, ("spec.provisioning.vultr.plan", "required")),
+    ("class civo ok", gpu_class, "spec.provisioning", {"provider": "Civo", "civo": {"size": "an.g1.l40s.kube.x1", "accelerator": {"type": "l40s", "count": 1}}}, None),
+    ("class civo needs block", gpu_class, "spec.provisioning", {"provider": "Civo"}, ("spec.provisioning.civo", "provider Civo needs the civo block")),
+    ("class civo needs size", gpu_class, "spec.provisioning", {"provider": "Civo", "civo": {}}, ("spec.provisioning.civo.size", "required")),
+    ("class civo accelerator count over", gpu_class, "spec.provisioning", {"provider": "Civo", "civo": {"size": "an.g1.l40s.kube.x1", "accelerator": {"type": "l40s", "count": 17}}}, ("spec.provisioning.civo.accelerator.count", "less than or equal to 16")),
+    ("class civo accelerator needs type", gpu_class, "spec.provisioning", {"provider": "Civo", "civo": {"size": "an.g1.l40s.kube.x1", "accelerator": {"count": 1}}}, ("spec.provisioning.civo.accelerator.type", "required")),
+    ("class bad provider", gpu_class, "spec.provisioning", {"provider": "OCI"}, ("spec.provisioning.provider", "'GKE', 'EKS', 'AKS', 'Nebius', 'Vultr' or 'Civo'")),
     ("class no devices", gpu_class, "spec.devices", [], ("spec.devices", "at least 1 item")),
     ("class dra needs device class", gpu_class, "spec.devices[0].deviceClassName", DELETE, ("spec.devices[0].deviceClassName", "claim DRA needs deviceClassName")),
     ("class synthetic without device class ok", gpu_class, "spec.devices[0]", {"name": "nic", "claim": "Synthetic", "driver": "ib"}, None),
@@ -292,7 +312,17 @@ ROWS = [
 
 PROVISIONING = {"GKE": None, "EKS": None,
                 "AKS": {"provider": "AKS", "aks": {"vmSize": "Standard_NV36ads_A10_v5"}},
-                "Nebius": {"provider": "Nebius", "nebius": {"platform": "gpu-l40s-a", "preset": "1gpu-8vcpu-32gb"}}}
+                "Nebius": {"provider": "Nebius", "nebius": {"platform": "gpu-l40s-a", "preset": "1gpu-8vcpu-32gb"}},
+                "Vultr": {"provider": "Vultr", "vultr": {"plan": "vcg-l40s-16c-180g-48vram"}},
+                "Civo": {"provider": "Civo", "civo": {"size": "an.g1.l40s.kube.x1"}}}
+CLOUD_BLOCKS = {"Vultr": {"vultr": {"region": "ewr"}}, "Civo": {"civo": {"region": "LON1"}}}
+
+
+def cloud_cluster(source: str) -> dict:
+    """A Vultr or Civo cluster with one pool of class l4 (given by `support`)."""
+    ic = cluster()
+    ic["spec"]["cluster"] = {"source": source, **CLOUD_BLOCKS[source]}
+    return ic
 
 
 def support(obj: dict) -> list[dict]:

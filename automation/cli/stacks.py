@@ -42,7 +42,7 @@ def _apply_options(function):
                                  "control-plane cluster's Pulumi Kubernetes Operator.")(function)
     function = click.option("--control-plane", "control_plane", default=None, metavar="CLUSTER",
                             help="The InferenceCluster hosting the fleet gateway (default: the first by name whose "
-                                 "cloud gives a LoadBalancer an address, GKE, EKS, AKS or Nebius, else the first "
+                                 "cloud gives a LoadBalancer an address, GKE, EKS, AKS, Nebius, Vultr or Civo, else the first "
                                  "Existing one).")(function)
     function = FLEET(state_option(function))
     function = click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE",

@@ -130,7 +130,7 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
                                "controlPlane": host, "services": services,
                                **({"gateways": gateways} if gateways else {})}, indent=2))
         return
-    click.echo(f"fleet gateway host: {host or 'none (no GKE, EKS, AKS, Nebius or Existing cluster)'}")
+    click.echo(f"fleet gateway host: {host or 'none (no GKE, EKS, AKS, Nebius, Vultr, Civo or Existing cluster)'}")
     for gw in gateways:
         urls = gw["endpoints"]
         shown = (f"openAI {urls['openAI']}, anthropic {urls['anthropic']}" if urls else

@@ -206,7 +206,7 @@ def gateway_stack(payload: GatewayPayload, fleet_name: str | None = None,
                             crd_provider=provider("control-plane", separate, adopt=True))
     if payload.host is None:
         raise pulumi.RunError("the fleet gateway needs a cluster: no cluster of the fleet can host it (a GKE, EKS, AKS, "
-                              "Nebius or Existing InferenceCluster), and no modelplane:controlPlaneKubeconfig is set")
+                              "Nebius, Vultr, Civo or Existing InferenceCluster), and no modelplane:controlPlaneKubeconfig is set")
     kubeconfig = kubeconfig_of("gateway-host-platform", payload.host, fleet_name)
     return FleetGateway("fleet-gateway", payload.gateway, provider("control-plane", kubeconfig, cluster=payload.host),
                         versions=payload.versions, sources=chart_sources(config), secrets=secrets)

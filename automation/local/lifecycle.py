@@ -52,7 +52,7 @@ def up(fleet: Fleet, state: Path, tools: Toolchain, say=print) -> list[LocalClus
     clusters = existing_clusters(fleet)
     if not clusters:
         raise LocalFleetError("the fleet has no InferenceCluster with source Existing: a local fleet runs only those "
-                              "(GKE, EKS, AKS and Nebius clusters need their clouds)")
+                              "(GKE, EKS, AKS, Nebius, Vultr and Civo clusters need their clouds)")
     missing = tools.missing(CONTROL_PLANE)
     if missing:
         raise ToolchainMissing(f"the local fleet needs {', '.join(missing)}: run `make toolchain` (it builds the "

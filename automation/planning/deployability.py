@@ -43,8 +43,9 @@ CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "Clus
 CLOUD_STORAGE = {"GKE": {"standard-rwo": "pd.csi.storage.gke.io", "premium-rwo": "pd.csi.storage.gke.io",
                          "standard": "kubernetes.io/gce-pd"},
                  "AKS": {"managed-csi": "disk.csi.azure.com", "managed-csi-premium": "disk.csi.azure.com",
-                         "azurefile-csi": "file.csi.azure.com", "azurefile-csi-premium": "file.csi.azure.com"}}
-CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo", "AKS": "managed-csi"}
+                         "azurefile-csi": "file.csi.azure.com", "azurefile-csi-premium": "file.csi.azure.com"},
+                 "Vultr": {"vultr-block-storage": "block.csi.vultr.com"}, "Civo": {"civo-volume": "csi.civo.com"}}
+CLOUD_DEFAULT_CLASS = {"GKE": "standard-rwo", "AKS": "managed-csi", "Vultr": "vultr-block-storage", "Civo": "civo-volume"}
 # Sources whose clusters bring a default StorageClass this check cannot name: an existing cluster's admin's,
 # Nebius Managed Kubernetes' own.
 TRUSTED_DEFAULT_CLASS = {"Existing", "Nebius"}
@@ -52,9 +53,9 @@ RWX_PROVISIONERS = {"filestore.csi.storage.gke.io", "efs.csi.aws.com", "file.csi
                     "mounted-fs-path.csi.nebius.ai",
                     "cephfs.csi.ceph.com", "lustre.csi.aws.com", "lustre.csi.storage.gke.io"}
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
-CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:", "nebius:")
+CLOUD_PACKAGES = ("gcp:", "aws:", "eks:", "azure-native:", "nebius:", "vultr:", "civo:")
 CLOUD_PROVIDERS = {"pulumi:providers:gcp", "pulumi:providers:aws", "pulumi:providers:azure-native",
-                   "pulumi:providers:nebius"}
+                   "pulumi:providers:nebius", "pulumi:providers:vultr", "pulumi:providers:civo"}
 
 
 def _eks_addon(name: str) -> Callable[[Registered], bool]:
@@ -523,6 +524,8 @@ def pinned(graph: Graph) -> Iterable[Violation]:
                 continue
             inputs = unwrap(provider.inputs)
             region = inputs.get("location" if provider.type == "pulumi:providers:azure-native" else "region")
+            if provider.type == "pulumi:providers:vultr":  # Vultr's provider has no region: the VKE cluster names it
+                region = unwrap(r.inputs).get("region", facts.region if facts else None)
             if facts and facts.region and region != facts.region:
                 yield Violation(stack.name, r.name, "pinned", f"its provider {provider.name} is for region "
                                                               f"{region}, not the cluster's {facts.region}")
@@ -720,6 +723,8 @@ def pool_taints(node: Node) -> tuple[str, list[Taint]] | None:
     elif type_.startswith("nebius:") and type_.endswith(":Mk8sV1NodeGroup"):
         template = node.inputs.get("template") or {}
         labels, taints = (template.get("metadata") or {}).get("labels") or {}, _cloud_taints(template.get("taints"))
+    elif type_ in ("vultr:index/kubernetesNodePools:KubernetesNodePools", "civo:index/kubernetesNodePool:KubernetesNodePool"):
+        labels, taints = node.inputs.get("labels") or {}, _cloud_taints(node.inputs.get("taints"))
     else:
         return None
     return (labels[POOL_LABEL], taints) if POOL_LABEL in labels else None

@@ -22,6 +22,9 @@ FAKE_OUTPUTS: dict[str, dict] = {
     "nebius:index/mk8sV1Cluster:Mk8sV1Cluster": {"status": {"controlPlane": {
         "endpoints": {"publicEndpoint": "https://127.0.0.1:1"},
         "auth": {"clusterCaCertificate": "-----BEGIN CERTIFICATE-----\nb2ZmbGluZQ==\n-----END CERTIFICATE-----\n"}}}},
+    # VKE's kubeconfig is base64: "apiVersion: v1\nkind: Config\n"; Civo's is plain text
+    "vultr:index/kubernetes:Kubernetes": {"kubeConfig": "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg=="},
+    "civo:index/kubernetesCluster:KubernetesCluster": {"kubeconfig": "apiVersion: v1\nkind: Config\n"},
 }
 # Results of provider functions (invokes) that programs read.
 FAKE_CALLS: dict[str, dict] = {

@@ -10,7 +10,7 @@ from fleet.api.common import (RESERVED_PREFIX, Condition, Int, Resource, Rule, S
                               secret_reference_rules, unique)
 from fleet.api.inference_class import Device
 
-Source = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
+Source = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo", "Existing"]
 
 
 class Credentials(Strict):
@@ -73,6 +73,14 @@ class VultrCluster(RegionalCluster):
     kubernetesVersion: str = "v1.36.1+3"
 
 
+class CivoCluster(Strict):
+    """The reference's v0.5.0 (not in a stored XRD): the region is what its tests and docs show (e.g. `LON1`)."""
+
+    region: Annotated[str, Str(1, 32)]
+    kubernetesVersion: str | None = None  # not in the reference: Civo's latest stable k3s when unset
+    credentials: Credentials | None = None
+
+
 class AKSCluster(Strict):
     location: Annotated[str, Str(1)]
     kubernetesVersion: str = "1.34"
@@ -95,6 +103,7 @@ class ClusterSource(Strict):
     aks: AKSCluster | None = None
     nebius: NebiusCluster | None = None
     vultr: VultrCluster | None = None
+    civo: CivoCluster | None = None
 
 
 class Taint(Strict):

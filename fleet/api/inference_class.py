@@ -10,7 +10,7 @@ from fleet.api.common import Int, Resource, Rule, Str, Strict, key_problem, uniq
 from fleet.quantity import QuantityError, parse_quantity
 from fleet.semver import SemverError, parse_semver
 
-Provider = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr"]
+Provider = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo"]
 
 
 class Accelerator(Strict):
@@ -49,6 +49,13 @@ class VultrProvisioning(Strict):
     accelerator: Accelerator | None = None
 
 
+class CivoProvisioning(Strict):
+    """The reference's v0.5.0 (not in a stored XRD): a Civo node size, e.g. `an.g1.l40s.kube.x1`."""
+
+    size: Annotated[str, Str(1)]
+    accelerator: Accelerator | None = None
+
+
 class Provisioning(Strict):
     provider: Provider
     gke: GKEProvisioning | None = None
@@ -56,6 +63,7 @@ class Provisioning(Strict):
     aks: AKSProvisioning | None = None
     nebius: NebiusProvisioning | None = None
     vultr: VultrProvisioning | None = None
+    civo: CivoProvisioning | None = None
 
 
 class Attribute(Strict):
