@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import yaml
 
 from automation.operator.git_source import GitRefError, pinned_commit, redacted
 
@@ -135,3 +136,22 @@ def test_up_on_the_operator_refuses_a_dirty_or_other_tree_before_writing_anythin
         assert kube.cluster.stacks()
     finally:
         kube.close()
+
+
+@pytest.mark.parametrize("setting, where", [
+    ({"secrets": ["Bad_Name"]}, "secrets.0"),
+    ({"gitAuth": {"mode": "accessToken", "secret": "Bad_Name"}}, "gitAuth.secret"),
+    ({"credentials": {"gcp": {"secret": "Bad_Name"}}}, "credentials.gcp.secret"),
+    ({"credentials": {"nebius": {"secret": "ok", "key": "a/b"}}}, "credentials.nebius.key"),
+])
+def test_every_secret_the_operator_settings_name_is_held_to_kubernetes_rules(tmp_path, setting, where):
+    """One rule (automation/operator/settings.py `SecretName`) for every Secret the settings name: a bad name is one
+    message naming the file and the field, before anything is exported."""
+    from automation.operator.settings import SettingsError, load_settings
+
+    path = tmp_path / "operator.yaml"
+    path.write_text(yaml.safe_dump({"backend": "s3://b", "gitUrl": "https://g/x", **setting}))
+    with pytest.raises(SettingsError) as raised:
+        load_settings(path)
+    said = str(raised.value)
+    assert said.startswith(f"{path}: {where}: ") and ("Bad_Name" in said or "'a/b'" in said), said

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from automation.operator.git_source import pinned_commit
@@ -28,6 +28,15 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
+def _secret_name(value: str) -> str:
+    if not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(f"{value!r} is not a Secret name (a DNS subdomain)")
+    return value
+
+
+SecretName = Annotated[str, AfterValidator(_secret_name)]  # one rule for every Secret the settings name
+
+
 class SettingsError(AutomationError):
     pass
 
@@ -38,29 +47,15 @@ class GitAuth(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: Literal["accessToken", "sshAuth", "basicAuth"]
-    secret: str
-
-    @field_validator("secret")
-    @classmethod
-    def _secret(cls, value: str) -> str:
-        if not _DNS_SUBDOMAIN.match(value):
-            raise ValueError(f"{value!r} is not a Secret name (a DNS subdomain)")
-        return value
+    secret: SecretName
 
 
 class CredentialFile(BaseModel):
     """A Secret in `namespace` whose key holds a credential file, mounted into every workspace (never read here)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    secret: str
+    secret: SecretName
     key: str = "credentials.json"
-
-    @field_validator("secret")
-    @classmethod
-    def _secret(cls, value: str) -> str:
-        if not _DNS_SUBDOMAIN.match(value):
-            raise ValueError(f"{value!r} is not a Secret name (a DNS subdomain)")
-        return value
 
     @field_validator("key")
     @classmethod
@@ -92,7 +87,7 @@ class OperatorSettings(BaseModel):
     fleet_dir: str = "fleet"
     namespace: str = "modelplane-stacks"
     image: str = PULUMI_IMAGE
-    secrets: tuple[str, ...] = ()  # Secrets in `namespace` whose keys become every workspace's environment
+    secrets: tuple[SecretName, ...] = ()  # Secrets in `namespace` whose keys become every workspace's environment
     credentials: Credentials = Credentials()  # credential files mounted into every workspace (GKE, Nebius)
     organization: str = "organization"
     kubeconfig: str | None = None  # the control-plane cluster's kubeconfig (default: $KUBECONFIG, ~/.kube/config)
@@ -107,14 +102,6 @@ class OperatorSettings(BaseModel):
             raise ValueError("must be a DNS label (lowercase letters, digits and '-')")
         if len(value) > 55:  # previews run in <namespace>-preview, a DNS label too
             raise ValueError("must be at most 55 characters (previews run in <namespace>-preview)")
-        return value
-
-    @field_validator("secrets")
-    @classmethod
-    def _secrets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            if not _DNS_SUBDOMAIN.match(name):
-                raise ValueError(f"{name!r} is not a Secret name (a DNS subdomain)")
         return value
 
     def export_options(self, fleet_name: str | None = None, resolve: Callable[[str, str], str] = pinned_commit
