@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, ClassVar, Iterator, Literal
+from typing import Annotated, Any, ClassVar, Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 GROUP = "modelplane.ai"
 API_VERSION = "modelplane.ai/v1alpha1"
@@ -29,6 +30,17 @@ SHAPE_V031, SHAPE_V05, SHAPE_BOTH = "v0.3.1", "v0.5", "both"
 
 SHAPE_KEY = "x-modelplane-shape"  # in the JSON Schema: the shape a model or field belongs to (fleet/json_schema.py)
 MIGRATE_HINT = "`modelplane migrate -f FILE` rewrites v0.3.1 gateways, services and endpoints in the v0.5 shape"
+
+
+def one_shape(value: Any, v031_keys: Iterable[str], v05_keys: Iterable[str], what: str) -> Any:
+    """A spec's keys of both shapes refused, naming each side's (`what`: "an InferenceGateway", "a ModelEndpoint")."""
+    if isinstance(value, dict):
+        old, new = [k for k in v031_keys if k in value], [k for k in v05_keys if k in value]
+        if old and new:
+            raise PydanticCustomError("shape", (
+                f"has {', '.join(old)} (the v0.3.1 shape) and {', '.join(new)} (the v0.5 shape): {what} is one or the "
+                f"other; {MIGRATE_HINT}"))
+    return value
 
 
 def shape_tag(shape: str) -> str:

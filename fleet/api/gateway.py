@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
-from pydantic_core import PydanticCustomError
 
-from fleet.api.common import (MIGRATE_HINT, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, Resource, Rule, SelectorLabels, Str, Strict,
+from fleet.api.common import (one_shape, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, Resource, Rule, SelectorLabels, Str, Strict,
                               shape_tag, unique)
 
 # Gateway API's Duration, which Envoy Gateway's policies use too: 1 to 4 groups of up to 5 digits and a unit.
@@ -204,13 +203,7 @@ class InferenceGateway(Resource):
     @field_validator("spec", mode="before")
     @classmethod
     def _one_shape(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            old, new = [k for k in V031_KEYS if k in value], [k for k in V05_KEYS if k in value]
-            if old and new:
-                raise PydanticCustomError("shape", (
-                    f"has {', '.join(old)} (the v0.3.1 shape) and {', '.join(new)} (the v0.5 shape): an "
-                    f"InferenceGateway is one or the other; {MIGRATE_HINT}"))
-        return value
+        return one_shape(value, V031_KEYS, V05_KEYS, "an InferenceGateway")
 
     @property
     def shape(self) -> str:

@@ -18,9 +18,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic.json_schema import JsonDict
-from pydantic_core import PydanticCustomError
 
-from fleet.api.common import (MIGRATE_HINT, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, RequiredMatchLabels, Resource, Rule,
+from fleet.api.common import (one_shape, SHAPE_KEY, SHAPE_V031, SHAPE_V05, Int, RequiredMatchLabels, Resource, Rule,
                               SelectorLabels, Str, Strict, secret_reference_rules, shape_tag, unique)
 
 # Gateway API's Duration, which the v0.5 XRDs' timeouts use: 1 to 4 groups of up to 5 digits and a unit.
@@ -167,13 +166,7 @@ class ModelEndpoint(Resource):
     @field_validator("spec", mode="before")
     @classmethod
     def _one_shape(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            old, new = [k for k in V031_ENDPOINT_KEYS if k in value], [k for k in V05_ENDPOINT_KEYS if k in value]
-            if old and new:
-                raise PydanticCustomError("shape", (
-                    f"has {', '.join(old)} (the v0.3.1 shape) and {', '.join(new)} (the v0.5 shape): a ModelEndpoint "
-                    f"is one or the other; {MIGRATE_HINT}"))
-        return value
+        return one_shape(value, V031_ENDPOINT_KEYS, V05_ENDPOINT_KEYS, "a ModelEndpoint")
 
     @property
     def shape(self) -> str:
