@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from automation.execution.kube import KubeError
 from automation.local import control_plane
@@ -113,19 +114,24 @@ def test_once_their_owner_hands_cert_manager_s_crds_to_the_release_up_applies_ev
                                                                          "llama-70b"))
 
 
-def test_a_second_operator_with_only_the_backend_reads_the_record_and_runs_nothing(local_fleet, tmp_path):
+def a_second_operator(local_fleet: Fleet, tmp_path) -> tuple[Fleet, Path]:
     """What a second operator has: a checkout of the repository (the fleet's files), the backend (here a copy of
     `<state>/backend`; a team shares one bucket), the passphrase, and the clusters' kubeconfigs where `up` finds
     an Existing cluster's (`<state>/kubeconfigs/<existing.secretRef.name>`). No other file of the first machine's
-    state folder, and a cache folder of their own."""
+    state folder, and a cache folder of their own. Returns their fleet and checkout."""
     checkout = tmp_path / "checkout"
     shutil.copytree(FLEET, checkout / "local-fleet")
     state = checkout / ".modelplane"
     shutil.copytree(local_fleet.state / "backend", state / "backend")
+    (state / "kubeconfigs").mkdir(parents=True)
     for cluster in CLUSTERS:
-        (state / "kubeconfigs").mkdir(parents=True, exist_ok=True)
         shutil.copy(local_fleet.state / "local" / cluster / "kubeconfig", state / "kubeconfigs" / f"{cluster}-kubeconfig")
-    other = Fleet(state, {**local_fleet.env, "MODELPLANE_CACHE_DIR": str(tmp_path / "their-cache")})
+    return Fleet(state, {**local_fleet.env, "MODELPLANE_CACHE_DIR": str(tmp_path / "their-cache")}), checkout
+
+
+def test_a_second_operator_with_only_the_backend_reads_the_record_and_runs_nothing(local_fleet, tmp_path):
+    """`a_second_operator`: the same record read, and nothing to run."""
+    other, checkout = a_second_operator(local_fleet, tmp_path)
     before = {stack: other.history(stack) for stack in STACKS}
     assert None not in before.values()
 
@@ -162,15 +168,8 @@ def test_a_stack_recorded_under_its_legacy_name_is_renamed_and_its_objects_kept(
     in place, creating and deleting nothing. A second operator's copy of the backend, so the module's record stays
     the first machine's."""
     stack = "model-ml-team.qwen3-8b"
-    checkout = tmp_path / "checkout"
-    shutil.copytree(FLEET, checkout / "local-fleet")
-    state = checkout / ".modelplane"
-    shutil.copytree(local_fleet.state / "backend", state / "backend")
-    for cluster in CLUSTERS:
-        (state / "kubeconfigs").mkdir(parents=True, exist_ok=True)
-        shutil.copy(local_fleet.state / "local" / cluster / "kubeconfig", state / "kubeconfigs" / f"{cluster}-kubeconfig")
-    other = Fleet(state, {**local_fleet.env, "MODELPLANE_CACHE_DIR": str(tmp_path / "their-cache")})
-    legacy = recorded_under_its_legacy_name(state, stack)
+    other, checkout = a_second_operator(local_fleet, tmp_path)
+    legacy = recorded_under_its_legacy_name(other.state, stack)
     assert other.history(stack) is None and other.history(legacy) is not None
     a = local_fleet.api("local-a")
     uids = {d["metadata"]["name"]: d["metadata"]["uid"] for d in a.list("apps/v1", "Deployment", "ml-team")
