@@ -18,10 +18,14 @@ Each row is `modelplane plan -f <fleet> -o json` in a fresh process, timed from 
   index missing   the index read on a backend an older modelplane wrote: every stack read, the index written
   index cold      the index present, no local cache: one listing per project and the index
   index warm      the index and the local cache: the listings only
+  s3 index cold   `index cold` from an S3 API (moto's server on loopback, the folder's objects and index uploaded):
+                  obstore's listing and get over HTTP (automation/record/bucket.py), no latency shim
+  s3 index warm   the same with the local cache
 Asserts nothing.
 
     nice -n 10 .venv/bin/python benchmarks/record_index.py                       # 2,000 x 500
     .venv/bin/python benchmarks/record_index.py --deployments 50 --clusters 20   # a quick look
+    .venv/bin/python benchmarks/record_index.py --rows "index cold" "s3 index cold" "s3 index warm"
 """
 
 from __future__ import annotations
@@ -80,13 +84,14 @@ def stacks_of(docs: list[dict]) -> dict[str, str]:
     return out
 
 
-def seed_index(backend: Path) -> None:
+def seed_index(backend: Path, url: str | None = None) -> None:
     """The index a previous read wrote, built from the listing and the outputs written (what `index missing`
-    writes, without reading every stack through the CLI first, which takes hours at 2,000 x 500 here)."""
+    writes, without reading every stack through the CLI first, which takes hours at 2,000 x 500 here); in the
+    store of `url` (the folder by default), with that store's stamps."""
     from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-    from automation.record.index import CheckpointFolder
+    from automation.record.index import checkpoint_store
 
-    store = CheckpointFolder.of(f"file://{backend}")
+    store = checkpoint_store(url or f"file://{backend}")
     assert store is not None
     wanted = {}
     for project in (*PROJECTS, LEGACY_PLATFORM_PROJECT):
@@ -131,6 +136,31 @@ def write_backend(folder: Path, stacks: dict[str, str], platform_kb: int, other_
         path.write_text(text)
         total += len(text)
     return total
+
+
+def s3_backend(backend: Path) -> tuple[str, object]:
+    """An S3 API on loopback holding the folder backend's objects (checkpoints, meta.yaml, the index), and the URL
+    the CLI and the record read open it with. Returns (url, server)."""
+    import urllib.request
+
+    import obstore
+    from moto.server import ThreadedMotoServer
+    from obstore.store import S3Store
+
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/fleet-state", method="PUT"))
+    store = S3Store("fleet-state", prefix="fleet", config={"endpoint": f"http://{host}:{port}", "region": "us-east-1"},
+                    client_options={"allow_http": True})
+    for path in backend.rglob("*"):
+        if path.is_file():
+            obstore.put(store, path.relative_to(backend).as_posix(), path.read_bytes())
+    return (f"s3://fleet-state/fleet?endpoint={host}:{port}&disableSSL=true&s3ForcePathStyle=true&region=us-east-1",
+            server)
 
 
 def seed_today_cache(work: Path, backend: Path, env: dict[str, str]) -> None:
@@ -192,11 +222,20 @@ def main() -> None:
               f"{size / 1e6:.0f} MB of checkpoints; bucket {args.latency * 1000:.0f} ms + "
               f"{args.bandwidth / 1e6:.0f} MB/s per request")
         child = CHILD.format(root=str(ROOT))
+        s3_url = None
         for row in args.rows:
-            work = folder / ("today" if row.startswith("today") else "index")
+            if row.startswith("s3") and s3_url is None:
+                os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
+                s3_url, _server = s3_backend(backend)
+                seed_index(backend, s3_url)  # the bucket's stamps (ETags), not the folder's
+                env.update(PULUMI_BACKEND_URL=s3_url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                           BENCH_LATENCY="0")
+                print("(the backend and its index uploaded to an S3 API on loopback)")
+            work = folder / ("today" if row.startswith("today") else "s3" if row.startswith("s3") else "index")
             work.mkdir(exist_ok=True)
             run_env = {**env, **({"BENCH_TODAY": "1"} if row.startswith("today") else {})}
             if row.endswith("cold") or row == "index missing":
+                (work / ".modelplane").mkdir(parents=True, exist_ok=True)
                 for name in ("record.json", "record.journal"):
                     (work / ".modelplane" / name).unlink(missing_ok=True)
             if row == "index missing":
@@ -215,7 +254,7 @@ def main() -> None:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             took = time.perf_counter() - start
             made = len(pulumi_double.calls(folder / "double")) - calls
-            said = [line for line in done.stderr.splitlines() if "read from" in line][-1:]
+            said = [line for line in done.stderr.splitlines() if "read from" in line or "error" in line][-1:]
             print(f"{row:<14} {took:7.1f} s  exit {done.returncode}  {made:5d} CLI calls  {' '.join(said)[:150]}",
                   flush=True)
             if done.returncode != 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-from automation.record.index import CheckpointFolder, Listed, entry as index_entry
+from automation.record.index import CheckpointStore, Listed, checkpoint_store, entry as index_entry
 from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
 from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
@@ -137,7 +137,7 @@ class PulumiRecord:
             if not (folder / ".pulumi").is_dir():  # the CLI makes it with the first stack: nothing is applied there
                 return Applied({}, f"the Pulumi backend {self.backend} (empty: nothing applied yet)")
         try:
-            store = CheckpointFolder.of(self.backend)
+            store = checkpoint_store(self.backend)
             if store is not None:
                 return self._read_indexed(store)
             if self.command is None:
@@ -149,7 +149,7 @@ class PulumiRecord:
                 raise AutomationError(str(why)) from None
             return self.cache.applied_from_cache(f"the local cache {self.cache.path} ({why})")
 
-    def _read_indexed(self, store: CheckpointFolder) -> Applied:
+    def _read_indexed(self, store: CheckpointStore) -> Applied:
         """The record from a listing of the checkpoints (no checkpoint read): each stack's outputs from the local
         cache or the fleet's index when either was read at the object version listed now, or this machine's own
         update's (its window holds the object's write); every other stack is read from its checkpoint, and the
@@ -189,7 +189,8 @@ class PulumiRecord:
             # `seen`, so another update counts as this one only if it ran whole between this one's end and the
             # automation API's reads right after it (as `UpdateWindow.holds` argues for the stamp)
             window = UpdateWindow.from_json(mine.get("window"))
-            if window is not None and listed.project in PROJECTS and window.start <= listed.written <= window.seen:
+            if window is not None and store.local_clock and listed.project in PROJECTS \
+                    and window.start <= listed.written <= window.seen:
                 fresh[name] = {**index_entry(listed, mine.get("lastUpdate") or history_time(window.end),
                                              mine.get("outputs") or {}), "window": mine["window"]}
                 continue

@@ -16,8 +16,10 @@ checkpoint is replaced by rename on every write (the CLI's blob store and the do
 and rename it), so the stamp (inode, size, mtime in ns) changes with every write; an S3-like store would use the
 object's ETag. Holds no secret: secret outputs are never read.
 
-Only a file:// backend in the project layout (`.pulumi/meta.yaml` version 1) has a store here; any other backend
-(s3://, gs://, azblob://, Pulumi Cloud, a pre-project folder) is read as before.
+A file:// backend in the project layout (`.pulumi/meta.yaml` version 1) is listed here; an s3://, gs:// or azblob://
+one in that layout by `automation/record/bucket.py` (an object's ETag, size, time and version are its stamp), when
+the environment holds its credentials; any other backend (Pulumi Cloud, a pre-project folder, a bucket whose
+credentials only the CLI finds) is read as before.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -49,9 +51,42 @@ class Listed:
         return f"{self.project}/{self.stack}"
 
 
+def layout_is_per_project(meta: str) -> bool:
+    """Does a backend's `.pulumi/meta.yaml` say `version: 1`, the layout with a folder per project? (Version 0 kept
+    every stack in one folder, and is read through the CLI.)"""
+    return any(line.split(":", 1)[0].strip() == "version" and line.split(":", 1)[1].strip() == "1"
+               for line in meta.splitlines() if ":" in line)
+
+
+class CheckpointStore(Protocol):
+    """Where the indexed read lists checkpoints and keeps the index: a folder (`CheckpointFolder`) or a bucket
+    (`automation/record/bucket.py`)."""
+
+    # Are the listing's times this machine's clock? Only then may a stack this machine just applied be known by
+    # when its checkpoint was written (a bucket's times are the server's, and a skew could take another's update)
+    local_clock: bool
+
+    def list(self, project: str) -> list[Listed]: ...
+
+    def get_index(self, fleet: str | None) -> dict[str, dict] | None: ...
+
+    def put_index(self, fleet: str | None, stacks: dict[str, dict]) -> None: ...
+
+
+def checkpoint_store(backend: str) -> CheckpointStore | None:
+    """The store of a backend in the project layout that the indexed read can list, else None (`stack ls`)."""
+    if backend.startswith("file://"):
+        return CheckpointFolder.of(backend)
+    from automation.record.bucket import BucketCheckpoints
+
+    return BucketCheckpoints.of(backend)
+
+
 class CheckpointFolder:
     """The three requests the indexed read makes of a file:// backend: list a project's checkpoints, get and put
     the fleet's index. `request` is called once per request (a benchmark's latency shim replaces it)."""
+
+    local_clock = True
 
     def __init__(self, root: Path):
         self.root = root
@@ -66,11 +101,7 @@ class CheckpointFolder:
             meta = (root / ".pulumi" / "meta.yaml").read_text()
         except OSError:
             return None
-        # `version: 1` is the layout with a folder per project; version 0 kept every stack in one folder
-        if not any(line.split(":", 1)[0].strip() == "version" and line.split(":", 1)[1].strip() == "1"
-                   for line in meta.splitlines() if ":" in line):
-            return None
-        return cls(root)
+        return cls(root) if layout_is_per_project(meta) else None
 
     def request(self) -> None:
         """One request to the store (nothing to wait for on a local folder)."""
@@ -109,12 +140,9 @@ class CheckpointFolder:
         it is of another format (an older or newer modelplane's): then every stack is read as before."""
         self.request()
         try:
-            data = orjson.loads(self._index_path(fleet).read_bytes())
-        except (OSError, ValueError):
+            return index_entries(self._index_path(fleet).read_bytes())
+        except OSError:
             return None
-        if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT or not isinstance(data.get("stacks"), dict):
-            return None
-        return {k: v for k, v in data["stacks"].items() if isinstance(v, dict)}
 
     def put_index(self, fleet: str | None, stacks: dict[str, dict]) -> None:
         """Replace the index in one write (a rename: a reader sees the old one or the new one, whole)."""
@@ -124,12 +152,26 @@ class CheckpointFolder:
         fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(orjson.dumps({"format": INDEX_FORMAT, "fleet": fleet, "stacks": stacks},
-                                     option=orjson.OPT_SORT_KEYS))
+                f.write(index_body(fleet, stacks))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def index_entries(raw: bytes | None) -> dict[str, dict] | None:
+    """An index's entries by key; None for none, or one of another format (an older or newer modelplane's)."""
+    try:
+        data = orjson.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT or not isinstance(data.get("stacks"), dict):
+        return None
+    return {k: v for k, v in data["stacks"].items() if isinstance(v, dict)}
+
+
+def index_body(fleet: str | None, stacks: dict[str, dict]) -> bytes:
+    return orjson.dumps({"format": INDEX_FORMAT, "fleet": fleet, "stacks": stacks}, option=orjson.OPT_SORT_KEYS)
 
 
 def entry(listed: Listed, last_update: str | None, outputs: dict[str, Any]) -> dict[str, Any]:
