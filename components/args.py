@@ -96,6 +96,9 @@ class ClusterArgs(Args):
     # Existing: who installs the add-ons (spec.cluster.existing.addons). Verify: the cluster's platform team; the
     # serving stack installs no CRD and no chart, and `up` first checks the cluster serves what is placed there
     addons: Literal["Install", "Verify"] = "Install"
+    # Existing: its LoadBalancer Services get an address (the modelplane.ai/load-balancer annotation), so its
+    # Gateway's is waited for; a provisioned cloud cluster's components know theirs
+    load_balancer: bool = False
 
     @property
     def verifies_addons(self) -> bool:
@@ -160,13 +163,27 @@ def host_extras(gateway: GatewayArgs | None, cluster: str, host: str | None) -> 
 HOSTABLE = ("GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo", "Existing")
 # Clouds whose LoadBalancer Services get an address by themselves; an Existing cluster needs MetalLB (or its own).
 LOAD_BALANCED = ("GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo")
+# An Existing cluster whose LoadBalancer Services do get an address (a cloud's controller, MetalLB or kube-vip its
+# platform team runs, the local fleet's simulated one) says so with this annotation set to "true": its Gateways'
+# addresses are then waited for, so the fleet gateway and `status` know them after the first `up`.
+LOAD_BALANCER_ANNOTATION = "modelplane.ai/load-balancer"
+
+
+def gives_load_balancer(ic: InferenceCluster) -> bool:
+    """Does the cluster give a LoadBalancer Service an address by itself (without an InferenceGateway's MetalLB)?"""
+    return ic.spec.cluster.source in LOAD_BALANCED or (
+        ic.spec.cluster.source == "Existing" and (ic.metadata.annotations or {}).get(LOAD_BALANCER_ANNOTATION) == "true")
+
+
+def load_balanced(fleet: Fleet) -> set[str]:
+    return {c.name for c in fleet.of("InferenceCluster") if gives_load_balancer(c)}
 
 
 def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None:
     """The InferenceCluster that hosts the fleet gateway: a v0.5 gateway's `spec.clusterName`, else the chosen one,
-    else the first by name whose cloud gives its LoadBalancer an address, else the first Existing one (whose gateway
-    gets an address only from the InferenceGateway's MetalLB pool: without one, its services stay `pending` in
-    `status`).
+    else the first by name that gives its LoadBalancer an address (a cloud's, or an Existing cluster annotated
+    `modelplane.ai/load-balancer: "true"`), else the first Existing one (whose gateway gets an address only from the
+    InferenceGateway's MetalLB pool: without one, its services stay `pending` in `status`).
 
     Raises ValueError when the chosen cluster is not in the fleet, cannot host it (a source this project neither
     provisions nor connects to), or is not the cluster a v0.5 gateway names.
@@ -189,7 +206,8 @@ def control_plane_cluster(fleet: Fleet, chosen: str | None = None) -> str | None
             raise ValueError(f"{chosen!r} is a {sources[chosen]} cluster, which this project does not provision: "
                              f"the fleet gateway needs a {', '.join(HOSTABLE)} cluster")
         return chosen
-    ranked = sorted((sources[name] not in LOAD_BALANCED, name) for name in sources if sources[name] in HOSTABLE)
+    balanced = load_balanced(fleet)
+    ranked = sorted((name not in balanced, name) for name in sources if sources[name] in HOSTABLE)
     return ranked[0][1] if ranked else None
 
 
@@ -264,6 +282,7 @@ def _cluster_args(ic: InferenceCluster, classes: dict[str, InferenceClass], stre
         labels=dict(ic.metadata.labels or {}), pools=pools,
         kubeconfig_secret=ic.existing_block.secretRef.name if source == "Existing" else None,
         addons=ic.existing_block.addons if source == "Existing" else "Install",
+        load_balancer=source == "Existing" and gives_load_balancer(ic),
         cache_storage_class=cache_storage_class(ic),
         stack=ic.spec.stack or "Standard",
         topology=[TopologyLevel.model_validate({"domain": d, "key": k}) for d, k in cluster_topology(ic, classes)],
@@ -300,14 +319,13 @@ def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
         return None
     envoy = ig.envoy
     metallb = spec.traefik.metallb if spec.traefik else envoy.metallb if envoy else None
-    sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     from workloads.aggregated_api import PREFIX
     from workloads.fleet_data_plane import front_door_objects
 
     return GatewayArgs(name=ig.name, backend=spec.backend,
                        traefik_version=spec.traefik.version if spec.traefik else "",
                        metallb_address_pool=metallb.addressPool if metallb else None,
-                       load_balancer=sources.get(host or "") in LOAD_BALANCED,
+                       load_balancer=host in load_balanced(fleet),
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
                        front_door=front_door_objects(envoy) if envoy else [],
                        tls_secret=envoy.tls.certificateSecretName if envoy and envoy.tls else None)
@@ -322,7 +340,6 @@ def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> Ga
 
     spec = ig.v05
     assert spec is not None
-    sources = {c.name: c.spec.cluster.source for c in fleet.of("InferenceCluster")}
     callers = caller_secrets(fleet, ig)
     # the certificates callers are served with, copied from the fleet's Secret manifests (one not given is refused
     # by workloads/render.py `v05_gateway_problems`)
@@ -330,7 +347,7 @@ def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> Ga
     refs = spec.tls.certificateRefs if spec.tls is not None else []
     certificates = {r.name: sorted(given[("modelplane-system", r.name)]) for r in refs
                     if ("modelplane-system", r.name) in given}
-    return GatewayArgs(name=ig.name, backend="Envoy", load_balancer=sources.get(host or "") in LOAD_BALANCED,
+    return GatewayArgs(name=ig.name, backend="Envoy", load_balancer=host in load_balanced(fleet),
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
                        front_door=caller_secret_objects(callers) + certificate_secret_objects(certificates)
                        + gateway_objects(spec, sorted(callers)),

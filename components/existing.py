@@ -69,6 +69,7 @@ class ExistingInferenceCluster(pulumi.ComponentResource):
         super().__init__(TYPE, name, None, opts)
         self.kubeconfig = pulumi.Output.secret(kubeconfig)
         self.cluster_identifier = args.name
-        # Storage classes are the admin's (existing.cache.storageClassName); no cloud load balancer is assumed.
-        self.facts = ClusterFacts(load_balancer=False)
+        # Storage classes are the admin's (existing.cache.storageClassName); a load balancer only when the admin
+        # says the cluster has one (components/args.py LOAD_BALANCER_ANNOTATION)
+        self.facts = ClusterFacts(load_balancer=args.load_balancer)
         self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})

@@ -635,7 +635,8 @@ def test_status_says_how_to_read_an_address_the_applied_gateway_did_not_have_yet
     assert main(["status", "-f", double.fleet()]) == 0
     out = capsys.readouterr().out
     assert ("service ml-team/qwen3-8b: pending (the gateway stack applied before its load balancer had an address: "
-            "`modelplane up --refresh --force gateway` reads it)") in out
+            "`modelplane up --refresh --force gateway` reads it (annotate an Existing cluster that has a load balancer "
+            "modelplane.ai/load-balancer: \"true\" and `up` waits for it))") in out
     from automation.cli.base import cli
 
     up = {o for p in cli.commands["up"].params for o in p.opts}

@@ -112,6 +112,38 @@ def test_without_any_load_balancer_the_serving_gateway_does_not_wait_for_an_addr
     assert annotations == {"pulumi.com/skipAwait": "true"}
 
 
+def test_an_existing_cluster_that_says_it_has_a_load_balancer_waits_for_its_gateways_address(tmp_path):
+    """The local fleet's clusters (and an adopted cloud cluster) give LoadBalancers an address: annotated, their
+    serving Gateway and the fleet gateway on them wait for it, so the fleet gateway's address is known after the
+    first `up` instead of staying empty until a refresh; unannotated, nothing waits, and the fingerprint is the one
+    it had before the annotation existed."""
+    text = (ROOT / "local-fleet" / "fleet.yaml").read_text()
+    assert text.count('modelplane.ai/load-balancer: "true"') == 2
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on" / "fleet.yaml").write_text(text)
+    (tmp_path / "off" / "fleet.yaml").write_text(text.replace('modelplane.ai/load-balancer: "true"',
+                                                              'modelplane.ai/load-balancer: "yes"'))
+    for folder in ("on", "off"):
+        (tmp_path / folder / "gateway.yaml").write_text((ROOT / "local-fleet" / "gateway.yaml").read_text())
+    waits = {}
+    fingerprints = {}
+    for folder in ("on", "off"):
+        fleet = load_fleet([str(tmp_path / folder)]).fleet
+        previews = {p.name: p for p in all_stacks(fleet)}
+        for stack in ("platform-local-a", "gateway"):
+            gateway = next(r for r in previews[stack].resources
+                           if r.type == "kubernetes:gateway.networking.k8s.io/v1:Gateway")
+            waits[folder, stack] = "pulumi.com/waitFor" in unwrap(gateway.inputs)["metadata"]["annotations"]
+        fingerprints[folder] = desired_state(fleet).specs["platform-local-a"].fingerprint
+    assert waits == {("on", "platform-local-a"): True, ("on", "gateway"): True,
+                     ("off", "platform-local-a"): False, ("off", "gateway"): False}  # only "true" says so
+    text_without = text.replace('    modelplane.ai/load-balancer: "true"\n', "")
+    (tmp_path / "off" / "fleet.yaml").write_text(text_without)
+    assert desired_state(load_fleet([str(tmp_path / "off")]).fleet).specs["platform-local-a"].fingerprint == \
+        fingerprints["off"] != fingerprints["on"]
+
+
 def test_control_plane_must_be_a_cluster_of_the_fleet(tmp_path, capsys):
     from automation.cli import main
 

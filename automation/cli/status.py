@@ -27,7 +27,8 @@ def _pending_gateway(applied: dict) -> str:
     its state is refreshed, and rerunning it alone reads the same empty output again."""
     if "gateway" in applied:
         return ("the gateway stack applied before its load balancer had an address: "
-                "`modelplane up --refresh --force gateway` reads it")
+                "`modelplane up --refresh --force gateway` reads it (annotate an Existing cluster that has a load "
+                "balancer modelplane.ai/load-balancer: \"true\" and `up` waits for it)")
     return "known once the gateway stack applied"
 
 

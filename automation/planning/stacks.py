@@ -94,7 +94,8 @@ class PlatformPayload:
 
     def fingerprinted(self) -> dict[str, Any]:
         # `dynamo` and `addons` only when set: a cluster that uses neither kept the fingerprint it had before them
-        cluster = self.cluster.model_dump(exclude={field for field, default in (("dynamo", False), ("addons", "Install"))
+        cluster = self.cluster.model_dump(exclude={field for field, default in (("dynamo", False), ("addons", "Install"),
+                                                                                 ("load_balancer", False))
                                                    if getattr(self.cluster, field) == default})
         return {"cluster": cluster, "versions": self.versions, "project": self.project,
                 **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
