@@ -24,6 +24,9 @@ from fleet.validate import LoadMemo, Loaded, load_fleet
 EXIT_INVALID = 1
 
 
+EXIT_USAGE = 2  # a usage error, or a ModelplaneError the command did not say itself (automation/cli/__init__.py)
+
+
 EXIT_INTERNAL = 3
 
 
