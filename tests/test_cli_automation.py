@@ -144,7 +144,8 @@ def test_forget_names_only_a_recorded_cluster_that_left_the_manifests(argv, says
 
 
 def test_the_command_that_forgets_a_cluster_is_the_run_s_own():
-    from automation.cli.applying import StackRun, forget_command
+    from automation.cli.forgetting import forget_command
+    from automation.cli.stack_options import StackRun
 
     run = StackRun("up", ("fleet dir", "models.yaml"), state="/srv/state", backend="s3://b/fleet", fleet_name="prod",
                    kubeconfig=("byo-eu=/k/eu",), prune=True)
