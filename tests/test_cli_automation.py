@@ -144,10 +144,29 @@ def test_forget_names_only_a_recorded_cluster_that_left_the_manifests(argv, says
 
 
 def test_the_command_that_forgets_a_cluster_is_the_run_s_own():
-    from automation.cli.applying import StackRun, forget_command
+    from automation.cli.forgetting import forget_command
+    from automation.cli.stack_options import StackRun
 
     run = StackRun("up", ("fleet dir", "models.yaml"), state="/srv/state", backend="s3://b/fleet", fleet_name="prod",
                    kubeconfig=("byo-eu=/k/eu",), prune=True)
     assert forget_command(run, ["byo-eu"]) == (
         "modelplane up -f 'fleet dir' -f models.yaml --prune --yes-destroy-clusters --state /srv/state --backend "
         "s3://b/fleet --fleet prod --kubeconfig byo-eu=/k/eu --forget byo-eu")
+
+
+def test_a_modelplane_error_no_command_said_is_its_one_line_and_exit_2_not_an_internal_error(capsys):
+    """main() maps a ModelplaneError that escapes a command once, as fleet/errors.py says: its line and the usage
+    exit code. It used to print "internal error ... (please report this)" with exit 3."""
+    from automation.cli.base import cli
+    from automation.portal.store import StoreError
+
+    @cli.command("raises-for-a-test")
+    def raises() -> None:
+        raise StoreError("the portal database at /nowhere cannot be opened")
+
+    try:
+        assert main(["raises-for-a-test"]) == 2
+    finally:
+        cli.commands.pop("raises-for-a-test")
+    err = capsys.readouterr().err
+    assert err == "error: the portal database at /nowhere cannot be opened\n"

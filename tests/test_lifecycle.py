@@ -573,6 +573,40 @@ def test_portal_runs_wait_while_the_cli_holds_the_state(double):
     assert double.recorded() == {}
 
 
+def test_a_portal_write_whose_secret_has_no_value_applies_no_stack_and_names_it(double):
+    """The portal's worker runs the CLI's preflight: a ModelCache whose authSecret has no value fails every run of
+    the batch before any stack applies, naming the Secret. It used to fail inside the cache stack's program with a
+    config key for a name, after the cluster's and the team's stacks had applied."""
+    from automation.portal.worker import Worker
+    from tests.manifests import cache, cluster, deployment, gpu_class
+    from tests.portal_server import ADMIN, API, ThreadServer
+
+    state = double.work / ".modelplane"
+    (state / "kubeconfigs").mkdir(parents=True)
+    (state / "kubeconfigs" / "c1-kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (double.root / "portal").mkdir(exist_ok=True)
+    weights = cache("weights", namespace="team-a")
+    weights["spec"]["huggingFace"]["authSecret"] = {"name": "hf-token"}
+    with ThreadServer(double.root / "portal", apply=True) as server:
+        worker = Worker(server.store, state)
+        with server.client(ADMIN) as admin:
+            assert admin.put(f"{API}/inferenceclasses/l4", json=gpu_class("l4", 1, "23034Mi")).status_code == 201
+            assert admin.put(f"{API}/inferenceclusters/c1", json=cluster("c1", pools=(("gpu", "l4", 4),))).status_code == 201
+            assert admin.put(f"{API}/namespaces/team-a/modelcaches/weights", json=weights).status_code == 201
+            assert admin.put(f"{API}/namespaces/team-a/modeldeployments/qwen",
+                             json=deployment("qwen", namespace="team-a", modelCacheRef={"name": "weights"})).status_code == 201
+            server.settle()
+            batch = worker.claim()
+            assert "cache-team-a.weights" in {r["stack"] for r in batch}
+            worker.execute(batch)
+            runs = admin.get("/runs").json()["items"]
+            assert runs and {r["status"] for r in runs} == {"failed"}
+            log = admin.get(f"/runs/{runs[0]['id']}").json()["log"]
+            assert "Secret team-a/hf-token key 'HF_TOKEN' has no value" in log, log
+    assert [c for c in double.calls() if _verb(c["argv"]) in ("up", "preview")] == []  # no stack ran
+    assert Backend(f"file://{state / 'backend'}").stacks() == []  # no stack in the backend, none applied
+
+
 def test_run_visibility_follows_the_parsed_namespace_not_a_split_on_dashes():
     """Team `ml` used to read `ml-team`'s runs (and `ml-team` none of its own): names were split on '-'."""
     from automation.portal.auth import Principal

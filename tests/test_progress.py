@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from automation.cli.applying import progress as _progress
+from automation.cli.progress import progress as _progress
 from automation.cli.progress import Bar
 
 

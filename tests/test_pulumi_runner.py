@@ -12,7 +12,8 @@ from pulumi import automation as auto
 from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import create_command_error
 
-from automation.execution.pulumi_runner import PulumiRunner, check_passphrase
+from automation.execution.prerequisites import check_passphrase
+from automation.execution.pulumi_runner import PulumiRunner
 from automation.execution.runner import CLIMissing
 from automation.planning.stacks import desired_state
 from fleet.scheduler import schedule
@@ -170,7 +171,7 @@ def test_pulumi_cloud_backends_need_no_passphrase(tmp_path, specs, monkeypatch):
 
 
 def test_existing_cluster_kubeconfig_reaches_the_program_as_a_path_never_on_argv(tmp_path, specs, monkeypatch):
-    from automation.execution.pulumi_runner import existing_kubeconfigs, missing_kubeconfigs
+    from automation.execution.prerequisites import existing_kubeconfigs, missing_kubeconfigs
 
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "pw")
     fleet, desired = specs

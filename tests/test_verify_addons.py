@@ -247,6 +247,7 @@ def test_verify_on_a_provisioned_cluster_is_refused_naming_file_object_and_field
 def test_the_portals_worker_runs_the_same_check_and_applies_nothing(tmp_path, monkeypatch):
     from automation.portal import worker as worker_module
     from automation.portal.store import Store
+    from automation.execution.executor import Executor
     from tests.test_orchestrator import FakeRunner, MemoryRecord
 
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
@@ -256,8 +257,7 @@ def test_the_portals_worker_runs_the_same_check_and_applies_nothing(tmp_path, mo
                 store.put(conn, doc["kind"], doc["metadata"].get("namespace") or "", doc, None)
         store.enqueue(conn, "model-ml-team.qwen3-coder", "up", "f1")
     runner = FakeRunner()
-    worker = worker_module.Worker(store, tmp_path, runner=lambda fleet, state: worker_module.Executor(
-        runner, MemoryRecord()))
+    worker = worker_module.Worker(store, tmp_path, runner=lambda fleet, state: Executor.ready(runner, MemoryRecord()))
     monkeypatch.setattr(session, "kubeconfig_reader", answering({("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")}))
     worker.execute(worker.claim())
     with store.read() as conn:

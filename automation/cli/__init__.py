@@ -17,7 +17,8 @@ import threading
 import click
 
 from automation.cli import local, manifests, operator, plans, portal, review, stacks, status  # noqa: F401  (each adds its commands)
-from automation.cli.base import EXIT_INTERNAL, EXIT_INVALID, cli
+from automation.cli.base import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, cli
+from fleet.errors import ModelplaneError
 
 
 EXAMPLES = {
@@ -80,6 +81,9 @@ def _main(argv: list[str] | None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except ModelplaneError as exc:  # raised on purpose, and not said by the command: its one line, as a usage error
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
     except Exception as exc:  # a bug of ours: one line, never a traceback
         click.echo(f"modelplane: internal error: {type(exc).__name__}: {exc} (please report this)", err=True)
         return EXIT_INTERNAL

@@ -24,6 +24,9 @@ from fleet.validate import LoadMemo, Loaded, load_fleet
 EXIT_INVALID = 1
 
 
+EXIT_USAGE = 2  # a usage error, or a ModelplaneError the command did not say itself (automation/cli/__init__.py)
+
+
 EXIT_INTERNAL = 3
 
 
@@ -272,9 +275,6 @@ def cli(ctx: click.Context) -> None:
         ON_COMMAND(ctx.invoked_subcommand)
 
 
-OPERATOR_PARALLEL = 64  # the operator executor's default --parallel: stacks handed over and watched at once
-
-
 def operator_client(settings_file: str, fleet_name: str | None):
     """The operator's settings, a client of the control-plane cluster and the export options, or exit 2."""
     from automation.execution.kube import KubeClient
@@ -291,27 +291,6 @@ def operator_client(settings_file: str, fleet_name: str | None):
         click.echo(f"error: --executor operator: {exc}", err=True)
         raise SystemExit(2) from None
     return settings, api, options
-
-
-def operator_executor(settings_file: str, fleet_name: str | None, force=(), unprotect: bool = False,
-                      paths: tuple[str, ...] | None = None):
-    """The operator executor's runner and its record (the cluster's Stacks), or exit 2 saying why not.
-
-    With `paths` (the fleet manifests a command planned from): exit 2 unless they are in a clean checkout of the
-    commit gitRef resolves to, since the operator's workspaces run that commit, not this tree."""
-    from automation.operator import git_source
-    from automation.operator.runner import OperatorRecord, OperatorRunner
-
-    settings, api, options = operator_client(settings_file, fleet_name)
-    for path in paths or ():
-        problem = ("the manifests come from stdin, which no commit holds" if path == "-"
-                   else git_source.local_tree_problem(options.git_ref, path, settings.repo_dir))
-        if problem:
-            click.echo(f"error: --executor operator: {problem}", err=True)
-            raise SystemExit(2)
-    runner = OperatorRunner(api, options, force=set(force), unprotect=unprotect, poll=settings.poll_seconds,
-                            timeout=settings.timeout_minutes * 60)
-    return runner, OperatorRecord(api, options)
 
 
 def gateway_host(fleet: Fleet, chosen: str | None) -> str | None:

@@ -6,11 +6,9 @@ import click
 
 from automation.cli.base import (
     EXIT_INVALID,
-    OPERATOR_PARALLEL,
     cli,
     executor_options,
     load,
-    operator_executor,
     paths_option,
 )
 
@@ -98,6 +96,7 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     from automation.portal.app import StartupError
     from automation.portal.app import serve as run_portal
     from automation.portal.auth import Tokens, TokensFileError
+    from automation.execution.capabilities import LOCAL, OPERATOR
     from automation.portal.worker import operator_runner
 
     try:  # checked before listening; read, not loaded, so that its warnings are said once, by the portal
@@ -111,13 +110,21 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     runner = None
     how = "plan only" if no_apply else "applying through Pulumi"
     if not no_apply and executor != "operator":
-        from automation.execution.pulumi_runner import cli_missing
+        from automation.execution.prerequisites import cli_missing
 
         if cli_missing():  # said before anyone writes, not discovered run by run
             how += ("; the Pulumi CLI is not installed, so runs wait queued until it is (install it, or serve "
                     "--no-apply to plan only)")
     if executor == "operator" and not no_apply:
-        operator_executor(operator_settings, None)  # the settings and the cluster are checked before listening
+        from automation.execution.executor import ExecutorOptions, open_executor
+        from automation.execution.runner import AutomationError
+        from fleet.validate import Fleet
+
+        try:  # the settings and the cluster are checked before listening
+            open_executor(ExecutorOptions("operator", operator_settings=operator_settings), Fleet())
+        except AutomationError as exc:
+            click.echo(f"error: --executor operator: {exc}", err=True)
+            raise SystemExit(2) from None
         runner = operator_runner(operator_settings)
         how = "applying through the Pulumi Kubernetes Operator"
     if tls_self_signed and (tls_cert or tls_key):
@@ -145,7 +152,7 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     try:
         run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
                    Path(state_dir), backend, announce=lambda: click.echo(banner), runner=runner,
-                   parallel=OPERATOR_PARALLEL if runner is not None else 2, tls=tls, front_proxy=front_proxy)
+                   parallel=(OPERATOR if runner is not None else LOCAL).default_parallel, tls=tls, front_proxy=front_proxy)
     except (StartupError, TokensFileError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

@@ -1,4 +1,5 @@
-"""A progress bar for long commands run by a person: `render --out`, `preview --offline`, `up`, `destroy`.
+"""A progress bar for long commands run by a person: `render --out`, `preview --offline`, `up`, `destroy`; and the
+progress of stacks as they run (`progress`: a line per stack event, or JSON lines).
 
 Shown on stderr only when stderr is a terminal and the output is not JSON, so logs, pipes and CI stay
 exactly as they were. rich draws it (a dependency already, for tables); it is transient, leaving only
@@ -7,8 +8,12 @@ the command's own lines behind.
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import IO, TYPE_CHECKING
+import threading
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+import click
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -58,3 +63,39 @@ class Bar:
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def progress(output: str, bar: Bar | None = None) -> Callable[[dict[str, Any]], None]:
+    """Progress for people (one line per stack event, and `bar` counting finished stacks on a terminal), or JSON
+    lines with -o json."""
+    lock = threading.Lock()
+
+    def echo(line: str, err: bool = False) -> None:
+        if bar is not None and bar.shown:
+            bar.print(line, err)
+        else:
+            click.echo(line, err=err)
+
+    def emit(event: dict[str, Any]) -> None:
+        with lock:
+            if output == "json":
+                click.echo(json.dumps(event, default=str))
+                return
+            kind = event.get("type")
+            if bar is not None and kind in ("succeeded", "failed", "cancelled", "skipped"):
+                bar.advance()
+            if kind == "resource":
+                echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
+            elif kind == "diagnostic":
+                echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
+            elif kind == "start":
+                echo(f"[{event['stack']}] {event['operation']} ...")
+            elif kind == "succeeded":
+                counts = (", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items()))
+                          or event.get("summary") or "no changes")
+                echo(f"[{event['stack']}] done: {counts}")
+            elif kind in ("failed", "cancelled"):
+                echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
+            elif kind == "skipped":
+                echo(f"[{event['stack']}] skipped: {event.get('reason')}", err=True)
+    return emit

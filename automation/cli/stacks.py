@@ -27,7 +27,8 @@ from automation.cli.base import (
     state_option,
     summarised_base,
 )
-from automation.cli.applying import StackRun, _kubeconfig_pairs, refuse_fleet_autoscaled, run_stacks, stack_settings
+from automation.cli.applying import refuse_fleet_autoscaled, run_stacks
+from automation.cli.stack_options import StackRun, kubeconfig_pairs, stack_settings
 
 
 def _apply_options(function):
@@ -171,10 +172,10 @@ def _needs(run: StackRun, fleet, desired, only) -> list[str]:
     """What the first real `up` of these stacks will need that is not here (the same check `up` makes first)."""
     from pathlib import Path
 
-    from automation.execution.pulumi_runner import missing_credentials
+    from automation.execution.prerequisites import missing_credentials
 
     names = sorted(only) if only is not None else list(desired.specs)
-    return missing_credentials(fleet, _kubeconfig_pairs(run.kubeconfig), Path(run.state), run.backend, names,
+    return missing_credentials(fleet, kubeconfig_pairs(run.kubeconfig), Path(run.state), run.backend, names,
                                {n: desired.specs[n] for n in names if n in desired.specs}, run.config)
 
 

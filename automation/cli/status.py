@@ -211,7 +211,7 @@ def _cannot_run(prepared, fleet, state: str) -> dict[str, tuple[list[str], list[
     from pathlib import Path
 
     from automation.execution.programs import missing_secrets
-    from automation.execution.pulumi_runner import existing_kubeconfigs, missing_kubeconfigs
+    from automation.execution.prerequisites import existing_kubeconfigs, missing_kubeconfigs
     from automation.execution.runner import AutomationError
     from automation.planning.needs import missing_projects
     from automation.planning.stacks import Change

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
@@ -26,9 +23,10 @@ from automation.execution.programs import program_for, stack_config
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
 from automation.record.backend import default_backend
 from automation.record.applied import RECORD_OUTPUT, UpdateWindow, utc_now
-from automation.execution.runner import INSTALL_HINT, AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
+from automation.execution.prerequisites import CLI_MISSING, cli_missing, is_pulumi_cloud
+from automation.execution.pulumi_command import interruptible_command
+from automation.execution.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
 from automation.local.toolchain import registered_provider_warning
-from automation.planning.secret_sources import kubeconfig_env, kubeconfig_files, replaced_kubeconfigs
 from automation.planning.stacks import PlatformPayload, StackSpec
 from fleet.stack_id import StackId, backend_name
 
@@ -45,70 +43,6 @@ DELETE_UNREACHABLE = "PULUMI_K8S_DELETE_UNREACHABLE"
 KUBERNETES_PROVIDER = "pulumi:providers:kubernetes"
 
 
-READS = (("stack", "output"), ("stack", "history"))  # what the SDK reads after an update, changing nothing
-
-
-def interruptible_command(auto: Any) -> Any:
-    """The automation API's PulumiCommand, able to interrupt the `pulumi` process of one stack.
-
-    On a DIY backend `pulumi cancel` only removes the stack's lock while the engine keeps going; the
-    clean stop is one SIGINT to the process itself (the engine finishes the steps in flight, writes its
-    state, and exits; a second SIGINT terminates it at once). The SDK keeps no handle on its process, so this
-    command starts it itself, in a process group of its own so that a terminal's Ctrl-C is not that second one.
-
-    One stack's operation is several processes (`stack select`, `config set-all`, `up`, then reads of what it
-    did): once the stack is interrupted, the command starts none of them again but those reads, so an interrupt
-    that falls between two of them still stops the stack. Whether a process starts is decided under the lock
-    `interrupt` takes, so no process of an interrupted stack starts unsignalled.
-    """
-
-    class InterruptibleCommand(auto.PulumiCommand):
-        def __init__(self) -> None:
-            super().__init__()
-            self._processes: dict[str, set[subprocess.Popen]] = {}
-            self._interrupted: set[str] = set()  # stacks that start no new operation (Ctrl-C came)
-            self._guard = threading.Lock()
-
-        def run(self, args, cwd, additional_env, on_output=None, on_error=None):
-            argv = list(args)
-            if "--non-interactive" not in argv:
-                argv.insert(0, "--non-interactive")
-            stack = argv[argv.index("--stack") + 1] if "--stack" in argv[:-1] else ""
-            env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
-            words = tuple(a for a in argv if not a.startswith("-"))[:2]
-            with self._guard:
-                if stack in self._interrupted and words not in READS:
-                    raise auto.errors.create_command_error(auto._cmd.CommandResult(
-                        stdout="", stderr=f"error: interrupted: `pulumi {' '.join(words)}` was not started", code=255))
-                # its own process group: a terminal's Ctrl-C reaches only modelplane, which sends the one SIGINT
-                # that makes the CLI cancel at a safe point; the terminal's as well was a second, and the CLI
-                # terminated at once, leaving the step in flight a pending operation (the real engine showed it)
-                process = subprocess.Popen([self.command, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, encoding="utf-8", process_group=0)
-                self._processes.setdefault(stack, set()).add(process)
-            try:
-                out, err = process.communicate()
-            finally:
-                with self._guard:
-                    self._processes[stack].discard(process)
-            for callback, text in ((on_output, out), (on_error, err)):
-                for line in text.splitlines() if callback else ():
-                    callback(line)
-            result = auto._cmd.CommandResult(stdout=out.rstrip("\n"), stderr=err.rstrip("\n"), code=process.returncode)
-            if process.returncode != 0:
-                raise auto.errors.create_command_error(result)
-            return result
-
-        def interrupt(self, stack: str) -> None:
-            with self._guard:
-                self._interrupted.add(stack)
-                running = list(self._processes.get(stack, ()))
-            for process in running:
-                process.send_signal(signal.SIGINT)
-
-    return InterruptibleCommand()
-
-
 def open_backend(backend: str, root: Path) -> None:
     """The CLI's DIY backend refuses a `file://` folder that does not exist (pulumi/pulumi#15841): the default one,
     under the state folder, is this project's to create; a folder the user named must be there already."""
@@ -120,93 +54,6 @@ def open_backend(backend: str, root: Path) -> None:
     elif not folder.is_dir():
         raise AutomationError(f"the backend folder {folder} does not exist: create it (mkdir -p {folder}) or give "
                               "another --backend")
-
-
-def is_pulumi_cloud(backend: str) -> bool:
-    """Pulumi Cloud (https://api.pulumi.com) or a self-hosted Pulumi service: an http(s) URL. Everything else
-    (file://, s3://, gs://, azblob://) is a DIY backend, whose secrets need a passphrase."""
-    return backend.startswith(("https://", "http://"))
-
-
-CLI_MISSING = f"the Pulumi CLI is not installed: {INSTALL_HINT}"
-
-
-def cli_missing() -> bool:
-    """No Pulumi CLI to run. Where none is on PATH, the real engine `make toolchain` built is put there first
-    (automation/local/toolchain.py `activate`): every road that runs stacks asks here."""
-    from automation.local.toolchain import ToolchainMissing, activate
-
-    try:
-        activate()
-    except ToolchainMissing as exc:
-        raise CLIMissing(str(exc)) from None
-    return shutil.which("pulumi") is None and not os.environ.get("PULUMI_HOME")
-
-
-PASSPHRASE_MISSING = ("set PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE): stack secrets "
-                      "(kubeconfigs, tokens) are encrypted with it")
-
-
-def passphrase_missing(backend: str) -> bool:
-    return not is_pulumi_cloud(backend) and not (os.environ.get("PULUMI_CONFIG_PASSPHRASE")
-                                                 or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE"))
-
-
-def check_passphrase(backend: str) -> None:
-    if passphrase_missing(backend):
-        raise CLIMissing(PASSPHRASE_MISSING)
-
-
-def missing_credentials(fleet: Fleet, given: dict[str, str], root: Path, backend: str | None, stacks: list[str],
-                        specs: Mapping[str, Any], config: Mapping[str, str] | None = None) -> list[str]:
-    """Everything a real run of `stacks` needs that is not here, one line each with where to give it (never a
-    value): the passphrase of a self-managed backend, Existing clusters' kubeconfigs, GKE clusters' projects (none
-    in the manifest or in `config`, the stack config given), Secrets' values. `specs`: the specs of the stacks
-    that create or update (their rendered objects name the Secrets)."""
-    from automation.execution.programs import missing_secrets
-    from automation.planning.needs import missing_projects
-
-    out = [PASSPHRASE_MISSING] if passphrase_missing(backend or default_backend(root)) else []
-    out += missing_kubeconfigs(fleet, existing_kubeconfigs(fleet, given, root), stacks, root)
-    out += missing_projects(fleet, [name for name in stacks if name in specs], config)
-    out += [line for spec in specs.values() for line in missing_secrets(spec, fleet)]
-    return out
-
-
-def existing_kubeconfigs(fleet: Fleet, given: dict[str, str], root: Path) -> dict[str, str]:
-    """The kubeconfig file of every Existing cluster: `--kubeconfig CLUSTER=PATH`, else $MODELPLANE_KUBECONFIG_<CLUSTER>,
-    else `<state dir>/kubeconfigs/<existing.secretRef.name>`, else the local fleet's (`modelplane local up`:
-    `<state dir>/local/<cluster>/kubeconfig`) (secret_sources.kubeconfig_files). Absolute paths;
-    missing ones are left out. Refused (AutomationError) where a Secret manifest gives one too: the program would
-    read the manifest's instead, unsaid. The CLI's runner and the portal's both ask here before they run."""
-    refused = replaced_kubeconfigs(fleet, given, root)
-    if refused:
-        raise AutomationError("; ".join(refused))
-    out = {}
-    for ic in fleet.of("InferenceCluster"):
-        if ic.spec.cluster.source != "Existing":
-            continue
-        candidates = [path for _, path in kubeconfig_files(ic, given, root)]
-        found = next((c for c in candidates if c and Path(c).expanduser().is_file()), None)
-        if found:
-            out[ic.name] = str(Path(found).expanduser().resolve())
-    return out
-
-
-def missing_kubeconfigs(fleet: Fleet, found: dict[str, str], stacks: list[str], root: Path) -> list[str]:
-    """One line per Existing cluster whose platform stack would run without a kubeconfig."""
-    from fleet.secrets import kubeconfig_ref
-
-    lines = []
-    for ic in fleet.of("InferenceCluster"):
-        ref = kubeconfig_ref(ic)
-        if ref is None or str(StackId.platform(ic.name)) not in stacks or ic.name in found or fleet.secrets.get(ref):
-            continue
-        lines.append(f"InferenceCluster/{ic.name} is Existing: give its kubeconfig with --kubeconfig {ic.name}=PATH, "
-                     f"${kubeconfig_env(ic.name)}=PATH, the file {root / 'kubeconfigs' / ic.existing_block.secretRef.name}, "
-                     f"the Secret: {fleet.secrets.where_to_put(ref)}, or start a local fleet for it: "
-                     "`modelplane local up` (docs/local-fleet.md)")
-    return lines
 
 
 def program_sources(spec: StackSpec) -> frozenset[str]:

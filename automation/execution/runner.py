@@ -11,7 +11,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol, runtime_checkable
 
 from automation.planning.stacks import StackSpec
 from automation.record.applied import UpdateWindow
@@ -112,6 +112,11 @@ class StackRunner(Protocol):
     def cancel(self, stack_name: str) -> None:
         """Ask a running operation on the stack to stop cleanly (Pulumi cancels at a safe point)."""
         ...
+
+
+@runtime_checkable
+class Migrating(StackRunner, Protocol):
+    """A runner whose executor migrates old stack names (automation/execution/executor.py `Capabilities.rename`)."""
 
     def rename(self, old: StackId, new: StackId) -> None:
         """Rename a stack in the backend (a migration of stack names); raises AutomationError on failure."""

@@ -217,7 +217,7 @@ def down(state: Path, purge: bool = False) -> list[str]:
 def env_lines(state: Path, tools: Toolchain) -> list[str]:
     """Shell lines that put the toolchain first on PATH and name the local clusters' kubeconfigs (as
     `minikube docker-env` prints them: `eval "$(modelplane local env)"`)."""
-    from automation.execution.pulumi_runner import kubeconfig_env
+    from automation.planning.secret_sources import kubeconfig_env
 
     local = LocalFleet.load(control_plane.local_folder(state))
     lines = [f"export PATH={shlex.quote(str(tools.folder))}:\"$PATH\""]

@@ -37,6 +37,7 @@ from automation.execution.kube import KubeAPI, KubeError, describe
 from automation.operator.export import (FINGERPRINT_ANNOTATION, KIND_LABEL, PLACEMENTS_ANNOTATION, STACK_ANNOTATION,
                                  ExportOptions, shared_objects, stack_objects)
 from automation.record.applied import Applied, AppliedStack, UpdateWindow, replica_from_dict
+from automation.execution.capabilities import OPERATOR
 from automation.execution.runner import AutomationError, EventSink, Operation, RunResult
 from automation.planning.stacks import StackSpec
 from fleet.stack_id import StackId, StackIdError
@@ -218,8 +219,7 @@ class OperatorRunner:
                 summary = ("would delete its Stack object; the operator then destroys what it created" if live
                            else "not on the operator: nothing to destroy")
                 return RunResult(stack.name, operation, True, summary=summary)
-            raise AutomationError(f"{operation}: not available with --executor operator (the operator refreshes a "
-                                  "stack when its Stack sets spec.refresh)")
+            raise AutomationError(f"{operation}: {OPERATOR.why['refresh']}")
         except AutomationError as exc:
             return RunResult(stack.name, operation, False, error=str(exc))
 
@@ -239,14 +239,6 @@ class OperatorRunner:
             if cancelled:
                 raise AutomationError("interrupted: not handed to the operator (nothing more of it was written)")
             return write()
-
-    def rename(self, old: StackId, new: StackId) -> None:
-        raise AutomationError(f"stack {old} is recorded under a legacy name: rename it to {new} with the local "
-                              "executor first (`modelplane up` without --executor operator)")
-
-    def move_project(self, stack: StackId, organization: str) -> None:
-        raise AutomationError(f"stack {stack} is in the old Pulumi project modelplane-platform: move it with the local "
-                              "executor first (`modelplane up` without --executor operator)")
 
     # ---- operations ----------------------------------------------------------------------------
 

@@ -11,9 +11,11 @@ The stacks run on this host's Pulumi engines (`pulumi_runner`), or on the Pulumi
 
 One road: the worker claims every queued run at once and applies them as one batch the way
 `modelplane up` does: the placements the portal shows (its reservations), the executor's record
-of what is applied (the Pulumi backend, or the operator's Stacks), the same pre-apply checks
-(invalid objects, missing secrets, the deployability check), the same Orchestrator (dependency
-waves, dependents of a failed stack skipped). It takes the state folder's lock for the batch:
+of what is applied (the Pulumi backend, or the operator's Stacks), opened by the same function
+(automation/execution/executor.py), the same preflight before any stack applies (automation/execution/preflight.py:
+invalid objects, changes the record refuses, the deployability and add-on checks, and what the executor needs here:
+kubeconfigs, Secrets' values, the passphrase), the same Orchestrator (dependency waves, dependents of a failed stack
+skipped). It takes the state folder's lock for the batch:
 while the CLI changes the fleet from that folder, the runs wait, queued. What it applied is what
 the record then says, and the database's `applied` key is only this portal's copy of it.
 """
@@ -26,7 +28,6 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -36,55 +37,37 @@ from sqlalchemy import select
 from automation.execution.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
 from automation.portal.store import Store, now, rfc3339, runs
-from automation.record.applied import RECORD_OUTPUT, Applied, Record, replica_from_dict
-from automation.execution.runner import AutomationError, CLIMissing, StackRunner
-from automation.execution.session import undeployable, unserved_addons
+from automation.record.applied import RECORD_OUTPUT, Applied, replica_from_dict
+from automation.execution.executor import Executor, ExecutorOptions, open_executor
+from automation.execution.preflight import preflight
+from automation.execution.runner import AutomationError, CLIMissing
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock
 from fleet.stack_id import StackId
-from fleet.validate import Fleet, gateway_transitions, stack_transitions
+from fleet.validate import Fleet
 
 log = logging.getLogger("modelplane.portal")
 
 
-@dataclass
-class Executor:
-    """What applies a batch, and the record it writes (read before planning, as `modelplane up` reads it)."""
-
-    runner: StackRunner
-    record: Record
-
-
-ExecutorFactory = Callable[[Fleet, Path], Executor]
+ExecutorFactory = Callable[[Fleet, Path], Executor]  # opens the executor of a batch (its runner made: CLIMissing)
 
 
 def pulumi_runner(backend: str | None = None, parallel: int = 2) -> ExecutorFactory:
-    """The real runner, on the shared state folder (its backend and workspaces), as `modelplane up` builds it."""
-    def build(fleet: Fleet, state_dir: Path) -> Executor:
-        from automation.record.backend import PulumiRecord
-        from automation.execution.pulumi_runner import PulumiRunner, check_passphrase, existing_kubeconfigs
-
-        runner = PulumiRunner(state_dir, fleet, backend=backend, parallel=parallel,
-                              kubeconfigs=existing_kubeconfigs(fleet, {}, state_dir))  # says so if the CLI is missing
-        check_passphrase(runner.backend)
-        return Executor(runner, PulumiRecord(state_dir, runner.backend, strict=True, command=runner.command))
-    return build
+    """The local executor, on the shared state folder (its backend and workspaces), as `modelplane up` opens it."""
+    return _opening(lambda state_dir: ExecutorOptions(state=state_dir, backend=backend, parallel=parallel))
 
 
 def operator_runner(settings_file: str | Path) -> ExecutorFactory:
     """The operator executor: each batch's stacks become Stack objects in the control-plane cluster, so the portal
     host holds no cloud credential. The client is made per batch (exec-plugin tokens expire)."""
-    def build(fleet: Fleet, state_dir: Path) -> Executor:
-        from automation.execution.kube import KubeClient
-        from automation.operator.runner import OperatorRecord, OperatorRunner, check_reachable
-        from automation.operator.settings import load_settings
+    return _opening(lambda state_dir: ExecutorOptions("operator", state=state_dir, operator_settings=settings_file))
 
-        settings = load_settings(settings_file)
-        options = settings.export_options()
-        api = KubeClient(settings.kubeconfig_path(), settings.context)
-        check_reachable(api, options)
-        runner = OperatorRunner(api, options, poll=settings.poll_seconds, timeout=settings.timeout_minutes * 60)
-        return Executor(runner, OperatorRecord(api, options))
+
+def _opening(options: Callable[[Path], ExecutorOptions]) -> ExecutorFactory:
+    def build(fleet: Fleet, state_dir: Path) -> Executor:
+        executor = open_executor(options(state_dir), fleet)
+        executor.runner()  # made now: without the Pulumi CLI (CLIMissing) the runs wait queued, before anything
+        return executor
     return build
 
 
@@ -238,14 +221,9 @@ class Worker(threading.Thread):
                 items.append(StackChange(spec.id, Change.update, tuple(spec.depends_on)))
             else:  # destroyed, or an `up` of a stack no longer wanted
                 items.append(StackChange(StackId.parse(run["stack"]), Change.delete))
-        # what `up` checks, by the same rules; in this process's own thread (it has threads of its own: never forks)
-        # an `up` against what the record refuses (InferenceCluster spec.stack, InferenceGateway spec.clusterName
-        # changed since it applied) runs nothing
-        transitions = [str(p) for p in [*stack_transitions(fleet, applied.serving_stacks()),
-                                        *gateway_transitions(fleet, applied.gateway_clusters())]] if any(
-            c.change != Change.delete for c in items) else []
-        problems = desired.problems or transitions or undeployable(fleet, specs, items, jobs=1) or (
-            unserved_addons(fleet, desired.needs, items, self.kubeconfigs(fleet)) if desired.needs else [])
+        # what `up` checks, by the same rules, before any stack applies; in this process's own thread (it has threads
+        # of its own: never forks)
+        problems = preflight(executor, fleet, desired, applied, items, "up", jobs=1).lines()
         if problems:
             return self._fail_all(batch, finished, "error: nothing was applied: " + "; ".join(problems[:5]))
         by_stack = {run["stack"]: run for run in batch}
@@ -265,7 +243,7 @@ class Worker(threading.Thread):
                     pending.clear()
                     last_flush[0] = time.monotonic()
 
-        report = Orchestrator(executor.runner, executor.record, on_event, self.parallel).execute("up", items, specs)
+        report = Orchestrator(executor.runner(), executor.record, on_event, self.parallel).execute("up", items, specs)
         for run_id, lines in pending.items():
             self._append(run_id, lines)
         for outcome in report.outcomes:
@@ -283,15 +261,6 @@ class Worker(threading.Thread):
             self.sync(executor.record.read())  # what the stacks wrote: the record is the truth, not our bookkeeping
         except AutomationError:
             pass  # the copy kept by _finish stands until the next batch reads it
-
-    def kubeconfigs(self, fleet: Fleet) -> dict[str, str]:
-        """The Existing clusters' kubeconfig files, where the runner finds them (its add-on check asks with them)."""
-        from automation.execution.pulumi_runner import existing_kubeconfigs
-
-        try:
-            return existing_kubeconfigs(fleet, {}, self.state_dir)
-        except AutomationError:  # a Secret manifest gives one too: the runner refused it already, and says why
-            return {}
 
     def _blocked(self, batch: list[dict[str, Any]], finished: set[int], why: str) -> None:
         with self.store.write() as conn:

@@ -70,7 +70,7 @@ def no_ambient_sources(monkeypatch):
 def test_the_runner_refuses_a_secret_manifest_replacing_the_kubeconfig_it_is_given(tmp_path, monkeypatch, capsys,
                                                                                     no_ambient_sources, given):
     """The program reads the fleet's secret store before the kubeconfig file it is given: a manifest would win."""
-    from automation.execution.pulumi_runner import existing_kubeconfigs
+    from automation.execution.prerequisites import existing_kubeconfigs
     from automation.execution.runner import AutomationError
     from fleet.validate import load_fleet
 
