@@ -89,7 +89,7 @@ def seed_index(backend: Path, url: str | None = None) -> None:
     writes, without reading every stack through the CLI first, which takes hours at 2,000 x 500 here); in the
     store of `url` (the folder by default), with that store's stamps."""
     from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-    from automation.record.index import checkpoint_store
+    from automation.record.backend import checkpoint_store
 
     store = checkpoint_store(url or f"file://{backend}")
     assert store is not None

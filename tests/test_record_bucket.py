@@ -20,7 +20,7 @@ import pytest
 from automation.record import bucket
 from automation.record.backend import PulumiRecord
 from automation.record.bucket import BucketCheckpoints
-from automation.record.index import checkpoint_store
+from automation.record.backend import checkpoint_store
 from tests.test_cli_contract import real_cli
 
 BUCKET = "fleet-state"

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
-from automation.record.index import CheckpointStore, Listed, checkpoint_store, entry as index_entry
+from automation.record.bucket import BucketCheckpoints
+from automation.record.index import CheckpointFolder, CheckpointStore, Listed, entry as index_entry
 from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
 from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
@@ -31,6 +32,14 @@ HISTORY_PAGE = 10  # history entries read at once when a stack's newest entry is
 def default_backend(root: Path) -> str:
     """PULUMI_BACKEND_URL, else a folder backend under the state folder."""
     return os.environ.get("PULUMI_BACKEND_URL") or f"file://{(Path(root) / 'backend').resolve()}"
+
+
+def checkpoint_store(backend: str) -> CheckpointStore | None:
+    """The store of a backend in the project layout that the indexed read can list (a folder, a bucket), else None:
+    read through `stack ls`."""
+    if backend.startswith("file://"):
+        return CheckpointFolder.of(backend)
+    return BucketCheckpoints.of(backend)
 
 
 def history_time(moment: datetime) -> str:

@@ -73,15 +73,6 @@ class CheckpointStore(Protocol):
     def put_index(self, fleet: str | None, stacks: dict[str, dict]) -> None: ...
 
 
-def checkpoint_store(backend: str) -> CheckpointStore | None:
-    """The store of a backend in the project layout that the indexed read can list, else None (`stack ls`)."""
-    if backend.startswith("file://"):
-        return CheckpointFolder.of(backend)
-    from automation.record.bucket import BucketCheckpoints
-
-    return BucketCheckpoints.of(backend)
-
-
 class CheckpointFolder:
     """The three requests the indexed read makes of a file:// backend: list a project's checkpoints, get and put
     the fleet's index. `request` is called once per request (a benchmark's latency shim replaces it)."""
