@@ -268,6 +268,7 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
 
 def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
     """Bookkeeping only (nothing is deployed): given a successful platform result, its gatewayAddress is recorded."""
+    from automation.portal.state import APPLIED, CLUSTER_GATEWAYS
     from automation.portal.store import Store
     from automation.portal.worker import Worker
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
@@ -277,8 +278,8 @@ def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
     [run] = worker.claim()
     worker._finish(run, True, "up succeeded", "f1", {"gatewayAddress": "34.1.2.3"})
     with store.read() as conn:
-        assert json.loads(store.get_state(conn, "clusterGateways")) == {"c1": "34.1.2.3"}
-        assert json.loads(store.get_state(conn, "applied")) == {"platform-c1": "f1"}
+        assert CLUSTER_GATEWAYS.get(conn) == {"c1": "34.1.2.3"}
+        assert APPLIED.get(conn) == {"platform-c1": "f1"}
         assert store.list_runs(conn)[0]["status"] == "succeeded"
 
 

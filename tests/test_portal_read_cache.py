@@ -445,6 +445,7 @@ def test_a_list_whose_writes_left_the_change_log_is_read_whole(portal, monkeypat
 def test_a_read_older_than_the_last_composition_reads_its_own_texts(portal):
     """Two threads compose one list: one whose read began before a write may find in memory the composition of one
     that began after it. Its texts are then newer than its snapshot: it reads its own, whole."""
+    from automation.portal.state import RESOURCE_VERSION
     from automation.portal.store import Store
 
     served = portal.app.state.portal
@@ -458,5 +459,5 @@ def test_a_read_older_than_the_last_composition_reads_its_own_texts(portal):
             with store.read() as new:
                 newer = {(ns, name): Item(text, {}, {}, None) for ns, name, text in
                          store.list_stored(new, "ModelDeployment", "team-a")}
-                version = int(store.get_state(new, "resourceVersion"))
+                version = RESOURCE_VERSION.get(new)
             assert served._stored(old, "ModelDeployment", "team-a", newer, version) == old_texts

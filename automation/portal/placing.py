@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from automation.portal.state import RESOURCE_VERSION
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import rendered_problems
 from fleet.api import KINDS, ModelDeployment, Resource
@@ -39,7 +40,7 @@ class Placed:
 
 class Placing:
     def __init__(self) -> None:
-        self._version: tuple[str, str] | None = None
+        self._version: tuple[int, int] | None = None  # (resourceVersion, ledger version) of what is held
         self._objects: dict[tuple[str, str, str], Resource] = {}
         self._stored: dict[tuple[str, str, str], str] = {}  # the resourceVersion each object was validated at
         self._ledger: FleetLedger | None = None
@@ -58,7 +59,7 @@ class Placing:
 
     def sync(self, store, conn) -> None:
         """Load the stored fleet and its reservations unless this process already holds them as stored."""
-        version = (store.get_state(conn, "resourceVersion") or "0", store.ledger_version(conn))
+        version = (RESOURCE_VERSION.get(conn), store.ledger_version(conn))
         if version == self._version and self._ledger is not None:
             return
         objects: dict[tuple[str, str, str], Resource] = {}
@@ -84,9 +85,9 @@ class Placing:
             self.forget()
             return
         self._hold((kind, namespace, name), body)
-        self._version = (store.get_state(conn, "resourceVersion") or "0", self._version[1])
+        self._version = (RESOURCE_VERSION.get(conn), self._version[1])
 
-    def reconciled(self, store, conn, before: str, changed: dict[str, list[dict]]) -> None:
+    def reconciled(self, store, conn, before: int, changed: dict[str, list[dict]]) -> None:
         """A full replan stored other reservations for `changed` deployments (ledger version `before` until then)."""
         if self._ledger is None or self._version is None or self._version[1] != before:
             self.forget()
@@ -112,9 +113,9 @@ class Placing:
             assert isinstance(md, ModelDeployment)
             placed = self._checked(md, self._ledger.place(md))
         reservations = [r.recorded().to_dict() for r in placed.plan.replicas]
-        version = store.get_state(conn, "resourceVersion") or "0"
+        version = RESOURCE_VERSION.get(conn)
         store.set_reservation(conn, key, json.dumps(reservations), json.dumps(plan_to_dict(placed.plan)), pending=True,
-                              version=int(version))
+                              version=version)
         self._version = (version, store.bump_ledger(conn))
         return placed
 

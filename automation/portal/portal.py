@@ -29,6 +29,7 @@ from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, exa
 from automation.portal.replanner import Replanner
 from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, commit, compute_for, parse_body,
                                       quota_problem)
+from automation.portal.state import APPLIED, APPLIED_DETAILS, EXECUTOR_PROBLEM, PROBLEMS, RESOURCE_VERSION, SNAPSHOT, SNAPSHOT_VERSION
 from automation.portal.store import Store
 from automation.portal.writes import WriteQueue
 from fleet import tenancy
@@ -103,7 +104,7 @@ class Portal:
         self.writes = WriteQueue()  # requests' writes take turns here, in arrival order (writes.py)
         # the snapshot's version and its parsed form (megabytes at fleet scale, read by every request); replaced
         # whole, so a thread reading it never sees half of an update
-        self._parsed: tuple[str, dict] = ("", {})
+        self._parsed: tuple[int, dict] = (0, {})
 
     # ---- who is asking -----------------------------------------------------------------------------------
 
@@ -130,10 +131,10 @@ class Portal:
 
     def parsed_snapshot(self, conn) -> dict:
         """The stored snapshot, parsed once per replan that stored it (its text is megabytes at fleet scale)."""
-        version = self.store.get_state(conn, "snapshotVersion") or ""
+        version = SNAPSHOT_VERSION.get(conn)
         last_version, last = self._parsed
         if version != last_version or not version:
-            last = loads(self.store.get_state(conn, "snapshot") or "{}")
+            last = loads(SNAPSHOT.text(conn))
             self._parsed = (version, last)
         return last
 
@@ -149,7 +150,7 @@ class Portal:
         store = self.store
         base = self.parsed_snapshot(conn)
         snap = self.pending.over(base, store, conn)
-        texts = (store.get_state(conn, "applied") or "{}", store.get_state(conn, "appliedDetails") or "{}")
+        texts = (APPLIED.text(conn), APPLIED_DETAILS.text(conn))
         applied, details = json.loads(texts[0]), json.loads(texts[1])
         latest: dict[str, dict] = {}
         for run in reversed(store.list_runs(conn, 1000)):
@@ -217,7 +218,7 @@ class Portal:
                 rows += [(listing.key(o), o, exact(o)) for o in conditions.composed(namespace, known[0], known[1])
                          if o["kind"] == kind]
             rows.sort(key=itemgetter(0))
-            version = self.store.get_state(conn, "resourceVersion") or "0"
+            version = str(RESOURCE_VERSION.get(conn))
         self.lists.items.remember(kind, namespace, stored, stamp, int(version))
         items = [item for _, item, _ in rows]
         body = list_body(listing.list_document(kind, items, version), [encoded for _, _, encoded in rows])
@@ -250,8 +251,8 @@ class Portal:
 
     def held_back(self, conn) -> list[str]:
         """What the last background replan found that a cluster would reject: while there is any, no run is queued."""
-        problems = json.loads(self.store.get_state(conn, "problems") or "[]")
-        executor = self.store.get_state(conn, "executorProblem")  # automation/portal/worker.py: runs cannot run
+        problems = PROBLEMS.get(conn)
+        executor = EXECUTOR_PROBLEM.get(conn)  # automation/portal/worker.py: runs cannot run
         return problems + ([f"runs wait queued: {executor}"] if executor else [])
 
     # ---- writes --------------------------------------------------------------------------------------------
@@ -495,7 +496,7 @@ class Portal:
                           sent_version) -> None:
         if kind == "ModelEndpoint" and existing is None and any(
                 ep.get("composed") and ep["namespace"] == namespace and ep["name"] == name
-                for ep in json.loads(self.store.get_state(conn, "snapshot") or "{}").get("endpoints", [])):
+                for ep in SNAPSHOT.get(conn).get("endpoints", [])):
             raise ApiError(409, "Conflict", f"ModelEndpoint {name!r} is composed for a replica of a ModelDeployment "
                                             "and is read-only; give yours another name")
         if sent_version is not None and (existing is None or existing["metadata"]["resourceVersion"] != str(sent_version)):

@@ -13,6 +13,8 @@ import json
 from dataclasses import replace
 
 from automation.planning.conditions import snapshot
+from automation.portal.state import (APPLIED, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS, RESOURCE_VERSION,
+                                     SNAPSHOT, SNAPSHOT_VERSION)
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import Known, KnownPlatform, changes, desired_state
 from fleet.api import KINDS, Resource
@@ -236,8 +238,8 @@ def replan(store, conn, apply: bool) -> None:
 
 
 def replan_inputs(store, conn, apply: bool, subject: tuple[str, str, str] | None = None) -> tuple:
-    return (store.list_texts(conn), store.reservations_text(conn), store.get_state(conn, "desired") or "{}",
-            store.get_state(conn, "applied") or "{}", apply, subject, store.get_state(conn, "clusterGateways") or "{}")
+    return (store.list_texts(conn), store.reservations_text(conn), DESIRED.text(conn), APPLIED.text(conn), apply, subject,
+            CLUSTER_GATEWAYS.text(conn))
 
 
 def compute_for(store, conn, apply: bool, compute=None, subject: tuple[str, str, str] | None = None) -> dict:
@@ -263,20 +265,19 @@ def commit(store, conn, result: dict, planned_at: int | None = None) -> dict[str
     changed.update({deployment: [] for deployment in gone if rows[deployment][0] != "[]"})
     if planned_at is not None and changed:
         return None
-    for key in ("plan", "snapshot"):
-        store.set_state(conn, key, result[key])
-    store.set_state(conn, "snapshotVersion", str(int(store.get_state(conn, "snapshotVersion") or "0") + 1))
-    store.set_state(conn, "desired", result["fingerprints"])
+    PLAN.set_text(conn, result["plan"])
+    SNAPSHOT.set_text(conn, result["snapshot"])
+    SNAPSHOT_VERSION.set(conn, SNAPSHOT_VERSION.get(conn) + 1)
+    DESIRED.set_text(conn, result["fingerprints"])
     store.store_planned(conn, {deployment: (replicas, part) for deployment, (replicas, part) in mine.items()
                                if rows.get(deployment) != (replicas, part)}, rows)
     for deployment in gone:
         store.delete_reservation(conn, deployment)
     store.settle_pending(conn, planned_at)
-    store.set_state(conn, "planned", str(planned_at if planned_at is not None else
-                                         int(store.get_state(conn, "resourceVersion") or "0")))
+    PLANNED.set(conn, planned_at if planned_at is not None else RESOURCE_VERSION.get(conn))
     if changed:
         store.bump_ledger(conn)
-    store.set_state(conn, "problems", json.dumps(result["problems"]))
+    PROBLEMS.set(conn, result["problems"])
     skipped = {model_stack(*key.split("/", 1)) for key in newer}  # planned again after their newer writes
     for stack, operation, fingerprint in result["runs"]:
         if stack not in skipped:

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from automation.portal.auth import Principal
 from automation.portal.portal import Portal
 from automation.portal.service import ApiError
+from automation.portal.state import RESOURCE_VERSION
 
 log = logging.getLogger("modelplane.portal")
 POLL = 0.25  # seconds between reads of the current resourceVersion (one read per process, whatever the watchers)
@@ -91,7 +92,7 @@ class Tail:
 
     def _read(self) -> int:
         with self.portal.store.read() as conn:
-            return int(self.portal.store.get_state(conn, "resourceVersion") or "0")
+            return RESOURCE_VERSION.get(conn)
 
 
 def tail_of(portal: Portal) -> Tail:
@@ -174,7 +175,7 @@ async def events(portal: Portal, who: Principal, kind: str, namespace: str | Non
 
     def initial() -> tuple[int, list[dict]]:
         with store.read() as conn:
-            current = int(store.get_state(conn, "resourceVersion") or "0")
+            current = RESOURCE_VERSION.get(conn)
             return current, portal.statuses(store.list(conn, kind, namespace), conn)
 
     def changed(after: int) -> tuple[int, int, list[tuple[str, dict]]]:

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from automation.portal.deps import Objects, Who
 from automation.portal.listing import answer_list, answer_object, list_query
 from automation.portal.service import API, ApiError
+from automation.portal.state import RESOURCE_VERSION
 
 router = APIRouter(prefix=API)
 
@@ -25,7 +26,7 @@ def list_replicas(namespace: str, request: Request, who: Who, portal: Objects):
     query = list_query(request)
     with portal.store.read() as conn:
         items = portal.composed_in(namespace, "ModelReplica", conn)
-        version = portal.store.get_state(conn, "resourceVersion") or "0"
+        version = str(RESOURCE_VERSION.get(conn))
     return answer_list(request, query, "ModelReplica", items, version)
 
 

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from automation.portal.deps import Objects, Who
 from automation.portal.overlay import overlaid
 from automation.portal.service import ApiError
+from automation.portal.state import PLAN
 
 MAX_RUN_ID = 2 ** 63 - 1
 router = APIRouter()
@@ -19,7 +20,7 @@ router = APIRouter()
 def get_plan(who: Who, portal: Objects):
     store = portal.store
     with store.read() as conn:
-        plan = overlaid(json.loads(store.get_state(conn, "plan") or '{"replicas": [], "unscheduled": []}'),
+        plan = overlaid(PLAN.get(conn),
                         {deployment: json.loads(part) for (deployment, _), part in store.pending_parts(conn, None).items()})
         problems = portal.held_back(conn)
     if who.admin:
