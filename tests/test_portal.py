@@ -425,13 +425,15 @@ def test_the_portal_turns_nagles_algorithm_off_on_its_connections():
 def test_a_problem_only_the_background_replan_finds_holds_back_runs_and_is_shown_to_admins(tmp_path):
     """A write's own model stack is checked in its request; what only the whole fleet shows is found by the
     background replan, after the write was accepted: nothing is applied, and admins are told why."""
+    from dataclasses import replace
+
     from automation.portal.service import compute_replan
     found: list[str] = []
 
     def replan_worker(*inputs):
         result = compute_replan(*inputs)
         if found:
-            result = {**result, "problems": result["problems"] + found, "runs": []}  # as compute_replan holds runs back
+            result = replace(result, problems=result.problems + found, runs=[])  # as compute_replan holds runs back
         return result
 
     with ThreadServer(tmp_path, apply=True, replan_worker=replan_worker) as server:

@@ -448,14 +448,14 @@ class Portal:
         store, placing = self.store, self.placing
         before = store.ledger_version(conn)
         result = compute_for(store, conn, self.apply, self.replan_worker, subject)
-        if result["problems"]:  # the change would make an object the cluster rejects: refuse it whole
+        if result.problems:  # the change would make an object the cluster rejects: refuse it whole
             raise ApiError(422, "Invalid", "the change renders invalid objects",
-                           [{"message": p} for p in result["problems"][:20]])
+                           [{"message": p} for p in result.problems[:20]])
         changed = commit(store, conn, result)
         placing.track(store, conn, kind, namespace, name, body)
         if changed:
             placing.reconciled(store, conn, before, changed)
-        return result["warnings"]
+        return result.warnings
 
     def _put(self, kind: str, namespace: str | None, name: str, build: Callable[[dict | None], dict],
              sent_version, manager: str, dry_run: bool, applied: bool) -> tuple[tuple, bool]:

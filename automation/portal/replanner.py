@@ -141,9 +141,9 @@ class Replanner:
                 return False  # the replan moves reservations that writes since may have relied on: plan again
             if changed:
                 self._placing.reconciled(store, conn, before, changed)
-        if result["problems"]:  # accepted writes whose fleet renders objects a cluster rejects: nothing is applied
+        if result.problems:  # accepted writes whose fleet renders objects a cluster rejects: nothing is applied
             log.warning("the fleet renders objects a cluster would reject; no stack run is queued: %s",
-                        "; ".join(result["problems"][:3]))
+                        "; ".join(result.problems[:3]))
         return True
 
     def _versions(self, conn) -> tuple[int, int]:
