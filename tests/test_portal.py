@@ -526,7 +526,7 @@ def test_without_the_pulumi_cli_runs_wait_queued_and_problems_say_why(tmp_path):
     /plan's problems say why once, and the worker tries again only after BLOCKED_RETRY."""
     from automation.execution.runner import CLIMissing
     from automation.portal import worker as worker_module
-    from automation.portal.portal import Portal
+    from automation.portal.reads import Reads
     from automation.portal.store import Store
 
     def no_cli(fleet, state_dir):
@@ -542,7 +542,7 @@ def test_without_the_pulumi_cli_runs_wait_queued_and_problems_say_why(tmp_path):
         worker.execute(worker.claim())
     with store.read() as conn:
         runs = store.list_runs(conn)
-        held = Portal(store, tokens=None, apply=True).held_back(conn)  # type: ignore[arg-type]
+        held = Reads(store).held_back(conn)
     assert {r["status"] for r in runs} == {"queued"}
     assert all(r["log"].count("waiting: the Pulumi CLI is not installed") == 1 for r in runs)
     assert held == ["runs wait queued: the Pulumi CLI is not installed: install it"]

@@ -43,7 +43,7 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
     app.state.replanner = portal.replanner
     if portal.replanner is not None:
         app.router.on_shutdown.append(portal.replanner.stop)
-    app.add_middleware(Guard, authenticate=portal.authenticate, limiter=limiter)
+    app.add_middleware(Guard, authenticate=portal.sessions.authenticate, limiter=limiter)
     if front_proxy is not None:  # added last, so it runs before the guard
         app.add_middleware(FrontProxy, ca_file=front_proxy.ca_file, allowed_names=front_proxy.allowed_names,
                            reviewer=front_proxy.reviewer or ClusterReviewer())

@@ -132,9 +132,9 @@ def still_allowed(portal: Portal, who: Principal, request: Request) -> Callable[
         if caller is not None and caller.how == "front-proxy":
             return True
         if headers.get("authorization", "").lower().startswith("bearer "):
-            now = portal.authenticate(headers, {})  # in memory, on the loop (deps.caller does the same)
+            now = portal.sessions.authenticate(headers, {})  # in memory, on the loop (deps.caller does the same)
         else:
-            now = await run_in_threadpool(portal.authenticate, headers, cookies)  # a session: a database read
+            now = await run_in_threadpool(portal.sessions.authenticate, headers, cookies)  # a session: a database read
         return now is not None and now.principal == who
 
     return check
@@ -176,14 +176,14 @@ async def events(portal: Portal, who: Principal, kind: str, namespace: str | Non
     def initial() -> tuple[int, list[dict]]:
         with store.read() as conn:
             current = RESOURCE_VERSION.get(conn)
-            return current, portal.statuses(store.list(conn, kind, namespace), conn)
+            return current, portal.reads.statuses(store.list(conn, kind, namespace), conn)
 
     def changed(after: int) -> tuple[int, int, list[tuple[str, dict]]]:
         with store.read() as conn:
             oldest, current, rows = store.changes_since(conn, after, kind, namespace,
                                                         among=None if who.admin else visible_namespace)
             rows = [r for r in rows if visible(r)]
-            bodies = portal.statuses([json.loads(r["body"]) for r in rows], conn) if rows else []
+            bodies = portal.reads.statuses([json.loads(r["body"]) for r in rows], conn) if rows else []
         return oldest, current, [(r["type"], b) for r, b in zip(rows, bodies)]
 
     if start is None:

@@ -25,7 +25,7 @@ def list_replicas(namespace: str, request: Request, who: Who, portal: Objects):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
     query = list_query(request)
     with portal.store.read() as conn:
-        items = portal.composed_in(namespace, "ModelReplica", conn)
+        items = portal.reads.composed_in(namespace, "ModelReplica", conn)
         version = str(RESOURCE_VERSION.get(conn))
     return answer_list(request, query, "ModelReplica", items, version)
 
@@ -34,7 +34,7 @@ def list_replicas(namespace: str, request: Request, who: Who, portal: Objects):
 def get_replica(namespace: str, name: str, request: Request, who: Who, portal: Objects):
     if who.can_see(namespace):
         with portal.store.read() as conn:
-            found = [o for o in portal.composed_in(namespace, "ModelReplica", conn) if o["metadata"]["name"] == name]
+            found = [o for o in portal.reads.composed_in(namespace, "ModelReplica", conn) if o["metadata"]["name"] == name]
         if found:
             return answer_object(request, found[0])
     raise ApiError(404, "NotFound", f"modelreplicas {name[:80]!r} not found")
@@ -54,7 +54,7 @@ def get_scale(namespace: str, name: str, who: Who, portal: Objects):
         body = portal.store.get(conn, "ModelDeployment", namespace, name)
         if body is None:
             raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
-        return JSONResponse(scale_of(portal.with_status(body, conn)))
+        return JSONResponse(scale_of(portal.reads.with_status(body, conn)))
 
 
 def scale_of(body: dict) -> dict:

@@ -41,7 +41,7 @@ async def list_namespaced(namespace: str, plural: str, request: Request, who: Wh
     query = list_query(request)  # a bad selector or continue token is a 400 before anything is read
     if watch.watching(request):
         return watch.respond(portal, who, kind, namespace, request, query.matches)
-    listed = await portal.listed(kind, namespace)
+    listed = await portal.reads.listed(kind, namespace)
     return answer_list(request, query, kind, listed.items, listed.version, listed, await _gzipped(request, query, listed))
 
 
@@ -53,12 +53,12 @@ def get_namespaced(namespace: str, plural: str, name: str, request: Request, who
     with portal.store.read() as conn:
         body = portal.store.get(conn, kind, namespace, name)
         if body is None and kind == "ModelEndpoint":
-            body = next((o for o in portal.composed_in(namespace, kind, conn) if o["metadata"]["name"] == name), None)
+            body = next((o for o in portal.reads.composed_in(namespace, kind, conn) if o["metadata"]["name"] == name), None)
             if body is not None:
                 return answer_object(request, body)
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-        return answer_object(request, portal.with_status(body, conn))
+        return answer_object(request, portal.reads.with_status(body, conn))
 
 
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ async def list_cluster(plural: str, request: Request, who: Who, portal: Objects)
     query = list_query(request)
     if watch.watching(request):
         return watch.respond(portal, who, kind, None, request, query.matches)
-    listed = await portal.listed(kind, None)
+    listed = await portal.reads.listed(kind, None)
     if served.namespaced and not who.admin:  # another caller's namespaces are not in its answer
         items = [o for o in listed.items if who.can_see(o["metadata"].get("namespace") or "")]
         return answer_list(request, query, kind, items, listed.version)
@@ -93,5 +93,5 @@ def get_cluster(plural: str, name: str, request: Request, who: Who, portal: Obje
         body = portal.store.get(conn, kind, "", name)
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-        return answer_object(request, portal.with_status(body, conn))
+        return answer_object(request, portal.reads.with_status(body, conn))
 

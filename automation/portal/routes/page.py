@@ -20,7 +20,8 @@ from automation.planning import conditions
 from automation.portal.auth import digest
 from automation.portal.deps import Objects, SignedIn, queued
 from automation.portal.guard import Caller
-from automation.portal.portal import COOKIE, Portal
+from automation.portal.portal import Portal
+from automation.portal.sessions import COOKIE
 from automation.portal.service import PLURALS, ApiError
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
@@ -84,7 +85,7 @@ def _banner(who: Caller | None, notice: str | None, flash: str | None, sig: str 
 @router.get("/", response_class=HTMLResponse)
 def page(request: Request, portal: Objects, message: str | None = None, flash: str | None = None,
          sig: str | None = None, bad: bool = False, page: int = 1, pools: int = 1):
-    who = portal.authenticate(request.headers, request.cookies)
+    who = portal.sessions.authenticate(request.headers, request.cookies)
     shown = _banner(who, message, flash, sig, bad)  # never the query's text as it came
     if who is None:
         form_token = secrets.token_urlsafe(32)
@@ -105,17 +106,17 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
     portal's URL, for the command that fills an empty fleet."""
     person, store = who.principal, portal.store
     with store.read() as conn:
-        plan, observed, gateways = portal.observation(conn)
+        plan, observed, gateways = portal.reads.observation(conn)
         gateway = conditions.gateway_address(plan, observed, gateways)
         clusters = store.list(conn, "InferenceCluster")
         classes = store.list(conn, "InferenceClass")
         visible = [o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])]
         rows = Paged(visible, page, "page", {"pools": pools})
-        deployments = portal.statuses(rows.items, conn)  # statuses of one page only: a fleet has thousands
-        services = portal.statuses([o for o in store.list(conn, "ModelService")
+        deployments = portal.reads.statuses(rows.items, conn)  # statuses of one page only: a fleet has thousands
+        services = portal.reads.statuses([o for o in store.list(conn, "ModelService")
                                     if person.can_see(o["metadata"]["namespace"])], conn)
-        run_rows = [r for r in store.list_runs(conn, 50) if portal.visible_stack(person, r["stack"])]
-        held = portal.held_back(conn) if person.admin else []  # they may name any team's objects
+        run_rows = [r for r in store.list_runs(conn, 50) if portal.sessions.visible_stack(person, r["stack"])]
+        held = portal.reads.held_back(conn) if person.admin else []  # they may name any team's objects
         quotas = _quotas(portal, person, store, conn)
     pool_rows = pool_capacity(clusters, classes, plan, observed)
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
@@ -181,7 +182,7 @@ async def ui_apply(request: Request, who: SignedIn, portal: Objects, manifest: s
                 raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
         for kind, _, namespace, name, raw, doc in objects:
             try:
-                await queued(portal, portal.put, kind, namespace, name, raw)
+                await queued(portal, portal.writes.put, kind, namespace, name, raw)
             except ApiError as exc:
                 raise _located(exc, doc, kind, name) from None
             accepted.append(f"{kind} {name}")
@@ -271,7 +272,7 @@ async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_le
             raise ApiError(400, "BadRequest", f"type the name {name!r} to confirm deleting {kind} {namespace}/{name}")
         if kind not in ("ModelDeployment", "ModelService") or not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not delete {kind} {namespace}/{name}")
-        await queued(portal, portal.delete, kind, namespace, name)
+        await queued(portal, portal.writes.delete, kind, namespace, name)
         message, bad = f"Deleted {kind} {namespace}/{name}", False
     except ApiError as exc:
         message, bad = exc.message, True
@@ -287,7 +288,7 @@ async def ui_scale(who: SignedIn, portal: Objects, namespace: str = Form(..., ma
     try:
         if not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not write in {namespace}")
-        await queued(portal, portal.scale, namespace, name, replicas, None)
+        await queued(portal, portal.writes.scale, namespace, name, replicas, None)
         message, bad = f"Scaled ModelDeployment {namespace}/{name} to {replicas} replica(s)", False
     except ApiError as exc:
         message, bad = exc.message, True

@@ -22,7 +22,7 @@ def get_plan(who: Who, portal: Objects):
     with store.read() as conn:
         plan = overlaid(PLAN.get(conn),
                         {deployment: json.loads(part) for (deployment, _), part in store.pending_parts(conn, None).items()})
-        problems = portal.held_back(conn)
+        problems = portal.reads.held_back(conn)
     if who.admin:
         plan["problems"] = problems  # why no stack is applied, when the background replan found objects to reject
     else:
@@ -34,7 +34,7 @@ def get_plan(who: Who, portal: Objects):
 @router.get("/runs")
 def list_runs(who: Who, portal: Objects):
     with portal.store.read() as conn:
-        return JSONResponse({"items": [r for r in portal.store.list_runs(conn) if portal.visible_stack(who, r["stack"])]})
+        return JSONResponse({"items": [r for r in portal.store.list_runs(conn) if portal.sessions.visible_stack(who, r["stack"])]})
 
 
 @router.get("/runs/{run_id}")
@@ -44,6 +44,6 @@ def get_run(run_id: str, who: Who, portal: Objects):
         raise ApiError(404, "NotFound", f"run {run_id[:40]} not found")
     with portal.store.read() as conn:
         run = portal.store.get_run(conn, number)
-    if run is None or not portal.visible_stack(who, run["stack"]):
+    if run is None or not portal.sessions.visible_stack(who, run["stack"]):
         raise ApiError(404, "NotFound", f"run {number} not found")
     return JSONResponse(run)

@@ -59,7 +59,7 @@ def checked_plural(plural: str, namespaced: bool) -> str:
 async def put_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, True)
     may_write(who, namespace, plural)
-    return respond(*await queued(portal, portal.put, kind, namespace, name, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.put, kind, namespace, name, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
@@ -67,7 +67,7 @@ async def put_namespaced(namespace: str, plural: str, name: str, request: Reques
 async def put_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
     kind = kind_of(plural, False)
     may_write(who, None, plural)
-    return respond(*await queued(portal, portal.put, kind, None, name, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.put, kind, None, name, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
@@ -77,7 +77,7 @@ async def put_cluster(plural: str, name: str, request: Request, who: Who, portal
 async def create_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
     kind = checked_plural(plural, True)
     may_write(who, namespace, plural)
-    return respond(*await queued(portal, portal.create, kind, namespace, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.create, kind, namespace, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
@@ -85,7 +85,7 @@ async def create_namespaced(namespace: str, plural: str, request: Request, who: 
 async def create_cluster(plural: str, request: Request, who: Who, portal: Objects):
     kind = checked_plural(plural, False)
     may_write(who, None, plural)
-    return respond(*await queued(portal, portal.create, kind, None, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.create, kind, None, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
@@ -94,7 +94,7 @@ async def create_cluster(plural: str, request: Request, who: Who, portal: Object
 async def _patch(portal, kind: str, namespace: str | None, name: str, request: Request) -> JSONResponse:
     media = request.headers.get("content-type", "")
     applying = media.split(";")[0].strip().lower() == "application/apply-patch+yaml"
-    return respond(*await queued(portal, portal.patch, kind, namespace, name, await request.body(), media,
+    return respond(*await queued(portal, portal.writes.patch, kind, namespace, name, await request.body(), media,
                                  manager(request, required=applying), force(request.query_params),
                                  dry_run(request.query_params)))
 
@@ -127,14 +127,14 @@ def _rescale(portal: Portal, namespace: str, name: str, raw: bytes, dry: bool) -
     if not isinstance(replicas, int) or isinstance(replicas, bool):
         raise ApiError(422, "Invalid", "spec.replicas must be an integer")
     # the change is made to the object as stored inside the write, never to a copy read before it
-    return JSONResponse(scale_of(portal.scale(namespace, name, replicas, meta.get("resourceVersion"), dry_run=dry)))
+    return JSONResponse(scale_of(portal.writes.scale(namespace, name, replicas, meta.get("resourceVersion"), dry_run=dry)))
 
 
 @router.patch("/namespaces/{namespace}/modeldeployments/{name}/scale")
 async def patch_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
     """`kubectl scale` sends a merge patch of the Scale: applied to the Scale as stored, inside the write."""
     may_write(who, namespace, "modeldeployments")
-    body = await queued(portal, portal.scale, namespace, name, None, None, await request.body(),
+    body = await queued(portal, portal.writes.scale, namespace, name, None, None, await request.body(),
                         request.headers.get("content-type", ""), manager(request) or "unknown",
                         dry_run(request.query_params))
     return JSONResponse(scale_of(body))
@@ -192,7 +192,7 @@ async def delete_namespaced(namespace: str, plural: str, name: str, request: Req
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
     may_write(who, namespace, plural)
     preconditions, dry = delete_options(await request.body(), request.query_params)
-    return await queued(portal, portal.delete, kind, namespace, name, preconditions, dry)
+    return await queued(portal, portal.writes.delete, kind, namespace, name, preconditions, dry)
 
 
 @router.delete("/{plural}/{name}")
@@ -200,4 +200,4 @@ async def delete_cluster(plural: str, name: str, request: Request, who: Who, por
     kind = checked_plural(plural, False)
     may_write(who, None, plural)
     preconditions, dry = delete_options(await request.body(), request.query_params)
-    return await queued(portal, portal.delete, kind, "", name, preconditions, dry)
+    return await queued(portal, portal.writes.delete, kind, "", name, preconditions, dry)
