@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Callable
 
+from sqlalchemy.engine import Connection
+
 from automation.portal.placing import Placing
 from automation.portal.service import commit, compute_for, compute_replan, replan_inputs
 from automation.portal.state import PLANNED, RESOURCE_VERSION
@@ -146,5 +148,5 @@ class Replanner:
                         "; ".join(result.problems[:3]))
         return True
 
-    def _versions(self, conn) -> tuple[int, int]:
+    def _versions(self, conn: Connection) -> tuple[int, int]:
         return RESOURCE_VERSION.get(conn), self._store.ledger_version(conn)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from automation.planning.conditions import snapshot
 from automation.portal.state import (APPLIED, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS, RESOURCE_VERSION,
                                      SNAPSHOT, SNAPSHOT_VERSION)
+from automation.portal.auth import Quota
 from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import Known, KnownPlatform, changes, desired_state
@@ -56,7 +57,7 @@ class ApiError(ModelplaneError):
         self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
         self.headers = headers
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ApiError], tuple[type[ApiError], tuple, dict]]:
         """Raised in the writer process and answered by the serving one (writer.py): pickled whole, subclasses too."""
         return _restored, (type(self), self.args, self.__dict__)
 
@@ -132,7 +133,7 @@ def quota_use(deployments: list[dict]) -> tuple[int, int]:
     return len(deployments), devices
 
 
-def quota_problem(store, conn, namespace: str, quota) -> str | None:
+def quota_problem(store: Store, conn: Connection, namespace: str, quota: Quota | None) -> str | None:
     """Why the namespace's stored ModelDeployments exceed its team's quota (checked inside the write), or None."""
     if quota is None:
         return None

@@ -4,7 +4,7 @@ writes are with the other write verbs, routes/verbs.py)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from automation.portal.deps import Objects, Who
 from automation.portal.listing import answer_list, answer_object, list_query
@@ -20,7 +20,7 @@ def read_only(plural: str) -> ApiError:
 
 
 @router.get("/namespaces/{namespace}/modelreplicas")
-def list_replicas(namespace: str, request: Request, who: Who, portal: Objects):
+def list_replicas(namespace: str, request: Request, who: Who, portal: Objects) -> Response:
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
     query = list_query(request)
@@ -31,7 +31,7 @@ def list_replicas(namespace: str, request: Request, who: Who, portal: Objects):
 
 
 @router.get("/namespaces/{namespace}/modelreplicas/{name}")
-def get_replica(namespace: str, name: str, request: Request, who: Who, portal: Objects):
+def get_replica(namespace: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     if who.can_see(namespace):
         with portal.store.read() as conn:
             found = [o for o in portal.reads.composed_in(namespace, "ModelReplica", conn) if o["metadata"]["name"] == name]
@@ -42,12 +42,12 @@ def get_replica(namespace: str, name: str, request: Request, who: Who, portal: O
 
 @router.api_route("/namespaces/{namespace}/modelreplicas/{name}", methods=["PUT", "PATCH", "DELETE", "POST"],
                   include_in_schema=False)
-def write_replica(namespace: str, name: str, who: Who):
+def write_replica(namespace: str, name: str, who: Who) -> Response:
     raise read_only("modelreplicas")
 
 
 @router.get("/namespaces/{namespace}/modeldeployments/{name}/scale")
-def get_scale(namespace: str, name: str, who: Who, portal: Objects):
+def get_scale(namespace: str, name: str, who: Who, portal: Objects) -> JSONResponse:
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"modeldeployments {name[:80]!r} not found")
     with portal.store.read() as conn:

@@ -15,15 +15,15 @@ from automation.portal.state import REVISION
 router = APIRouter(include_in_schema=False)
 
 
-@router.get("/healthz")
-async def healthz():
+@router.get("/healthz", response_model=None)
+async def healthz() -> dict:
     """The process answers (liveness): no database, no token, no worker thread (on the event loop: threads held by
     slow work, a cluster's authorization that does not answer, never make it look dead)."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
-def readyz(portal: Objects):
+@router.get("/readyz", response_model=None)
+def readyz(portal: Objects) -> dict:
     """The portal can serve (readiness): its tokens file loads (else every token is refused) and its database
     answers."""
     if isinstance(portal.tokens, TokensFile):
@@ -39,13 +39,13 @@ def readyz(portal: Objects):
 
 
 @router.get("/portal.css")
-def stylesheet():
+def stylesheet() -> Response:
     return Response((Path(__file__).parent.parent / "templates" / "portal.css").read_text(), media_type="text/css")
 
 
 @router.get("/docs")
 @router.get("/redoc")
-def no_interactive_docs():
+def no_interactive_docs() -> Response:
     """FastAPI's Swagger UI and ReDoc load their scripts from a CDN: not served (the portal's pages run no
     script, and its Content-Security-Policy allows none). The API is described by /openapi.json."""
     raise ApiError(404, "NotFound", "no interactive API docs here (they would load third-party scripts); "

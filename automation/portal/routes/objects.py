@@ -5,7 +5,7 @@ write verbs in routes/verbs.py."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from automation.portal import watch
@@ -34,7 +34,7 @@ def respond(body: dict, code: int, warnings: list[str]) -> JSONResponse:
 # ---- namespaced kinds -------------------------------------------------------------------------------------
 
 @router.get("/namespaces/{namespace}/{plural}")
-async def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
+async def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects) -> Response:
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
@@ -46,7 +46,7 @@ async def list_namespaced(namespace: str, plural: str, request: Request, who: Wh
 
 
 @router.get("/namespaces/{namespace}/{plural}/{name}")
-def get_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
+def get_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
@@ -64,7 +64,7 @@ def get_namespaced(namespace: str, plural: str, name: str, request: Request, who
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
 
 @router.get("/{plural}")
-async def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
+async def list_cluster(plural: str, request: Request, who: Who, portal: Objects) -> Response:
     """A cluster-scoped kind, or a namespaced one across the namespaces the caller may see (`kubectl get -A`)."""
     served = RESOURCES.get(plural)
     if served is None:
@@ -87,7 +87,7 @@ async def _gzipped(request: Request, query: ListQuery, listed: CachedList) -> by
 
 
 @router.get("/{plural}/{name}")
-def get_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
+def get_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = kind_of(plural, False)
     with portal.store.read() as conn:
         body = portal.store.get(conn, kind, "", name)

@@ -17,7 +17,7 @@ router = APIRouter()
 
 
 @router.get("/plan")
-def get_plan(who: Who, portal: Objects):
+def get_plan(who: Who, portal: Objects) -> JSONResponse:
     store = portal.store
     with store.read() as conn:
         plan = overlaid(PLAN.get(conn),
@@ -32,13 +32,13 @@ def get_plan(who: Who, portal: Objects):
 
 
 @router.get("/runs")
-def list_runs(who: Who, portal: Objects):
+def list_runs(who: Who, portal: Objects) -> JSONResponse:
     with portal.store.read() as conn:
         return JSONResponse({"items": [r for r in portal.store.list_runs(conn) if portal.sessions.visible_stack(who, r["stack"])]})
 
 
 @router.get("/runs/{run_id}")
-def get_run(run_id: str, who: Who, portal: Objects):
+def get_run(run_id: str, who: Who, portal: Objects) -> JSONResponse:
     number = int(run_id) if run_id.isdigit() and len(run_id) < 20 else 0
     if not 0 < number <= MAX_RUN_ID:  # not a run id at all: as unknown as one that was never issued
         raise ApiError(404, "NotFound", f"run {run_id[:40]} not found")
