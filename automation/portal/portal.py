@@ -2,8 +2,8 @@
 (`reads`), and the one way an object is written or deleted (`writes`: validated, stored, quota-checked, placed or
 replanned, in one transaction).
 
-One `Portal` per app (`create_app` builds it; `deps.portal` hands it to each route); its methods run on worker
-threads, never on the event loop.
+One `Portal` per app (`create_app` builds it; `deps.portal` hands it to each route). The database work of its parts
+runs on worker threads, never on the event loop.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ def kind_of(plural: str, namespaced: bool) -> str:
     if entry is None or entry[1] != namespaced:
         raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural[:100]})")
     return entry[0]
-
 
 
 class Portal:

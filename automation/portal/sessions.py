@@ -21,7 +21,6 @@ def stack_namespace(stack: str) -> str | None:
         return None
 
 
-
 class Sessions:
     def __init__(self, store: Store, tokens: Tokens | TokensFile) -> None:
         self.store, self.tokens = store, tokens

@@ -41,14 +41,12 @@ class Writer(Protocol):
     def call(self, verb: str, args: tuple, kwargs: dict) -> Any: ...
 
 
-
 def checked_names(namespace: str | None, name: str) -> None:
     """Names in a write's path are Kubernetes names (a 422, as the API server says it)."""
     if namespace is not None and not NAMESPACE.match(namespace):
         raise ApiError(422, "Invalid", f"namespace {namespace[:80]!r} is not a DNS-1123 label")
     if not NAME.match(name):
         raise ApiError(422, "Invalid", f"name {name[:80]!r} is not a DNS-1123 subdomain")
-
 
 
 def forwarded(verb: Callable[..., T]) -> Callable[..., T]:
@@ -61,7 +59,6 @@ def forwarded(verb: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
-
 class Writes:
     def __init__(self, store: Store, tokens: Tokens | TokensFile, apply: bool, reads: Reads,
                  replan_worker: Compute | None = None, writer: Writer | None = None) -> None:
@@ -72,7 +69,6 @@ class Writes:
         self.placing = Placing()
         # and the fleet is planned after it, in the background, where the writes run
         self.replanner = Replanner(store, apply, self.placing, replan_worker) if writer is None else None
-
 
     @forwarded
     def put(self, kind: str, namespace: str | None, name: str, raw: bytes, manager: str = "modelplane-portal",
