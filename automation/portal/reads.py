@@ -18,7 +18,7 @@ from automation.portal import listing
 from automation.portal.overlay import PendingOverlay
 from automation.portal.read_cache import CachedList, Item, ReadCache, Stamp, exact, list_body, loads, reuse
 from automation.portal.state import (APPLIED, APPLIED_DETAILS, EXECUTOR_PROBLEM, PROBLEMS, RESOURCE_VERSION,
-                                     SNAPSHOT_VERSION, SNAPSHOT)
+                                     SNAPSHOT, SNAPSHOT_VERSION)
 from automation.portal.store import Store
 
 PATCHED_CHANGES = 200  # writes since a list's last composition that are laid over its texts; beyond, it is read whole
@@ -44,12 +44,12 @@ class Reads:
             self._parsed = (version, last)
         return last
 
-    def observation(self, conn: Connection) -> tuple[dict, Observed, list[dict]]:
+    def observation(self, conn: Connection) -> Observation:
         """The last replan's snapshot (with the writes placed since), how its stacks stand (the record the worker
         copied, latest runs), the gateways."""
         return self._observed(conn)[0]
 
-    def _observed(self, conn: Connection) -> tuple[tuple[dict, Observed, list[dict]], Stamp]:
+    def _observed(self, conn: Connection) -> tuple[Observation, Stamp]:
         """`observation`, and what a status reads besides its object and its deployment's part of the plan: the
         stored snapshot it was laid over (compared by identity: parsed once per replan), the record and the runs,
         and the gateways."""
