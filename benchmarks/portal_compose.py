@@ -47,14 +47,14 @@ def main() -> None:
         app = create_app(store, TokensFile(write_tokens(folder, TOKENS)), False)
         portal = app.state.portal
         app.state.replanner._gather = 10_000.0  # no background replan while measuring: the writes stay pending
-        portal._listed_now("ModelDeployment", TEAM, None)
+        portal.reads._listed_now("ModelDeployment", TEAM, None)
         seconds = []
         for i in range(args.writes):
             body = copy.deepcopy(mine[i % len(mine)])
             body["spec"]["replicas"] = 1 + i % 5
-            portal.put("ModelDeployment", TEAM, body["metadata"]["name"], json.dumps(body).encode())
+            portal.writes.put("ModelDeployment", TEAM, body["metadata"]["name"], json.dumps(body).encode())
             started = time.thread_time()
-            portal._listed_now("ModelDeployment", TEAM, None)
+            portal.reads._listed_now("ModelDeployment", TEAM, None)
             seconds.append(time.thread_time() - started)
     counted = sorted(seconds[args.warm_up:])
     print(f"{args.generator} {args.deployments}x{args.clusters}: {TEAM}'s list of {len(mine)} deployments composed "

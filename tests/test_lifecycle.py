@@ -615,7 +615,7 @@ def test_run_visibility_follows_the_parsed_namespace_not_a_split_on_dashes():
     ml = Principal("ml", frozenset({"ml"}), False)
     ml_team = Principal("ml-team", frozenset({"ml-team"}), False)
     theirs = str(StackId.model("ml-team", "qwen"))
-    from automation.portal.portal import stack_namespace
+    from automation.portal.sessions import stack_namespace
 
     assert stack_namespace(theirs) == "ml-team" and stack_namespace(str(StackId.model("ml", "team-qwen"))) == "ml"
     assert ml_team.can_see(stack_namespace(theirs)) and not ml.can_see(stack_namespace(theirs))

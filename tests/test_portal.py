@@ -268,6 +268,7 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
 
 def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
     """Bookkeeping only (nothing is deployed): given a successful platform result, its gatewayAddress is recorded."""
+    from automation.portal.state import APPLIED, CLUSTER_GATEWAYS
     from automation.portal.store import Store
     from automation.portal.worker import Worker
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
@@ -277,8 +278,8 @@ def test_worker_records_cluster_gateways_from_platform_outputs(tmp_path):
     [run] = worker.claim()
     worker._finish(run, True, "up succeeded", "f1", {"gatewayAddress": "34.1.2.3"})
     with store.read() as conn:
-        assert json.loads(store.get_state(conn, "clusterGateways")) == {"c1": "34.1.2.3"}
-        assert json.loads(store.get_state(conn, "applied")) == {"platform-c1": "f1"}
+        assert CLUSTER_GATEWAYS.get(conn) == {"c1": "34.1.2.3"}
+        assert APPLIED.get(conn) == {"platform-c1": "f1"}
         assert store.list_runs(conn)[0]["status"] == "succeeded"
 
 
@@ -424,13 +425,15 @@ def test_the_portal_turns_nagles_algorithm_off_on_its_connections():
 def test_a_problem_only_the_background_replan_finds_holds_back_runs_and_is_shown_to_admins(tmp_path):
     """A write's own model stack is checked in its request; what only the whole fleet shows is found by the
     background replan, after the write was accepted: nothing is applied, and admins are told why."""
+    from dataclasses import replace
+
     from automation.portal.service import compute_replan
     found: list[str] = []
 
     def replan_worker(*inputs):
         result = compute_replan(*inputs)
         if found:
-            result = {**result, "problems": result["problems"] + found, "runs": []}  # as compute_replan holds runs back
+            result = replace(result, problems=result.problems + found, runs=[])  # as compute_replan holds runs back
         return result
 
     with ThreadServer(tmp_path, apply=True, replan_worker=replan_worker) as server:
@@ -523,7 +526,7 @@ def test_without_the_pulumi_cli_runs_wait_queued_and_problems_say_why(tmp_path):
     /plan's problems say why once, and the worker tries again only after BLOCKED_RETRY."""
     from automation.execution.runner import CLIMissing
     from automation.portal import worker as worker_module
-    from automation.portal.portal import Portal
+    from automation.portal.reads import Reads
     from automation.portal.store import Store
 
     def no_cli(fleet, state_dir):
@@ -539,7 +542,7 @@ def test_without_the_pulumi_cli_runs_wait_queued_and_problems_say_why(tmp_path):
         worker.execute(worker.claim())
     with store.read() as conn:
         runs = store.list_runs(conn)
-        held = Portal(store, tokens=None, apply=True).held_back(conn)  # type: ignore[arg-type]
+        held = Reads(store).held_back(conn)
     assert {r["status"] for r in runs} == {"queued"}
     assert all(r["log"].count("waiting: the Pulumi CLI is not installed") == 1 for r in runs)
     assert held == ["runs wait queued: the Pulumi CLI is not installed: install it"]

@@ -41,9 +41,9 @@ def replay(sequence: list[list[dict]], monkeypatch) -> None:
         monkeypatch.setattr(service, "WARM", service.Warm())
         fresh = service.compute_replan(bodies, placements, desired, applied, True)
         assert kept == fresh
-        placements = "[" + ",".join(rows[0][1:-1] for rows in kept["deployments"].values() if rows[0] != "[]") + "]"
-        desired = kept["fingerprints"]
-        applied = json.dumps({name: fp for name, _, fp in kept["runs"][::2]})  # half of the runs went through
+        placements = "[" + ",".join(rows[0][1:-1] for rows in kept.deployments.values() if rows[0] != "[]") + "]"
+        desired = kept.fingerprints_json
+        applied = json.dumps({name: fp for name, _, fp in kept.runs[::2]})  # half of the runs went through
 
 
 def test_a_sequence_of_writes_replans_as_from_nothing(monkeypatch):
@@ -87,8 +87,8 @@ def test_a_write_composes_only_the_deployment_it_changed(monkeypatch):
     platform: list[int] = []
     real_platform = stacks.platform_specs
     monkeypatch.setattr(stacks, "platform_specs", lambda *a, **k: platform.append(1) or real_platform(*a, **k))
-    placements = "[" + ",".join(rows[0][1:-1] for rows in first["deployments"].values() if rows[0] != "[]") + "]"
-    service.compute_replan(stored(changed), placements, first["fingerprints"], "{}", False)
+    placements = "[" + ",".join(rows[0][1:-1] for rows in first.deployments.values() if rows[0] != "[]") + "]"
+    service.compute_replan(stored(changed), placements, first.fingerprints_json, "{}", False)
     assert set(composed) == {target["metadata"]["name"]}
     assert platform == [], "a deployment's write computed the platform stacks again"
 

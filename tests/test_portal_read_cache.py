@@ -100,16 +100,16 @@ def test_readers_who_ask_at_once_share_one_composition(portal):
     portal.settle()  # the write's background replan commits a new revision: not between the reads counted below
     served = portal.app.state.portal
     composed = []
-    real = served._observed
+    real = served.reads._observed
 
     def counting(conn):
         composed.append(1)
         return real(conn)
 
-    served._observed = counting
+    served.reads._observed = counting
 
     async def many() -> list:
-        return await asyncio.gather(*(served.listed("ModelDeployment", "team-a") for _ in range(12)))
+        return await asyncio.gather(*(served.reads.listed("ModelDeployment", "team-a") for _ in range(12)))
 
     answers = asyncio.run(many())
     assert len(composed) == 1
@@ -176,14 +176,14 @@ def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(po
     served = portal.app.state.portal
     with portal.client(TEAM_A) as team:
         composed_once(portal, team)
-        before = dict(served.lists.items.of("ModelDeployment", "team-a")[0])
+        before = dict(served.reads.lists.items.of("ModelDeployment", "team-a")[0])
         put(team, "b", replicas=2)
         portal.settle()
         other = Store(f"sqlite:///{tmp_path / 'portal.db'}")
         with other.write() as conn:  # c's status moves (a run is queued for its stack); its stored text does not
             other.enqueue(conn, str(StackId.model("team-a", "c")), "up", "f1")
         kept = team.get(LIST).content
-        after = served.lists.items.of("ModelDeployment", "team-a")[0]
+        after = served.reads.lists.items.of("ModelDeployment", "team-a")[0]
         # kept: neither composed nor encoded again (the entry itself may be new: it notes the part's new objects)
         assert after[("team-a", "a")].item is before[("team-a", "a")].item
         assert after[("team-a", "a")].encoded is before[("team-a", "a")].encoded
@@ -192,9 +192,9 @@ def test_a_list_composed_again_after_writes_is_the_list_composed_from_nothing(po
         assert after[("team-a", "c")] is not before[("team-a", "c")]
         assert after[("team-a", "c")].body is before[("team-a", "c")].body  # not decoded again
         assert after[("team-a", "c")].item["status"]["stack"]["lastRun"]["status"] == "queued"
-        served.lists = ReadCache()  # nothing kept, nothing remembered
-        assert served._listed_now("ModelDeployment", "team-a", None).body == kept
-        assert json.loads(kept)["items"] == json.loads(served._listed_now("ModelDeployment", "team-a", None).body)["items"]
+        served.reads.lists = ReadCache()  # nothing kept, nothing remembered
+        assert served.reads._listed_now("ModelDeployment", "team-a", None).body == kept
+        assert json.loads(kept)["items"] == json.loads(served.reads._listed_now("ModelDeployment", "team-a", None).body)["items"]
 
 
 def test_the_items_spliced_into_a_list_are_what_encoding_the_whole_list_writes():
@@ -311,13 +311,13 @@ def test_after_a_write_only_the_written_objects_status_is_composed_again(portal)
     with portal.client(TEAM_A) as team:
         composed_once(portal, team)
         composed: list[str] = []
-        real = served.with_status
+        real = served.reads.with_status
 
         def counting(body, conn, known=None):
             composed.append(body["metadata"]["name"])
             return real(body, conn, known)
 
-        served.with_status = counting
+        served.reads.with_status = counting
         portal.replanner._gather = 5.0  # the write stays pending (placed, not yet replanned) while the list is read
         try:
             put(team, "b", replicas=2)
@@ -325,11 +325,11 @@ def test_after_a_write_only_the_written_objects_status_is_composed_again(portal)
             kept = team.get(LIST).content
             assert composed == ["b"]
             assert json.loads(kept)["items"][1]["status"]["replicas"]["placed"] == 2
-            served.with_status = real
-            served.lists = ReadCache()
-            assert served._listed_now("ModelDeployment", "team-a", None).body == kept
+            served.reads.with_status = real
+            served.reads.lists = ReadCache()
+            assert served.reads._listed_now("ModelDeployment", "team-a", None).body == kept
         finally:
-            served.with_status = real
+            served.reads.with_status = real
             portal.replanner._gather = GATHER
             portal.settle()
 
@@ -421,8 +421,8 @@ def test_a_list_after_writes_lays_the_logged_writes_over_its_last_texts(portal, 
         patched = team.get(LIST).content
         assert read_whole == []  # the texts came from the last composition and the log
         assert replicas(json.loads(patched)) == {"a": 2, "c": 1, "d": 1}
-        served.lists = ReadCache()  # nothing kept, nothing remembered: read whole
-        assert served._listed_now("ModelDeployment", "team-a", None).body == patched
+        served.reads.lists = ReadCache()  # nothing kept, nothing remembered: read whole
+        assert served.reads._listed_now("ModelDeployment", "team-a", None).body == patched
         assert len(read_whole) == 1
 
 
@@ -445,6 +445,7 @@ def test_a_list_whose_writes_left_the_change_log_is_read_whole(portal, monkeypat
 def test_a_read_older_than_the_last_composition_reads_its_own_texts(portal):
     """Two threads compose one list: one whose read began before a write may find in memory the composition of one
     that began after it. Its texts are then newer than its snapshot: it reads its own, whole."""
+    from automation.portal.state import RESOURCE_VERSION
     from automation.portal.store import Store
 
     served = portal.app.state.portal
@@ -458,5 +459,5 @@ def test_a_read_older_than_the_last_composition_reads_its_own_texts(portal):
             with store.read() as new:
                 newer = {(ns, name): Item(text, {}, {}, None) for ns, name, text in
                          store.list_stored(new, "ModelDeployment", "team-a")}
-                version = int(store.get_state(new, "resourceVersion"))
-            assert served._stored(old, "ModelDeployment", "team-a", newer, version) == old_texts
+                version = RESOURCE_VERSION.get(new)
+            assert served.reads._stored(old, "ModelDeployment", "team-a", newer, version) == old_texts

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from automation.portal.portal import already_exists
+from automation.portal.writing import already_exists
 from automation.portal.service import ApiError
 from tests.manifests import cluster, deployment, gpu_class
 from tests.portal_server import ADMIN, API, TEAM_A, free_port, running, start_process

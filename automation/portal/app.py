@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from fastapi import FastAPI
 
@@ -27,6 +28,11 @@ from automation.portal.store import Store
 from automation.portal.replan_worker import ReplanWorker, fewer_collections
 from automation.portal.writer import WriteWorker
 from fleet.errors import ModelplaneError
+
+if TYPE_CHECKING:
+    import socket
+
+    from automation.portal.worker import ExecutorFactory
 
 log = logging.getLogger("modelplane.portal")
 
@@ -43,7 +49,7 @@ def create_app(store: Store, tokens: Tokens | TokensFile, apply: bool = True,
     app.state.replanner = portal.replanner
     if portal.replanner is not None:
         app.router.on_shutdown.append(portal.replanner.stop)
-    app.add_middleware(Guard, authenticate=portal.authenticate, limiter=limiter)
+    app.add_middleware(Guard, authenticate=portal.sessions.authenticate, limiter=limiter)
     if front_proxy is not None:  # added last, so it runs before the guard
         app.add_middleware(FrontProxy, ca_file=front_proxy.ca_file, allowed_names=front_proxy.allowed_names,
                            reviewer=front_proxy.reviewer or ClusterReviewer())
@@ -58,7 +64,7 @@ class StartupError(ModelplaneError):
     """The portal cannot start for a reason the user fixes (a busy port, a bad database URL): one line, exit 2."""
 
 
-def listening_socket(host: str, port: int):
+def listening_socket(host: str, port: int) -> socket.socket:
     """Bind before anything else starts, so a busy port is a clear message, not a server log line."""
     import socket
 
@@ -91,7 +97,7 @@ SHUTDOWN_WAIT = 10  # seconds
 
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
           worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None,
-          announce=None, runner=None, parallel: int = 2, tls: tuple[Path, Path] | None = None,
+          announce: Callable[[], None] | None = None, runner: ExecutorFactory | None = None, parallel: int = 2, tls: tuple[Path, Path] | None = None,
           front_proxy: FrontProxySettings | None = None) -> None:
     """Run the portal; `announce()` is called once it listens (a banner that never precedes a startup error).
     `runner`: how accepted changes are applied (a worker RunnerFactory; default: Pulumi engines on this host).

@@ -208,7 +208,7 @@ def readable_by_others(path: str | Path) -> bool:
 class _NoAliasLoader(yaml.SafeLoader):
     """The tokens file needs no anchors or aliases; refusing them closes the alias-expansion attack."""
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "aliases are not allowed in the tokens file",

@@ -35,7 +35,7 @@ async def caller(request: Request) -> Caller:
     bearer token is looked up in memory, on the event loop; a session cookie is a database read, on a thread."""
     who = request.scope.get("state", {}).get("caller")
     if who is None:
-        authenticate, headers = portal(request).authenticate, request.headers
+        authenticate, headers = portal(request).sessions.authenticate, request.headers
         if headers.get("authorization", "").lower().startswith("bearer "):
             who = authenticate(headers, {})
         else:
@@ -66,5 +66,5 @@ def may_write(who: Principal, namespace: str | None, plural: str) -> None:
 async def queued(portal: Portal, write: Callable[..., T], *args: Any) -> T:
     """Run a write on a worker thread once it is its turn in the write queue (429 past its limits): the wait holds
     no thread, so reads keep theirs."""
-    async with portal.writes.turn():
+    async with portal.queue.turn():
         return await run_in_threadpool(write, *args)

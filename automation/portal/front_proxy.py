@@ -21,7 +21,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from automation.portal.auth import Principal
 from automation.portal.guard import Caller, status_body
@@ -88,7 +90,7 @@ class ClusterReviewer:
     REVIEW_TIMEOUT seconds to connect and to answer. `configuration`: another API server's (tests); default the
     pod's own."""
 
-    def __init__(self, configuration=None, timeout: float = REVIEW_TIMEOUT) -> None:
+    def __init__(self, configuration: Any = None, timeout: float = REVIEW_TIMEOUT) -> None:
         from kubernetes import client, config
 
         if configuration is None:
@@ -138,14 +140,14 @@ class FrontProxy:
     """ASGI middleware in front of the guard: a request from the front proxy becomes a `Caller` the guard and the
     routes take as it is (`state["caller"]`); any other request passes untouched (a bearer token or a session)."""
 
-    def __init__(self, app, ca_file: Path, allowed_names: tuple[str, ...], reviewer: AccessReviewer):
+    def __init__(self, app: ASGIApp, ca_file: Path, allowed_names: tuple[str, ...], reviewer: AccessReviewer) -> None:
         self.app, self.ca, self.allowed_names, self.reviewer = app, Path(ca_file).read_bytes(), allowed_names, reviewer
         # reviews run on threads of their own, at most MAX_REVIEWS at once: a cluster that does not answer holds
         # those and no more, never the threads that serve everything else (/healthz answers on the event loop)
         self._threads = ThreadPoolExecutor(MAX_REVIEWS, thread_name_prefix="access-review")
         self._slots = threading.BoundedSemaphore(MAX_REVIEWS)
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         state = scope.setdefault("state", {})
@@ -182,28 +184,28 @@ class FrontProxy:
         return await self.app(scope, receive, send)
 
 
-def _values(scope, name: bytes) -> list[str]:
+def _values(scope: Scope, name: bytes) -> list[str]:
     """Every non-empty value of a header, each one whole: the API server's request-header authenticator takes each
     `X-Remote-Group` value as one group (a group name may hold a comma; several groups are several headers)."""
     return [v.decode("latin-1").strip() for k, v in scope.get("headers", [])
             if k.lower() == name and v.strip()]
 
 
-async def _refuse(send, code: int, reason: str, message: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+async def _refuse(send: Send, code: int, reason: str, message: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = status_body(code, reason, message)
     await send({"type": "http.response.start", "status": code, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]})
     await send({"type": "http.response.body", "body": body})
 
 
-def peer_cert_protocol():
+def peer_cert_protocol() -> type:
     """uvicorn's h11 protocol with each connection's verified client certificate (DER) in every request's state:
     the ASGI scope has no TLS details of its own. `getpeercert` returns one only when the handshake verified it
     (ssl_cert_reqs=CERT_OPTIONAL with ssl_ca_certs, the request-header CA)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class PeerCertProtocol(H11Protocol):
-        def connection_made(self, transport) -> None:
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             ssl_object = transport.get_extra_info("ssl_object")
             der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from automation.portal.auth import Principal
 
@@ -74,12 +75,12 @@ def status_body(code: int, reason: str, message: str) -> bytes:
                        "reason": reason, "code": code}, separators=(",", ":")).encode()
 
 
-def own_origin(scope: dict, headers: Headers) -> str:
+def own_origin(scope: Scope, headers: Headers) -> str:
     scheme = scope.get("scheme", "http")
     return f"{scheme}://{headers.get('host', '')}".lower()
 
 
-def same_origin(scope: dict, headers: Headers) -> bool | None:
+def same_origin(scope: Scope, headers: Headers) -> bool | None:
     """True or False from Origin (else Referer); None when the request carries neither."""
     origin = headers.get("origin")
     if origin is None and headers.get("referer"):
@@ -91,16 +92,16 @@ def same_origin(scope: dict, headers: Headers) -> bool | None:
 
 
 class Guard:
-    def __init__(self, app, authenticate: Authenticate, limiter: SignInLimiter | None = None,
-                 max_body: int = MAX_BODY):
+    def __init__(self, app: ASGIApp, authenticate: Authenticate, limiter: SignInLimiter | None = None,
+                 max_body: int = MAX_BODY) -> None:
         self.app, self.authenticate, self.max_body = app, authenticate, max_body
         self.limiter = limiter or SignInLimiter()
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
 
-        async def send_with_headers(message):
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {name.lower() for name, _ in message.get("headers", [])}
                 message = {**message, "headers": [*message.get("headers", []),
@@ -131,7 +132,7 @@ class Guard:
                 break
         replayed = False
 
-        async def replay():
+        async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
@@ -140,7 +141,7 @@ class Guard:
 
         await self.app(scope, replay, send_with_headers)
 
-    async def _check(self, scope, headers: Headers) -> tuple[int, str, str, dict[str, str]] | None:
+    async def _check(self, scope: Scope, headers: Headers) -> tuple[int, str, str, dict[str, str]] | None:
         """Why an unsafe request is refused before its body is read, or None."""
         if same_origin(scope, headers) is False:
             return 403, "Forbidden", "cross-origin request refused (Origin or Referer is not this portal)", {}

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 
+from sqlalchemy.engine import Connection
+
 from automation.planning import conditions
+from automation.portal.store import Store
 SECTIONS = ("replicas", "unscheduled", "dropped")
 
 
@@ -52,7 +55,7 @@ class Overlay(dict):
         self[key] = merged
         return merged
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: object = None) -> object:
         return self[key] if key in SECTIONS else super().get(key, default)
 
 
@@ -64,7 +67,7 @@ class PendingOverlay:
         self._made: tuple[dict | None, tuple[int, int], dict] = (None, (0, 0), {})
         self._parts: dict[tuple[str, int], dict] = {}  # (deployment, version of its write) -> its part of the plan
 
-    def over(self, snap: dict, store, conn) -> dict:
+    def over(self, snap: dict, store: Store, conn: Connection) -> dict:
         marker = store.pending_marker(conn)  # one row, where the rows themselves cost a millisecond a read
         if marker[0] == 0:
             self._made, self._parts = (None, (0, 0), {}), {}  # an overlay kept would keep an old snapshot alive

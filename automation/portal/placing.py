@@ -15,6 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from sqlalchemy.engine import Connection
+
+from automation.portal.state import RESOURCE_VERSION
+from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import rendered_problems
 from fleet.api import KINDS, ModelDeployment, Resource
@@ -39,7 +43,7 @@ class Placed:
 
 class Placing:
     def __init__(self) -> None:
-        self._version: tuple[str, str] | None = None
+        self._version: tuple[int, int] | None = None  # (resourceVersion, ledger version) of what is held
         self._objects: dict[tuple[str, str, str], Resource] = {}
         self._stored: dict[tuple[str, str, str], str] = {}  # the resourceVersion each object was validated at
         self._ledger: FleetLedger | None = None
@@ -48,7 +52,7 @@ class Placing:
         self._platform_objects: list[Resource] | None = None
 
     @contextmanager
-    def write(self, store) -> Iterator:
+    def write(self, store: Store) -> Iterator[Connection]:
         """`store.write()`, taking back in memory whatever the transaction placed if it does not commit."""
         with store.write(on_rollback=self.undo) as conn:
             self._undo = None  # under the write lock: nothing of an earlier transaction is taken back
@@ -56,9 +60,9 @@ class Placing:
 
     # ---- in step with the database -------------------------------------------------------------------
 
-    def sync(self, store, conn) -> None:
+    def sync(self, store: Store, conn: Connection) -> None:
         """Load the stored fleet and its reservations unless this process already holds them as stored."""
-        version = (store.get_state(conn, "resourceVersion") or "0", store.ledger_version(conn))
+        version = (RESOURCE_VERSION.get(conn), store.ledger_version(conn))
         if version == self._version and self._ledger is not None:
             return
         objects: dict[tuple[str, str, str], Resource] = {}
@@ -78,15 +82,15 @@ class Placing:
         """The next write loads everything again (a change this process does not place: clusters, classes, caches)."""
         self._version, self._ledger, self._undo = None, None, None
 
-    def track(self, store, conn, kind: str, namespace: str, name: str, body: dict | None) -> None:
+    def track(self, store: Store, conn: Connection, kind: str, namespace: str, name: str, body: dict | None) -> None:
         """A stored change that does not move capacity (a ModelService, a ModelEndpoint): kept in step."""
         if kind in PLATFORM_KINDS or kind == "ModelDeployment" or self._version is None:
             self.forget()
             return
         self._hold((kind, namespace, name), body)
-        self._version = (store.get_state(conn, "resourceVersion") or "0", self._version[1])
+        self._version = (RESOURCE_VERSION.get(conn), self._version[1])
 
-    def reconciled(self, store, conn, before: str, changed: dict[str, list[dict]]) -> None:
+    def reconciled(self, store: Store, conn: Connection, before: int, changed: dict[str, list[dict]]) -> None:
         """A full replan stored other reservations for `changed` deployments (ledger version `before` until then)."""
         if self._ledger is None or self._version is None or self._version[1] != before:
             self.forget()
@@ -97,7 +101,7 @@ class Placing:
 
     # ---- a write ------------------------------------------------------------------------------------
 
-    def place(self, store, conn, namespace: str, name: str, body: dict | None) -> Placed:
+    def place(self, store: Store, conn: Connection, namespace: str, name: str, body: dict | None) -> Placed:
         """Place the stored (or, `body` None, deleted) deployment and write its row; call after `sync` and the
         object's own write, inside a transaction of `write` (which takes it back if the transaction fails)."""
         assert self._ledger is not None
@@ -112,9 +116,9 @@ class Placing:
             assert isinstance(md, ModelDeployment)
             placed = self._checked(md, self._ledger.place(md))
         reservations = [r.recorded().to_dict() for r in placed.plan.replicas]
-        version = store.get_state(conn, "resourceVersion") or "0"
+        version = RESOURCE_VERSION.get(conn)
         store.set_reservation(conn, key, json.dumps(reservations), json.dumps(plan_to_dict(placed.plan)), pending=True,
-                              version=int(version))
+                              version=version)
         self._version = (version, store.bump_ledger(conn))
         return placed
 

@@ -63,7 +63,7 @@ class CachedList:
             return self._gzipped
 
 
-def encode(document) -> bytes:
+def encode(document: object) -> bytes:
     """JSON as the API answers it. orjson: the same document as json.dumps, several times faster; it writes
     non-ASCII text as UTF-8, as Starlette's JSONResponse does."""
     try:
@@ -138,7 +138,7 @@ def same_objects(a: Any, b: Any) -> bool:
                       and all(x is y for x, y in zip(a, b)))
 
 
-def exact(value) -> bytes | None:
+def exact(value: object) -> bytes | None:
     """`value` as orjson writes it, or None when it cannot (an integer beyond 64 bits): then never equal."""
     try:
         return orjson.dumps(value)

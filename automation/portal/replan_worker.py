@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from automation.portal.service import ReplanResult
 
 log = logging.getLogger("modelplane.portal")
 
@@ -14,7 +18,7 @@ class ReplanWorker:
     would hold the interpreter lock that reads need (measured: reads 2x slower under 4 writers without it).
     A worker that dies is replaced, and that one replan runs in the calling thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -23,7 +27,7 @@ class ReplanWorker:
         self._pool = self._new()
         self._pool.submit(int)  # start the process (and its imports) now, not on the first write
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs: Any) -> ReplanResult:
         from concurrent.futures.process import BrokenProcessPool
 
         from automation.portal.service import compute_replan

@@ -21,8 +21,11 @@ import threading
 import time
 from typing import Callable
 
+from sqlalchemy.engine import Connection
+
 from automation.portal.placing import Placing
 from automation.portal.service import commit, compute_for, compute_replan, replan_inputs
+from automation.portal.state import PLANNED, RESOURCE_VERSION
 from automation.portal.store import Store, StoreBusy
 
 log = logging.getLogger("modelplane.portal")
@@ -131,19 +134,19 @@ class Replanner:
             if inside_lock:
                 result = compute_for(store, conn, self._apply, self._compute)
             elif self._versions(conn) != seen:  # writes came in since the fleet was read
-                if int(store.get_state(conn, "planned") or "0") > int(seen[0]):
+                if PLANNED.get(conn) > seen[0]:
                     return False  # a replan inside a write stored a newer plan already
-                planned_at = int(seen[0])
+                planned_at = seen[0]
             before = store.ledger_version(conn)
             changed = commit(store, conn, result, planned_at)
             if changed is None:
                 return False  # the replan moves reservations that writes since may have relied on: plan again
             if changed:
                 self._placing.reconciled(store, conn, before, changed)
-        if result["problems"]:  # accepted writes whose fleet renders objects a cluster rejects: nothing is applied
+        if result.problems:  # accepted writes whose fleet renders objects a cluster rejects: nothing is applied
             log.warning("the fleet renders objects a cluster would reject; no stack run is queued: %s",
-                        "; ".join(result["problems"][:3]))
+                        "; ".join(result.problems[:3]))
         return True
 
-    def _versions(self, conn) -> tuple[str, str]:
-        return self._store.get_state(conn, "resourceVersion") or "0", self._store.ledger_version(conn)
+    def _versions(self, conn: Connection) -> tuple[int, int]:
+        return RESOURCE_VERSION.get(conn), self._store.ledger_version(conn)

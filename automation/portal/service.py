@@ -10,14 +10,22 @@ whole fleet inside its serialized transaction. Both store a full replan with `co
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable, NamedTuple
+
+from sqlalchemy.engine import Connection
 
 from automation.planning.conditions import snapshot
+from automation.portal.state import (APPLIED, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS, RESOURCE_VERSION,
+                                     SNAPSHOT, SNAPSHOT_VERSION)
+from automation.portal.auth import Quota
+from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import Known, KnownPlatform, changes, desired_state
 from fleet.api import KINDS, Resource
 from fleet.errors import ModelplaneError
 from fleet.loader import parse_text
+from fleet.plan import Plan
 from fleet.plan_output import plan_to_dict
 from fleet.scheduler import PlanMemo
 from fleet.validate import Fleet, cross_object_problems, validate_document
@@ -49,7 +57,7 @@ class ApiError(ModelplaneError):
         self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
         self.headers = headers
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ApiError], tuple[type[ApiError], tuple, dict]]:
         """Raised in the writer process and answered by the serving one (writer.py): pickled whole, subclasses too."""
         return _restored, (type(self), self.args, self.__dict__)
 
@@ -125,7 +133,7 @@ def quota_use(deployments: list[dict]) -> tuple[int, int]:
     return len(deployments), devices
 
 
-def quota_problem(store, conn, namespace: str, quota) -> str | None:
+def quota_problem(store: Store, conn: Connection, namespace: str, quota: Quota | None) -> str | None:
     """Why the namespace's stored ModelDeployments exceed its team's quota (checked inside the write), or None."""
     if quota is None:
         return None
@@ -176,8 +184,36 @@ class Warm:
 WARM = Warm()
 
 
+class Run(NamedTuple):
+    """A stack run a replan queues."""
+    stack: str
+    operation: str  # up | destroy
+    fingerprint: str  # "" for a destroy
+
+
+@dataclass(frozen=True)
+class ReplanResult:
+    """What a full replan stores (`commit`) and what a write is answered with. It crosses back from the replan
+    worker's process pickled; the documents that are stored as they are come as their JSON text, which crosses at
+    memcpy speed and is written without encoding again."""
+    deployments: dict[str, tuple[str, str]]  # each deployment's reservations row: (replicas as recorded, plan part)
+    plan_json: str  # the whole plan, as `plan -o json` gives it
+    fingerprints_json: str  # each stack's desired fingerprint
+    snapshot_json: str  # what statuses are read from (conditions.snapshot)
+    problems: list[str]  # objects a cluster would reject: then no run is queued
+    runs: list[Run]
+    warnings: list[str]  # validation warnings about the written object, seen with the whole fleet
+
+
+Subject = tuple[str, str, str]  # the written object: kind, namespace, name
+# what compute_replan reads, as stored: objects' texts, reservations, desired fingerprints, applied fingerprints,
+# apply, the written object, the clusters' gateway addresses (replan_inputs)
+ReplanInputs = tuple[list[str], str, str, str, bool, Subject | None, str]
+Compute = Callable[..., ReplanResult]  # compute_replan, here or in the replan worker's process
+
+
 def compute_replan(stored: list[str], placements: str, desired_before: str, applied: str, apply: bool,
-                   subject: tuple[str, str, str] | None = None, gateways: str = "{}") -> dict:
+                   subject: Subject | None = None, gateways: str = "{}") -> ReplanResult:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
     answers reads). `gateways`: the clusters' gateway addresses as the record says (the worker's copy), so an
@@ -197,13 +233,13 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
     plan, specs = desired.plan, desired.specs
     fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
     problems = desired.problems_in(changed)
-    runs: list[tuple[str, str, str]] = []
+    runs: list[Run] = []
     if apply and not problems:
         for change in changes(specs, json.loads(applied or "{}")):
             if change.change in ("create", "update"):
-                runs.append((change.name, "up", fingerprints[change.name]))
+                runs.append(Run(change.name, "up", fingerprints[change.name]))
             elif change.change == "delete":
-                runs.append((change.name, "destroy", ""))
+                runs.append(Run(change.name, "destroy", ""))
     # the validation warnings about the written object (`subject`: kind, namespace, name), seen with the whole fleet
     written = next((o for o in fleet.of(subject[0]) if o.name == subject[2] and (o.namespace or "") == subject[1]),
                    None) if subject else None
@@ -211,11 +247,12 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
                 if p.warning] if written is not None else []
     whole = plan_to_dict(plan)
     # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
-    return {"deployments": _rows(fleet, plan, whole), "plan": json.dumps(whole), "fingerprints": json.dumps(fingerprints),
-            "problems": problems, "runs": runs, "snapshot": json.dumps(snapshot(desired)), "warnings": warnings}
+    return ReplanResult(deployments=_rows(fleet, plan, whole), plan_json=json.dumps(whole),
+                        fingerprints_json=json.dumps(fingerprints), snapshot_json=json.dumps(snapshot(desired)),
+                        problems=problems, runs=runs, warnings=warnings)
 
 
-def _rows(fleet: Fleet, plan, whole: dict) -> dict[str, tuple[str, str]]:
+def _rows(fleet: Fleet, plan: Plan, whole: dict) -> dict[str, tuple[str, str]]:
     """Per deployment, its row of the reservations table: (its replicas as recorded, its part of the plan)."""
     parts: dict[str, dict[str, list]] = {f"{d.namespace}/{d.name}": {"replicas": [], "unscheduled": [], "dropped": []}
                                          for d in fleet.of("ModelDeployment")}
@@ -230,22 +267,24 @@ def _rows(fleet: Fleet, plan, whole: dict) -> dict[str, tuple[str, str]]:
     return {key: (json.dumps(recorded[key]), json.dumps(parts[key])) for key in parts}
 
 
-def replan(store, conn, apply: bool) -> None:
+def replan(store: Store, conn: Connection, apply: bool) -> None:
     """Plan the whole fleet with the stored reservations and store it (a fleet stored directly: benchmarks, tests)."""
     commit(store, conn, compute_for(store, conn, apply))
 
 
-def replan_inputs(store, conn, apply: bool, subject: tuple[str, str, str] | None = None) -> tuple:
-    return (store.list_texts(conn), store.reservations_text(conn), store.get_state(conn, "desired") or "{}",
-            store.get_state(conn, "applied") or "{}", apply, subject, store.get_state(conn, "clusterGateways") or "{}")
+def replan_inputs(store: Store, conn: Connection, apply: bool, subject: Subject | None = None) -> ReplanInputs:
+    return (store.list_texts(conn), store.reservations_text(conn), DESIRED.text(conn), APPLIED.text(conn), apply, subject,
+            CLUSTER_GATEWAYS.text(conn))
 
 
-def compute_for(store, conn, apply: bool, compute=None, subject: tuple[str, str, str] | None = None) -> dict:
+def compute_for(store: Store, conn: Connection, apply: bool, compute: Compute | None = None,
+                subject: Subject | None = None) -> ReplanResult:
     inputs = replan_inputs(store, conn, apply, subject)
     return compute(*inputs) if compute else compute_replan(*inputs)
 
 
-def commit(store, conn, result: dict, planned_at: int | None = None) -> dict[str, list[dict]] | None:
+def commit(store: Store, conn: Connection, result: ReplanResult,
+           planned_at: int | None = None) -> dict[str, list[dict]] | None:
     """Store a full replan: the plan, the status snapshot, the desired fingerprints, each deployment's row (none
     pending any more) and the runs. Returns the deployments whose reservations it changed (their replicas).
 
@@ -254,8 +293,8 @@ def commit(store, conn, result: dict, planned_at: int | None = None) -> dict[str
     reservation as it is, so the two cannot claim the same capacity. Otherwise nothing is stored: None."""
     rows = store.reservation_rows(conn)
     newer = store.pending_since(conn, planned_at) if planned_at is not None else set()
-    mine = {key: row for key, row in result["deployments"].items() if key not in newer}
-    gone = rows.keys() - result["deployments"].keys() - newer
+    mine = {key: row for key, row in result.deployments.items() if key not in newer}
+    gone = rows.keys() - result.deployments.keys() - newer
     changed: dict[str, list[dict]] = {}
     for deployment, (replicas, _) in mine.items():
         if rows.get(deployment, ("[]",))[0] != replicas:
@@ -263,22 +302,21 @@ def commit(store, conn, result: dict, planned_at: int | None = None) -> dict[str
     changed.update({deployment: [] for deployment in gone if rows[deployment][0] != "[]"})
     if planned_at is not None and changed:
         return None
-    for key in ("plan", "snapshot"):
-        store.set_state(conn, key, result[key])
-    store.set_state(conn, "snapshotVersion", str(int(store.get_state(conn, "snapshotVersion") or "0") + 1))
-    store.set_state(conn, "desired", result["fingerprints"])
+    PLAN.set_text(conn, result.plan_json)
+    SNAPSHOT.set_text(conn, result.snapshot_json)
+    SNAPSHOT_VERSION.set(conn, SNAPSHOT_VERSION.get(conn) + 1)
+    DESIRED.set_text(conn, result.fingerprints_json)
     store.store_planned(conn, {deployment: (replicas, part) for deployment, (replicas, part) in mine.items()
                                if rows.get(deployment) != (replicas, part)}, rows)
     for deployment in gone:
         store.delete_reservation(conn, deployment)
     store.settle_pending(conn, planned_at)
-    store.set_state(conn, "planned", str(planned_at if planned_at is not None else
-                                         int(store.get_state(conn, "resourceVersion") or "0")))
+    PLANNED.set(conn, planned_at if planned_at is not None else RESOURCE_VERSION.get(conn))
     if changed:
         store.bump_ledger(conn)
-    store.set_state(conn, "problems", json.dumps(result["problems"]))
+    PROBLEMS.set(conn, result.problems)
     skipped = {model_stack(*key.split("/", 1)) for key in newer}  # planned again after their newer writes
-    for stack, operation, fingerprint in result["runs"]:
+    for stack, operation, fingerprint in result.runs:
         if stack not in skipped:
             store.enqueue(conn, stack, operation, fingerprint)
     return changed

@@ -19,13 +19,15 @@ import threading
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Collection, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping
 
-from sqlalchemy import (Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, bindparam,
-                        create_engine, event, func, select, text)
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy import bindparam, create_engine, event, func, select, text
+from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
+from automation.portal.schema import (CHANGES_SCOPE, changes, metadata, objects, reservations, runs, sessions,
+                                      watch_floors)
+from automation.portal.state import CHANGES_FROM, LEDGER, PLACEMENTS, RESOURCE_VERSION, REVISION
 from fleet.errors import ModelplaneError
 
 # changes kept for watches, per kind and namespace, so that one team's writes never expire another team's resume point
@@ -36,82 +38,6 @@ WRITE_WAIT = 5.0  # seconds a write waits for the fleet-wide write lock before i
 MAX_WAITING_WRITES = 8  # writes queued at once; more are answered 503 at once (threads stay free for reads)
 SESSION_HOURS = 12
 SQLITE_CONNECTIONS = 48  # kept open: more than the request threads (anyio's 40) and the portal's own workers
-REVISION = "revision"  # the state key every write transaction moves on (Store.revision)
-
-metadata = MetaData()
-objects = Table(
-    "objects", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("kind", String(64), nullable=False),
-    Column("namespace", String(63), nullable=False),  # "" for cluster-scoped kinds
-    Column("name", String(253), nullable=False),
-    Column("body", Text, nullable=False),
-    Column("resource_version", Integer, nullable=False),
-    Column("generation", Integer, nullable=False),
-    Column("uid", String(36), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    UniqueConstraint("kind", "namespace", "name"),
-)
-state = Table("state", metadata, Column("key", String(64), primary_key=True), Column("value", Text, nullable=False))
-# built once: a request reads and writes a dozen state rows, and building each statement again (SQLAlchemy's
-# expression objects) was a tenth of a write
-_GET_STATE = select(state.c.value).where(state.c.key == bindparam("name"))
-_UPDATE_STATE = state.update().where(state.c.key == bindparam("name")).values(value=bindparam("text"))
-# Per deployment: its reservations (the capacity ledger: recorded replicas, JSON) and its part of the plan (JSON, as
-# `plan -o json` gives it). A write places its deployment and writes its row alone, `pending` until the background
-# replan has planned the whole fleet after it.
-reservations = Table(
-    "reservations", metadata,
-    Column("deployment", String(320), primary_key=True),  # namespace/name
-    Column("pending", Integer, nullable=False, default=0),
-    Column("version", Integer, nullable=False, default=0),  # the resourceVersion of the write that placed it
-    Column("replicas", Text, nullable=False),
-    Column("plan", Text, nullable=False),
-    # every read asks what is pending: answered from the index, not by walking each row's long JSON
-    Index("reservations_pending", "pending", "version", "deployment"),
-)
-runs = Table(
-    "runs", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("stack", String(300), nullable=False),
-    Column("operation", String(16), nullable=False),
-    Column("fingerprint", String(64), nullable=False),
-    Column("status", String(16), nullable=False),  # queued | running | succeeded | failed
-    Column("log", Text, nullable=False, default=""),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("started_at", DateTime(timezone=True)),
-    Column("finished_at", DateTime(timezone=True)),
-    Column("worker", String(64)),
-)
-
-# Every change of an object, written in the transaction that makes it, for watches (any portal process polls it):
-# resourceVersions are one per write, so the kept ones are contiguous.
-changes = Table(
-    "changes", metadata,
-    Column("resource_version", Integer, primary_key=True, autoincrement=False),
-    Column("kind", String(64), nullable=False),
-    Column("namespace", String(63), nullable=False),
-    Column("name", String(253), nullable=False),
-    Column("type", String(16), nullable=False),  # ADDED | MODIFIED | DELETED
-    Column("body", Text, nullable=False),  # the object as stored by it (the last one stored, for DELETED)
-)
-CHANGES_SCOPE = Index("changes_scope", changes.c.kind, changes.c.namespace, changes.c.resource_version)
-# per kind and namespace, the newest change pruned from the log: a watch of that scope resumes from there or later
-watch_floors = Table(
-    "watch_floors", metadata,
-    Column("kind", String(64), primary_key=True),
-    Column("namespace", String(63), primary_key=True),
-    Column("version", Integer, nullable=False),
-)
-
-sessions = Table(
-    "sessions", metadata,
-    Column("id_sha256", String(64), primary_key=True),  # the cookie holds the id; the database only its hash
-    Column("token_sha256", String(64), nullable=False),  # whose token: revoking the token ends the session
-    Column("csrf", String(64), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("expires_at", DateTime(timezone=True), nullable=False),
-)
 
 
 class StoreError(ModelplaneError):
@@ -127,7 +53,7 @@ def now() -> datetime:
 
 
 class Store:
-    def __init__(self, url: str):
+    def __init__(self, url: str) -> None:
         sqlite = url.startswith("sqlite")
         try:
             shown = make_url(url).render_as_string(hide_password=True)
@@ -150,14 +76,14 @@ class Store:
         self.sqlite = sqlite
         if sqlite:
             @event.listens_for(self.engine, "connect")
-            def _connect(dbapi, _record):  # let us issue BEGIN ourselves; WAL lets readers run during a write
+            def _connect(dbapi: sqlite3.Connection, _record: object) -> None:  # let us issue BEGIN ourselves; WAL lets readers run during a write
                 dbapi.isolation_level = None
                 dbapi.execute("PRAGMA journal_mode=WAL")
                 dbapi.execute("PRAGMA synchronous=FULL")
                 dbapi.execute(f"PRAGMA busy_timeout={int(WRITE_WAIT * 1000)}")
 
             @event.listens_for(self.engine, "begin")
-            def _begin(conn):
+            def _begin(conn: Connection) -> None:
                 conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
         try:
             metadata.create_all(self.engine)
@@ -174,11 +100,11 @@ class Store:
         self._split_placements()
         self.watch_window, self.watch_log_limit = WATCH_WINDOW, WATCH_LOG_LIMIT
         with self.engine.connect() as conn, conn.begin():  # watches reach back to here, no further
-            if self.get_state(conn, "changesFrom") is None:
-                self.set_state(conn, "changesFrom", self.get_state(conn, "resourceVersion") or "0")
+            if not CHANGES_FROM.written(conn):
+                CHANGES_FROM.set(conn, RESOURCE_VERSION.get(conn))
 
     @contextmanager
-    def write(self, on_rollback: Callable[[], None] | None = None):
+    def write(self, on_rollback: Callable[[], None] | None = None) -> Iterator[Connection]:
         """One serialized write transaction (committed on success, rolled back on error). Raises StoreBusy when
         the lock is not free within WRITE_WAIT seconds, or when too many writes already wait for it.
         `on_rollback`: called, still holding the lock, when a transaction that started does not commit (what a
@@ -211,17 +137,17 @@ class Store:
         finally:
             self._local.release()
 
-    @classmethod
-    def _bump_revision(cls, conn: Connection) -> None:
+    @staticmethod
+    def _bump_revision(conn: Connection) -> None:
         """Every write transaction, whatever it changes (objects, runs, what is applied, the snapshot), moves the
         store's revision on: a reader that saw revision R knows nothing it reads has changed while it still is R
         (the read cache, read_cache.py). Written in the transaction, so it commits or rolls back with it."""
-        cls.set_state(conn, REVISION, str(cls.revision(conn) + 1))
+        REVISION.set(conn, REVISION.get(conn) + 1)
 
-    @classmethod
-    def revision(cls, conn: Connection) -> int:
+    @staticmethod
+    def revision(conn: Connection) -> int:
         """The revision of everything stored, as of this read's transaction."""
-        return int(cls.get_state(conn, REVISION) or "0")
+        return REVISION.get(conn)
 
     def marker(self) -> int | None:
         """SQLite: a number that moves on whenever any write commits (this process's or another's), for a reader
@@ -231,11 +157,12 @@ class Store:
         if self._watcher is None:
             return None
         with self._watcher_lock:
-            return self._watcher.execute("PRAGMA data_version").fetchone()[0]
+            marker: int = self._watcher.execute("PRAGMA data_version").fetchone()[0]
+            return marker
 
     @staticmethod
     @contextmanager
-    def _busy_as_store_busy():
+    def _busy_as_store_busy() -> Iterator[None]:
         try:
             yield
         except OperationalError as exc:
@@ -244,7 +171,7 @@ class Store:
             raise
 
     @contextmanager
-    def read(self):
+    def read(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
             with conn.begin():
                 yield conn
@@ -283,8 +210,8 @@ class Store:
         return [row[0] for row in conn.execute(query)]
 
     def next_version(self, conn: Connection) -> int:
-        current = int(self.get_state(conn, "resourceVersion") or "0") + 1
-        self.set_state(conn, "resourceVersion", str(current))
+        current = RESOURCE_VERSION.get(conn) + 1
+        RESOURCE_VERSION.set(conn, current)
         return current
 
     def put(self, conn: Connection, kind: str, namespace: str, body: dict, existing: dict | None) -> dict:
@@ -353,11 +280,11 @@ class Store:
         of `kind`, in `namespace` unless None: each {resourceVersion, type, namespace, name, body text}; an ADDED or
         MODIFIED change's text is the text stored by that write). The oldest version is the scope's: with `namespace`
         None, the newest of the namespaces' own (`among`: only those namespaces')."""
-        current = int(self.get_state(conn, "resourceVersion") or "0")  # read first: every change up to it is committed
+        current = RESOURCE_VERSION.get(conn)  # read first: every change up to it is committed
         floors = select(watch_floors.c.namespace, watch_floors.c.version).where(watch_floors.c.kind == kind)
         if namespace is not None:
             floors = floors.where(watch_floors.c.namespace == namespace)
-        since = max([int(self.get_state(conn, "changesFrom") or "0")]  # watches reach back to the store's start
+        since = max([CHANGES_FROM.get(conn)]  # watches reach back to the store's start
                     + [floor for ns, floor in conn.execute(floors) if among is None or among(ns)])
         query = select(changes.c.resource_version, changes.c.type, changes.c.namespace, changes.c.body,
                        changes.c.name).where(
@@ -372,13 +299,15 @@ class Store:
 
     # ---- reservations: the capacity ledger, one row per deployment ------------------------------------
 
-    def ledger_version(self, conn: Connection) -> str:
+    @staticmethod
+    def ledger_version(conn: Connection) -> int:
         """Moves with every change of the reservations (a process keeping them in memory compares it)."""
-        return self.get_state(conn, "ledger") or "0"
+        return LEDGER.get(conn)
 
-    def bump_ledger(self, conn: Connection) -> str:
-        version = str(int(self.ledger_version(conn)) + 1)
-        self.set_state(conn, "ledger", version)
+    @staticmethod
+    def bump_ledger(conn: Connection) -> int:
+        version = LEDGER.get(conn) + 1
+        LEDGER.set(conn, version)
         return version
 
     @staticmethod
@@ -462,26 +391,14 @@ class Store:
     def _split_placements(self) -> None:
         """A database from before per-deployment rows kept every reservation in one JSON document: split it."""
         with self.engine.connect() as conn, conn.begin():
-            whole = self.get_state(conn, "placements")
-            if whole is None:
+            if not PLACEMENTS.written(conn):
                 return
-            by_deployment: dict[str, builtins.list] = {}
-            for replica in json.loads(whole):
+            by_deployment: dict[str, builtins.list[dict]] = {}
+            for replica in PLACEMENTS.get(conn):
                 by_deployment.setdefault(f"{replica['namespace']}/{replica['deployment']}", []).append(replica)
             for deployment, replicas in by_deployment.items():
                 self.set_reservation(conn, deployment, json.dumps(replicas), "{}", False)
-            conn.execute(state.delete().where(state.c.key == "placements"))
-
-    # ---- key/value state ----------------------------------------------------------------------------
-
-    @staticmethod
-    def get_state(conn: Connection, key: str) -> str | None:
-        return conn.execute(_GET_STATE, {"name": key}).scalar()
-
-    @staticmethod
-    def set_state(conn: Connection, key: str, value: str) -> None:
-        if conn.execute(_UPDATE_STATE, {"name": key, "text": value}).rowcount == 0:
-            conn.execute(state.insert().values(key=key, value=value))
+            PLACEMENTS.delete(conn)
 
     # ---- sign-in sessions (server-side: the cookie holds a random id, never the token) ----------------
 
@@ -555,11 +472,12 @@ def _private_sqlite_file(database: str | None) -> None:
         raise StoreError(f"cannot create the database file {database}: {exc.strerror}") from None
 
 
-def _object(row) -> dict:
-    return json.loads(row["body"])
+def _object(row: RowMapping) -> dict:
+    body: dict = json.loads(row["body"])
+    return body
 
 
-def _run(row) -> dict:
+def _run(row: RowMapping) -> dict[str, Any]:
     return {"id": row["id"], "stack": row["stack"], "operation": row["operation"], "status": row["status"],
             "fingerprint": row["fingerprint"], "log": row["log"],
             "createdAt": rfc3339(row["created_at"]) if row["created_at"] else None,

@@ -12,6 +12,10 @@ import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 from automation.certificates import new_authority, write_private
 
@@ -64,7 +68,7 @@ def _still_good(files: SelfSigned, wanted: list[str]) -> bool:
     return set(wanted) <= have and cert.not_valid_after_utc > soon
 
 
-def _san(names: list[str]):
+def _san(names: list[str]) -> x509.SubjectAlternativeName:
     from cryptography import x509
 
     out: list[x509.GeneralName] = []

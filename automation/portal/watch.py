@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from automation.portal.auth import Principal
 from automation.portal.portal import Portal
 from automation.portal.service import ApiError
+from automation.portal.state import RESOURCE_VERSION
 
 log = logging.getLogger("modelplane.portal")
 POLL = 0.25  # seconds between reads of the current resourceVersion (one read per process, whatever the watchers)
@@ -91,7 +92,7 @@ class Tail:
 
     def _read(self) -> int:
         with self.portal.store.read() as conn:
-            return int(self.portal.store.get_state(conn, "resourceVersion") or "0")
+            return RESOURCE_VERSION.get(conn)
 
 
 def tail_of(portal: Portal) -> Tail:
@@ -131,9 +132,9 @@ def still_allowed(portal: Portal, who: Principal, request: Request) -> Callable[
         if caller is not None and caller.how == "front-proxy":
             return True
         if headers.get("authorization", "").lower().startswith("bearer "):
-            now = portal.authenticate(headers, {})  # in memory, on the loop (deps.caller does the same)
+            now = portal.sessions.authenticate(headers, {})  # in memory, on the loop (deps.caller does the same)
         else:
-            now = await run_in_threadpool(portal.authenticate, headers, cookies)  # a session: a database read
+            now = await run_in_threadpool(portal.sessions.authenticate, headers, cookies)  # a session: a database read
         return now is not None and now.principal == who
 
     return check
@@ -174,15 +175,15 @@ async def events(portal: Portal, who: Principal, kind: str, namespace: str | Non
 
     def initial() -> tuple[int, list[dict]]:
         with store.read() as conn:
-            current = int(store.get_state(conn, "resourceVersion") or "0")
-            return current, portal.statuses(store.list(conn, kind, namespace), conn)
+            current = RESOURCE_VERSION.get(conn)
+            return current, portal.reads.statuses(store.list(conn, kind, namespace), conn)
 
     def changed(after: int) -> tuple[int, int, list[tuple[str, dict]]]:
         with store.read() as conn:
             oldest, current, rows = store.changes_since(conn, after, kind, namespace,
                                                         among=None if who.admin else visible_namespace)
             rows = [r for r in rows if visible(r)]
-            bodies = portal.statuses([json.loads(r["body"]) for r in rows], conn) if rows else []
+            bodies = portal.reads.statuses([json.loads(r["body"]) for r in rows], conn) if rows else []
         return oldest, current, [(r["type"], b) for r, b in zip(rows, bodies)]
 
     if start is None:

@@ -36,6 +36,7 @@ from sqlalchemy import select
 
 from automation.execution.orchestrator import Orchestrator
 from automation.portal.service import load_fleet
+from automation.portal.state import APPLIED, APPLIED_DETAILS, CLUSTER_GATEWAYS, EXECUTOR_PROBLEM
 from automation.portal.store import Store, now, rfc3339, runs
 from automation.record.applied import RECORD_OUTPUT, Applied, replica_from_dict
 from automation.execution.executor import Executor, ExecutorOptions, open_executor
@@ -72,7 +73,6 @@ def _opening(options: Callable[[Path], ExecutorOptions]) -> ExecutorFactory:
 
 
 BLOCKED_RETRY = 60.0  # seconds between tries to build the executor while it cannot be (the Pulumi CLI is missing)
-EXECUTOR_PROBLEM = "executorProblem"  # the state key saying why no run can be executed (shown in /plan's problems)
 
 
 class Worker(threading.Thread):
@@ -141,35 +141,35 @@ class Worker(threading.Thread):
             conn.execute(runs.update().where(runs.c.id == run["id"]).values(
                 status="succeeded" if ok else "failed", finished_at=now(), log=runs.c.log + message + "\n"))
             if ok:
-                applied = json.loads(self.store.get_state(conn, "applied") or "{}")
+                applied = APPLIED.get(conn)
                 if run["operation"] == "destroy":
                     applied.pop(run["stack"], None)
                 else:
                     applied[run["stack"]] = fingerprint
-                self.store.set_state(conn, "applied", json.dumps(applied))
-                details = json.loads(self.store.get_state(conn, "appliedDetails") or "{}")
+                APPLIED.set(conn, applied)
+                details = APPLIED_DETAILS.get(conn)
                 if run["operation"] == "destroy":
                     details.pop(run["stack"], None)
                 else:  # plain outputs only (the runner drops secret ones): what status reads
                     details[run["stack"]] = {"outputs": outputs or {}, "appliedAt": rfc3339()}
-                self.store.set_state(conn, "appliedDetails", json.dumps(details))
+                APPLIED_DETAILS.set(conn, details)
                 cluster = StackId.parse(run["stack"]).cluster
                 if cluster is not None:  # a platform stack: its gateway makes replica endpoints real
-                    gateways = json.loads(self.store.get_state(conn, "clusterGateways") or "{}")
+                    gateways = CLUSTER_GATEWAYS.get(conn)
                     address = (outputs or {}).get("gatewayAddress")
                     if run["operation"] == "destroy" or not address:
                         gateways.pop(cluster, None)
                     else:
                         gateways[cluster] = address
-                    self.store.set_state(conn, "clusterGateways", json.dumps(gateways))
+                    CLUSTER_GATEWAYS.set(conn, gateways)
 
     def sync(self, applied: Applied) -> None:
         """Make this portal's copy of the record (`applied`, `appliedDetails`, `clusterGateways`) what it says."""
         gateways = applied.gateways()
         with self.store.write() as conn:
-            self.store.set_state(conn, "applied", json.dumps(applied.fingerprints()))
-            self.store.set_state(conn, "appliedDetails", json.dumps(applied.details()))
-            self.store.set_state(conn, "clusterGateways", json.dumps(gateways.clusters))
+            APPLIED.set(conn, {**applied.fingerprints()})
+            APPLIED_DETAILS.set(conn, applied.details())
+            CLUSTER_GATEWAYS.set(conn, dict(gateways.clusters))
 
     def execute(self, batch: list[dict[str, Any]]) -> None:
         """Apply a batch of claimed runs as `modelplane up` would; every run ends succeeded, failed or queued again."""
@@ -264,8 +264,8 @@ class Worker(threading.Thread):
 
     def _blocked(self, batch: list[dict[str, Any]], finished: set[int], why: str) -> None:
         with self.store.write() as conn:
-            said = self.store.get_state(conn, EXECUTOR_PROBLEM)
-            self.store.set_state(conn, EXECUTOR_PROBLEM, why)
+            said = EXECUTOR_PROBLEM.get(conn)
+            EXECUTOR_PROBLEM.set(conn, why)
             for run in batch:
                 conn.execute(runs.update().where(runs.c.id == run["id"]).values(
                     status="queued", worker=None,
@@ -277,7 +277,7 @@ class Worker(threading.Thread):
         if self.blocked_until:
             self.blocked_until = 0.0
             with self.store.write() as conn:
-                self.store.set_state(conn, EXECUTOR_PROBLEM, "")
+                EXECUTOR_PROBLEM.set(conn, "")
 
     def run(self) -> None:
         self.recover()

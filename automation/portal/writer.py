@@ -107,7 +107,7 @@ def _start(database: str, tokens_file: str, apply: bool, parent: int, begun: Any
 
 def _write(number: int, verb: str, args: tuple, kwargs: dict) -> Any:
     _begun.value = number
-    return getattr(_portal, verb)(*args, **kwargs)
+    return getattr(_portal.writes, verb)(*args, **kwargs)
 
 
 def _reload_tokens() -> None:

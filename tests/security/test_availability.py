@@ -166,7 +166,7 @@ def test_the_replan_worker_process_gives_what_the_thread_gives_and_survives_its_
     worker = ReplanWorker()
     try:
         expected = compute_replan(*inputs)
-        assert worker(*inputs) == expected and len(expected["runs"]) >= 2
+        assert worker(*inputs) == expected and len(expected.runs) >= 2
         for pid in list(worker._pool._processes):  # the worker dies (OOM killer, a bug): the next replan still answers
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)

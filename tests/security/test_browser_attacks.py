@@ -18,7 +18,7 @@ from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import WebDriverWait
 
 from automation.portal.app import create_app
-from automation.portal.portal import COOKIE
+from automation.portal.sessions import COOKIE
 from automation.portal.auth import TokensFile
 from automation.portal.guard import SignInLimiter
 from automation.portal.store import Store

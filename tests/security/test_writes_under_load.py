@@ -90,7 +90,7 @@ def test_fifty_parallel_submissions_all_succeed_and_none_is_a_503(portal):
 
 
 def test_writes_commit_in_the_order_they_arrived(portal, monkeypatch):
-    queue = portal.app.state.portal.writes
+    queue = portal.app.state.portal.queue
     with write_lock_held(portal, monkeypatch) as release, concurrent.futures.ThreadPoolExecutor(12) as pool:
         answers = [pool.submit(submit, portal, "w0")]
         wait_until(lambda: queue.running, "the first write has its turn")
@@ -105,7 +105,7 @@ def test_writes_commit_in_the_order_they_arrived(portal, monkeypatch):
 
 
 def test_past_the_queue_limit_a_write_is_a_429_with_retry_after_and_the_queued_ones_still_land(portal, monkeypatch):
-    queue = portal.app.state.portal.writes
+    queue = portal.app.state.portal.queue
     monkeypatch.setattr(queue, "limit", 3)
     with write_lock_held(portal, monkeypatch) as release, concurrent.futures.ThreadPoolExecutor(4) as pool:
         queued = [pool.submit(submit, portal, "q0")]
@@ -125,7 +125,7 @@ def test_past_the_queue_limit_a_write_is_a_429_with_retry_after_and_the_queued_o
 
 
 def test_a_write_that_waits_past_the_queue_wait_is_a_429_never_a_503(portal, monkeypatch):
-    queue = portal.app.state.portal.writes
+    queue = portal.app.state.portal.queue
     monkeypatch.setattr(queue, "wait", 0.2)
     with write_lock_held(portal, monkeypatch) as release, concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(submit, portal, "first")
@@ -141,7 +141,7 @@ def test_a_write_that_waits_past_the_queue_wait_is_a_429_never_a_503(portal, mon
 
 def test_reads_answer_while_more_writes_wait_than_there_are_worker_threads(portal, monkeypatch):
     """A queued write holds no thread: with 45 writes waiting (Starlette's thread pool has 40), reads still run."""
-    queue = portal.app.state.portal.writes
+    queue = portal.app.state.portal.queue
     with write_lock_held(portal, monkeypatch) as release, concurrent.futures.ThreadPoolExecutor(46) as pool:
         waiting = [pool.submit(submit, portal, f"r{i}") for i in range(46)]
         wait_until(lambda: queue.waiting == 45, "45 writes wait")

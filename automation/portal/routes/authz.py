@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from automation.portal import protobuf
@@ -27,7 +27,7 @@ PUBLIC_PATHS = ("/version", "/api", "/apis", "/openapi", "/healthz", "/readyz") 
 REVIEWS = {"selfsubjectaccessreviews", "selfsubjectrulesreviews"}
 
 
-def allowed_verbs(app, who: Principal, namespace: str, resource: str, subresource: str = "") -> set[str]:
+def allowed_verbs(app: FastAPI, who: Principal, namespace: str, resource: str, subresource: str = "") -> set[str]:
     """What `who` may do with a resource of the group in a namespace ("": cluster-scoped, or every namespace)."""
     served = RESOURCES.get(resource)
     if served is None:
@@ -40,7 +40,7 @@ def allowed_verbs(app, who: Principal, namespace: str, resource: str, subresourc
     return verbs if namespace and who.can_see(namespace) else set()
 
 
-def decide(app, who: Principal, attributes: dict) -> tuple[bool, str]:
+def decide(app: FastAPI, who: Principal, attributes: dict) -> tuple[bool, str]:
     group = attributes.get("group", "")
     resource, verb = attributes.get("resource", ""), attributes.get("verb", "")
     if group == AUTHORIZATION[0] and resource in REVIEWS:
@@ -73,7 +73,7 @@ async def read_review(request: Request, kind: str) -> dict:
 
 
 @router.post("/selfsubjectaccessreviews")
-async def access_review(request: Request, who: Who):
+async def access_review(request: Request, who: Who) -> JSONResponse:
     body = await read_review(request, "SelfSubjectAccessReview")
     spec = body.get("spec") or {}
     resource, path = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
@@ -90,7 +90,7 @@ async def access_review(request: Request, who: Who):
 
 
 @router.post("/selfsubjectrulesreviews")
-async def rules_review(request: Request, who: Who):
+async def rules_review(request: Request, who: Who) -> JSONResponse:
     """`kubectl auth can-i --list -n NS`: the caller's rules in one namespace."""
     body = await read_review(request, "SelfSubjectRulesReview")
     namespace = (body.get("spec") or {}).get("namespace") or ""

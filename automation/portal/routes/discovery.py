@@ -48,7 +48,7 @@ def portal_version() -> str:
 
 
 @router.get("/version")
-def version():
+def version() -> JSONResponse:
     """A version.Info, readable without a token as the API server's is. gitVersion says the Kubernetes API level the
     portal speaks and, as build metadata, the portal's own version (kubectl compares the former for skew)."""
     major, minor = KUBERNETES_LEVEL
@@ -63,24 +63,24 @@ def version():
 
 
 @router.get("/api")
-def core_versions(who: Who, request: Request):
+def core_versions(who: Who, request: Request) -> JSONResponse:
     return JSONResponse({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": [
         {"clientCIDR": "0.0.0.0/0", "serverAddress": request.headers.get("host", "")}]})
 
 
 @router.get("/apis")
-def groups(who: Who):
+def groups(who: Who) -> JSONResponse:
     return JSONResponse({"kind": "APIGroupList", "apiVersion": "v1",
                          "groups": [api_group(GROUP, VERSION), api_group(*AUTHORIZATION)]})
 
 
 @router.get(f"/apis/{GROUP}")
-def modelplane_group(who: Who):
+def modelplane_group(who: Who) -> JSONResponse:
     return JSONResponse({"kind": "APIGroup", "apiVersion": "v1", **api_group(GROUP, VERSION)})
 
 
 @router.get(f"/apis/{GROUP}/{VERSION}")
-def modelplane_resources(who: Who, request: Request):
+def modelplane_resources(who: Who, request: Request) -> JSONResponse:
     return JSONResponse(resource_list(request))
 
 
@@ -105,12 +105,12 @@ def resource_list(request: Request) -> dict:
 
 
 @router.get("/apis/{}".format(AUTHORIZATION[0]))
-def authorization_group(who: Who):
+def authorization_group(who: Who) -> JSONResponse:
     return JSONResponse({"kind": "APIGroup", "apiVersion": "v1", **api_group(*AUTHORIZATION)})
 
 
 @router.get("/apis/{}/{}".format(*AUTHORIZATION))
-def authorization_resources(who: Who):
+def authorization_resources(who: Who) -> JSONResponse:
     return JSONResponse({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "/".join(AUTHORIZATION),
                          "resources": [
                              {"name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",

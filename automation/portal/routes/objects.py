@@ -5,7 +5,7 @@ write verbs in routes/verbs.py."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from automation.portal import watch
@@ -34,37 +34,37 @@ def respond(body: dict, code: int, warnings: list[str]) -> JSONResponse:
 # ---- namespaced kinds -------------------------------------------------------------------------------------
 
 @router.get("/namespaces/{namespace}/{plural}")
-async def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
+async def list_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects) -> Response:
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"namespace {namespace[:80]!r} not found")
     query = list_query(request)  # a bad selector or continue token is a 400 before anything is read
     if watch.watching(request):
         return watch.respond(portal, who, kind, namespace, request, query.matches)
-    listed = await portal.listed(kind, namespace)
+    listed = await portal.reads.listed(kind, namespace)
     return answer_list(request, query, kind, listed.items, listed.version, listed, await _gzipped(request, query, listed))
 
 
 @router.get("/namespaces/{namespace}/{plural}/{name}")
-def get_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
+def get_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = kind_of(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
     with portal.store.read() as conn:
         body = portal.store.get(conn, kind, namespace, name)
         if body is None and kind == "ModelEndpoint":
-            body = next((o for o in portal.composed_in(namespace, kind, conn) if o["metadata"]["name"] == name), None)
+            body = next((o for o in portal.reads.composed_in(namespace, kind, conn) if o["metadata"]["name"] == name), None)
             if body is not None:
                 return answer_object(request, body)
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-        return answer_object(request, portal.with_status(body, conn))
+        return answer_object(request, portal.reads.with_status(body, conn))
 
 
 # ---- cluster-scoped kinds ----------------------------------------------------------------------------------
 
 @router.get("/{plural}")
-async def list_cluster(plural: str, request: Request, who: Who, portal: Objects):
+async def list_cluster(plural: str, request: Request, who: Who, portal: Objects) -> Response:
     """A cluster-scoped kind, or a namespaced one across the namespaces the caller may see (`kubectl get -A`)."""
     served = RESOURCES.get(plural)
     if served is None:
@@ -73,7 +73,7 @@ async def list_cluster(plural: str, request: Request, who: Who, portal: Objects)
     query = list_query(request)
     if watch.watching(request):
         return watch.respond(portal, who, kind, None, request, query.matches)
-    listed = await portal.listed(kind, None)
+    listed = await portal.reads.listed(kind, None)
     if served.namespaced and not who.admin:  # another caller's namespaces are not in its answer
         items = [o for o in listed.items if who.can_see(o["metadata"].get("namespace") or "")]
         return answer_list(request, query, kind, items, listed.version)
@@ -87,11 +87,11 @@ async def _gzipped(request: Request, query: ListQuery, listed: CachedList) -> by
 
 
 @router.get("/{plural}/{name}")
-def get_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
+def get_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = kind_of(plural, False)
     with portal.store.read() as conn:
         body = portal.store.get(conn, kind, "", name)
         if body is None:
             raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
-        return answer_object(request, portal.with_status(body, conn))
+        return answer_object(request, portal.reads.with_status(body, conn))
 

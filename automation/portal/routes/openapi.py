@@ -17,7 +17,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from automation.portal import protobuf
@@ -93,7 +93,7 @@ def definitions(v3: bool) -> dict[str, dict]:
     return out
 
 
-def operations(app, resource: Served, v3: bool) -> dict[str, dict]:
+def operations(app: FastAPI, resource: Served, v3: bool) -> dict[str, dict]:
     """Item and collection paths with the operations the routes serve (v3 form)."""
     ref = {"$ref": f"#/components/schemas/{definition_name(resource.kind)}"}
     verbs = served_verbs(app, resource)
@@ -120,7 +120,7 @@ def digest(document: dict) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest().upper()
 
 
-def v3_document(app) -> dict:
+def v3_document(app: FastAPI) -> dict:
     paths: dict[str, dict] = {}
     for resource in RESOURCES.values():
         for path, ops in operations(app, resource, True).items():
@@ -205,7 +205,7 @@ def accepted(request: Request, media_type: str) -> bool:
 
 
 @router.get("/openapi/v2")
-def openapi_v2(request: Request, who: Who):
+def openapi_v2(request: Request, who: Who) -> Response:
     if accepts_json(request):
         return JSONResponse({"swagger": "2.0", "info": {"title": "modelplane portal", "version": VERSION},
                              "paths": {}, "definitions": definitions(False)})
@@ -216,11 +216,11 @@ def openapi_v2(request: Request, who: Who):
 
 
 @router.get("/openapi/v3")
-def openapi_v3_index(request: Request, who: Who):
+def openapi_v3_index(request: Request, who: Who) -> JSONResponse:
     url = f"/openapi/v3/{GV_PATH}?hash={digest(v3_document(request.app))}"
     return JSONResponse({"paths": {GV_PATH: {"serverRelativeURL": url}}})
 
 
 @router.get(f"/openapi/v3/{GV_PATH}")
-def openapi_v3(request: Request, who: Who):
+def openapi_v3(request: Request, who: Who) -> Response:
     return Response(json.dumps(v3_document(request.app)), media_type="application/json")

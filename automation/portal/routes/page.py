@@ -8,20 +8,23 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from automation.planning import conditions
-from automation.portal.auth import digest
+from automation.portal.auth import Principal, digest
 from automation.portal.deps import Objects, SignedIn, queued
 from automation.portal.guard import Caller
-from automation.portal.portal import COOKIE, Portal
+from automation.portal.portal import Portal
+from automation.portal.sessions import COOKIE
 from automation.portal.service import PLURALS, ApiError
+from automation.portal.store import Store
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
 from fleet.problems import Problem
@@ -83,8 +86,8 @@ def _banner(who: Caller | None, notice: str | None, flash: str | None, sig: str 
 
 @router.get("/", response_class=HTMLResponse)
 def page(request: Request, portal: Objects, message: str | None = None, flash: str | None = None,
-         sig: str | None = None, bad: bool = False, page: int = 1, pools: int = 1):
-    who = portal.authenticate(request.headers, request.cookies)
+         sig: str | None = None, bad: bool = False, page: int = 1, pools: int = 1) -> HTMLResponse:
+    who = portal.sessions.authenticate(request.headers, request.cookies)
     shown = _banner(who, message, flash, sig, bad)  # never the query's text as it came
     if who is None:
         form_token = secrets.token_urlsafe(32)
@@ -105,17 +108,17 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
     portal's URL, for the command that fills an empty fleet."""
     person, store = who.principal, portal.store
     with store.read() as conn:
-        plan, observed, gateways = portal.observation(conn)
+        plan, observed, gateways = portal.reads.observation(conn)
         gateway = conditions.gateway_address(plan, observed, gateways)
         clusters = store.list(conn, "InferenceCluster")
         classes = store.list(conn, "InferenceClass")
         visible = [o for o in store.list(conn, "ModelDeployment") if person.can_see(o["metadata"]["namespace"])]
         rows = Paged(visible, page, "page", {"pools": pools})
-        deployments = portal.statuses(rows.items, conn)  # statuses of one page only: a fleet has thousands
-        services = portal.statuses([o for o in store.list(conn, "ModelService")
+        deployments = portal.reads.statuses(rows.items, conn)  # statuses of one page only: a fleet has thousands
+        services = portal.reads.statuses([o for o in store.list(conn, "ModelService")
                                     if person.can_see(o["metadata"]["namespace"])], conn)
-        run_rows = [r for r in store.list_runs(conn, 50) if portal.visible_stack(person, r["stack"])]
-        held = portal.held_back(conn) if person.admin else []  # they may name any team's objects
+        run_rows = [r for r in store.list_runs(conn, 50) if portal.sessions.visible_stack(person, r["stack"])]
+        held = portal.reads.held_back(conn) if person.admin else []  # they may name any team's objects
         quotas = _quotas(portal, person, store, conn)
     pool_rows = pool_capacity(clusters, classes, plan, observed)
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
@@ -128,7 +131,7 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
         status_code=status_code)
 
 
-def _quotas(portal: Portal, person, store, conn) -> list[dict]:
+def _quotas(portal: Portal, person: Principal, store: Store, conn: Connection) -> list[dict]:
     """The quota use of each namespace the caller writes to that has a quota."""
     from automation.portal.service import quota_use
 
@@ -143,7 +146,7 @@ def _quotas(portal: Portal, person, store, conn) -> list[dict]:
 
 @router.post("/ui/signin")
 async def signin(request: Request, portal: Objects, token: str = Form(..., max_length=4096),
-           csrf: str = Form(..., max_length=100)):
+           csrf: str = Form(..., max_length=100)) -> RedirectResponse:
     expected = request.cookies.get(SIGNIN_COOKIE, "")
     if not expected or not hmac.compare_digest(csrf.encode(), expected.encode()):
         raise ApiError(403, "Forbidden", "the sign-in form's CSRF token does not match; reload the page")
@@ -157,7 +160,7 @@ async def signin(request: Request, portal: Objects, token: str = Form(..., max_l
 
 
 @router.post("/ui/signout")
-async def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = Form("", max_length=100)):
+async def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = Form("", max_length=100)) -> RedirectResponse:
     checked_form(who, csrf)
     session_id = request.cookies.get(COOKIE)
     if session_id:  # the cookie's id stops working, even if it was copied
@@ -169,7 +172,7 @@ async def signout(request: Request, who: SignedIn, portal: Objects, csrf: str = 
 
 @router.post("/ui/apply")
 async def ui_apply(request: Request, who: SignedIn, portal: Objects, manifest: str = Form(...),
-                   csrf: str = Form("", max_length=100)):
+                   csrf: str = Form("", max_length=100)) -> Response:
     """One or more objects pasted (YAML documents, or a List): each checked as its PUT checks it before any is
     written; on a refusal the page comes back with the text in the form, to fix."""
     person = checked_form(who, csrf).principal
@@ -181,7 +184,7 @@ async def ui_apply(request: Request, who: SignedIn, portal: Objects, manifest: s
                 raise ApiError(403, "Forbidden", f"{person.name} may not write {'in ' + namespace if namespace else plural}")
         for kind, _, namespace, name, raw, doc in objects:
             try:
-                await queued(portal, portal.put, kind, namespace, name, raw)
+                await queued(portal, portal.writes.put, kind, namespace, name, raw)
             except ApiError as exc:
                 raise _located(exc, doc, kind, name) from None
             accepted.append(f"{kind} {name}")
@@ -264,14 +267,14 @@ def _objects(manifest: str) -> list[tuple[str, str, str | None, str, bytes, Docu
 @router.post("/ui/delete")
 async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_length=64),
               namespace: str = Form(..., max_length=63), name: str = Form(..., max_length=253),
-              csrf: str = Form("", max_length=100), confirm: str = Form("", max_length=253)):
+              csrf: str = Form("", max_length=100), confirm: str = Form("", max_length=253)) -> RedirectResponse:
     person = checked_form(who, csrf).principal
     try:
         if confirm != name:  # the page asks for the name typed again: a click alone deletes nothing
             raise ApiError(400, "BadRequest", f"type the name {name!r} to confirm deleting {kind} {namespace}/{name}")
         if kind not in ("ModelDeployment", "ModelService") or not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not delete {kind} {namespace}/{name}")
-        await queued(portal, portal.delete, kind, namespace, name)
+        await queued(portal, portal.writes.delete, kind, namespace, name)
         message, bad = f"Deleted {kind} {namespace}/{name}", False
     except ApiError as exc:
         message, bad = exc.message, True
@@ -281,13 +284,13 @@ async def ui_delete(who: SignedIn, portal: Objects, kind: str = Form(..., max_le
 @router.post("/ui/scale")
 async def ui_scale(who: SignedIn, portal: Objects, namespace: str = Form(..., max_length=63),
                    name: str = Form(..., max_length=253), replicas: int = Form(..., ge=0, le=10),
-                   csrf: str = Form("", max_length=100)):
+                   csrf: str = Form("", max_length=100)) -> RedirectResponse:
     """The page's replicas field: what `kubectl scale` does (the scale subresource's write)."""
     person = checked_form(who, csrf).principal
     try:
         if not person.can_write(namespace):
             raise ApiError(403, "Forbidden", f"{person.name} may not write in {namespace}")
-        await queued(portal, portal.scale, namespace, name, replicas, None)
+        await queued(portal, portal.writes.scale, namespace, name, replicas, None)
         message, bad = f"Scaled ModelDeployment {namespace}/{name} to {replicas} replica(s)", False
     except ApiError as exc:
         message, bad = exc.message, True
@@ -307,7 +310,7 @@ class Paged:
         self.total = len(rows)
         self._parameter, self._others = parameter, others
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
         return iter(self.items)
 
     def link(self, number: int) -> str | None:
@@ -316,7 +319,8 @@ class Paged:
         return "/?" + urlencode({**self._others, self._parameter: number})
 
 
-def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict, observed=None) -> list[dict]:
+def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict,
+                  observed: conditions.Observed | None = None) -> list[dict]:
     """Per pool: claimable devices in total and claimed by placed replicas, as the scheduler counts them
     (`fleet.inventory`: a cluster's published `status.gpuPools` win over its declared node pools), and whether
     its cluster is provisioned (its platform stack applied): a cluster that never was offers nothing yet."""

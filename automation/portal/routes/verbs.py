@@ -56,51 +56,51 @@ def checked_plural(plural: str, namespaced: bool) -> str:
 # ---- PUT: replace (or create) -------------------------------------------------------------------------------
 
 @router.put("/namespaces/{namespace}/{plural}/{name}")
-async def put_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
+async def put_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = kind_of(plural, True)
     may_write(who, namespace, plural)
-    return respond(*await queued(portal, portal.put, kind, namespace, name, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.put, kind, namespace, name, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
 @router.put("/{plural}/{name}")
-async def put_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
+async def put_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = kind_of(plural, False)
     may_write(who, None, plural)
-    return respond(*await queued(portal, portal.put, kind, None, name, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.put, kind, None, name, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
 # ---- POST: create ---------------------------------------------------------------------------------------------
 
 @router.post("/namespaces/{namespace}/{plural}")
-async def create_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects):
+async def create_namespaced(namespace: str, plural: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = checked_plural(plural, True)
     may_write(who, namespace, plural)
-    return respond(*await queued(portal, portal.create, kind, namespace, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.create, kind, namespace, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
 @router.post("/{plural}")
-async def create_cluster(plural: str, request: Request, who: Who, portal: Objects):
+async def create_cluster(plural: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = checked_plural(plural, False)
     may_write(who, None, plural)
-    return respond(*await queued(portal, portal.create, kind, None, await request.body(), manager(request),
+    return respond(*await queued(portal, portal.writes.create, kind, None, await request.body(), manager(request),
                                  dry_run(request.query_params)))
 
 
 # ---- PATCH ----------------------------------------------------------------------------------------------------
 
-async def _patch(portal, kind: str, namespace: str | None, name: str, request: Request) -> JSONResponse:
+async def _patch(portal: Portal, kind: str, namespace: str | None, name: str, request: Request) -> JSONResponse:
     media = request.headers.get("content-type", "")
     applying = media.split(";")[0].strip().lower() == "application/apply-patch+yaml"
-    return respond(*await queued(portal, portal.patch, kind, namespace, name, await request.body(), media,
+    return respond(*await queued(portal, portal.writes.patch, kind, namespace, name, await request.body(), media,
                                  manager(request, required=applying), force(request.query_params),
                                  dry_run(request.query_params)))
 
 
 @router.put("/namespaces/{namespace}/modeldeployments/{name}/scale")
-async def put_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
+async def put_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     """`kubectl scale`: the Scale's spec.replicas becomes the deployment's, through the same checks as a PUT."""
     may_write(who, namespace, "modeldeployments")
     raw = await request.body()
@@ -127,21 +127,21 @@ def _rescale(portal: Portal, namespace: str, name: str, raw: bytes, dry: bool) -
     if not isinstance(replicas, int) or isinstance(replicas, bool):
         raise ApiError(422, "Invalid", "spec.replicas must be an integer")
     # the change is made to the object as stored inside the write, never to a copy read before it
-    return JSONResponse(scale_of(portal.scale(namespace, name, replicas, meta.get("resourceVersion"), dry_run=dry)))
+    return JSONResponse(scale_of(portal.writes.scale(namespace, name, replicas, meta.get("resourceVersion"), dry_run=dry)))
 
 
 @router.patch("/namespaces/{namespace}/modeldeployments/{name}/scale")
-async def patch_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects):
+async def patch_scale(namespace: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     """`kubectl scale` sends a merge patch of the Scale: applied to the Scale as stored, inside the write."""
     may_write(who, namespace, "modeldeployments")
-    body = await queued(portal, portal.scale, namespace, name, None, None, await request.body(),
+    body = await queued(portal, portal.writes.scale, namespace, name, None, None, await request.body(),
                         request.headers.get("content-type", ""), manager(request) or "unknown",
                         dry_run(request.query_params))
     return JSONResponse(scale_of(body))
 
 
 @router.patch("/namespaces/{namespace}/{plural}/{name}")
-async def patch_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
+async def patch_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = checked_plural(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
@@ -150,7 +150,7 @@ async def patch_namespaced(namespace: str, plural: str, name: str, request: Requ
 
 
 @router.patch("/{plural}/{name}")
-async def patch_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
+async def patch_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects) -> JSONResponse:
     kind = checked_plural(plural, False)
     may_write(who, None, plural)
     return await _patch(portal, kind, None, name, request)
@@ -185,19 +185,19 @@ def delete_options(raw: bytes, params: QueryParams) -> tuple[dict, bool]:
     return preconditions, bool(runs) or dry_run(params)
 
 
-@router.delete("/namespaces/{namespace}/{plural}/{name}")
-async def delete_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects):
+@router.delete("/namespaces/{namespace}/{plural}/{name}", response_model=None)
+async def delete_namespaced(namespace: str, plural: str, name: str, request: Request, who: Who, portal: Objects) -> dict:
     kind = checked_plural(plural, True)
     if not who.can_see(namespace):
         raise ApiError(404, "NotFound", f"{plural} {name[:80]!r} not found")
     may_write(who, namespace, plural)
     preconditions, dry = delete_options(await request.body(), request.query_params)
-    return await queued(portal, portal.delete, kind, namespace, name, preconditions, dry)
+    return await queued(portal, portal.writes.delete, kind, namespace, name, preconditions, dry)
 
 
-@router.delete("/{plural}/{name}")
-async def delete_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects):
+@router.delete("/{plural}/{name}", response_model=None)
+async def delete_cluster(plural: str, name: str, request: Request, who: Who, portal: Objects) -> dict:
     kind = checked_plural(plural, False)
     may_write(who, None, plural)
     preconditions, dry = delete_options(await request.body(), request.query_params)
-    return await queued(portal, portal.delete, kind, "", name, preconditions, dry)
+    return await queued(portal, portal.writes.delete, kind, "", name, preconditions, dry)
