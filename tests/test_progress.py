@@ -53,3 +53,20 @@ def test_a_bar_whose_total_is_known_later_counts_up_to_it():
         bar._progress.refresh()  # type: ignore[union-attr]
         shown = screen.getvalue()
     assert "5/5" in shown and "writing stacks" in shown
+
+
+def test_a_resources_step_is_printed_only_when_asked_for_and_its_failure_always(capsys):
+    """A fleet's first `up` takes thousands of resource steps: a line per stack by default, each step with `up -v`;
+    a diagnostic (why a step failed) is printed either way."""
+    events = [{"stack": "platform-a", "type": "start", "operation": "up"},
+              {"stack": "platform-a", "type": "resource", "op": "create", "urn": "urn:pulumi:s::p::k8s:Namespace::ns"},
+              {"stack": "platform-a", "type": "diagnostic", "severity": "error", "message": "quota exceeded"},
+              {"stack": "platform-a", "type": "succeeded", "changes": {"create": 1}}]
+    for verbose in (False, True):
+        emit = _progress("table", None, verbose)
+        for event in events:
+            emit(event)
+        out, err = capsys.readouterr()
+        assert out.splitlines() == ["[platform-a] up ...", *(["  [platform-a] create ns"] if verbose else []),
+                                    "[platform-a] done: create 1"]
+        assert err == "  [platform-a] error: quota exceeded\n"

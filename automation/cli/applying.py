@@ -255,7 +255,7 @@ def _orchestrate(run: StackRun, executor: Executor, items: list[StackChange], pr
     unserved: list[str] = []  # the second pass's platform stacks were refused by the add-on check
     try:
         with Bar(f"{run.operation}: stacks", len(items), run.output) as bar:
-            report = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
+            report = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar, run.verbose), parallel),
                                        run.operation, items, prepared.specs, lambda m: click.echo(m, err=True))
         if run.operation == "up" and report.ok:
             # a front door CA recorded just now: the platform stacks open their fleet listeners in this `up`
@@ -271,7 +271,7 @@ def _orchestrate(run: StackRun, executor: Executor, items: list[StackChange], pr
                 more = []
             if more:
                 with Bar("up: fleet listeners", len(more), run.output) as bar:
-                    second = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar), parallel),
+                    second = run_interruptibly(Orchestrator(runner, record, progress(run.output, bar, run.verbose), parallel),
                                                run.operation, more, again.specs, lambda m: click.echo(m, err=True))
                 report.outcomes += second.outcomes
                 report.cancelled = second.cancelled

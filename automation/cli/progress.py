@@ -65,9 +65,10 @@ class Bar:
             self._progress.stop()
 
 
-def progress(output: str, bar: Bar | None = None) -> Callable[[dict[str, Any]], None]:
+def progress(output: str, bar: Bar | None = None, resources: bool = False) -> Callable[[dict[str, Any]], None]:
     """Progress for people (one line per stack event, and `bar` counting finished stacks on a terminal), or JSON
-    lines with -o json."""
+    lines with -o json. Each resource's step only with `resources` (`up -v`): a fleet's first `up` is thousands of
+    them, and a stack's summary line counts them."""
     lock = threading.Lock()
 
     def echo(line: str, err: bool = False) -> None:
@@ -85,7 +86,8 @@ def progress(output: str, bar: Bar | None = None) -> Callable[[dict[str, Any]], 
             if bar is not None and kind in ("succeeded", "failed", "cancelled", "skipped"):
                 bar.advance()
             if kind == "resource":
-                echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
+                if resources:
+                    echo(f"  [{event['stack']}] {event.get('op')} {event.get('urn', '').rsplit('::', 1)[-1]}")
             elif kind == "diagnostic":
                 echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
             elif kind == "start":

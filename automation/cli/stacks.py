@@ -112,7 +112,8 @@ _PREVIEW_PRUNE = click.option("--prune", is_flag=True,
 
 _VERBOSE = click.option("-v", "--verbose", is_flag=True,
                         help="List every deployability violation: also those that follow from a stack whose program "
-                             "fails (counted under it otherwise).")
+                             "fails (counted under it otherwise). With `up`, also print each resource's step as the "
+                             "engine takes it (otherwise a line per stack: started, and done with its counts).")
 
 
 _DESTROY_CLUSTERS = click.option("--yes-destroy-clusters", "destroy_clusters", is_flag=True,
