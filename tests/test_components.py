@@ -6,7 +6,7 @@ import pulumi
 import pytest
 import yaml
 
-from automation.planning.offline import OfflineRunError, is_secret, run
+from automation.checks.offline import OfflineRunError, is_secret, run
 from components.args import cluster_args
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster
@@ -14,7 +14,7 @@ from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.validate import load_fleet
-from infra.program import platform
+from components.platform import platform
 from tests.pulumi_mocks import inputs, named, of_type, registered
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -208,7 +208,7 @@ def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypa
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
     config = {k: v for k, v in config.items() if k.startswith("modelplane:")}
     secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack == "existing" else {}
-    from infra.program import main
+    from components.platform import main
     resources = run(main, "modelplane", stack, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
     types = {r.type for r in resources}
     assert expected_types <= types
@@ -219,7 +219,7 @@ def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypa
 
 def test_config_paths_resolve_against_the_project_root_not_the_working_directory(tmp_path, monkeypatch):
     """Regression: the CLI starts the program in infra/, where `stacks/fleets/...` does not exist."""
-    from infra.program import main
+    from components.platform import main
 
     (tmp_path / "Pulumi.yaml").write_text("name: modelplane-platform\nruntime: python\n")
     (tmp_path / "fleet").mkdir()
@@ -259,7 +259,7 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
 
 
 def test_missing_existing_kubeconfig_is_one_clear_error(example_fleet):
-    from automation.planning.offline import OfflineRunError
+    from automation.checks.offline import OfflineRunError
     with pytest.raises(OfflineRunError, match=r"InferenceCluster/byo-eu: no kubeconfig; give a v1/Secret modelplane-system/byo-eu-kubeconfig"):
         registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), "x", {"modelplane:cluster": "byo-eu"})
 

@@ -300,7 +300,7 @@ def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None
 def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
                    client_cas: tuple[str, ...] = (), dynamo: frozenset[str] = frozenset()) -> dict[str, StackSpec]:
     """The platform stacks (one per cluster) and the gateway stack: what `modelplane up` and a laptop's
-    `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint. `client_cas`:
+    `pulumi up --stack platform-<cluster>` (components/platform.py) both run, with the same fingerprint. `client_cas`:
     the front door's client CA as the record holds it (`Gateways.client_cas`), for an Envoy front door only.
     `dynamo`: the clusters whose replicas need the Dynamo platform (`dynamo_clusters` of the plan and the record)."""
     stacks: dict[str, StackSpec] = {}

@@ -24,8 +24,8 @@ from functools import cached_property
 from typing import Callable, Iterable, TYPE_CHECKING
 
 from automation.planning.addons import BUILT_IN_GROUPS, BUILT_IN_NAMESPACES, TRAEFIK_WATCHES
-from automation.planning.offline import Registered, unwrap
-from automation.planning.offline_preview import StackPreview
+from automation.checks.offline import Registered, unwrap
+from automation.checks.offline_preview import StackPreview
 from components.versions import CHARTS, COMPATIBLE, Chart, by_release_name, minor
 from fleet.semver import SemverError, parse_semver
 from fleet.stack_id import MAX_LENGTH, StackId
