@@ -21,7 +21,7 @@ from automation.planning.secret_sources import changed_sources
 from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
 from components.args import control_plane_cluster, preferred_control_plane
-from fleet.plan import Plan, dynamo_clusters
+from fleet.plan import Cause, Plan, Reason, cluster_gone, dynamo_clusters, scaled_down
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
 from workloads.render import stack_inputs
@@ -223,24 +223,27 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     for name, b in sorted(before.items()):
         if name in after:
             continue
+        reason: Reason
         if b.key not in wanted:
-            reason = "its deployment was removed"
+            reason = Reason(Cause.DEPLOYMENT_REMOVED, "its deployment was removed")
         elif name in reasons:
             reason = reasons[name]
         elif b.cluster not in clusters:
-            reason = f"cluster {b.cluster} no longer exists"
+            reason = cluster_gone(b.cluster)
         elif wanted[b.key] < placed_before[b.key]:
-            reason = f"scaled down to {wanted[b.key]} replica(s)"
+            reason = scaled_down(wanted[b.key])
         else:  # not in the record: planned afresh on both sides, the head placed it elsewhere
-            reason = f"planned afresh, with no record of what is applied to keep it on {b.cluster}"
-        replacement = (new_by_deployment.get(b.key) or [None]).pop(0) if reason != "its deployment was removed" else None
-        if replacement is not None and not reason.startswith("scaled down"):
+            reason = Reason(Cause.PLANNED_AFRESH,
+                            f"planned afresh, with no record of what is applied to keep it on {b.cluster}")
+        removed = reason.cause is Cause.DEPLOYMENT_REMOVED
+        replacement = None if removed else (new_by_deployment.get(b.key) or [None]).pop(0)
+        if replacement is not None and reason.cause is not Cause.SCALED_DOWN:
             # `certain`: the plan remembered the replica (the record, or an observed ModelReplica), so `up` planning
             # with the same record moves it; else both sides placed it afresh, and `up` may keep it where it is
-            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": reason,
+            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": str(reason),
                                  "certain": name in in_record or name in reasons})
         else:
-            result.removed.append({**_brief(b), "reason": reason})
+            result.removed.append({**_brief(b), "reason": str(reason)})
     moved_to = {m["newName"] for m in result.moved}
     result.added = [_brief(r) for name, r in sorted(after.items()) if name not in before and name not in moved_to]
     return result
