@@ -371,3 +371,22 @@ def test_eks_dra_pool_autoscales_from_one_node_with_a_pinned_dra_autoscaler(tmp_
     assert "eks-us-west" in err and "cannot grow a DRA pool from zero nodes" in err
     assert main(["validate", "-f", str(ROOT / "examples" / "platform")]) == 0  # the example as shipped: no warning
     assert "cannot grow a DRA pool" not in capsys.readouterr().err
+
+
+def test_every_cluster_source_has_a_cluster_component():
+    """The platform program makes each InferenceCluster source's cluster from one registry (components/clusters.py),
+    and each of them is an InferenceClusterComponent (kubeconfig, identifier, facts, GPU pools)."""
+    import importlib
+    import inspect
+    from typing import get_args
+
+    from components.clusters import CLUSTERS
+    from components.inference_cluster import InferenceClusterComponent
+    from fleet.api.cluster import Source
+
+    assert sorted(CLUSTERS) == sorted(get_args(Source))
+    for path in (ROOT / "components").glob("*.py"):
+        module = importlib.import_module(f"components.{path.stem}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if name.endswith("InferenceCluster") and cls.__module__ == module.__name__:
+                assert issubclass(cls, InferenceClusterComponent), name
