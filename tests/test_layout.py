@@ -166,4 +166,3 @@ def test_the_pure_core_imports_no_pulumi():
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else []
                 assert not [n for n in names if n.split(".")[0] == "pulumi"], f"{path.relative_to(ROOT)} imports pulumi"
-
