@@ -15,7 +15,7 @@ from automation.planning.stacks import platform_specs
 from components.args import control_plane_cluster
 from fleet.plan import dynamo_clusters
 from fleet.scheduler import schedule
-from fleet.stack_id import StackId, StackIdError
+from fleet.stack_id import StackId, StackIdError, StackKind
 from components import platform as program
 
 
@@ -27,7 +27,7 @@ def automation_stack(name: str) -> tuple[StackId, str | None] | None:
         id = StackId.parse(rest)
     except StackIdError:
         return None
-    return (id, fleet_name or None) if id.kind in ("platform", "gateway") else None
+    return (id, fleet_name or None) if id.kind in (StackKind.platform, StackKind.gateway) else None
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from fleet import tenancy
 from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
-from fleet.stack_id import StackId
+from fleet.stack_id import StackId, StackKind
 from workloads import ai_gateway, autoscaling, fleet_autoscaling, fleet_data_plane, front_door_mtls, routing
 from workloads.backends import registry as serving_backends
 from workloads.readiness import READY_WHEN, with_prerequisites
@@ -581,7 +581,7 @@ def collisions(fleet: Fleet, out: Rendered, reuse: Mapping[str, tuple] | None = 
 
 def _collision_cause(first: str, second: str, namespace: str, chosen: str) -> str:
     a, b = StackId.parse(first), StackId.parse(second)
-    if a.kind == b.kind == "model" and a.namespace != b.namespace and namespace == tenancy.SHARED_NAMESPACE:
+    if a.kind == b.kind == StackKind.model and a.namespace != b.namespace and namespace == tenancy.SHARED_NAMESPACE:
         return (f"deployments {a.namespace}/{a.name} and {b.namespace}/{b.name} share the workload namespace "
                 f"`default` ({tenancy.ANNOTATION}: {chosen} on the InferenceGateway) and compose same-named objects; "
                 f"rename one, or remove the annotation so that each team gets its own namespace")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.base_plan import BasePlan, BaseSide
 from automation.planning.secret_sources import changed_sources
-from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
+from automation.planning.stacks import (SAME, Change, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
 from components.args import control_plane_cluster, preferred_control_plane
 from fleet.plan import Cause, Plan, Reason, cluster_gone, dynamo_clusters, scaled_down
@@ -44,7 +44,7 @@ class Comparison:
 
     @property
     def changed(self) -> list[StackChange]:
-        return [s for s in self.stacks if s.change != "none"]
+        return [s for s in self.stacks if s.change != Change.none]
 
 
 def _brief(r) -> dict:
@@ -267,12 +267,12 @@ def markdown(result: Comparison, guessed: bool = False) -> str:
     """A summary fit to post as a pull-request comment. A move is listed as certain only when the plan remembered
     the replica (`certain`) and the record was read (`guessed` False); the others as possible."""
     lines = ["### modelplane: fleet change preview", ""]
-    counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in ("create", "update", "delete")}
+    counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in (Change.create, Change.update, Change.delete)}
     if not result.changed:
         lines.append("No stack changes.")
     else:
-        lines.append(f"**{len(result.changed)} stack(s) change**: {counts['create']} to create, "
-                     f"{counts['update']} to update, {counts['delete']} to delete.")
+        lines.append(f"**{len(result.changed)} stack(s) change**: {counts[Change.create]} to create, "
+                     f"{counts[Change.update]} to update, {counts[Change.delete]} to delete.")
         lines += ["", "| stack | change |", "|---|---|"]
         lines += [f"| `{s.name}` | {s.change} |" for s in result.changed]
     if result.sources:  # a value the fleet's files give instead of the runner's own is seen in review
