@@ -65,7 +65,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from automation.execution.projects import project_of  # noqa: E402
+from automation.projects import project_of  # noqa: E402
 from automation.local import control_plane, toolchain  # noqa: E402
 from automation.local.pki import Pki  # noqa: E402
 from benchmarks.up_scale import MODELPLANE, Fleet as DoubleFleet, change_images, command  # noqa: E402

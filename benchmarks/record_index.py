@@ -88,7 +88,7 @@ def seed_index(backend: Path, url: str | None = None) -> None:
     """The index a previous read wrote, built from the listing and the outputs written (what `index missing`
     writes, without reading every stack through the CLI first, which takes hours at 2,000 x 500 here); in the
     store of `url` (the folder by default), with that store's stamps."""
-    from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
+    from automation.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
     from automation.record.backend import checkpoint_store
 
     store = checkpoint_store(url or f"file://{backend}")
@@ -166,7 +166,7 @@ def s3_backend(backend: Path) -> tuple[str, object]:
 def seed_today_cache(work: Path, backend: Path, env: dict[str, str]) -> None:
     """Today's warm cache: every stack's `stack ls` stamp and its outputs, as a previous read left it (built from
     one `stack ls` per project without the bucket's latency, not from thousands of `stack output` calls)."""
-    from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
+    from automation.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
     from automation.record.backend import PulumiRecord, ours
 
     quiet = {k: v for k, v in env.items() if not k.startswith(("PULUMI_DOUBLE_LATENCY", "PULUMI_DOUBLE_BANDWIDTH"))}

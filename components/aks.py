@@ -25,6 +25,7 @@ import pulumi_azure_native as azure
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
+from components.inference_cluster import InferenceClusterComponent
 from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:aks:InferenceCluster"
@@ -39,7 +40,7 @@ def first_kubeconfig(result) -> str:
     return base64.b64decode(result.kubeconfigs[0].value).decode()
 
 
-class AksInferenceCluster(pulumi.ComponentResource):
+class AksInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier, facts."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True,

@@ -23,6 +23,7 @@ import pulumi_civo as civo
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
+from components.inference_cluster import InferenceClusterComponent
 
 TYPE = "modelplane:civo:InferenceCluster"
 SYSTEM_SIZE = "g4s.kube.large"  # 4 vCPU, 8 GiB: the serving stack's controllers
@@ -31,7 +32,7 @@ CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="45m", update="45m", delete="45m
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 
 
-class CivoInferenceCluster(pulumi.ComponentResource):
+class CivoInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier, facts."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True,

@@ -33,6 +33,7 @@ import pulumi_eks as eks
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
 from components.versions import CLUSTER_AUTOSCALER_DRA_FROM, CLUSTER_AUTOSCALER_IMAGE, CLUSTER_AUTOSCALER_TAGS, minor
+from components.inference_cluster import InferenceClusterComponent
 from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:eks:InferenceCluster"
@@ -99,7 +100,7 @@ def zones_of(args: ClusterArgs) -> list[str]:
     return zones
 
 
-class EksInferenceCluster(pulumi.ComponentResource):
+class EksInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True,
@@ -150,7 +151,7 @@ class EksInferenceCluster(pulumi.ComponentResource):
             instance_types=["m6i.xlarge"], subnet_ids=subnet_ids, labels={"modelplane.ai/role": "system"},
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=1, max_size=3, desired_size=2), tags=tags,
             opts=pulumi.ResourceOptions.merge(groups, AUTOSCALED))
-        self.gpu_groups = [self._gpu_group(name, pool, groups) for pool in args.pools]
+        self.gpu_pools = [self._gpu_group(name, pool, groups) for pool in args.pools]
         after_cluster = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.cluster]))
         pod_identity = aws.eks.Addon(f"{name}-pod-identity", cluster_name=self.cluster_name,
                                      addon_name="eks-pod-identity-agent", opts=after_cluster)

@@ -18,6 +18,7 @@ import yaml
 
 from components.args import ClusterArgs
 from components.serving_stack import ClusterFacts
+from components.inference_cluster import InferenceClusterComponent
 from fleet.errors import ModelplaneError
 
 TYPE = "modelplane:existing:InferenceCluster"
@@ -61,7 +62,7 @@ def read_kubeconfig(args: ClusterArgs, config: pulumi.Config, stored: str | None
     return value
 
 
-class ExistingInferenceCluster(pulumi.ComponentResource):
+class ExistingInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier."""
 
     def __init__(self, name: str, args: ClusterArgs, kubeconfig: pulumi.Input[str],
@@ -72,4 +73,5 @@ class ExistingInferenceCluster(pulumi.ComponentResource):
         # Storage classes are the admin's (existing.cache.storageClassName); a load balancer only when the admin
         # says the cluster has one (components/args.py LOAD_BALANCER_ANNOTATION)
         self.facts = ClusterFacts(load_balancer=args.load_balancer)
+        self.gpu_pools = []  # its nodes are the admin's
         self.register_outputs({"kubeconfig": self.kubeconfig, "clusterIdentifier": self.cluster_identifier})

@@ -27,6 +27,7 @@ from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
 from components.workspace_credentials import MOUNTED
 from components.serving_stack import ClusterFacts
+from components.inference_cluster import InferenceClusterComponent
 from fleet.inventory import CACHE_STORAGE_CLASSES
 
 TYPE = "modelplane:gke:InferenceCluster"
@@ -63,7 +64,7 @@ def kubeconfig(name: str, endpoint: str, ca: str, credentials: str = "") -> str:
                            install_hint="Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)")
 
 
-class GkeInferenceCluster(pulumi.ComponentResource):
+class GkeInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier, pools."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True, project: str | None = None,

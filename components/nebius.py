@@ -28,6 +28,7 @@ from components.args import ClusterArgs, GpuPoolArgs
 from components.kubernetes import exec_kubeconfig
 from components.workspace_credentials import MOUNTED, NEBIUS_ENDPOINT, NEBIUS_FILE, NEBIUS_PROFILE
 from components.serving_stack import ClusterFacts
+from components.inference_cluster import InferenceClusterComponent
 from fleet.inventory import CACHE_STORAGE_CLASSES
 from workloads.pods import GPU_NODE_TOLERATIONS
 
@@ -94,7 +95,7 @@ def _ca(status) -> str:
     return _get(_get(_get(status, "control_plane"), "auth"), "cluster_ca_certificate") or ""
 
 
-class NebiusInferenceCluster(pulumi.ComponentResource):
+class NebiusInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier, facts."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True, project: str | None = None,

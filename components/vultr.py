@@ -21,6 +21,7 @@ import pulumi
 
 from components.args import ClusterArgs, GpuPoolArgs
 from components.serving_stack import ClusterFacts
+from components.inference_cluster import InferenceClusterComponent
 
 TYPE = "modelplane:vultr:InferenceCluster"
 SYSTEM_PLAN = "vc2-6c-16gb"  # the reference's system pool (1..2 nodes)
@@ -33,7 +34,7 @@ def decoded_kubeconfig(kube_config: str) -> str:
     return base64.b64decode(kube_config).decode() if kube_config else ""
 
 
-class VultrInferenceCluster(pulumi.ComponentResource):
+class VultrInferenceCluster(InferenceClusterComponent):
     """Outputs: kubeconfig (secret), cluster_identifier, facts."""
 
     def __init__(self, name: str, args: ClusterArgs, deletion_protection: bool = True,

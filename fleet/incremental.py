@@ -15,15 +15,13 @@ portal's background replan is still the authority: it plans the whole fleet and 
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from typing import TYPE_CHECKING
 
 from fleet.api.deployment import ModelDeployment
-from fleet.ledger import PoolState
 from fleet.memory import RecordedReplica
-from fleet.names import replica_name
-from fleet.plan import PlacedReplica, Plan, Unscheduled
-from fleet.scheduler import PlanMemo, Scheduler, _Deployment, memo_state_limit
+from fleet.plan import Plan
+from fleet.scheduler import Deployment, Kept, PlanMemo, Scheduler, memo_state_limit
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -45,7 +43,7 @@ class FleetLedger:
         """`reserved`: every deployment's reservations (the last plan's replicas, as recorded)."""
         self._s = s = Scheduler(fleet, reserved, memo=memo or PlanMemo())
         self._caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
-        self._built: dict[str, _Deployment] = {d.key: d for d in s.deployments}
+        self._built: dict[str, Deployment] = {d.key: d for d in s.deployments}
         self._items: dict[str, list[tuple]] = defaultdict(list)  # cluster -> [(order, d, r, pins)], in charge order
         self._results: dict[str, dict[tuple[str, str], tuple]] = {}  # cluster -> (deployment, replica) -> charged
         self._on: dict[str, set[str]] = defaultdict(set)  # deployment -> clusters its kept replicas are on
@@ -53,7 +51,7 @@ class FleetLedger:
         # oldest beyond CHARGES_KEPT is let go, so a portal's memory does not grow with its writes
         self._charges: dict[str, deque[tuple]] = defaultdict(lambda: deque(maxlen=CHARGES_KEPT))
         for d in s.deployments:
-            kept, _ = s._retain_one(d)
+            kept, _ = s.retain(d)
             self._hold(d, kept)
         for cluster in list(self._items):
             self._charge(cluster)
@@ -82,13 +80,12 @@ class FleetLedger:
             s.forget_states()
             self._states_limit = ledger_state_limit(len(s.memo.state_ids), len(s.clusters))
         s.plan = Plan()
-        d = s._deployment(md, self._caches)
-        d.source = md.model_dump_json()
+        d = s.build(md, self._caches)
         self._built[d.key] = d
         touched = self._release(d.key)
-        kept, drops = s._retain_one(d)
+        kept, drops = s.retain(d)
         for r, reason in drops:
-            s._drop(d, r, reason)
+            s.drop(d, r, reason)
         touched |= self._hold(d, kept)
         for cluster in touched:
             self._charge(cluster)
@@ -96,10 +93,10 @@ class FleetLedger:
         for r, _ in kept:
             placement, detail = self._results[r.cluster][(d.key, r.name)]
             if placement is None:
-                s._drop(d, r, s._no_longer_fits(d, r, detail))
+                s.drop_unfit(d, r, detail)
             else:
                 placed.append((r, placement))
-        self._fill(d, placed)
+        s.place_one(d, placed)
         self.reserve(d.key, [r.recorded() for r in s.plan.replicas])
         plan, s.plan = s.plan, Plan()
         plan.replicas.sort(key=lambda r: (r.cluster, r.index))
@@ -123,7 +120,7 @@ class FleetLedger:
             return
         touched = self._release(key)
         s.recorded[key] = sorted(replicas, key=lambda r: (r.name, r.cluster, r.index))
-        kept, _ = s._retain_one(d)
+        kept, _ = s.retain(d)
         touched |= self._hold(d, kept)
         for cluster in touched:
             self._charge(cluster)
@@ -148,10 +145,10 @@ class FleetLedger:
             self._items[cluster] = [item for item in self._items[cluster] if item[1].key != key]
         return clusters
 
-    def _hold(self, d: _Deployment, kept: list[tuple[RecordedReplica, dict[str, str]]]) -> set[str]:
+    def _hold(self, d: Deployment, kept: Kept) -> set[str]:
         touched = set()
         for r, pins in kept:
-            self._items[r.cluster].append((self._s._charge_order(d, r), d, r, pins))
+            self._items[r.cluster].append((self._s.hold_order(d, r), d, r, pins))
             touched.add(r.cluster)
         for cluster in touched:
             self._items[cluster].sort(key=lambda item: item[0])
@@ -160,14 +157,10 @@ class FleetLedger:
 
     def _charge(self, cluster: str) -> None:
         """Charge the cluster's kept replicas from empty pools, in order (from the memo when it saw them before)."""
-        s = self._s
-        memo = s.memo
+        memo = self._s.memo
         assert memo is not None
-        s.states[cluster] = {p.name: PoolState(p.kind, p.nodes) for p in s.by_name[cluster].pools}
-        s.state_id[cluster] = s._intern_state(cluster)
         items = [item[1:] for item in self._items[cluster]]
-        key = s.charge_key(cluster, items)
-        results = s._charge_cluster(cluster, items, memo.charged, key)
+        key, results = self._s.charge_from_empty(cluster, items)
         recent = self._charges[cluster]
         if key in recent:
             recent.remove(key)
@@ -175,42 +168,3 @@ class FleetLedger:
             memo.charged.pop(recent[0], None)
         recent.append(key)
         self._results[cluster] = {(d.key, r.name): result for (d, r, _), result in zip(items, results)}
-
-    def _fill(self, d: _Deployment, placed: list[tuple[RecordedReplica, object]]) -> None:
-        """The scheduler's fill for one deployment: each missing replica on the candidate with the fewest replicas
-        of the deployment, then the tightest fit, then the name."""
-        s = self._s
-        load: Counter[str] = Counter()
-        used: dict[str, set[int]] = defaultdict(set)
-        for r, placement in placed:
-            load[r.cluster] += 1
-            used[r.cluster].add(r.index)
-            s.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,  # type: ignore[arg-type]
-                                                 s._backends(d, r.cluster, placement), "kept", d.engines))
-        missing = d.md.spec.replicas - len(placed)
-        if missing <= 0:
-            return
-        if d.blocked:
-            s.plan.unscheduled.append(Unscheduled(d.key, missing, (d.blocked,)))
-            return
-        candidates = s._candidates(d)
-        while missing:
-            best = None
-            for c in candidates:
-                placement, nodes = s._place(d, c)
-                if placement is not None:
-                    rank = (load[c.name], placement.score.key(), c.name)
-                    if best is None or rank < best[0]:
-                        best = (rank, c, placement, nodes)
-            if best is None:
-                s.plan.unscheduled.append(Unscheduled(d.key, missing, tuple(s._reasons(d))))
-                return
-            _, cluster, placement, nodes = best
-            s._apply(cluster.name, nodes)
-            index = next(i for i in range(len(used[cluster.name]) + 1) if i not in used[cluster.name])
-            used[cluster.name].add(index)
-            load[cluster.name] += 1
-            s.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, replica_name(d.name, cluster.name, index),
-                                                 cluster.name, placement, s._backends(d, cluster.name, placement),
-                                                 "new", d.engines))
-            missing -= 1

@@ -3,11 +3,60 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Iterable
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
 from fleet.placement import ReplicaPlacement
 from fleet.shapes import EngineShape
+
+
+class Cause(str, Enum):
+    """Why a replica is dropped, moved or not placed: what code asks of a Reason (its text is for people)."""
+
+    DUPLICATE = "duplicate"  # a second recorded replica on one cluster and index
+    CLUSTER_GONE = "cluster-gone"
+    NOT_SELECTED = "not-selected"  # the deployment's selector no longer selects the cluster
+    NO_CACHE_STORAGE = "no-cache-storage"  # the cluster cannot stage the deployment's ModelCache
+    DRAINING = "draining"  # a NoExecute taint the deployment does not tolerate
+    TEMPLATE_CHANGED = "template-changed"  # engines, members or pools changed under the replica
+    SPLIT = "split"  # an engine recorded across pools
+    POOL_GONE = "pool-gone"
+    SCALED_DOWN = "scaled-down"
+    NO_LONGER_FITS = "no-longer-fits"
+    BLOCKED = "blocked"  # no new replica may be placed (cache missing, selector conflict)
+    NO_PLACE = "no-place"  # no candidate cluster has room (one Reason per cluster or pool)
+    NO_CLUSTERS = "no-clusters"
+    DEPLOYMENT_REMOVED = "deployment-removed"  # a comparison's: the deployment is gone from the head
+    PLANNED_AFRESH = "planned-afresh"  # a comparison's: no record kept the replica where it was
+
+
+class Reason(str):
+    """A reason as people read it (it is its text: plans, comparisons and JSON show it unchanged), with its
+    `cause` for code to ask, never the text."""
+
+    cause: Cause
+
+    def __new__(cls, cause: Cause, text: str) -> Reason:
+        made = super().__new__(cls, text)
+        made.cause = cause
+        return made
+
+    def __getnewargs__(self) -> tuple[Cause, str]:  # type: ignore[override]  # pickled with its cause
+        return self.cause, str(self)
+
+
+def cluster_gone(cluster: str) -> Reason:
+    return Reason(Cause.CLUSTER_GONE, f"cluster {cluster} no longer exists")
+
+
+def scaled_down(replicas: int) -> Reason:
+    return Reason(Cause.SCALED_DOWN, f"scaled down to {replicas} replica(s)")
+
+
+def blocked(why: str) -> Reason:
+    return Reason(Cause.BLOCKED, why)
+
 
 @dataclass(frozen=True)
 class PlacedReplica:
@@ -57,7 +106,7 @@ class PlacedReplica:
 class Unscheduled:
     deployment: str
     missing: int
-    reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]
 
 
 @dataclass(frozen=True)
@@ -66,7 +115,7 @@ class Dropped:
     name: str
     cluster: str
     index: int
-    reason: str
+    reason: Reason
 
 
 @dataclass

@@ -42,10 +42,10 @@ def plan_to_dict(plan: Plan, explain: bool = False) -> dict:
                          "state": r.state, "engines": engines})
     out: dict[str, Any] = {
         "replicas": replicas,
-        "unscheduled": [{"deployment": u.deployment, "missing": u.missing, "reasons": list(u.reasons)}
+        "unscheduled": [{"deployment": u.deployment, "missing": u.missing, "reasons": [str(r) for r in u.reasons]}
                         for u in plan.unscheduled],
         "dropped": [{"deployment": d.deployment, "name": d.name, "cluster": d.cluster, "index": d.index,
-                     "reason": d.reason} for d in plan.dropped],
+                     "reason": str(d.reason)} for d in plan.dropped],  # plain text: YAML writes it too
     }
     if explain:
         out["explain"] = {k: v for k, v in sorted(plan.explain.items())}

@@ -37,7 +37,7 @@ from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
 from fleet.ledger import PoolState
 from fleet.placement import MAX_ASSIGNMENTS, UNKNOWN, Placer, ReplicaPlacement, one_engine_replica
-from fleet.plan import Dropped, PlacedReplica, Plan, Unscheduled
+from fleet.plan import Cause, Dropped, PlacedReplica, Plan, Reason, Unscheduled, blocked, cluster_gone, scaled_down
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
 
@@ -46,9 +46,11 @@ if TYPE_CHECKING:
 
 # ---- the scheduler -------------------------------------------------------------------------
 
+Kept = list[tuple[RecordedReplica, dict[str, str]]]  # kept replicas, each with its engines' pools (pins)
+
 
 @dataclass
-class _Deployment:
+class Deployment:
     key: str
     namespace: str
     name: str
@@ -178,7 +180,7 @@ class _Ranking:
     Entries are (score bound, cluster name, pool, cluster).
     """
 
-    def __init__(self, scheduler: Scheduler, d: _Deployment, clusters: list[ClusterView], per_pool: bool):
+    def __init__(self, scheduler: Scheduler, d: Deployment, clusters: list[ClusterView], per_pool: bool):
         self.scheduler, self.d, self.per_pool = scheduler, d, per_pool
         placer = scheduler.placer
         # the bounds are static: a plan of the same platform in this process (the head after the base, the
@@ -300,7 +302,7 @@ class PlanMemo:
     placer: Placer | None = None
     state_ids: dict[tuple, int] = field(default_factory=dict)
     shape_ids: dict[tuple, tuple[int, tuple]] = field(default_factory=dict)  # engines -> (id, the shared engines)
-    deployments: dict[str, _Deployment] = field(default_factory=dict)  # ModelDeployment JSON -> built
+    deployments: dict[str, Deployment] = field(default_factory=dict)  # ModelDeployment JSON -> built
     retained: dict[tuple, tuple] = field(default_factory=dict)  # (JSON, its recorded replicas) -> kept, dropped
     charged: dict[tuple, tuple] = field(default_factory=dict)  # (cluster, its kept replicas in order) -> ledger
 
@@ -344,12 +346,12 @@ class Scheduler:
         self._shape_ids: dict[tuple, tuple[int, tuple]] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
         self._unselected_by: dict[tuple, dict[str, str]] = {}  # selector -> cluster -> why it is not selected
-        self._reasons_by: dict[tuple, list[str]] = {}  # see _reasons; keyed by interned ledger states
+        self._reasons_by: dict[tuple, list[Reason]] = {}  # see _reasons; keyed by interned ledger states
         self._pool_sources: dict[int, _PoolSource] = {}  # shape of one engine -> see pool_source (one fill)
         self._groups: dict[tuple, _PoolGroup] | None = None  # see _pool_groups
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
-        self.deployments: list[_Deployment] = []
-        built: dict[str, _Deployment] = {}
+        self.deployments: list[Deployment] = []
+        built: dict[str, Deployment] = {}
         for md in fleet.of("ModelDeployment"):
             source = fleet.text_of(md) if self.memo else ""
             d = self.memo.deployments.get(source) if self.memo else None
@@ -369,13 +371,13 @@ class Scheduler:
             self.recorded[f"{r.namespace}/{r.deployment}"].append(r)
         self.plan = Plan()
 
-    def _deployment(self, md: ModelDeployment, caches: dict) -> _Deployment:
+    def _deployment(self, md: ModelDeployment, caches: dict) -> Deployment:
         spec = md.spec.template.spec
         selector, blocked = _resolve_selector(md, caches)
         # deployments of equal shapes share one shape object: cache keys then compare by identity
         shape = engine_shapes(md)
         shape_id, engines = self._shape_ids.setdefault(shape, (len(self._shape_ids), shape))
-        d = _Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
+        d = Deployment(f"{md.namespace}/{md.name}", md.namespace, md.name, md, engines, spec.mode, selector,
                         tuple(spec.tolerations or ()), blocked, _size(engines))
         d.shape_id = shape_id
         d.backends = tuple((e.name, e.backend, e.backend_reason) for e in engines)
@@ -387,15 +389,15 @@ class Scheduler:
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _note(self, d: _Deployment, line: str) -> None:
+    def _note(self, d: Deployment, line: str) -> None:
         if self.explain:
             self.plan.explain.setdefault(d.key, []).append(line)
 
-    def _drop(self, d: _Deployment, r: RecordedReplica, reason: str) -> None:
+    def _drop(self, d: Deployment, r: RecordedReplica, reason: Reason) -> None:
         self.plan.dropped.append(Dropped(d.key, r.name, r.cluster, r.index, reason))
         self._note(d, f"replica {r.name} ({r.cluster}#{r.index}) dropped: {reason}")
 
-    def _backends(self, d: _Deployment, cluster: str, placement) -> tuple[tuple[str, str, str], ...]:
+    def _backends(self, d: Deployment, cluster: str, placement) -> tuple[tuple[str, str, str], ...]:
         """The replica's serving paths on that cluster: the deployment's, unless the cluster's stack is Dynamo."""
         view = self.by_name.get(cluster)
         if view is None or view.stack != "Dynamo":
@@ -417,36 +419,38 @@ class Scheduler:
         key = tuple((name, state.key()) for name, state in self.states[cluster].items())
         return self._state_ids.setdefault(key, len(self._state_ids))
 
-    def _place(self, d: _Deployment, cluster: ClusterView, pinned: dict[str, str] | None = None):
+    def _place(self, d: Deployment, cluster: ClusterView, pinned: dict[str, str] | None = None):
         key = (d.shape_id, self.state_id[cluster.name], tuple(sorted(pinned.items())) if pinned else None)
         return self.placer.place_replica(d.engines, cluster, self.states[cluster.name], pinned, key)
 
-    def _retain_problem(self, d: _Deployment, r: RecordedReplica) -> tuple[str | None, dict[str, str]]:
+    def _retain_problem(self, d: Deployment, r: RecordedReplica) -> tuple[Reason | None, dict[str, str]]:
         cluster = self.by_name.get(r.cluster)
         if cluster is None:
-            return f"cluster {r.cluster} no longer exists", {}
+            return cluster_gone(r.cluster), {}
         if (why := _not_selected(cluster, d.selector)) is not None:
-            return f"cluster {cluster.name} is no longer selected ({why})", {}
+            return Reason(Cause.NOT_SELECTED, f"cluster {cluster.name} is no longer selected ({why})"), {}
         if d.cache and not cluster.cache_storage_class:
-            return f"cluster {cluster.name} cannot stage ModelCache {d.cache} (no RWX storage class)", {}
+            return Reason(Cause.NO_CACHE_STORAGE,
+                          f"cluster {cluster.name} cannot stage ModelCache {d.cache} (no RWX storage class)"), {}
         if draining := untolerated(cluster.taints, d.tolerations, ("NoExecute",)):
-            return f"cluster {cluster.name} is draining: taint {describe(draining[0])} is not tolerated", {}
+            return Reason(Cause.DRAINING,
+                          f"cluster {cluster.name} is draining: taint {describe(draining[0])} is not tolerated"), {}
         wanted = {e.name: e for e in d.engines}
         if len(r.engines) != len(d.engines) or any(e.name not in wanted for e in r.engines):
-            return ("template changed: engines are now " + ",".join(sorted(wanted)) + ", were "
-                    + ",".join(sorted(e.name for e in r.engines))), {}
+            return Reason(Cause.TEMPLATE_CHANGED, "template changed: engines are now " + ",".join(sorted(wanted))
+                          + ", were " + ",".join(sorted(e.name for e in r.engines))), {}
         pins: dict[str, str] = {}
         for observed in r.engines:
             engine = wanted[observed.name]
             if [m.role for m in observed.members] != [m.role for m in engine.members]:
-                return f"template changed: members of engine {engine.name} changed", {}
+                return Reason(Cause.TEMPLATE_CHANGED, f"template changed: members of engine {engine.name} changed"), {}
             pools = {m.pool for m in observed.members}
             if len(pools) != 1:
-                return f"engine {engine.name} was split across pools {','.join(sorted(pools))}", {}
+                return Reason(Cause.SPLIT, f"engine {engine.name} was split across pools {','.join(sorted(pools))}"), {}
             pins[engine.name] = pools.pop()
         return None, pins
 
-    def _shape_unchanged(self, d: _Deployment, r: RecordedReplica) -> bool:
+    def _shape_unchanged(self, d: Deployment, r: RecordedReplica) -> bool:
         recorded = {e.name: e for e in r.engines}
         for engine in d.engines:
             seen = recorded[engine.name]
@@ -467,7 +471,7 @@ class Scheduler:
 
     # ---- phases ----------------------------------------------------------------------------
 
-    def _retain(self) -> list[tuple[_Deployment, RecordedReplica, dict[str, str]]]:
+    def _retain(self) -> list[tuple[Deployment, RecordedReplica, dict[str, str]]]:
         kept_all = []
         memo = self.memo
         retained: dict[tuple, tuple] = {}
@@ -486,16 +490,16 @@ class Scheduler:
             memo.retained = retained
         return kept_all
 
-    def _retain_one(self, d: _Deployment) -> tuple[list[tuple[RecordedReplica, dict[str, str]]],
-                                                  list[tuple[RecordedReplica, str]]]:
+    def _retain_one(self, d: Deployment) -> tuple[list[tuple[RecordedReplica, dict[str, str]]],
+                                                  list[tuple[RecordedReplica, Reason]]]:
         """The recorded replicas of `d` that stay where they are, and those dropped with the reason."""
         kept: list[tuple[RecordedReplica, dict[str, str]]] = []
-        drops: list[tuple[RecordedReplica, str]] = []
+        drops: list[tuple[RecordedReplica, Reason]] = []
         seen: dict[tuple[str, int], str] = {}
         for r in self.recorded.get(d.key, []):
             identity = (r.cluster, r.index)
             if identity in seen:
-                drops.append((r, f"duplicate of replica {seen[identity]} (same cluster and index)"))
+                drops.append((r, Reason(Cause.DUPLICATE, f"duplicate of replica {seen[identity]} (same cluster and index)")))
                 continue
             seen[identity] = r.name
             problem, pins = self._retain_problem(d, r)
@@ -506,9 +510,9 @@ class Scheduler:
                     elsewhere = tuple(any(self.placer.member_claims(m, p.kind) for p in cluster.pools)
                                       for m in engine.members)
                     if pool is None:
-                        problem = f"pool {r.cluster}/{pins[engine.name]} no longer exists"
+                        problem = Reason(Cause.POOL_GONE, f"pool {r.cluster}/{pins[engine.name]} no longer exists")
                     elif why := self.placer.static_problem(engine, pool, elsewhere):
-                        problem = f"template or pool changed: {r.cluster}/{pool.name}: {why}"
+                        problem = Reason(Cause.TEMPLATE_CHANGED, f"template or pool changed: {r.cluster}/{pool.name}: {why}")
                     if problem:
                         break
             if problem:
@@ -520,16 +524,16 @@ class Scheduler:
             load = Counter(r.cluster for r, _ in kept)
             victim = max(kept, key=lambda item: (load[item[0].cluster], item[0].cluster, item[0].index))
             kept.remove(victim)
-            drops.append((victim[0], f"scaled down to {d.md.spec.replicas} replica(s)"))
+            drops.append((victim[0], scaled_down(d.md.spec.replicas)))
         return kept, drops
 
-    def _charge_order(self, d: _Deployment, r: RecordedReplica) -> tuple:
+    def _charge_order(self, d: Deployment, r: RecordedReplica) -> tuple:
         """Kept replicas are charged unchanged ones first, then in deployment order (larger first, then by name)."""
         return (not self._shape_unchanged(d, r), -d.size, d.key, r.name)
 
-    def _no_longer_fits(self, d: _Deployment, r: RecordedReplica, detail) -> str:
+    def _no_longer_fits(self, d: Deployment, r: RecordedReplica, detail) -> Reason:
         grew = "" if self._shape_unchanged(d, r) else " after its shape grew"
-        return f"no longer fits on {r.cluster}{grew}: " + "; ".join(detail.lines)
+        return Reason(Cause.NO_LONGER_FITS, f"no longer fits on {r.cluster}{grew}: " + "; ".join(detail.lines))
 
     def _charge_kept(self, kept) -> dict[str, list[tuple[RecordedReplica, ReplicaPlacement]]]:
         kept.sort(key=lambda item: self._charge_order(item[0], item[1]))
@@ -585,18 +589,18 @@ class Scheduler:
             charged[key] = (dict(self.states[cluster]), results)
         return results
 
-    def _candidates(self, d: _Deployment) -> list[ClusterView]:
+    def _candidates(self, d: Deployment) -> list[ClusterView]:
         key = (tuple(sorted(d.selector.items())), tuple(t.model_dump_json() for t in d.tolerations), bool(d.cache))
         if key not in self._candidate_sets:
             self._candidate_sets[key] = self._find_candidates(d)
         return self._candidate_sets[key]
 
-    def _find_candidates(self, d: _Deployment) -> list[ClusterView]:
+    def _find_candidates(self, d: Deployment) -> list[ClusterView]:
         return [c for c in self.clusters if c.ready and _selected(c, d.selector)
                 and (c.cache_storage_class or not d.cache)
                 and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
 
-    def _ranking(self, d: _Deployment, candidates: list[ClusterView], rankings: dict[tuple, _Ranking]) -> _Ranking:
+    def _ranking(self, d: Deployment, candidates: list[ClusterView], rankings: dict[tuple, _Ranking]) -> _Ranking:
         key = (d.shape_id, id(candidates))  # candidate lists are shared per (selector, tolerations, cache?)
         ranking = rankings.get(key)
         if ranking is None:
@@ -605,7 +609,7 @@ class Scheduler:
             ranking = rankings[key] = _Ranking(self, d, candidates, per_pool)
         return ranking
 
-    def pool_source(self, d: _Deployment) -> _PoolSource:
+    def pool_source(self, d: Deployment) -> _PoolSource:
         """The places of every pool of the fleet that a shape of one engine fits when empty, tightest first, in
         buckets of one fit (`_PoolSource`): computed once per shape, then cut to each candidate set (teams' selectors
         make many sets of one shape). A fit is computed once per group of alike pools (`_pool_groups`): a pool of
@@ -669,7 +673,7 @@ class Scheduler:
                                                 if (why := _not_selected(c, selector)) is not None}
         return found
 
-    def _reasons(self, d: _Deployment) -> list[str]:
+    def _reasons(self, d: Deployment) -> list[Reason]:
         """Why the deployment has no place on each cluster, summarised. The same for deployments of one shape, one
         candidate set and one cache while the candidates' ledgers stay as they were: the deployments of a team
         whose region is full are told once (at 10,000 x 2,000, this was a quarter of the plan)."""
@@ -682,7 +686,7 @@ class Scheduler:
             found = self._reasons_by[key] = self._reasons_now(d)
         return list(found)
 
-    def _reasons_now(self, d: _Deployment) -> list[str]:
+    def _reasons_now(self, d: Deployment) -> list[Reason]:
         found: list[tuple[str, str, str]] = []  # (cluster or cluster/pool, why, detail)
         unselected = self._unselected(d.selector)
         for c in self.clusters:
@@ -701,8 +705,8 @@ class Scheduler:
                 if placement is None:
                     found.extend(detail.located())
         if not self.clusters:
-            return ["the fleet has no InferenceCluster"]
-        return summarise(found)
+            return [Reason(Cause.NO_CLUSTERS, "the fleet has no InferenceCluster")]
+        return [Reason(Cause.NO_PLACE, line) for line in summarise(found)]
 
     def _fill(self, kept_by_deployment) -> None:
         loads: dict[str, Counter] = {d.key: Counter() for d in self.deployments}
@@ -719,7 +723,7 @@ class Scheduler:
             if missing <= 0:
                 continue
             if d.blocked:
-                self.plan.unscheduled.append(Unscheduled(d.key, missing, (d.blocked,)))
+                self.plan.unscheduled.append(Unscheduled(d.key, missing, (blocked(d.blocked),)))
                 self._note(d, f"no new replica placed: {d.blocked}")
                 continue
             need[d.key] = missing
@@ -772,7 +776,7 @@ class Scheduler:
         if self.memo:  # the next plan keeps the starting entries this one used, and lets go of the others
             self.placer.rankings = {r.key: self.placer.rankings[r.key] for r in rankings.values()}
 
-    def _explain_choice(self, d: _Deployment, name: str, cluster: str, rank, tried) -> None:
+    def _explain_choice(self, d: Deployment, name: str, cluster: str, rank, tried) -> None:
         def fmt(r):
             load, (mem, stranded, devices), cname = r
             # the score, lowest first: this deployment's replicas already there (spread), the device memory the
@@ -784,6 +788,82 @@ class Scheduler:
         if others:
             line += "; next best: " + ", ".join(others)
         self._note(d, line)
+
+    # ---- one deployment at a time (fleet/incremental.py's FleetLedger) ------------------------------------
+    # The ledger keeps each cluster's kept replicas itself and asks the scheduler to build a deployment, retain
+    # its recorded replicas, charge one cluster from empty pools and place one deployment's missing replicas: the
+    # same rules, in the same order, as a whole plan's phases.
+
+    def build(self, md: ModelDeployment, caches: dict) -> Deployment:
+        """The scheduler's view of one deployment (`caches`: the fleet's ModelCaches by (namespace, name))."""
+        d = self._deployment(md, caches)
+        d.source = md.model_dump_json()
+        return d
+
+    def retain(self, d: Deployment) -> tuple[Kept, list[tuple[RecordedReplica, Reason]]]:
+        """The recorded replicas of `d` that stay where they are (with their pins), and those dropped, with why."""
+        return self._retain_one(d)
+
+    def drop(self, d: Deployment, r: RecordedReplica, reason: Reason) -> None:
+        """`r` is dropped from this plan, with why."""
+        self._drop(d, r, reason)
+
+    def drop_unfit(self, d: Deployment, r: RecordedReplica, rejection) -> None:
+        """`r` was kept but no longer fits its cluster's charged ledger (`rejection`: what the placer said)."""
+        self._drop(d, r, self._no_longer_fits(d, r, rejection))
+
+    def hold_order(self, d: Deployment, r: RecordedReplica) -> tuple:
+        """Where a kept replica is charged among its cluster's: unchanged shapes first, then deployment order."""
+        return self._charge_order(d, r)
+
+    def charge_from_empty(self, cluster: str, items: list) -> tuple[tuple, list[tuple]]:
+        """Charge `cluster`'s kept replicas (`items`: (deployment, replica, pins), in hold order) from its empty
+        pools; returns the charge's key (as the memo keeps it) and (placement or None, nodes or rejection) per item.
+        Reads and fills the memo's charged ledgers: the ledger lets go of the old ones."""
+        assert self.memo is not None
+        self.states[cluster] = {p.name: PoolState(p.kind, p.nodes) for p in self.by_name[cluster].pools}
+        self.state_id[cluster] = self._intern_state(cluster)
+        key = self.charge_key(cluster, items)
+        return key, self._charge_cluster(cluster, items, self.memo.charged, key)
+
+    def place_one(self, d: Deployment, placed: list[tuple[RecordedReplica, ReplicaPlacement]]) -> None:
+        """The fill for one deployment, into this scheduler's plan: its kept replicas (`placed`, charged), then each
+        missing replica on the candidate with the fewest replicas of the deployment, then the tightest fit, then
+        the name; what finds no place is unscheduled, with why."""
+        load: Counter[str] = Counter()
+        used: dict[str, set[int]] = defaultdict(set)
+        for r, placement in placed:
+            load[r.cluster] += 1
+            used[r.cluster].add(r.index)
+            self.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,
+                                                    self._backends(d, r.cluster, placement), "kept", d.engines))
+        missing = d.md.spec.replicas - len(placed)
+        if missing <= 0:
+            return
+        if d.blocked:
+            self.plan.unscheduled.append(Unscheduled(d.key, missing, (blocked(d.blocked),)))
+            return
+        candidates = self._candidates(d)
+        while missing:
+            best = None
+            for c in candidates:
+                placement, nodes = self._place(d, c)
+                if placement is not None:
+                    rank = (load[c.name], placement.score.key(), c.name)
+                    if best is None or rank < best[0]:
+                        best = (rank, c, placement, nodes)
+            if best is None:
+                self.plan.unscheduled.append(Unscheduled(d.key, missing, tuple(self._reasons(d))))
+                return
+            _, cluster, placement, nodes = best
+            self._apply(cluster.name, nodes)
+            index = next(i for i in range(len(used[cluster.name]) + 1) if i not in used[cluster.name])
+            used[cluster.name].add(index)
+            load[cluster.name] += 1
+            self.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, replica_name(d.name, cluster.name, index),
+                                                    cluster.name, placement, self._backends(d, cluster.name, placement),
+                                                    "new", d.engines))
+            missing -= 1
 
     def run(self) -> Plan:
         kept = self._retain()

@@ -94,7 +94,7 @@ class StackId:
 
     @property
     def cluster(self) -> str | None:
-        return self.name if self.kind == "platform" else None
+        return self.name if self.kind == StackKind.platform else None
 
     @property
     def rank(self) -> int:
@@ -103,9 +103,9 @@ class StackId:
     def __str__(self) -> str:
         if self.legacy is not None:
             return self.legacy
-        if self.kind == "gateway":
+        if self.kind == StackKind.gateway:
             return "gateway"
-        if self.kind == "platform":
+        if self.kind == StackKind.platform:
             return f"platform-{self.name}"
         if self.kind in PER_NAMESPACE:
             return f"{self.kind}-{self.namespace}"

@@ -8,7 +8,7 @@ itself from its operator configuration's `topologyAwareScheduling.levels` (workl
 it ignores any other, and refuses topology constraints while topology-aware scheduling is off. A cluster's levels
 come from the classes of its pools: the zone label (default `topology.kubernetes.io/zone`), the NVLink domain as `block` (an
 NVLink domain may span racks, as on NVL36x2, so it sits above `rack` in Grove's order), the rack, and the host.
-An engine with the `NVLinkDomain` capability is packed into one `block` (workloads/dynamo.py), so it can only be
+An engine with the `NVLinkDomain` capability is packed into one `block` (workloads/backends/dynamo.py), so it can only be
 placed on a pool whose class names an NVLink-domain label (fleet/placement.py says so per pool).
 """
 

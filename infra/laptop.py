@@ -3,7 +3,7 @@
 A stack named as the automation layer names it (`platform-<cluster>`, `gateway`, optionally `<fleet>_` first)
 runs the spec `modelplane up` runs for it (automation/planning/stacks.py `platform_specs`), through the same program
 (automation/execution/programs.py), so it registers the same resources and writes the same record: one stack, two
-doors. Any other stack name runs the whole fleet in one stack (infra/program.py `main`), a laptop sandbox.
+doors. Any other stack name runs the whole fleet in one stack (components/platform.py `main`), a laptop sandbox.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from automation.planning.stacks import platform_specs
 from components.args import control_plane_cluster
 from fleet.plan import dynamo_clusters
 from fleet.scheduler import schedule
-from fleet.stack_id import StackId, StackIdError
-from infra import program
+from fleet.stack_id import StackId, StackIdError, StackKind
+from components import platform as program
 
 
 def automation_stack(name: str) -> tuple[StackId, str | None] | None:
@@ -27,7 +27,7 @@ def automation_stack(name: str) -> tuple[StackId, str | None] | None:
         id = StackId.parse(rest)
     except StackIdError:
         return None
-    return (id, fleet_name or None) if id.kind in ("platform", "gateway") else None
+    return (id, fleet_name or None) if id.kind in (StackKind.platform, StackKind.gateway) else None
 
 
 def main() -> None:

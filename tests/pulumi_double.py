@@ -158,7 +158,7 @@ def serve_warm(address: str) -> None:
     from google.protobuf import empty_pb2, json_format, struct_pb2  # noqa: F401
     from pulumi.runtime.proto import engine_pb2_grpc, language_pb2_grpc, resource_pb2_grpc  # noqa: F401
 
-    import automation.planning.fake_outputs  # noqa: F401
+    import automation.checks.fake_outputs  # noqa: F401
     import workloads.readiness  # noqa: F401
 
     def stop(*_) -> None:  # reap every child first: their CPU then counts in this process's children

@@ -19,7 +19,7 @@ break it:
   deleted (the update or destroy fails naming it); `retainOnDelete` leaves it in the cloud
   (`retained.jsonl`).
 - Providers are mocked: a custom resource's outputs are its inputs plus what a provider would add
-  (`automation/planning/fake_outputs.py`, then `resourceOutputs` in control.json). What the real
+  (`automation/checks/fake_outputs.py`, then `resourceOutputs` in control.json). What the real
   providers refuse is refused: GKE deletes a cluster only once `deletionProtection` is false in its
   state; pulumi-kubernetes returns an object's status only when it awaits it (`pulumi.com/waitFor`,
   or a kind it awaits by itself), so a Gateway with `pulumi.com/skipAwait` has no address yet.
@@ -270,7 +270,7 @@ class Providers:
         self.control = control
 
     def outputs(self, type_: str, name: str, inputs: dict, awaited: bool) -> dict:
-        from automation.planning.fake_outputs import FAKE_OUTPUTS, echoed
+        from automation.checks.fake_outputs import FAKE_OUTPUTS, echoed
 
         out = echoed(type_, inputs)
         if type_.startswith("kubernetes:") and not awaited:
@@ -547,7 +547,7 @@ def serve(update: Update, log: Callable[[str, str, str], None]):
             return resource_pb2.ReadResourceResponse(urn=urn, properties=to_struct(state))
 
         def Invoke(self, request, context):
-            from automation.planning.fake_outputs import FAKE_CALLS
+            from automation.checks.fake_outputs import FAKE_CALLS
 
             if request.tok == "pulumi:pulumi:getResource":
                 urn = to_dict(request.args).get("urn")

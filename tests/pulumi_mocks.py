@@ -1,13 +1,13 @@
 """Running components and programs under Pulumi's mock runtime in tests.
 
 Every run sets its own mocks (never module-level `set_mocks`), with preview=False so outputs
-resolve, through automation.planning.offline, the same recorder `preview --offline` uses. Helpers
+resolve, through automation.checks.offline, the same recorder `preview --offline` uses. Helpers
 assert that something was registered, so no test can pass on an empty program.
 """
 
 from __future__ import annotations
 
-from automation.planning.offline import Registered, run, unwrap
+from automation.checks.offline import Registered, run, unwrap
 
 
 def registered(program, stack: str = "test", config: dict | None = None, secret_keys: list[str] | None = None) -> list[Registered]:

@@ -107,8 +107,8 @@ def _fleet_folder(tmp_path: Path) -> Path:
 
 
 def test_the_deployability_check_sees_the_aggregated_api_and_a_broken_one(tmp_path, monkeypatch):
-    from automation.planning.deployability import check_fleet
-    from automation.planning.offline_preview import all_stacks, forget
+    from automation.checks.deployability import check_fleet
+    from automation.checks.offline_preview import all_stacks, forget
     from fleet.validate import load_fleet
 
     loaded = load_fleet([str(_fleet_folder(tmp_path))])

@@ -81,3 +81,12 @@ def test_errors_are_located_on_the_engine_or_the_annotation():
     assert errors(bad) == ["metadata.annotations[modelplane.ai/backend]: unknown backend 'triton' (one of native, llm-d, dynamo)"]
     unknown_capability = mutate(gang, "spec.template.spec.engines[0].capabilities", ["Magic"])
     assert any("capabilities[0]" in e and "'KVOffload', 'WeightStreaming' or 'NVLinkDomain'" in e for e in errors(unknown_capability))
+
+
+def test_every_backend_the_fleet_decides_has_one_that_composes_it():
+    """fleet/backends.py decides among BACKENDS; workloads/backends/registry.py composes each of them, by name."""
+    from fleet.backends import BACKENDS as DECIDED
+    from workloads.backends.registry import BACKENDS as COMPOSED
+
+    assert sorted(COMPOSED) == sorted(DECIDED)
+    assert all(b.name == name for name, b in COMPOSED.items())

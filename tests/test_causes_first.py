@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.planning.deployability import Violation
+from automation.checks.deployability import Violation
 from tests.test_deployability import k, stack
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def no_cli(tmp_path, monkeypatch):
 # ---- causes before consequences -----------------------------------------------------------------------------------
 
 def test_what_follows_from_a_failed_program_is_what_runs_after_it_on_its_cluster():
-    from automation.planning.deployability import by_cause
+    from automation.checks.deployability import by_cause
 
     previews = [stack("platform-a", [], cluster="a", error="boom"), stack("platform-b", [], cluster="b"),
                 stack("model-m", [k("v1", "Service", "svc", "t", cluster="a"), k("v1", "Service", "other", "t",

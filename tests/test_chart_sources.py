@@ -8,13 +8,13 @@ import pathlib
 
 import pytest
 
-from automation.planning.offline import OfflineRunError
+from automation.checks.offline import OfflineRunError
 from components.args import cluster_args
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from components.versions import CHARTS, chart, chart_sources_problems
 from fleet.validate import load_fleet
-from infra.program import platform
+from components.platform import platform
 from tests.pulumi_mocks import inputs, of_type, registered
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from automation.planning.review import MARKER
+from automation.checks.review import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = ROOT / "docs" / "ci"

@@ -27,7 +27,7 @@ import pytest
 from pulumi import automation as auto
 
 from automation.execution import pulumi_runner
-from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT
+from automation.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT
 from automation.execution.pulumi_command import interruptible_command
 from automation.execution.pulumi_runner import PulumiRunner
 from automation.execution.runner import AutomationError, first_error, started_cli

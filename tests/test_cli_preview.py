@@ -146,7 +146,7 @@ def test_changed_against_needs_offline(tmp_path, capsys):
 
 
 def test_what_a_check_of_changed_stacks_must_see():
-    from automation.planning.offline_preview import around
+    from automation.checks.offline_preview import around
     from automation.planning.stacks import StackSpec
     from fleet.stack_id import StackId
 
@@ -171,7 +171,7 @@ def test_a_check_of_a_changed_stack_sees_every_other_stack_on_its_clusters():
     """One object with two owners on a cluster is refused (`one-owner`): a new model stack is checked with the
     other stacks writing to its clusters, though neither depends on the other; those on other clusters, and the
     control plane's (each service's objects are its own), are not previewed."""
-    from automation.planning.offline_preview import around
+    from automation.checks.offline_preview import around
     from automation.planning.stacks import StackSpec
     from fleet.stack_id import StackId
 
@@ -193,7 +193,7 @@ def test_a_check_of_a_changed_stack_sees_every_other_stack_on_its_clusters():
 def test_the_control_plane_is_its_host_cluster_for_the_check():
     """A service's HTTPRoute and a model's objects on the host cluster can collide (`one-owner` compares the
     cluster objects land on): a changed control-plane stack is checked with the host's stacks, and the other way."""
-    from automation.planning.offline_preview import around
+    from automation.checks.offline_preview import around
     from automation.planning.stacks import StackSpec, WorkloadPayload
     from fleet.stack_id import StackId
 
@@ -216,7 +216,7 @@ def test_every_road_checks_the_whole_fleet_when_a_run_destroys_a_stack(monkeypat
     neighbourhood, a run that destroys anything (the portal turns an `up` of a stack no longer wanted into one)
     sees every stack."""
     from automation.execution import session
-    from automation.planning import deployability, offline_preview
+    from automation.checks import deployability, offline_preview
     from automation.planning.stacks import Change, StackChange, StackSpec
     from fleet.stack_id import StackId
 

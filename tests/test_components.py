@@ -6,7 +6,7 @@ import pulumi
 import pytest
 import yaml
 
-from automation.planning.offline import OfflineRunError, is_secret, run
+from automation.checks.offline import OfflineRunError, is_secret, run
 from components.args import cluster_args
 from components.eks import EksInferenceCluster
 from components.existing import ExistingInferenceCluster
@@ -14,7 +14,7 @@ from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
 from fleet.validate import load_fleet
-from infra.program import platform
+from components.platform import platform
 from tests.pulumi_mocks import inputs, named, of_type, registered
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -208,7 +208,7 @@ def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypa
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
     config = {k: v for k, v in config.items() if k.startswith("modelplane:")}
     secrets = {"modelplane:onprem-kubeconfig": "apiVersion: v1\nkind: Config\n"} if stack == "existing" else {}
-    from infra.program import main
+    from components.platform import main
     resources = run(main, "modelplane", stack, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
     types = {r.type for r in resources}
     assert expected_types <= types
@@ -219,7 +219,7 @@ def test_example_stacks_run_the_platform_program(stack, expected_types, monkeypa
 
 def test_config_paths_resolve_against_the_project_root_not_the_working_directory(tmp_path, monkeypatch):
     """Regression: the CLI starts the program in infra/, where `stacks/fleets/...` does not exist."""
-    from infra.program import main
+    from components.platform import main
 
     (tmp_path / "Pulumi.yaml").write_text("name: modelplane-platform\nruntime: python\n")
     (tmp_path / "fleet").mkdir()
@@ -259,7 +259,7 @@ def test_platform_outputs_keep_kubeconfigs_secret(example_fleet):
 
 
 def test_missing_existing_kubeconfig_is_one_clear_error(example_fleet):
-    from automation.planning.offline import OfflineRunError
+    from automation.checks.offline import OfflineRunError
     with pytest.raises(OfflineRunError, match=r"InferenceCluster/byo-eu: no kubeconfig; give a v1/Secret modelplane-system/byo-eu-kubeconfig"):
         registered(lambda: platform(example_fleet, pulumi.Config("modelplane")), "x", {"modelplane:cluster": "byo-eu"})
 
@@ -371,3 +371,22 @@ def test_eks_dra_pool_autoscales_from_one_node_with_a_pinned_dra_autoscaler(tmp_
     assert "eks-us-west" in err and "cannot grow a DRA pool from zero nodes" in err
     assert main(["validate", "-f", str(ROOT / "examples" / "platform")]) == 0  # the example as shipped: no warning
     assert "cannot grow a DRA pool" not in capsys.readouterr().err
+
+
+def test_every_cluster_source_has_a_cluster_component():
+    """The platform program makes each InferenceCluster source's cluster from one registry (components/clusters.py),
+    and each of them is an InferenceClusterComponent (kubeconfig, identifier, facts, GPU pools)."""
+    import importlib
+    import inspect
+    from typing import get_args
+
+    from components.clusters import CLUSTERS
+    from components.inference_cluster import InferenceClusterComponent
+    from fleet.api.cluster import Source
+
+    assert sorted(CLUSTERS) == sorted(get_args(Source))
+    for path in (ROOT / "components").glob("*.py"):
+        module = importlib.import_module(f"components.{path.stem}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if name.endswith("InferenceCluster") and cls.__module__ == module.__name__:
+                assert issubclass(cls, InferenceClusterComponent), name

@@ -8,12 +8,12 @@ import pathlib
 import pytest
 import yaml
 
-from automation.planning.deployability import check_fleet
-from automation.planning.offline import is_secret
-from automation.planning.offline_preview import all_stacks
+from automation.checks.deployability import check_fleet
+from automation.checks.offline import is_secret
+from automation.checks.offline_preview import all_stacks
 from components.args import cluster_args
 from fleet.validate import load_fleet
-from infra.program import platform
+from components.platform import platform
 from tests.manifests import errors, gpu_class
 from tests.pulumi_mocks import inputs, named, of_type, registered
 

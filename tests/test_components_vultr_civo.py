@@ -9,7 +9,7 @@ import pathlib
 import pytest
 import yaml
 
-from automation.planning.offline import is_secret
+from automation.checks.offline import is_secret
 from tests.manifests import cluster, gpu_class
 from tests.pulumi_mocks import inputs, named, of_type
 from tests.test_components_aks_nebius import _fleet, _platform
@@ -54,7 +54,7 @@ def test_vultr_autoscaled_pool_and_unprotected_cluster(tmp_path):
 
     import pulumi
 
-    from infra.program import platform
+    from components.platform import platform
 
     fleet = _fleet(tmp_path, "Vultr", VULTR, VULTR_CLASS,
                    {"name": "l40s", "nodeCount": 1, "minNodeCount": 1, "maxNodeCount": 5})
@@ -94,8 +94,8 @@ def test_civo_cluster_gpu_pool_and_serving_stack(tmp_path):
 
 def test_reference_vultr_example_previews_and_passes_the_check():
     """The reference's own Vultr cluster (concepts.yaml): provisioned now, its stack passes every rule."""
-    from automation.planning.deployability import check_fleet
-    from automation.planning.offline_preview import all_stacks
+    from automation.checks.deployability import check_fleet
+    from automation.checks.offline_preview import all_stacks
     from fleet.validate import load_fleet
 
     loaded = load_fleet([str(CONCEPTS)])
@@ -156,8 +156,8 @@ def test_vultr_and_civo_clusters_can_host_the_fleet_gateway():
 def test_civo_stacks_pass_the_deployability_check(tmp_path):
     """Civo's resources are cloud resources the check knows: pinned to the cluster's region by an explicit provider,
     their pools' taints read (what runs on GPU nodes must tolerate them)."""
-    from automation.planning.deployability import check_fleet
-    from automation.planning.offline_preview import all_stacks
+    from automation.checks.deployability import check_fleet
+    from automation.checks.offline_preview import all_stacks
 
     fleet = _fleet(tmp_path, "Civo", CIVO, CIVO_CLASS, {"name": "l40s", "nodeCount": 1})
     previews = [p for p in all_stacks(fleet) if p.name == "platform-c1"]
@@ -170,8 +170,8 @@ def test_a_dynamo_stack_on_vultr_or_civo_claims_volumes_from_the_clouds_default_
                                                                                       provisioning):
     """Dynamo's NATS claims a volume from the default StorageClass: VKE's (vultr-block-storage) and Civo's
     (civo-volume) are there by themselves, so the check passes the claim."""
-    from automation.planning.deployability import check_fleet
-    from automation.planning.offline_preview import all_stacks
+    from automation.checks.deployability import check_fleet
+    from automation.checks.offline_preview import all_stacks
     from fleet.validate import load_fleet
 
     icl = gpu_class("g")

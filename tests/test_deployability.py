@@ -14,9 +14,9 @@ import pathlib
 import pytest
 import yaml
 
-from automation.planning.deployability import RULES, ClusterFacts, Graph, check, check_fleet
-from automation.planning.offline import Registered
-from automation.planning.offline_preview import StackPreview, all_stacks
+from automation.checks.deployability import RULES, ClusterFacts, Graph, check, check_fleet
+from automation.checks.offline import Registered
+from automation.checks.offline_preview import StackPreview, all_stacks
 from components.serving_stack import envoy_gateway_values
 from fleet.validate import load_fleet
 
@@ -519,9 +519,9 @@ def test_a_cluster_without_its_cloud_project_fails_the_check_naming_what_to_do()
 @pytest.mark.parametrize("stack_name", ["gcp-dev", "aws-prod", "existing"])
 def test_the_laptop_stacks_are_deployable(stack_name):
     """`pulumi up` from a laptop runs the whole fleet as one stack: the same rules hold inside it."""
-    from automation.planning.offline import run
-    from automation.planning.offline_preview import expand, locate
-    from infra.program import main
+    from automation.checks.offline import run
+    from automation.checks.offline_preview import expand, locate
+    from components.platform import main
 
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack_name}.yaml").read_text())["config"]
     config = {k: v if isinstance(v, (dict, list)) else str(v) for k, v in config.items()}
@@ -610,7 +610,7 @@ def test_a_stack_previewed_again_with_the_same_inputs_is_not_run_again(monkeypat
     not run again; a change to its fingerprint, its config or a secret it is given runs it again."""
     import dataclasses
 
-    import automation.planning.offline_preview as offline_preview
+    import automation.checks.offline_preview as offline_preview
     from automation.planning.stacks import desired_state
 
     runs: list[str] = []

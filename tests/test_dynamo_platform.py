@@ -9,9 +9,9 @@ import pathlib
 import pytest
 import yaml
 
-from automation.planning.deployability import check_fleet
-from automation.planning.offline import unwrap
-from automation.planning.offline_preview import all_stacks
+from automation.checks.deployability import check_fleet
+from automation.checks.offline import unwrap
+from automation.checks.offline_preview import all_stacks
 from components.versions import CHARTS, DYNAMO_CRDS_RELEASE, MODEL_EXPRESS_IMAGE
 from fleet.scheduler import schedule
 from tests.manifests import cluster, deployment, errors, gpu_class, member, run, example_documents
@@ -465,7 +465,7 @@ def _examples(qwen_image: str | None = None):
 
 def _releases(spec, fleet) -> set[str]:
     from automation.execution.programs import program_for, stack_config
-    from automation.planning.offline import run as run_program
+    from automation.checks.offline import run as run_program
 
     kubeconfig = {"modelplane:byo-eu-kubeconfig": "apiVersion: v1\nkind: Config\n"}  # the Existing cluster's
     resources = run_program(program_for(spec, fleet), "modelplane", spec.name, {**stack_config(spec), **kubeconfig},

@@ -547,7 +547,7 @@ def _fleet(*objects):
 def test_the_envoy_front_door_is_its_own_gateway_on_the_hosts_envoy_gateway_with_a_rate_limit_store():
     import pulumi
 
-    from infra.program import platform
+    from components.platform import platform
     from tests.pulumi_mocks import inputs, of_type, registered
 
     fleet = _fleet(L4, cluster("a"), cluster("b"), with_access())
@@ -594,8 +594,8 @@ def test_the_envoy_front_door_is_its_own_gateway_on_the_hosts_envoy_gateway_with
 def test_an_envoy_front_door_on_a_separate_control_plane_cluster_is_refused():
     import pulumi
 
-    from infra.program import platform
-    from automation.planning.offline import OfflineRunError
+    from components.platform import platform
+    from automation.checks.offline import OfflineRunError
     from tests.pulumi_mocks import registered
 
     fleet = _fleet(L4, cluster("a"), envoy_gateway())

@@ -16,7 +16,7 @@ SCRIPT = """
 import json, sys
 sys.path.insert(0, {root!r})
 from automation.execution.pulumi_runner import program_sources
-from automation.planning.offline_preview import all_stacks
+from automation.checks.offline_preview import all_stacks
 from automation.planning.stacks import desired_state
 from components import lazy_modules
 from fleet.loader import load_paths

@@ -177,8 +177,8 @@ def test_a_one_deployment_change_runs_only_its_stacks(applied):
 def test_a_one_deployment_change_is_checked_with_the_stacks_it_meets_not_the_whole_fleet(double, monkeypatch, capsys):
     """At fleet scale the check of every stack (a program run each) took longer than the change: `up` checks the
     stacks it runs and those they meet (`around`); the others are applied as recorded and are not run again."""
-    from automation.planning import offline_preview
-    from automation.planning.offline_preview import around
+    from automation.checks import offline_preview
+    from automation.checks.offline_preview import around
     from automation.planning.stacks import desired_state
     from benchmarks.plan_bench import generate
     from fleet.loader import load_paths

@@ -235,8 +235,8 @@ def test_an_existing_clusters_kubeconfig_comes_from_a_secret_in_the_stacks_names
 def test_the_gateway_stack_runs_the_root_program_with_its_hosts_kubeconfig(desired, monkeypatch):
     """The operator runs the repository's Pulumi.yaml for the gateway alone: the program must find the host
     cluster's kubeconfig through the platform stack the Stack names (it has no cluster of its own)."""
-    from automation.planning.offline import run, unwrap
-    from infra.program import main as platform_program
+    from automation.checks.offline import run, unwrap
+    from components.platform import main as platform_program
 
     (gateway,) = export(desired, OPTIONS)["gateway.yaml"]
     config = {**gateway["spec"]["config"], "modelplane:fleet": "examples"}

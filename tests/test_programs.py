@@ -6,11 +6,11 @@ import pathlib
 
 import pytest
 
-from automation.planning import offline
-from automation.planning.offline import run, unwrap
-from automation.planning.offline_preview import all_stacks
+from automation.checks import offline
+from automation.checks.offline import run, unwrap
+from automation.checks.offline_preview import all_stacks
 from automation.execution.programs import program_for, stack_config
-from automation.execution.projects import project_of
+from automation.projects import project_of
 from automation.planning.stacks import desired_state
 from components.workload_objects import is_placeholder_secret, secret_config_key
 from fleet.validate import load_fleet
@@ -51,7 +51,7 @@ def test_first_preview_of_a_fresh_fleet_needs_no_platform_outputs(examples, monk
         return original(self, args)
 
     monkeypatch.setattr(offline.Recorder, "new_resource", no_outputs)
-    from automation.planning.offline_preview import forget, preview_stack
+    from automation.checks.offline_preview import forget, preview_stack
 
     forget()  # the programs must run again, under these mocks, and what they register here is not kept
     try:
@@ -165,7 +165,7 @@ def test_stack_references_follow_the_fleet_prefix(examples):
 _ROUNDS = """
 import gc, sys
 import pulumi
-from automation.planning.offline_preview import forget, preview_stack
+from automation.checks.offline_preview import forget, preview_stack
 from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
 
@@ -206,7 +206,7 @@ def test_components_a_provider_constructs_answer_their_declared_outputs_not_thei
     # provider answers `resources`, which the SDK declares, and nothing of what it was given
     import pulumi_kubernetes as k8s
 
-    from automation.planning.fake_outputs import COMPONENT_OUTPUTS
+    from automation.checks.fake_outputs import COMPONENT_OUTPUTS
 
     assert set(COMPONENT_OUTPUTS["kubernetes:yaml/v2:ConfigGroup"]) == _declared_outputs(k8s.yaml.v2.ConfigGroup)
     seen: dict = {}

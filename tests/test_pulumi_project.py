@@ -17,7 +17,7 @@ import pulumi
 import pytest
 import yaml
 
-from automation.planning.offline import run
+from automation.checks.offline import run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
@@ -135,7 +135,7 @@ def test_example_stacks_satisfy_the_declared_types_and_the_program_reads_only_kn
 
     monkeypatch.setattr(pulumi.Config, "_get", recording)
     monkeypatch.chdir(ROOT / "infra")
-    from infra.program import main
+    from components.platform import main
 
     resources = run(main, "modelplane", stack, {**config, **secrets}, list(secrets), root_directory=str(ROOT))
     assert resources  # the program ran to the end with the defaults the CLI would apply

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.execution.projects import PLATFORM_PROJECT
+from automation.projects import PLATFORM_PROJECT
 from tests.test_lifecycle import ROOT, applied_driver, make_driver, recorded_in
 
 

@@ -9,11 +9,14 @@ fleet under test is planned. Expectations:
   dropped      fragments that must appear among the dropped/moved reasons ("" = none dropped)
 """
 
+import json
+import pickle
 from dataclasses import dataclass, field
 
 import pytest
 
 from fleet.names import replica_name
+from fleet.plan import Cause
 from tests.scheduling import (
     H100, H100_IB, H200, L4, L4X8, NICS_ONLY, T4, arch, cluster, dropped, gang, gpu_class, md, mem, member,
     pd, plan_of, ready, reasons, unscheduled, where,
@@ -294,6 +297,32 @@ def test_scheduler(case):
             assert plan.dropped == []
         for fragment in case.dropped:
             assert fragment in dropped(plan), dropped(plan)
+
+
+@pytest.mark.parametrize("before, after, cause", [
+    ([L4, c("a", ("gpu", "l4", 3)), c("b", ("gpu", "l4", 3)), md(replicas=3)],
+     [L4, c("a", ("gpu", "l4", 3)), c("b", ("gpu", "l4", 3)), md(replicas=2)], Cause.SCALED_DOWN),
+    ([L4, c("a"), md()], [L4, c("b"), md()], Cause.CLUSTER_GONE),
+    ([L4, c("a", labels=US), md()], [L4, c("a", labels=US), c("b", labels=EU), md(clusterSelector={"matchLabels": EU})],
+     Cause.NOT_SELECTED),
+    ([L4, c("a", ("gpu", "l4", 2)), md()], [L4, c("a", ("gpu", "l4", 2)),
+                                            md(engines=[{"name": "renamed", "members": [member()]}])],
+     Cause.TEMPLATE_CHANGED),
+])
+def test_a_dropped_replica_says_its_cause_apart_from_its_text(before, after, cause):
+    """Code asks a reason's cause (automation/planning/compare.py), never its text; the text is unchanged, and a
+    pickled plan (the portal's replan runs in another process) keeps the cause."""
+    plan = plan_of(*after, recorded=[r.recorded() for r in plan_of(*before).replicas])
+    assert [d.reason.cause for d in plan.dropped] == [cause]
+    again = pickle.loads(pickle.dumps(plan.dropped[0].reason))
+    assert (again, again.cause) == (str(plan.dropped[0].reason), cause)
+    assert json.dumps(plan.dropped[0].reason) == json.dumps(str(plan.dropped[0].reason))
+
+
+def test_an_unscheduled_replica_says_its_cause():
+    plan = plan_of(L4, c("a"), md(replicas=2))
+    assert {r.cause for u in plan.unscheduled for r in u.reasons} == {Cause.NO_PLACE}
+    assert {r.cause for u in plan_of(L4, md()).unscheduled for r in u.reasons} == {Cause.NO_CLUSTERS}
 
 
 def test_table_is_large_enough():

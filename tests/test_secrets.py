@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.planning.offline import is_secret, run
+from automation.checks.offline import is_secret, run
 from automation.execution.programs import missing_secrets, program_for
-from automation.execution.projects import project_of
+from automation.projects import project_of
 from automation.planning.stacks import desired_state
 from fleet.secrets import SecretRef, SecretStore, SecretValue, secret_from_manifest
 from fleet.validate import load_fleet

@@ -9,8 +9,8 @@ import pathlib
 import pytest
 
 from automation.execution.programs import program_for, stack_config
-from automation.execution.projects import project_of
-from automation.planning.offline import Registered, run, unwrap
+from automation.projects import project_of
+from automation.checks.offline import Registered, run, unwrap
 from automation.planning.stacks import desired_state
 from components.args import cluster_args
 from components.serving_stack import release_values

@@ -83,11 +83,11 @@ def test_up_refuses_a_moved_v05_gateway_against_the_record(tmp_path, monkeypatch
       "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}, None),
 ])
 def test_the_platform_programs_gateway_stack_records_the_same_cluster(gateway, expected):
-    """infra/program.py's gateway stack (a laptop's `pulumi up --stack gateway`, the operator's Program) outputs
+    """components/platform.py's gateway stack (a laptop's `pulumi up --stack gateway`, the operator's Program) outputs
     what the automation layer's does: the v0.5 gateway's cluster."""
     import pulumi
 
-    from infra.program import platform
+    from components.platform import platform
     from tests.pulumi_mocks import registered
 
     loaded = run(L4, cluster("a"), gateway)

@@ -16,9 +16,9 @@ import yaml
 from automation.cli import main
 from automation.execution import session
 from automation.execution.programs import program_for, stack_config
-from automation.execution.projects import project_of
+from automation.projects import project_of
 from automation.planning.addons import Need, Served, missing
-from automation.planning.offline import run, unwrap
+from automation.checks.offline import run, unwrap
 from automation.planning.stacks import Change, StackChange, desired_state
 from fleet.stack_id import StackId
 from tests.manifests import example_documents, run as load

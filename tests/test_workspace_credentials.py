@@ -215,7 +215,7 @@ def test_every_workspace_mounts_the_credentials_where_the_kubeconfigs_read_them(
 def test_the_platform_program_outputs_the_mounted_kubeconfig_when_the_stack_says_so(pod, monkeypatch, caplog):
     import pulumi
 
-    from infra.program import platform
+    from components.platform import platform
     from tests.pulumi_mocks import inputs, named, registered
 
     fleet = load_fleet([str(CONCEPTS)]).fleet

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleet.autoscaling import parse
-from workloads import llmd, native
+from workloads.backends.registry import backend
 from workloads.context import ReplicaContext
 from workloads.versions import PROMETHEUS_ADDRESS
 
@@ -14,13 +14,9 @@ def scaled_objects(ctx: ReplicaContext) -> list[dict]:
         return []
     objects = []
     for engine in ctx.engines:
-        if engine.backend == "native" or (engine.backend == "llm-d" and not engine.multi_pod and ctx.mode == "PrefillDecode"):
-            target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": native.workload_name(ctx, engine)}
-        elif engine.backend == "llm-d":
-            target = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                      "name": llmd.workload_name(ctx, engine)}
-        else:
-            continue  # Dynamo scales its graphs with its own planner
+        target = backend(engine.backend).scale_target(ctx, engine)
+        if target is None:
+            continue  # the backend scales its own (Dynamo's planner)
         query = settings.query or (
             f'sum(vllm:num_requests_waiting{{namespace="{ctx.workload_namespace}",pod=~"{target["name"]}-.*"}})')
         objects.append({

@@ -27,9 +27,9 @@ from fleet import tenancy
 from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
-from fleet.stack_id import StackId
-from workloads import (ai_gateway, autoscaling, dynamo, fleet_autoscaling, fleet_data_plane, front_door_mtls, llmd,
-                       native, routing)
+from fleet.stack_id import StackId, StackKind
+from workloads import ai_gateway, autoscaling, fleet_autoscaling, fleet_data_plane, front_door_mtls, routing
+from workloads.backends import registry as serving_backends
 from workloads.readiness import READY_WHEN, with_prerequisites
 from workloads.tenancy import control_plane_namespace, replica_devices, team_objects
 from workloads.cache import cache_objects, hydrated_clusters
@@ -159,15 +159,8 @@ def with_ready_timeout(objects: list[dict]) -> list[dict]:
 
 
 def compose_replica(ctx: ReplicaContext) -> list[dict]:
-    """All of one replica's objects on its cluster: one dispatch per engine, then routing and scaling."""
-    objects: list[dict] = []
-    if all(e.backend == "dynamo" for e in ctx.engines):
-        objects += dynamo.build(ctx)
-    elif ctx.mode == "PrefillDecode":
-        objects += llmd.build_pd(ctx)
-    else:
-        for engine in ctx.engines:
-            objects += native.build(ctx, engine) if engine.backend == "native" else llmd.build_lws(ctx, engine)
+    """All of one replica's objects on its cluster: its backends' workloads, then routing and scaling."""
+    objects = serving_backends.compose(ctx)
     objects += routing.replica_surface(ctx)
     objects += autoscaling.scaled_objects(ctx)
     return with_prerequisites(with_ready_timeout(objects))
@@ -588,7 +581,7 @@ def collisions(fleet: Fleet, out: Rendered, reuse: Mapping[str, tuple] | None = 
 
 def _collision_cause(first: str, second: str, namespace: str, chosen: str) -> str:
     a, b = StackId.parse(first), StackId.parse(second)
-    if a.kind == b.kind == "model" and a.namespace != b.namespace and namespace == tenancy.SHARED_NAMESPACE:
+    if a.kind == b.kind == StackKind.model and a.namespace != b.namespace and namespace == tenancy.SHARED_NAMESPACE:
         return (f"deployments {a.namespace}/{a.name} and {b.namespace}/{b.name} share the workload namespace "
                 f"`default` ({tenancy.ANNOTATION}: {chosen} on the InferenceGateway) and compose same-named objects; "
                 f"rename one, or remove the annotation so that each team gets its own namespace")

@@ -15,7 +15,7 @@ import hashlib
 from functools import lru_cache
 
 from fleet.names import suffixed
-from workloads import dynamo
+from workloads.backends import dynamo
 from workloads.context import ReplicaContext
 from workloads.front_door_mtls import CLUSTER_GATEWAY, fleet_parent_ref
 from workloads.pods import ENGINE_PORT

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from automation.execution.preflight import Preflight
     from automation.execution.session import Prepared
     from automation.execution.state import WorkdirLock
-    from automation.planning.deployability import Findings
+    from automation.checks.deployability import Findings
     from automation.planning.stacks import StackChange
     from fleet.validate import Fleet
 

@@ -2,7 +2,7 @@
 
 What CI runs on a pull request (docs/ci/fleet-preview.yml): validate the head, plan it against the base with the
 record of what is applied as `plan --against` does, preview the changed stacks offline as `preview --offline
---changed-against` does, run the deployability check, and write one comment (automation/planning/review.py) that
+--changed-against` does, run the deployability check, and write one comment (automation/checks/review.py) that
 says all of it, and first what it could not know. The comment is written first; the exit code then says whether
 the change may be merged (1: invalid or refused).
 """
@@ -54,7 +54,7 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
     clusters destroyed, stack changes and replica moves. Both sides are planned with the record of what is applied,
     as `plan --against` plans them (--backend; the comment says so first when it cannot be read). Exit 1 when the
     change is invalid or refused, after writing the comment."""
-    from automation.planning.review import Review, comment
+    from automation.checks.review import Review, comment
 
     memo = comparing(paths, against, "--against")
     result = Review()
@@ -81,8 +81,8 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
              no_cache: bool) -> None:
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import compare
-    from automation.planning.deployability import by_cause, check_fleet
-    from automation.planning.offline_preview import all_stacks, previewed
+    from automation.checks.deployability import by_cause, check_fleet
+    from automation.checks.offline_preview import all_stacks, previewed
     from automation.planning.stacks import Change
 
     # both sides planned with the record, as `plan --against` plans them: a replica `up` keeps stays in both

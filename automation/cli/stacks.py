@@ -11,7 +11,7 @@ import click
 
 if TYPE_CHECKING:
     from automation.execution.runner import Operation
-    from automation.planning.deployability import Findings
+    from automation.checks.deployability import Findings
 
 from automation.cli.base import (
     BACKEND,
@@ -147,8 +147,8 @@ def preview(offline, jobs, changed_against, prune, verbose, **common) -> None:
 def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str, ...]) -> None:
     """Every stack's program under the mock runtime, then the deployability check over what they registered."""
     from automation.cli.progress import Bar
-    from automation.planning.deployability import by_cause, check_fleet
-    from automation.planning.offline_preview import all_stacks
+    from automation.checks.deployability import by_cause, check_fleet
+    from automation.checks.offline_preview import all_stacks
 
     if changed_against:
         comparing(run.paths, changed_against, "--changed-against")
@@ -190,7 +190,7 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
         return desired_state(fleet, recorded, control_plane=host, gateways=gateways), None, None
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import side_by_side
-    from automation.planning.offline_preview import previewed
+    from automation.checks.offline_preview import previewed
 
     # as `plan --against` compares: the base's summary knows the fingerprint of every stack whose inputs differ
     # from the head's, and the head composes only those; both sides with the record's gateway addresses, the head

@@ -9,7 +9,7 @@ cannot be resolved (its object is gone and nothing recorded says which it was) s
 it still parses, as a legacy id, and is destroyed under that name when it is pruned.
 
 Platform stacks made before one project held them (`modelplane-platform`) move into `modelplane`
-(automation/execution/projects.py) the same way: renamed in the backend, before anything runs.
+(automation/projects.py) the same way: renamed in the backend, before anything runs.
 """
 
 from __future__ import annotations

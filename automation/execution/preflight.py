@@ -13,7 +13,7 @@ from fleet.validate import Fleet, gateway_transitions, stack_transitions
 
 if TYPE_CHECKING:
     from automation.execution.executor import Executor
-    from automation.planning.deployability import Findings
+    from automation.checks.deployability import Findings
     from automation.record.applied import Applied
 
 

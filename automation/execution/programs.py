@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import pulumi
 
-from automation.execution.projects import PLATFORM_PROJECT
+from automation.projects import PLATFORM_PROJECT
 from automation.record.applied import RECORD_OUTPUT, record_output
 from automation.planning.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
 from components.args import gateway_cluster_output
@@ -21,7 +21,7 @@ from components.kubernetes import provider
 from components.workload_objects import WorkloadObjects, secret_config_key
 from fleet.secrets import kubeconfig_ref
 from fleet.stack_id import StackId, backend_name
-from infra.program import chart_sources, cluster_stack
+from components.platform import chart_sources, cluster_stack
 from workloads.cache import secret_refs
 from workloads.gateways import GATEWAY_CLUSTER_OUTPUT, Gateways
 from workloads.service_routing import (GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION, gateway_endpoints,

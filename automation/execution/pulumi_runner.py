@@ -20,7 +20,7 @@ import pulumi
 
 from automation.execution import load_balancers
 from automation.execution.programs import program_for, stack_config
-from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
+from automation.projects import LEGACY_PLATFORM_PROJECT, PLATFORM_PROJECT, project_of
 from automation.record.backend import default_backend
 from automation.record.applied import RECORD_OUTPUT, UpdateWindow, utc_now
 from automation.execution.prerequisites import CLI_MISSING, cli_missing, is_pulumi_cloud
@@ -404,7 +404,7 @@ class PulumiRunner:
         if not guarded:
             return
         if outputs is not None:
-            from infra.program import recorded_cluster
+            from components.platform import recorded_cluster
 
             before = outputs.get(RECORD_OUTPUT)
             args = outputs["clusterArgs"].value
@@ -436,7 +436,7 @@ class PulumiRunner:
             self._stacks.pop(str(old), None)
 
     def move_project(self, stack: StackId, organization: str) -> None:
-        """Move a platform stack made in the old project into `modelplane` (automation/execution/projects.py): a rename to its
+        """Move a platform stack made in the old project into `modelplane` (automation/projects.py): a rename to its
         fully qualified name in the new project, which rewrites its resources' URNs; nothing is replaced."""
         auto = self.auto
         name = backend_name(stack, self.fleet_name)

@@ -17,7 +17,7 @@ from fleet.plan import Plan
 from fleet.validate import Fleet, gateway_transitions, stack_transitions
 
 if TYPE_CHECKING:
-    from automation.planning.deployability import Findings
+    from automation.checks.deployability import Findings
 
 if TYPE_CHECKING:
     from automation.planning.addons import Need, Served
@@ -80,8 +80,8 @@ def deployability(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackCh
     (they apply as they did). Every stack when `items` is None or destroys one (a destroyed stack may be what an
     unchanged one needs). `jobs`: previewing processes (forked; 1 in a long-lived process with threads of its own,
     the portal's)."""
-    from automation.planning.deployability import Findings, by_cause, check_fleet
-    from automation.planning.offline_preview import all_stacks, around
+    from automation.checks.deployability import Findings, by_cause, check_fleet
+    from automation.checks.offline_preview import all_stacks, around
 
     deletes = items is None or any(c.change == Change.delete for c in items)
     changed = None if deletes else {c.name for c in items or ()}

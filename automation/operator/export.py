@@ -35,7 +35,7 @@ from automation.operator.pulumi_yaml import Malformed, NotLiteral, escaped, refe
 from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
 from components.workspace_credentials import GCP_FILE, MOUNTED, NEBIUS_FILE
 from fleet.errors import ModelplaneError
-from fleet.stack_id import StackId, backend_name
+from fleet.stack_id import StackId, StackKind, backend_name
 from workloads.cache import secret_refs
 from workloads.schemas import check
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
@@ -288,7 +288,7 @@ def _stack(options: ExportOptions, spec: StackSpec, body: dict) -> dict:
 def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     config: dict = {"modelplane:fleet": options.fleet_dir}
     secrets_ref: dict = {}
-    if spec.kind == "platform":
+    if spec.kind == StackKind.platform:
         config.update({"modelplane:cluster": spec.id.name, "modelplane:gateway": "false"})
         if isinstance(spec.payload, PlatformPayload) and _signs_in_from_mounts(options, spec):
             config["modelplane:clusterCredentials"] = MOUNTED
@@ -299,7 +299,7 @@ def platform_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
         config["modelplane:gatewayOnly"] = "true"
     if spec.host:
         config["modelplane:controlPlaneCluster"] = spec.host
-        if spec.kind == "gateway":  # the host's platform stack ran first: the gateway uses its kubeconfig output
+        if spec.kind == StackKind.gateway:  # the host's platform stack ran first: the gateway uses its kubeconfig output
             config["modelplane:controlPlaneStack"] = _stack_name(options, LAPTOP_PROJECT,
                                                                  StackId.platform(spec.host), qualified=True)
     body = {"stack": _stack_name(options, LAPTOP_PROJECT, spec.id), **_source(options), "config": config,
@@ -454,7 +454,7 @@ def export(desired: DesiredState, options: ExportOptions) -> dict[str, list[dict
 
 def stack_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     """The operator objects that run one stack: its Program (workload stacks) first, then its Stack."""
-    if spec.kind in ("platform", "gateway"):
+    if spec.kind in (StackKind.platform, StackKind.gateway):
         return platform_objects(options, spec)
     return workload_objects(options, spec)
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.base_plan import BasePlan, BaseSide
 from automation.planning.secret_sources import changed_sources
-from automation.planning.stacks import (SAME, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
+from automation.planning.stacks import (SAME, Change, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
                                         desired_state, platform_inputs)
 from components.args import control_plane_cluster, preferred_control_plane
-from fleet.plan import Plan, dynamo_clusters
+from fleet.plan import Cause, Plan, Reason, cluster_gone, dynamo_clusters, scaled_down
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
 from workloads.render import stack_inputs
@@ -44,7 +44,7 @@ class Comparison:
 
     @property
     def changed(self) -> list[StackChange]:
-        return [s for s in self.stacks if s.change != "none"]
+        return [s for s in self.stacks if s.change != Change.none]
 
 
 def _brief(r) -> dict:
@@ -223,24 +223,27 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     for name, b in sorted(before.items()):
         if name in after:
             continue
+        reason: Reason
         if b.key not in wanted:
-            reason = "its deployment was removed"
+            reason = Reason(Cause.DEPLOYMENT_REMOVED, "its deployment was removed")
         elif name in reasons:
             reason = reasons[name]
         elif b.cluster not in clusters:
-            reason = f"cluster {b.cluster} no longer exists"
+            reason = cluster_gone(b.cluster)
         elif wanted[b.key] < placed_before[b.key]:
-            reason = f"scaled down to {wanted[b.key]} replica(s)"
+            reason = scaled_down(wanted[b.key])
         else:  # not in the record: planned afresh on both sides, the head placed it elsewhere
-            reason = f"planned afresh, with no record of what is applied to keep it on {b.cluster}"
-        replacement = (new_by_deployment.get(b.key) or [None]).pop(0) if reason != "its deployment was removed" else None
-        if replacement is not None and not reason.startswith("scaled down"):
+            reason = Reason(Cause.PLANNED_AFRESH,
+                            f"planned afresh, with no record of what is applied to keep it on {b.cluster}")
+        removed = reason.cause is Cause.DEPLOYMENT_REMOVED
+        replacement = None if removed else (new_by_deployment.get(b.key) or [None]).pop(0)
+        if replacement is not None and reason.cause is not Cause.SCALED_DOWN:
             # `certain`: the plan remembered the replica (the record, or an observed ModelReplica), so `up` planning
             # with the same record moves it; else both sides placed it afresh, and `up` may keep it where it is
-            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": reason,
+            result.moved.append({**_brief(b), "to": replacement.cluster, "newName": replacement.name, "reason": str(reason),
                                  "certain": name in in_record or name in reasons})
         else:
-            result.removed.append({**_brief(b), "reason": reason})
+            result.removed.append({**_brief(b), "reason": str(reason)})
     moved_to = {m["newName"] for m in result.moved}
     result.added = [_brief(r) for name, r in sorted(after.items()) if name not in before and name not in moved_to]
     return result
@@ -264,12 +267,12 @@ def markdown(result: Comparison, guessed: bool = False) -> str:
     """A summary fit to post as a pull-request comment. A move is listed as certain only when the plan remembered
     the replica (`certain`) and the record was read (`guessed` False); the others as possible."""
     lines = ["### modelplane: fleet change preview", ""]
-    counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in ("create", "update", "delete")}
+    counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in (Change.create, Change.update, Change.delete)}
     if not result.changed:
         lines.append("No stack changes.")
     else:
-        lines.append(f"**{len(result.changed)} stack(s) change**: {counts['create']} to create, "
-                     f"{counts['update']} to update, {counts['delete']} to delete.")
+        lines.append(f"**{len(result.changed)} stack(s) change**: {counts[Change.create]} to create, "
+                     f"{counts[Change.update]} to update, {counts[Change.delete]} to delete.")
         lines += ["", "| stack | change |", "|---|---|"]
         lines += [f"| `{s.name}` | {s.change} |" for s in result.changed]
     if result.sources:  # a value the fleet's files give instead of the runner's own is seen in review

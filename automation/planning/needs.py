@@ -1,7 +1,7 @@
 """What a platform stack needs at run time that its manifests may not give: a GKE cluster's project.
 
 The platform program takes a GKE cluster's project from `spec.cluster.gke.project`, else from the stack config
-`gcp:project` (infra/program.py `cluster_component`; never from the ambient environment): a cluster with neither
+`gcp:project` (components/clusters.py `cluster_component`; never from the ambient environment): a cluster with neither
 fails its program, and everything that runs after it on that cluster with it. `validate` warns of it (it sees no
 stack config), `status` says it of the pending platform stack, and `up` and `preview` list it with everything else
 a run needs (automation/execution/pulumi_runner.py `missing_credentials`), given the config they were given.

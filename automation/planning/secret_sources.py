@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from automation.planning.stacks import StackChange, StackSpec, cluster_secrets, object_secrets
+from automation.planning.stacks import Change, StackChange, StackSpec, cluster_secrets, object_secrets
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import StackId, StackKind
 
@@ -96,7 +96,7 @@ def changed_sources(fleet: Fleet, specs: Mapping[str, StackSpec], changed: Itera
     out = {}
     for change in changed:
         spec = specs.get(change.name)
-        if spec is None or change.change not in ("create", "update"):
+        if spec is None or change.change not in (Change.create, Change.update):
             continue
         id = StackId.parse(change.name)
         if id.kind == StackKind.platform and id.cluster in clusters:
@@ -104,7 +104,7 @@ def changed_sources(fleet: Fleet, specs: Mapping[str, StackSpec], changed: Itera
             files = kubeconfig_files(ic, given or {}, root) if refs else []
         else:
             refs, files = object_secrets(spec.objects), []
-        lines = secret_sources(fleet, refs, files, base_manifests if change.change == "update" else None)
+        lines = secret_sources(fleet, refs, files, base_manifests if change.change == Change.update else None)
         if lines:
             out[change.name] = lines
     return out

@@ -301,7 +301,7 @@ def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None
 def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
                    client_cas: tuple[str, ...] = (), dynamo: frozenset[str] = frozenset()) -> dict[str, StackSpec]:
     """The platform stacks (one per cluster) and the gateway stack: what `modelplane up` and a laptop's
-    `pulumi up --stack platform-<cluster>` (infra/program.py) both run, with the same fingerprint. `client_cas`:
+    `pulumi up --stack platform-<cluster>` (components/platform.py) both run, with the same fingerprint. `client_cas`:
     the front door's client CA as the record holds it (`Gateways.client_cas`), for an Envoy front door only.
     `dynamo`: the clusters whose replicas need the Dynamo platform (`dynamo_clusters` of the plan and the record)."""
     stacks: dict[str, StackSpec] = {}
@@ -360,7 +360,7 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
         id = StackId.parse(name)
         # a stack from `known` keeps its fingerprint: only model, team, service and endpoints stacks are, and they
         # read no secret; a composed one holds where its secrets come from
-        digest = known.get(name) or (endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == "endpoints"
+        digest = known.get(name) or (endpoints_fingerprint(payload, gateways or Gateways()) if id.kind == StackKind.endpoints
                                      else with_sources(fingerprint(payload.fingerprinted()),
                                                        from_manifests(fleet, object_secrets(payload.objects))))
         stacks[name] = StackSpec(id, digest, deps, order, payload)
@@ -516,7 +516,7 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, e
     mine = None
     if platform_digest is not None:
         mine = platform if same is not None else KnownPlatform(platform_digest, {
-            name: spec for name, spec in specs.items() if spec.kind in ("platform", "gateway")})
+            name: spec for name, spec in specs.items() if spec.kind in (StackKind.platform, StackKind.gateway)})
     return DesiredState(plan, rendered, specs, inputs, reused, mine, fleet.secrets.manifest_refs())
 
 
@@ -545,7 +545,7 @@ def waves(items: list[StackChange]) -> list[list[StackChange]]:
 
     Deletes run after all updates, dependents first (services before models before platforms).
     """
-    active = [c for c in items if c.change in ("create", "update")]
+    active = [c for c in items if c.change in (Change.create, Change.update)]
     names = {c.name for c in active}
     done: set[str] = set()
     out: list[list[StackChange]] = []
@@ -557,7 +557,7 @@ def waves(items: list[StackChange]) -> list[list[StackChange]]:
         out.append(sorted(ready, key=lambda c: c.name))
         done |= {c.name for c in ready}
         remaining = [c for c in remaining if c.name not in done]
-    deletes = [c for c in items if c.change == "delete"]
+    deletes = [c for c in items if c.change == Change.delete]
     for rank in sorted({ORDER[c.kind] for c in deletes}, reverse=True):
         out.append(sorted((c for c in deletes if ORDER[c.kind] == rank), key=lambda c: c.name))
     return out

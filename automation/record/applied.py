@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol
 import orjson
 
 from fleet.memory import RecordedEngine, RecordedMember, RecordedReplica
-from fleet.stack_id import StackId, StackIdError
+from fleet.stack_id import StackId, StackIdError, StackKind
 from workloads.gateways import GATEWAY_CLUSTER_OUTPUT, Gateways
 
 RECORD_OUTPUT = "modelplane"  # the stack output every program exports: what this update applied
@@ -106,7 +106,7 @@ class Applied:
                 continue
             recorded = entry.outputs.get("clusterArgs") if entry.fingerprint else None
             args = recorded.get("args") if isinstance(recorded, Mapping) else None
-            if id.kind == "platform" and id.cluster and isinstance(args, Mapping) and isinstance(args.get("stack"), str):
+            if id.kind == StackKind.platform and id.cluster and isinstance(args, Mapping) and isinstance(args.get("stack"), str):
                 out[str(id.cluster)] = args["stack"]
         return out
 
@@ -131,9 +131,9 @@ class Applied:
                 id = StackId.parse(name)
             except StackIdError:
                 continue
-            if id.kind == "platform" and id.cluster and entry.outputs.get("gatewayAddress"):
+            if id.kind == StackKind.platform and id.cluster and entry.outputs.get("gatewayAddress"):
                 clusters[str(id.cluster)] = str(entry.outputs["gatewayAddress"])
-            elif id.kind == "gateway":
+            elif id.kind == StackKind.gateway:
                 front_door = str(entry.outputs["address"]) if entry.outputs.get("address") else None
                 ca = entry.outputs.get("clientCACertificate")
                 client_cas = (ca,) if isinstance(ca, str) and "BEGIN CERTIFICATE" in ca else ()

@@ -17,11 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from automation.execution.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
+from automation.projects import LEGACY_PLATFORM_PROJECT, PROJECTS
 from automation.record.bucket import BucketCheckpoints
 from automation.record.index import CheckpointFolder, CheckpointStore, Listed, entry as index_entry
 from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, RecordCache, UpdateWindow, replica_from_dict
-from automation.execution.runner import INSTALL_HINT, AutomationError, first_error, started_cli
+from automation.errors import INSTALL_HINT, AutomationError, first_error, started_cli
 from fleet.stack_id import StackId, StackIdError
 
 SECRET = "[secret]"

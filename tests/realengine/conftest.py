@@ -96,7 +96,7 @@ class Fleet:
 def qualified(stack: str) -> str:
     """A stack's name in a file:// backend: its project is the platform's or the workloads' (automation/execution/
     projects.py)."""
-    from automation.execution.projects import project_of
+    from automation.projects import project_of
     from fleet.stack_id import StackId
 
     return f"organization/{project_of(StackId.parse(stack).kind)}/{stack}"

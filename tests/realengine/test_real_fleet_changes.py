@@ -145,7 +145,7 @@ def test_a_second_operator_with_only_the_backend_reads_the_record_and_runs_nothi
 def recorded_under_its_legacy_name(state, stack: str) -> str:
     """Puts a stack of a file:// backend back as the first stack-name encoding recorded it: the stack under its legacy
     name, and every resource's name (derived from the stack's) with it, in the backend's own checkpoint file."""
-    from automation.execution.projects import project_of
+    from automation.projects import project_of
     from fleet.stack_id import StackId
 
     id_ = StackId.parse(stack)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
 
-from automation.planning.fake_outputs import FAKE_CALLS, FAKE_OUTPUTS, echoed
+from automation.checks.fake_outputs import FAKE_CALLS, FAKE_OUTPUTS, echoed
 from fleet.errors import ModelplaneError
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"

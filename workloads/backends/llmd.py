@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from fleet.names import bounded, child_name
-from workloads import native
+from workloads.backends import native
 from workloads.context import EngineContext, ReplicaContext
 from workloads.pods import ENGINE_PORT, PROBE, claim_template, engine_container, pod_template
 from workloads.versions import ROUTING_SIDECAR_IMAGE

@@ -26,13 +26,10 @@ import pulumi
 
 from components.args import (ClusterArgs, cluster_args, control_plane_cluster, gateway_args, host_extras,
                              gateway_cluster_output)
-from components.eks import EksInferenceCluster
-from components.existing import ExistingInferenceCluster, read_kubeconfig
+from components.clusters import InvalidFleet, cluster_component
 from components.fleet_gateway import FleetGateway
-from components.gke import GkeInferenceCluster
 from components.kubernetes import provider
 from components.serving_stack import ServingStack
-from fleet.errors import ModelplaneError
 from fleet.plan import dynamo_clusters
 from fleet.scheduler import schedule
 from fleet.secrets import kubeconfig_ref
@@ -42,13 +39,6 @@ from workloads.service_routing import gateway_endpoints, gateway_service_spec, s
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
-
-PROVISIONED = {"GKE", "EKS", "AKS", "Nebius", "Vultr", "Civo"}
-
-
-class InvalidFleet(ModelplaneError, pulumi.RunError):
-    """Bad manifests: one line per problem, no traceback (RunError prints only its message)."""
-
 
 def project_root() -> Path:
     """The folder holding Pulumi.yaml. The CLI runs the program in `main` (infra/), so relative config paths
@@ -65,43 +55,6 @@ def load(path: str):
     if loaded.errors:
         raise InvalidFleet("invalid fleet manifests:\n" + "\n".join(str(p) for p in loaded.errors))
     return loaded.fleet
-
-
-def cluster_component(args: ClusterArgs, config: pulumi.Config, stored_kubeconfig: str | None = None):
-    protect = config.get_bool("deletionProtection", True)
-    if args.source == "GKE":
-        project = args.project or pulumi.Config("gcp").get("project")
-        if not project:
-            raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.gke.project is not set and the stack has no "
-                               "gcp:project config: name the Google Cloud project to create the cluster in (set "
-                               "spec.cluster.gke.project, or give gcp:project: `modelplane up --config "
-                               "gcp:project=PROJECT`, `pulumi config set gcp:project PROJECT`)")
-        return GkeInferenceCluster(args.name, args, deletion_protection=protect, project=project,
-                                   credentials=config.get("clusterCredentials") or "")
-    if args.source == "EKS":
-        return EksInferenceCluster(args.name, args, deletion_protection=protect)
-    if args.source == "AKS":
-        from components.aks import AksInferenceCluster  # the Azure SDK is large: imported only where used
-
-        return AksInferenceCluster(args.name, args, deletion_protection=protect)
-    if args.source == "Nebius":
-        from components.nebius import NebiusInferenceCluster
-
-        return NebiusInferenceCluster(args.name, args, deletion_protection=protect,
-                                      project=pulumi.Config("nebius").get("parentId"),
-                                      credentials=config.get("clusterCredentials") or "")
-    if args.source == "Vultr":
-        from components.vultr import VultrInferenceCluster
-
-        return VultrInferenceCluster(args.name, args, deletion_protection=protect)
-    if args.source == "Civo":
-        from components.civo import CivoInferenceCluster
-
-        return CivoInferenceCluster(args.name, args, deletion_protection=protect)
-    if args.source == "Existing":
-        return ExistingInferenceCluster(args.name, args, read_kubeconfig(args, config, stored_kubeconfig))
-    raise InvalidFleet(f"InferenceCluster/{args.name}: spec.cluster.source: {args.source} clusters cannot be "
-                       "provisioned by this project yet; bring them as source Existing")
 
 
 def published_pools(args: ClusterArgs) -> list[dict]:
@@ -133,8 +86,7 @@ def cluster_stack(args: ClusterArgs, config: pulumi.Config, versions: dict, meta
     run again from what its stack recorded (`clusterArgs`), to lift its protection before it is destroyed."""
     cluster = cluster_component(args, config, stored_kubeconfig)
     k8s_provider = provider(args.name, cluster.kubeconfig, parent=cluster)
-    pools = getattr(cluster, "gpu_pools", None) or getattr(cluster, "gpu_groups", None) or []
-    stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=pools, versions=versions,
+    stack = ServingStack(f"{args.name}-serving", args, k8s_provider, depends_on=list(cluster.gpu_pools), versions=versions,
                          facts=cluster.facts, metallb_pool=metallb_pool, rate_limit=rate_limit,
                          trust_manager=trust_manager, client_cas=client_cas, sources=chart_sources(config),
                          crd_provider=provider(args.name, cluster.kubeconfig, parent=cluster, adopt=True),

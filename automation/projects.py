@@ -9,6 +9,8 @@ into `modelplane` first (`automation/execution/migration.py`).
 
 from __future__ import annotations
 
+from fleet.stack_id import StackKind
+
 PLATFORM_PROJECT = "modelplane"  # the repository's Pulumi.yaml `name:` (tests/test_record.py holds them equal)
 WORKLOAD_PROJECT = "modelplane-workloads"
 LEGACY_PLATFORM_PROJECT = "modelplane-platform"  # where platform stacks were until this release
@@ -16,4 +18,4 @@ PROJECTS = (PLATFORM_PROJECT, WORKLOAD_PROJECT)
 
 
 def project_of(kind: str) -> str:
-    return PLATFORM_PROJECT if kind in ("platform", "gateway") else WORKLOAD_PROJECT
+    return PLATFORM_PROJECT if kind in (StackKind.platform, StackKind.gateway) else WORKLOAD_PROJECT

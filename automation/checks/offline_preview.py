@@ -7,7 +7,7 @@ masked), the explicit provider each uses and, for Kubernetes resources, the clus
 on. No CLI, no credentials, no cloud: what providers would compute is unknown, so this reviews
 what the programs ask for, not what a cloud would answer. Secret config the programs need
 (kubeconfigs of existing clusters, tokens) is replaced by a masked placeholder. The
-deployability check (automation/planning/deployability.py) then reads the whole graph.
+deployability check (automation/checks/deployability.py) then reads the whole graph.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from automation.planning.offline import Registered, run
+from automation.checks.offline import Registered, run
 from automation.execution.programs import program_for, stack_config
-from automation.execution.projects import project_of
+from automation.projects import project_of
 from automation.planning.stacks import (DesiredState, KnownPlatform, StackSpec, desired_state, platform_inputs,
                                         platform_specs)
 from fleet.plan import dynamo_clusters

@@ -1,6 +1,6 @@
 """What mocked providers answer: outputs programs read, so they run to the end without a cloud.
 
-Plain data, shared by the mock runtime (automation/planning/offline.py, `preview --offline`) and the test
+Plain data, shared by the mock runtime (automation/checks/offline.py, `preview --offline`) and the test
 double of the Pulumi CLI (tests/pulumi_engine.py), which imports it in every engine it starts.
 """
 

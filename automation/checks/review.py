@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from automation.planning.compare import Comparison, markdown
-from automation.planning.deployability import Findings
+from automation.checks.deployability import Findings
 from fleet.stack_id import StackId, StackKind
 
 MARKER = "<!-- modelplane-fleet-preview -->"

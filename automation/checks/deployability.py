@@ -1,0 +1,173 @@
+"""The deployability check: would a real API server and cloud accept every stack, the first time?
+
+Mocked programs prove what is registered, not that it applies. This check reads what every
+stack of a fleet registers (the offline preview) as one graph and enforces, once, the rules a
+real first `up` enforces: who creates each object's namespace, CRD and storage class, on which
+cluster, in which stack and order; that exactly one stack owns each object; that routes reach
+gateways able to serve their backends; that cloud resources are pinned to their cluster's region.
+
+The graph and what runs before what are automation/checks/graph.py; the rules, one module per idea, are
+automation/checks/rules/. Each rule is a function from the graph to violations, listed in RULES with its id;
+every violation names the stack, the resource and the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, TYPE_CHECKING
+
+from automation.checks.graph import ClusterFacts, Graph, Violation
+from automation.checks.offline_preview import StackPreview
+from automation.checks.rules.charts import (compatible_versions, controller_prerequisites, served_versions,
+                                            webhooks_ready)
+from automation.checks.rules.clouds import pinned, pool_taints_tolerated
+from automation.checks.rules.objects import (crds_installed, namespaces_exist, one_owner, programs_run,
+                                             quota_before_release, stack_names, workloads_awaited)
+from automation.checks.rules.routing import api_services, gateway_references, inference_routing
+from automation.checks.rules.storage import storage
+from fleet.stack_id import StackId
+
+if TYPE_CHECKING:
+    from fleet.validate import Fleet
+
+__all__ = ["RULES", "ClusterFacts", "Findings", "Graph", "Violation", "by_cause", "check", "check_fleet"]
+
+RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
+    "api-service": api_services,
+    "pool-taints": pool_taints_tolerated,
+    "webhook-ready": webhooks_ready,
+    "served-version": served_versions,
+    "compatible-versions": compatible_versions,
+    "awaited": workloads_awaited,
+    "controller-prerequisites": controller_prerequisites,
+    "program": programs_run,
+    "one-owner": one_owner,
+    "namespace": namespaces_exist,
+    "crd": crds_installed,
+    "storage": storage,
+    "inference-routing": inference_routing,
+    "gateway-references": gateway_references,
+    "pinned": pinned,
+    "quota-before-release": quota_before_release,
+    "stack-names": stack_names,
+}
+
+
+def check(graph: Graph, rules: Iterable[str] | None = None) -> list[Violation]:
+    out: list[Violation] = []
+    for rule in rules or RULES:
+        out += RULES[rule](graph)
+    return sorted(set(out), key=lambda v: (v.stack, v.resource, v.rule, v.message))
+
+
+# ---- from a fleet ------------------------------------------------------------------------------------
+
+
+def cluster_facts(fleet: Fleet) -> dict[str, ClusterFacts]:
+    from components.args import every_cluster_args
+
+    out = {}
+    for name, args in every_cluster_args(fleet).items():
+        provided = {args.cache_storage_class} if args.source == "Existing" and args.cache_storage_class else set()
+        out[name] = ClusterFacts(args.source, args.region, frozenset(provided), args.verifies_addons)
+    return out
+
+
+def stack_owners(fleet: Fleet) -> dict[str, set[str]]:
+    """The stack each workload object's stack name maps to (a collision means two objects share a stack)."""
+    from workloads.render import cache_stack, model_stack, service_stack
+
+    owners: dict[str, set[str]] = {}
+    for kind, name_of in (("ModelDeployment", model_stack), ("ModelService", service_stack), ("ModelCache", cache_stack)):
+        for obj in fleet.of(kind):
+            owners.setdefault(name_of(obj.namespace, obj.name), set()).add(f"{kind}/{obj.namespace}/{obj.name}")
+    for ic in fleet.of("InferenceCluster"):
+        owners.setdefault(str(StackId.platform(ic.name)), set()).add(f"InferenceCluster/{ic.name}")
+    return owners
+
+
+def check_fleet(fleet: Fleet, previews: list[StackPreview]) -> list[Violation]:
+    return check(Graph(previews, cluster_facts(fleet), stack_owners(fleet)))
+
+
+# ---- causes before consequences ------------------------------------------------------------------------
+
+
+@dataclass
+class Findings:
+    """The check's violations, causes first. A stack whose program fails (rule `program`) registers nothing after
+    the failure, so what runs after it on its cluster misses what it would have created (namespaces, CRDs, storage
+    classes, gateways): those violations follow from it, and are kept under it (`causes`), not listed before it."""
+
+    causes: list[tuple[Violation, list[Violation]]] = field(default_factory=list)  # a failed program, what follows
+    others: list[Violation] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.others) + sum(1 + len(followers) for _, followers in self.causes)
+
+    def ordered(self) -> list[tuple[Violation, str | None]]:
+        """Every violation, each failed program followed by what follows from it, then the rest: (violation, the
+        stack it follows from, or None)."""
+        out: list[tuple[Violation, str | None]] = []
+        for cause, followers in self.causes:
+            out += [(cause, None)] + [(v, cause.stack) for v in followers]
+        return out + [(v, None) for v in self.others]
+
+    @property
+    def followed(self) -> list[tuple[str, int]]:
+        """(failed stack, how many violations follow from it), for each failed stack with any."""
+        return [(cause.stack, len(followers)) for cause, followers in self.causes if followers]
+
+    def summary(self) -> str:
+        """`N deployability violation(s), K of them because STACK cannot run`."""
+        because = "".join(f", {count} of them because {stack} cannot run" for stack, count in self.followed)
+        return f"{len(self)} deployability violation(s){because}"
+
+    def lines(self, every: bool = False, listed_by: str = "--verbose") -> list[str]:
+        """One line per violation, each failed program first with a line counting what follows from it (`every`:
+        listed under it instead; `listed_by`: the option that lists them)."""
+        out: list[str] = []
+        for cause, followers in self.causes:
+            out.append(str(cause))
+            if followers and every:
+                out += [f"  - {v}" for v in followers]
+            elif followers:
+                out.append(f"  + {len(followers)} violation(s) that follow from it: what runs after {cause.stack} "
+                           f"misses what it would create ({listed_by} lists them)")
+        return out + [str(v) for v in self.others]
+
+
+def by_cause(violations: Iterable[Violation], previews: list[StackPreview]) -> Findings:
+    """Sort violations into causes and consequences. A violation follows from a failed stack when it is in that
+    stack, or in one that runs after it (depends on it, at any depth) and, when the failed stack makes a cluster (a
+    platform stack), is about a resource on that cluster."""
+    violations = list(violations)
+    direct = {s.name: set(s.depends_on) for s in previews}
+    later: dict[str, set[str]] = {}
+
+    def earlier(name: str) -> set[str]:  # every stack that runs before `name`
+        if name not in later:
+            later[name] = set()
+            for dep in direct.get(name, ()):
+                later[name] |= {dep} | earlier(dep)
+        return later[name]
+
+    clusters: dict[tuple[str, str], set[str | None]] = {}
+    for stack in previews:
+        for r in stack.resources:
+            clusters.setdefault((stack.name, r.name), set()).add(r.cluster)
+    made = {s.name: s.cluster for s in previews}
+    failed = [v for v in violations if v.rule == "program"]
+    found = Findings(causes=[(cause, []) for cause in failed])
+    for v in violations:
+        if v.rule == "program":
+            continue
+        for cause, followers in found.causes:
+            cluster = made.get(cause.stack)
+            if v.stack == cause.stack or (cause.stack in earlier(v.stack) and (
+                    cluster is None or cluster in clusters.get((v.stack, v.resource), set()))):
+                followers.append(v)
+                break
+        else:
+            found.others.append(v)
+    return found
