@@ -215,7 +215,6 @@ def test_every_road_checks_the_whole_fleet_when_a_run_destroys_a_stack(monkeypat
     """One rule for the CLI and the portal's worker (`undeployable` takes the changes): an update sees its
     neighbourhood, a run that destroys anything (the portal turns an `up` of a stack no longer wanted into one)
     sees every stack."""
-    from automation.execution import session
     from automation.checks import deployability, offline_preview
     from automation.planning.stacks import Change, StackChange, StackSpec
     from fleet.stack_id import StackId
@@ -225,10 +224,10 @@ def test_every_road_checks_the_whole_fleet_when_a_run_destroys_a_stack(monkeypat
     monkeypatch.setattr(deployability, "check_fleet", lambda fleet, previews: [])
     specs = {s.name: s for s in [StackSpec(StackId.parse("platform-a"), "fp", [], ["a"]),
                                  StackSpec(StackId.parse("platform-b"), "fp", [], ["b"])]}
-    session.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update)])
-    session.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update),
-                                       StackChange(StackId.parse("model-t.gone"), Change.delete)])
-    session.undeployable(None, specs, None)
+    deployability.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update)])
+    deployability.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update),
+                                             StackChange(StackId.parse("model-t.gone"), Change.delete)])
+    deployability.undeployable(None, specs, None)
     assert seen == [{"platform-a"}, None, None]
 
 

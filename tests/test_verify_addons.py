@@ -247,7 +247,7 @@ def test_verify_on_a_provisioned_cluster_is_refused_naming_file_object_and_field
 def test_the_portals_worker_runs_the_same_check_and_applies_nothing(tmp_path, monkeypatch):
     from automation.portal import worker as worker_module
     from automation.portal.store import Store
-    from automation.execution.executor import Executor
+    from automation.road.executor import Executor
     from tests.test_orchestrator import FakeRunner, MemoryRecord
 
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")

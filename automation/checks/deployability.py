@@ -28,9 +28,11 @@ from automation.checks.rules.storage import storage
 from fleet.stack_id import StackId
 
 if TYPE_CHECKING:
+    from automation.planning.stacks import StackChange, StackSpec
     from fleet.validate import Fleet
 
-__all__ = ["RULES", "ClusterFacts", "Findings", "Graph", "Violation", "by_cause", "check", "check_fleet"]
+__all__ = ["RULES", "ClusterFacts", "Findings", "Graph", "Violation", "by_cause", "check", "check_changes", "check_fleet",
+           "undeployable"]
 
 RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
     "api-service": api_services,
@@ -171,3 +173,30 @@ def by_cause(violations: Iterable[Violation], previews: list[StackPreview]) -> F
         else:
             found.others.append(v)
     return found
+
+
+def check_changes(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
+                  config: dict[str, str] | None = None, jobs: int | None = None) -> Findings:
+    """The deployability check: what a real API server or cloud would refuse, each failed program first with what
+    follows from it (deployability.by_cause). Every road that applies runs it first (the CLI, the portal's worker).
+    `items`: the changes about to run; the check then sees them and what they meet (`around`: their clusters' other
+    stacks, their dependents, what all of those need), not the stacks that neither change nor meet a changed one
+    (they apply as they did). Every stack when `items` is None or destroys one (a destroyed stack may be what an
+    unchanged one needs). `jobs`: previewing processes (forked; 1 in a long-lived process with threads of its own,
+    the portal's)."""
+    from automation.checks.offline_preview import all_stacks, around
+    from automation.planning.stacks import Change
+
+    deletes = items is None or any(c.change == Change.delete for c in items)
+    changed = None if deletes else {c.name for c in items or ()}
+    only = None if changed is None else around(specs, changed)
+    if only is not None and not only:
+        return Findings()
+    previews = all_stacks(fleet, specs=specs, only=only, config=config, jobs=jobs)
+    return by_cause(check_fleet(fleet, previews), previews)
+
+
+def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
+                 config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
+    """`check_changes`, one line each, every failed program before what follows from it."""
+    return [str(v) for v, _ in check_changes(fleet, specs, items, config, jobs).ordered()]

@@ -1,5 +1,5 @@
 """The CLI's side of the one road (docs/design-notes.md): open the executor, lock, read the record, plan, the one
-preflight (automation/execution/preflight.py) said by kind, migrations of old stack names, then the orchestrator;
+preflight (automation/road/preflight.py) said by kind, migrations of old stack names, then the orchestrator;
 progress and the report as it runs."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from automation.cli.progress import progress
 from automation.cli.stack_options import StackRun, kubeconfig_pairs
 
 if TYPE_CHECKING:
-    from automation.execution.executor import Executor
+    from automation.road.executor import Executor
     from automation.execution.migration import Renamed
-    from automation.execution.preflight import Preflight
+    from automation.road.preflight import Preflight
     from automation.execution.session import Prepared
     from automation.execution.state import WorkdirLock
     from automation.checks.deployability import Findings
@@ -32,7 +32,7 @@ def _selected_or_exit(prepared: Prepared, run: StackRun, executor: Executor) -> 
     unconfirmed, the deployability check (saying too what else the run needs that is not here, so that one round
     of fixes is enough), the add-on check. What the executor needs here is said once there is something to run."""
     from automation.execution.load_balancers import drained_stacks
-    from automation.execution.preflight import preflight
+    from automation.road.preflight import preflight
     from automation.execution.session import selected
     from automation.planning.stacks import Change
     from fleet.stack_id import StackKind
@@ -120,7 +120,7 @@ def _parallel(run: StackRun) -> int:
 
 def _open(run: StackRun, fleet: Fleet, parallel: int) -> Executor:
     """The executor of this run (its runner is made once the preflight passed), or exit 2 saying why not."""
-    from automation.execution.executor import open_executor
+    from automation.road.executor import open_executor
     from automation.execution.runner import AutomationError
 
     try:
@@ -248,7 +248,7 @@ def _orchestrate(run: StackRun, executor: Executor, items: list[StackChange], pr
                  lock: WorkdirLock, host: str | None = None) -> None:
     from automation.cli.progress import Bar
     from automation.execution.orchestrator import Orchestrator
-    from automation.execution.preflight import preflight
+    from automation.road.preflight import preflight
     from automation.execution.session import reopening, run_interruptibly
 
     runner, record = executor.runner(), executor.record

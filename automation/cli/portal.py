@@ -116,7 +116,7 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
             how += ("; the Pulumi CLI is not installed, so runs wait queued until it is (install it, or serve "
                     "--no-apply to plan only)")
     if executor == "operator" and not no_apply:
-        from automation.execution.executor import ExecutorOptions, open_executor
+        from automation.road.executor import ExecutorOptions, open_executor
         from automation.execution.runner import AutomationError
         from fleet.validate import Fleet
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from automation.execution.executor import ExecutorOptions
+    from automation.road.executor import ExecutorOptions
     from automation.execution.runner import Operation
 
 
@@ -57,8 +57,8 @@ class StackRun:
         return self.executor == "operator"
 
     def executor_options(self, parallel: int) -> ExecutorOptions:
-        """What this run asks of its executor (automation/execution/executor.py), `parallel` stacks at once."""
-        from automation.execution.executor import ExecutorOptions
+        """What this run asks of its executor (automation/road/executor.py), `parallel` stacks at once."""
+        from automation.road.executor import ExecutorOptions
 
         return ExecutorOptions("operator" if self.on_operator else "local", Path(self.state), self.backend, parallel,
                                kubeconfig_pairs(self.kubeconfig), unprotect=self.unprotect or self.destroy_clusters,

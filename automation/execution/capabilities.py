@@ -1,5 +1,5 @@
 """What each executor can do, as data: refused before anything runs (`Capabilities.refusal`), in the words the
-user reads, rather than found by a runner half-way through (automation/execution/executor.py opens them)."""
+user reads, rather than found by a runner half-way through (automation/road/executor.py opens them)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a run of the local executor needs on this host before any stack runs, one line each with where to give it
 (never a value): the Pulumi CLI, the passphrase of a self-managed backend, Existing clusters' kubeconfigs, GKE
-clusters' projects, Secrets' values. The preflight (automation/execution/preflight.py) asks here for every road."""
+clusters' projects, Secrets' values. The preflight (automation/road/preflight.py) asks here for every road."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class StackRunner(Protocol):
 
 @runtime_checkable
 class Migrating(StackRunner, Protocol):
-    """A runner whose executor migrates old stack names (automation/execution/executor.py `Capabilities.rename`)."""
+    """A runner whose executor migrates old stack names (automation/road/executor.py `Capabilities.rename`)."""
 
     def rename(self, old: StackId, new: StackId) -> None:
         """Rename a stack in the backend (a migration of stack names); raises AutomationError on failure."""

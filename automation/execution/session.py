@@ -17,9 +17,6 @@ from fleet.plan import Plan
 from fleet.validate import Fleet, gateway_transitions, stack_transitions
 
 if TYPE_CHECKING:
-    from automation.checks.deployability import Findings
-
-if TYPE_CHECKING:
     from automation.planning.addons import Need, Served
 
 
@@ -69,33 +66,6 @@ def reopening(prepared: Prepared, applied: Applied, ran: list[StackChange],
     names = {c.name for c in ran}
     return again, [c for c in again.changes if c.kind == "platform" and c.name in names
                    and c.change in (Change.create, Change.update)]
-
-
-def deployability(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
-                  config: dict[str, str] | None = None, jobs: int | None = None) -> Findings:
-    """The deployability check: what a real API server or cloud would refuse, each failed program first with what
-    follows from it (deployability.by_cause). Every road that applies runs it first (the CLI, the portal's worker).
-    `items`: the changes about to run; the check then sees them and what they meet (`around`: their clusters' other
-    stacks, their dependents, what all of those need), not the stacks that neither change nor meet a changed one
-    (they apply as they did). Every stack when `items` is None or destroys one (a destroyed stack may be what an
-    unchanged one needs). `jobs`: previewing processes (forked; 1 in a long-lived process with threads of its own,
-    the portal's)."""
-    from automation.checks.deployability import Findings, by_cause, check_fleet
-    from automation.checks.offline_preview import all_stacks, around
-
-    deletes = items is None or any(c.change == Change.delete for c in items)
-    changed = None if deletes else {c.name for c in items or ()}
-    only = None if changed is None else around(specs, changed)
-    if only is not None and not only:
-        return Findings()
-    previews = all_stacks(fleet, specs=specs, only=only, config=config, jobs=jobs)
-    return by_cause(check_fleet(fleet, previews), previews)
-
-
-def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,
-                 config: dict[str, str] | None = None, jobs: int | None = None) -> list[str]:
-    """`deployability`, one line each, every failed program before what follows from it."""
-    return [str(v) for v, _ in deployability(fleet, specs, items, config, jobs).ordered()]
 
 
 # cluster, what it must serve -> what its API server serves of that (automation/execution/kube.py KubeClient.served)

@@ -12,7 +12,7 @@ The stacks run on this host's Pulumi engines (`pulumi_runner`), or on the Pulumi
 One road: the worker claims every queued run at once and applies them as one batch the way
 `modelplane up` does: the placements the portal shows (its reservations), the executor's record
 of what is applied (the Pulumi backend, or the operator's Stacks), opened by the same function
-(automation/execution/executor.py), the same preflight before any stack applies (automation/execution/preflight.py:
+(automation/road/executor.py), the same preflight before any stack applies (automation/road/preflight.py:
 invalid objects, changes the record refuses, the deployability and add-on checks, and what the executor needs here:
 kubeconfigs, Secrets' values, the passphrase), the same Orchestrator (dependency waves, dependents of a failed stack
 skipped). It takes the state folder's lock for the batch:
@@ -39,8 +39,8 @@ from automation.portal.service import load_fleet
 from automation.portal.state import APPLIED, APPLIED_DETAILS, CLUSTER_GATEWAYS, EXECUTOR_PROBLEM
 from automation.portal.store import Store, now, rfc3339, runs
 from automation.record.applied import RECORD_OUTPUT, Applied, replica_from_dict
-from automation.execution.executor import Executor, ExecutorOptions, open_executor
-from automation.execution.preflight import preflight
+from automation.road.executor import Executor, ExecutorOptions, open_executor
+from automation.road.preflight import preflight
 from automation.execution.runner import AutomationError, CLIMissing
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock

@@ -12,7 +12,7 @@ from automation.planning.stacks import Change, DesiredState, StackChange
 from fleet.validate import Fleet, gateway_transitions, stack_transitions
 
 if TYPE_CHECKING:
-    from automation.execution.executor import Executor
+    from automation.road.executor import Executor
     from automation.checks.deployability import Findings
     from automation.record.applied import Applied
 
@@ -47,7 +47,8 @@ def preflight(executor: Executor, fleet: Fleet, desired: DesiredState, applied: 
     (`prerequisites`: the Pulumi CLI, the passphrase, Existing clusters' kubeconfigs, GKE projects, Secrets' values;
     only the passphrase to destroy). `jobs`: previewing processes (1 in a process with threads of its own)."""
     from automation.execution.prerequisites import existing_kubeconfigs
-    from automation.execution.session import deployability, unserved_addons
+    from automation.checks.deployability import check_changes
+    from automation.execution.session import unserved_addons
 
     if desired.problems:
         return Preflight(invalid=list(desired.problems))
@@ -66,7 +67,7 @@ def preflight(executor: Executor, fleet: Fleet, desired: DesiredState, applied: 
     out = Preflight(needs=refused + (_needs(executor, fleet, desired, items, operation, files or {})
                                      if executor.capabilities.needs_here and files is not None else []))
     if applying and items and check:
-        out.findings = deployability(fleet, desired.specs, items, dict(options.config or {}), jobs)
+        out.findings = check_changes(fleet, desired.specs, items, dict(options.config or {}), jobs)
     if applying and items and desired.needs and not out.undeployable and files is not None:
         out.unserved = unserved_addons(fleet, desired.needs, items, files)
     return out
