@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from fleet.device_facts import DeviceFacts
@@ -63,6 +64,13 @@ class PoolView:
     kind: PoolKind
     class_name: str | None = None
     problem: str | None = None  # why the pool offers nothing, e.g. its class is missing
+    # live capacity (fleet/live_capacity.py): its nodes as the ledger holds them, ((free vector, nodes), ...);
+    # None: `nodes` empty nodes, as declared
+    free: tuple[tuple[tuple[int, ...], int], ...] | None = None
+
+    def empty_nodes(self) -> Counter | None:
+        """The ledger's starting nodes ({free vector: nodes}) when live capacity gave them, else None (all empty)."""
+        return Counter(dict(self.free)) if self.free is not None else None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from fleet.api.deployment import ModelDeployment
 from fleet.backends import BACKEND_ANNOTATION, NVIDIA_DRIVER, dynamo_framework, on_dynamo_stack
 from fleet.device_selectors import KeptEvaluator, SelectorEvaluator
 from fleet.inventory import ClusterView, PoolView, build_clusters
+from fleet.live_capacity import with_live
 from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
 from fleet.ledger import PoolState
@@ -285,6 +286,8 @@ def platform_digest(fleet) -> str:
     for kind in PLATFORM_KINDS:
         for obj in fleet.of(kind):
             digest.update(fleet.text_of(obj).encode() + b"\0")
+    if fleet.live is not None:  # the capacity read from the clusters: a plan of other free devices is another plan
+        digest.update(fleet.live.digest().encode())
     return digest.hexdigest()
 
 
@@ -309,7 +312,7 @@ class PlanMemo:
     def start(self, fleet, cel: SelectorEvaluator | None) -> None:
         platform = platform_digest(fleet)
         if platform != self.platform or len(self.state_ids) > memo_state_limit(len(self.clusters)):
-            fresh = PlanMemo(platform, build_clusters(fleet), Placer(cel or KeptEvaluator()))
+            fresh = PlanMemo(platform, with_live(build_clusters(fleet), fleet.live), Placer(cel or KeptEvaluator()))
             self.__dict__.update(fresh.__dict__)
 
     def forget_states(self) -> None:
@@ -334,10 +337,10 @@ class Scheduler:
             self.clusters = self.memo.clusters
         else:
             self.placer = Placer(cel or KeptEvaluator())
-            self.clusters = build_clusters(fleet)
+            self.clusters = with_live(build_clusters(fleet), fleet.live)
         self.by_name = {c.name: c for c in self.clusters}
         self.states: dict[str, dict[str, PoolState]] = {
-            c.name: {p.name: PoolState(p.kind, p.nodes) for p in c.pools} for c in self.clusters
+            c.name: {p.name: PoolState(p.kind, p.nodes, p.empty_nodes()) for p in c.pools} for c in self.clusters
         }
         # Each cluster's pools and states, interned to an integer that changes when the cluster's ledger does.
         self._state_ids: dict[tuple, int] = self.memo.state_ids if self.memo else {}
@@ -821,7 +824,8 @@ class Scheduler:
         pools; returns the charge's key (as the memo keeps it) and (placement or None, nodes or rejection) per item.
         Reads and fills the memo's charged ledgers: the ledger lets go of the old ones."""
         assert self.memo is not None
-        self.states[cluster] = {p.name: PoolState(p.kind, p.nodes) for p in self.by_name[cluster].pools}
+        self.states[cluster] = {p.name: PoolState(p.kind, p.nodes, p.empty_nodes())
+                                for p in self.by_name[cluster].pools}
         self.state_id[cluster] = self._intern_state(cluster)
         key = self.charge_key(cluster, items)
         return key, self._charge_cluster(cluster, items, self.memo.charged, key)

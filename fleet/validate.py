@@ -29,6 +29,7 @@ from fleet.api.gateway import fleet_gateway_transition_rules
 from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import CALLER_KEYS_NAMESPACE, SecretManifestError, SecretRef, SecretStore, secret_from_manifest
+from fleet.capacity import LiveCapacity
 from fleet.problems import Problem, format_path
 from fleet.topology import nvlink_label, topology_conflicts
 
@@ -46,6 +47,8 @@ class Fleet:
     secrets: SecretStore = field(default_factory=SecretStore)
     # Kind/name of objects given but invalid: their own errors say why; no other object reports them as missing
     invalid: set[str] = field(default_factory=set)
+    # the devices the clusters have free, where they were read (fleet/live_capacity.py); None: declared capacity
+    live: LiveCapacity | None = None
     # `of` answers from an index by kind, rebuilt when objects were added (they are read thousands of times a plan)
     _by_kind: dict[str, list[Resource]] = field(default_factory=dict, repr=False, compare=False)
     _indexed: int = field(default=-1, repr=False, compare=False)

@@ -39,7 +39,8 @@ BASE = ("automation", "automation.errors", "automation.projects", "automation.ce
         "automation.local.toolchain")
 ROOMS = {name: "automation.base" for name in BASE} | {
     name: name for name in ("fleet", "workloads", "components", "infra", "automation.record", "automation.planning",
-                            "automation.execution", "automation.checks", "automation.local", "automation.operator",
+                            "automation.execution", "automation.capacity", "automation.checks", "automation.local",
+                            "automation.operator",
                             "automation.road", "automation.portal", "automation.cli")}
 PURE = {"fleet", "workloads"}  # no Pulumi there
 ALLOWED: dict[str, set[str]] = {
@@ -51,6 +52,9 @@ ALLOWED: dict[str, set[str]] = {
     "automation.planning": {"automation.base", "components", "workloads", "fleet"},
     "automation.execution": {"automation.planning", "automation.record", "automation.base", "components",
                              "workloads", "fleet"},
+    # live capacity: reads the clusters (the execution room's Kubernetes client) for the scheduler
+    "automation.capacity": {"automation.execution", "automation.planning", "automation.record", "automation.base",
+                            "components", "workloads", "fleet"},
     "automation.checks": {"automation.execution", "automation.planning", "automation.record", "automation.base",
                           "components", "workloads", "fleet"},
     "automation.local": {"automation.execution", "automation.planning", "automation.record", "automation.base",
@@ -60,10 +64,11 @@ ALLOWED: dict[str, set[str]] = {
     # the one road of every entry point: open an executor (local or operator) and run the preflight
     "automation.road": {"automation.operator", "automation.checks", "automation.execution", "automation.planning",
                         "automation.record", "automation.base", "components", "workloads", "fleet"},
-    "automation.portal": {"automation.road", "automation.operator", "automation.checks", "automation.execution",
+    "automation.portal": {"automation.road", "automation.capacity", "automation.operator", "automation.checks", "automation.execution",
                           "automation.planning", "automation.record", "automation.base", "components", "workloads",
                           "fleet"},
     "automation.cli": {"automation.road", "automation.portal", "automation.operator", "automation.local",
+                       "automation.capacity",
                        "automation.checks",
                        "automation.execution", "automation.planning", "automation.record", "automation.base",
                        "components", "workloads", "fleet"},

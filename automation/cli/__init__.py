@@ -16,7 +16,7 @@ import threading
 
 import click
 
-from automation.cli import local, manifests, operator, plans, portal, review, stacks, status  # noqa: F401  (each adds its commands)
+from automation.cli import capacity, local, manifests, operator, plans, portal, review, stacks, status  # noqa: F401  (each adds its commands)
 from automation.cli.base import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, cli
 from fleet.errors import ModelplaneError
 

@@ -85,6 +85,34 @@ FLEET = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_F
                            "<NAME>_<stack> there (default: $MODELPLANE_FLEET, else unprefixed).")
 
 
+def capacity_options(function):
+    """`--capacity` (where free devices come from) and, for `live`, the clusters' `--kubeconfig`s."""
+    function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
+                            help="A cluster's kubeconfig, for --capacity live (Existing clusters' are also found "
+                                 "as `up` finds them). Repeatable.")(function)
+    return click.option("--capacity", "capacity", default="declared", show_default=True, metavar="SOURCE",
+                        envvar="MODELPLANE_CAPACITY",
+                        help="Where each pool's free devices come from: declared (the manifests), live (read from "
+                             "each cluster that can be reached: its ResourceSlices, allocated claims and nodes; "
+                             "one that cannot keeps its declared capacity), or a snapshot FILE from `modelplane "
+                             "capacity save` (docs/scheduling.md).")(function)
+
+
+def with_capacity(fleet, capacity: str, kubeconfig: tuple[str, ...], state: str) -> None:
+    """Gives `fleet` the capacity `--capacity` names (fleet.live), or exits 2 saying why it cannot."""
+    from pathlib import Path
+
+    from automation.capacity.source import capacity_of
+    from automation.cli.stack_options import kubeconfig_pairs
+    from automation.execution.runner import AutomationError
+
+    try:
+        fleet.live = capacity_of(fleet, capacity, kubeconfig_pairs(kubeconfig), Path(state))
+    except AutomationError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
 def record_options(function):
     """Where a command that plans reads the record from: the executor's (the backend, or the operator's Stacks)."""
     function = FLEET(BACKEND(function))

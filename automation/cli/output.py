@@ -100,3 +100,26 @@ def stream_json(document: dict, write: Callable[[str], object]) -> None:
             wrote = True
         write("\n  ]" if wrote else "[]")
     write("\n}")
+
+
+def capacity_table(capacity: list[dict], stream=None) -> str:
+    """Per cluster and pool, the devices free for new replicas and where that came from (`plan --capacity`)."""
+    buffer = io.StringIO()
+    console = _console(stream if stream is not None else buffer)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="capacity", title_justify="left")
+    for column in ("CLUSTER", "SOURCE", "POOL", "NODES", "FREE", "HELD BY OTHERS", "NOT COUNTED"):
+        table.add_column(column, overflow="fold")
+
+    def devices(counts: dict) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
+
+    for c in capacity:
+        source = f"live, read {c['readAt']}" if c["source"] == "live" else f"declared ({c.get('problem', '')})"
+        for p in c["pools"] or [{"name": "-", "nodes": 0, "free": {}}]:
+            unusable = ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items()))
+            nodes = str(p["nodes"]) + (f" (+{p['growable']} it may add)" if p.get("growable") else "")
+            table.add_row(c["cluster"], source, p["name"], nodes, devices(p["free"]),
+                          devices(p.get("others") or {}) if c["source"] == "live" else "-", unusable or "-")
+    console.print()
+    console.print(table)
+    return buffer.getvalue()

@@ -9,6 +9,7 @@ import click
 import yaml
 
 
+from fleet.live_capacity import capacity_to_dict
 from fleet.plan_output import json_text, plan_to_dict
 from fleet.scheduler import schedule
 
@@ -16,6 +17,7 @@ from automation.cli.base import (
     EXIT_INVALID,
     EXIT_UNSCHEDULED,
     cli,
+    capacity_options,
     comparing,
     cpu_to_spare,
     load,
@@ -24,6 +26,7 @@ from automation.cli.base import (
     record_options,
     summarised_base,
     what_the_record_lacks,
+    with_capacity,
 )
 
 if TYPE_CHECKING:
@@ -57,10 +60,12 @@ def _base(against: tuple[str, ...], applied: Applied, no_cache: bool, beside: bo
 @click.option("--no-cache", "no_cache", is_flag=True,
               help="With --against: plan the base afresh, neither reading nor writing its cached summary "
                    "($MODELPLANE_CACHE_DIR, else ~/.cache/modelplane; see docs/performance.md).")
+@capacity_options
 @record_options
 def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain: bool, namespace: str | None,
          deployment: str | None, fail_on_unscheduled: bool, no_cache: bool, state: str, fresh: bool,
-         backend: str | None, fleet_name: str | None, executor: str, operator_settings: str) -> None:
+         backend: str | None, fleet_name: str | None, executor: str, operator_settings: str, capacity: str,
+         kubeconfig: tuple[str, ...]) -> None:
     """Place every replica on a (cluster, pool): exit 0 when the plan was computed, even with unscheduled replicas.
 
     Plans with the record of what is applied (the backend's, or the operator's), so the plan shows what `up` will do."""
@@ -75,6 +80,7 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     base = _base(against, early, no_cache, True, later.append) if early is not None and cpu_to_spare() else None
     try:
         loaded = load(paths)
+        with_capacity(loaded.fleet, capacity, kubeconfig, state)
         for text in later:
             click.echo(text, err=True)
         applied = early if early is not None else \
@@ -95,6 +101,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     if namespace or deployment:
         result = result.only(namespace, deployment)
     document = plan_to_dict(result, explain)
+    if loaded.fleet.live is not None:  # a key added only when capacity was read (the output's keys never change)
+        document["capacity"] = capacity_to_dict(loaded.fleet, loaded.fleet.live)
     if checks:  # a key added only for fleets with such clusters (the output's keys are never changed)
         document["addonChecks"] = [n.to_dict() for n in checks]
     if comparison is not None:
@@ -122,6 +130,10 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 
         plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
+        if loaded.fleet.live is not None:
+            from automation.cli.output import capacity_table
+
+            capacity_table(capacity_to_dict(loaded.fleet, loaded.fleet.live), stream=sys.stdout)
         if checks:
             click.echo("\nchecked before `up` applies (spec.cluster.existing.addons: Verify, the add-ons are the "
                        "cluster's platform team's):")

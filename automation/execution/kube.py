@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol
 
 import yaml
 
@@ -22,6 +23,7 @@ from fleet.loader import yaml_problem
 
 if TYPE_CHECKING:
     from automation.planning.addons import Served
+    from fleet.validate import Fleet
 
 FIELD_MANAGER = "modelplane"
 # (apiVersion, kind) -> (resource, namespaced): the kinds the executor writes and reads.
@@ -249,3 +251,31 @@ class KubeClient:
                 return False
             raise
         return True
+
+
+@contextmanager
+def cluster_client(fleet: Fleet, kubeconfigs: Mapping[str, str], cluster: str, timeout: float) -> Iterator[KubeClient]:
+    """A client of an InferenceCluster's API: its kubeconfig file (`kubeconfigs`: cluster -> path), else the fleet's
+    Secret holding it, written to a private temporary file for the client and deleted after (never shown).
+    AutomationError naming where to give one when neither is here."""
+    import tempfile
+
+    from automation.planning.secret_sources import kubeconfig_env
+    from fleet.secrets import kubeconfig_ref
+
+    who = f"InferenceCluster/{cluster}"
+    if cluster in kubeconfigs:
+        yield KubeClient(Path(kubeconfigs[cluster]), timeout=timeout, cluster=who)
+        return
+    ic = next((c for c in fleet.of("InferenceCluster") if c.name == cluster), None)
+    ref = kubeconfig_ref(ic) if ic is not None else None
+    value = fleet.secrets.get(ref) if ref is not None else None
+    if value is None:
+        raise AutomationError(f"no kubeconfig for it is here: give it with --kubeconfig {cluster}=PATH, "
+                              f"${kubeconfig_env(cluster)}=PATH" +
+                              (f" or {fleet.secrets.where_to_put(ref)}" if ref is not None else ""))
+    with tempfile.TemporaryDirectory(prefix="modelplane-") as private:  # 0700: the kubeconfig is a credential
+        path = Path(private) / "kubeconfig"
+        path.touch(mode=0o600)
+        path.write_text(value.reveal())
+        yield KubeClient(path, timeout=timeout, cluster=who)

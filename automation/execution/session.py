@@ -102,34 +102,13 @@ def unserved_addons(fleet: Fleet, needs: Mapping[str, tuple[Need, ...]], items: 
 
 
 def kubeconfig_reader(fleet: Fleet, kubeconfigs: Mapping[str, str]) -> ServedReader:
-    """Asks a cluster with its kubeconfig file, else the fleet's Secret holding it (written to a private temporary
-    file for the client, never shown)."""
-    import tempfile
-    from pathlib import Path
-
-    from automation.execution.kube import KubeClient
-    from automation.planning.secret_sources import kubeconfig_env
-    from fleet.secrets import kubeconfig_ref
-
-    def ask(path: Path, cluster: str, wanted: list[Need]) -> Served:
-        client = KubeClient(path, timeout=15, cluster=f"InferenceCluster/{cluster}")
-        return client.served({n.group for n in wanted if not n.namespace}, {n.name for n in wanted if n.namespace})
+    """Asks a cluster with its kubeconfig file, else the fleet's Secret holding it (kube.cluster_client)."""
+    from automation.execution.kube import cluster_client
 
     def read(cluster: str, wanted: list[Need]) -> Served:
-        if cluster in kubeconfigs:
-            return ask(Path(kubeconfigs[cluster]), cluster, wanted)
-        ic = next((c for c in fleet.of("InferenceCluster") if c.name == cluster), None)
-        ref = kubeconfig_ref(ic) if ic is not None else None
-        value = fleet.secrets.get(ref) if ref is not None else None
-        if value is None:
-            raise AutomationError(f"no kubeconfig for it is here: give it with --kubeconfig {cluster}=PATH, "
-                                  f"${kubeconfig_env(cluster)}=PATH" +
-                                  (f" or {fleet.secrets.where_to_put(ref)}" if ref is not None else ""))
-        with tempfile.TemporaryDirectory(prefix="modelplane-") as private:  # 0700: the kubeconfig is a credential
-            path = Path(private) / "kubeconfig"
-            path.touch(mode=0o600)
-            path.write_text(value.reveal())
-            return ask(path, cluster, wanted)
+        with cluster_client(fleet, kubeconfigs, cluster, timeout=15) as client:
+            return client.served({n.group for n in wanted if not n.namespace},
+                                 {n.name for n in wanted if n.namespace})
     return read
 
 
