@@ -194,7 +194,8 @@ def test_the_control_plane_is_its_host_cluster_for_the_check():
     """A service's HTTPRoute and a model's objects on the host cluster can collide (`one-owner` compares the
     cluster objects land on): a changed control-plane stack is checked with the host's stacks, and the other way."""
     from automation.checks.offline_preview import around
-    from automation.planning.stacks import StackSpec, WorkloadPayload
+    from automation.planning.payloads import WorkloadPayload
+    from automation.planning.stacks import StackSpec
     from fleet.stack_id import StackId
 
     def spec(name, targets, *deps, host=None):

@@ -127,7 +127,7 @@ def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str |
     _context(digest, recorded, control_plane, gateways)
     for obj in fleet.objects:
         digest.update(fleet.text_of(obj).encode() + b"\0")
-    digest.update(json.dumps(fleet.secrets.manifest_refs()).encode())  # fingerprints hold them (stacks.from_manifests)
+    digest.update(json.dumps(fleet.secrets.manifest_refs()).encode())  # fingerprints hold them (payloads.from_manifests)
     return digest.hexdigest()
 
 

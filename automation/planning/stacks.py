@@ -25,21 +25,22 @@ import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
-from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, fleet_gateway,
-                             gateway_args, host_extras, weight_streaming)
+from automation.planning.payloads import (GatewayPayload, Payload, PlatformPayload, WorkloadPayload,
+                                          endpoints_fingerprint, fingerprint, from_manifests, object_secrets,
+                                          with_sources)
+from components.args import control_plane_cluster, every_cluster_args, fleet_gateway, gateway_args, host_extras, \
+    weight_streaming
 from components.versions import pinned, project_version
 from fleet.memory import RecordedReplica
 from fleet.plan import PlacedReplica, Plan, dynamo_clusters
 from fleet.scheduler import PlanMemo, schedule
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.cache import secret_refs
 from workloads.gateways import Gateways
 from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys,
                               platform_stack, render, service_stack, stack_inputs, team_stack)
-from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
     from automation.planning.addons import Need
@@ -72,75 +73,6 @@ class Named:
     def rank(self) -> int:
         return ORDER[self.kind]
 
-
-@dataclass(frozen=True)
-class PlatformPayload:
-    """What a platform stack's program runs: one cluster's typed arguments, the chart versions and, on the cluster
-    that hosts the fleet gateway, MetalLB's address pool and whether its Envoy Gateway counts global rate limits.
-    Decided here; the program reads only this."""
-
-    cluster: ClusterArgs
-    versions: dict[str, str]
-    project: str
-    metallb_pool: str | None = None
-    rate_limit: bool = False  # hosts an Envoy fleet gateway with per-team limits: a rate-limit store
-    # The fleet's front door is Envoy: the operator's Programs read this stack's `gatewayServiceSpec` output, so a
-    # platform stack applied before that output existed runs once more when a fleet turns to Envoy.
-    envoy_front_door: bool = False
-    trust_manager: bool = False  # hosts an Envoy front door: trust-manager publishes its client CA
-    # The Envoy front door's client CA (PEM) as the gateway stack recorded it: the cluster gateway's fleet listener
-    # accepts its client certificates; none yet: no fleet listener (workloads/front_door_mtls.py)
-    client_cas: tuple[str, ...] = ()
-
-    def fingerprinted(self) -> dict[str, Any]:
-        # `dynamo` and `addons` only when set: a cluster that uses neither kept the fingerprint it had before them
-        cluster = self.cluster.model_dump(exclude={field for field, default in (("dynamo", False), ("addons", "Install"),
-                                                                                 ("load_balancer", False))
-                                                   if getattr(self.cluster, field) == default})
-        return {"cluster": cluster, "versions": self.versions, "project": self.project,
-                **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
-                **({"rateLimit": True} if self.rate_limit else {}),
-                **({"frontDoor": "Envoy"} if self.envoy_front_door else {}),
-                **({"trustManager": True} if self.trust_manager else {}),
-                **({"clientCAs": list(self.client_cas)} if self.client_cas else {})}
-
-
-@dataclass(frozen=True)
-class GatewayPayload:
-    """What the gateway stack's program runs: the fleet gateway's arguments and the cluster that hosts it."""
-
-    gateway: GatewayArgs
-    versions: dict[str, str]
-    host: str | None
-    project: str
-
-    def fingerprinted(self) -> dict[str, Any]:
-        return {"gateway": self.gateway.fingerprinted(), "versions": self.versions, "host": self.host,
-                "project": self.project}
-
-
-@dataclass(frozen=True)
-class WorkloadPayload:
-    """What a team, cache, model, endpoints or service stack applies: its rendered objects per target (a cluster,
-    or `control-plane`, which `host` is). `replicas`: a model stack's, whose `placements` are recorded once it
-    applied (what it remembers, not what it registers: not fingerprinted)."""
-
-    objects: dict[str, list[dict]]
-    project: str
-    host: str | None = None
-    replicas: tuple[PlacedReplica, ...] = ()
-
-    @property
-    def placements(self) -> tuple[RecordedReplica, ...]:
-        # asked for only by what runs or exports the stack: most plans never build them
-        return tuple(r.recorded() for r in self.replicas)
-
-    def fingerprinted(self) -> dict[str, Any]:
-        return {"objects": self.objects, "project": self.project,
-                **({"host": self.host} if "control-plane" in self.objects else {})}
-
-
-Payload = PlatformPayload | GatewayPayload | WorkloadPayload
 
 
 @dataclass
@@ -193,29 +125,6 @@ class StackChange(Named):
 SAME = "same-inputs:"
 
 
-def fingerprint(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def from_manifests(fleet: Fleet, refs: Iterable[SecretRef]) -> list[str]:
-    """Those of a stack's secrets whose value a Secret manifest of the fleet gives (`namespace/name key 'key'`),
-    sorted. Part of the stack's fingerprint: a value that comes from the fleet's files (a pull request) instead of
-    what the one running the command gives, or back, is a change of the stack. Only whether it is a manifest, and
-    never a value: the environment and --secrets-dir differ between machines that run the same fleet, and a file's
-    name between checkouts of it (docs/teams.md, where secret values come from)."""
-    return sorted({str(ref) for ref in refs if fleet.secrets.manifest_of(ref) is not None})
-
-
-def with_sources(digest: str, manifests: list[str]) -> str:
-    """A stack's fingerprint with its secrets given by manifests (`from_manifests`) folded in; the same without."""
-    return fingerprint({"fingerprint": digest, "secretsFromManifests": manifests}) if manifests else digest
-
-
-def object_secrets(objects: Mapping[str, list[dict]]) -> list[SecretRef]:
-    """The user's Secrets a workload stack's rendered objects are filled from (its placeholder Secrets')."""
-    return [ref for objs in objects.values() for o in objs if o["kind"] == "Secret" for ref in secret_refs(o).values()]
-
-
 def cluster_secrets(fleet: Fleet) -> dict[str, list[SecretRef]]:
     """The secrets each cluster's platform stack reads: an Existing cluster's kubeconfig."""
     return {ic.name: [ref] if (ref := kubeconfig_ref(ic)) is not None else [] for ic in fleet.of("InferenceCluster")}
@@ -223,31 +132,6 @@ def cluster_secrets(fleet: Fleet) -> dict[str, list[SecretRef]]:
 
 def kind_of(stack: str) -> StackKind:
     return StackId.parse(stack).kind
-
-
-def gateway_clusters(objects: Mapping[str, list[dict]]) -> list[str]:
-    """The clusters whose gateway addresses an endpoints stack's EndpointSlices point at."""
-    return sorted({(o["metadata"].get("annotations") or {})[GATEWAY_OF_ANNOTATION] for objs in objects.values()
-                   for o in objs if o["kind"] == "EndpointSlice"
-                   and GATEWAY_OF_ANNOTATION in (o["metadata"].get("annotations") or {})})
-
-
-def endpoints_fingerprint(payload: WorkloadPayload, gateways: Gateways) -> str:
-    """An endpoints stack's fingerprint: its objects with each replica slice's address left out, and the recorded
-    gateway address of every cluster they point at instead. The program reads the live address when it applies,
-    so its program records the fingerprint of the addresses it read (automation/execution/programs.py): a later change of
-    one re-runs it."""
-    def without_address(o: dict) -> dict:
-        annotations = o["metadata"].get("annotations") or {}
-        if o["kind"] not in ("EndpointSlice", "Service") or GATEWAY_OF_ANNOTATION not in annotations:
-            return o
-        meta = {**o["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
-        derived = ("endpoints", "addressType") if o["kind"] == "EndpointSlice" else ("spec",)
-        return {**{k: v for k, v in o.items() if k not in derived}, "metadata": meta}
-
-    objects = {t: [without_address(o) for o in objs] for t, objs in payload.objects.items()}
-    addresses = {c: gateways.clusters.get(c) for c in gateway_clusters(payload.objects)}
-    return fingerprint({**payload.fingerprinted(), "objects": objects, "gateways": addresses})
 
 
 class KnownPlatform(NamedTuple):
