@@ -34,7 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automation.planning.stacks import SAME, DesiredState, Known, kind_of
+from automation.planning.plan_cache import SAME, Known
+from automation.planning.stacks import DesiredState, kind_of
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import DiskCache
 from fleet.stack_id import StackKind

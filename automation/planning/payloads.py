@@ -1,18 +1,19 @@
-"""What each stack's program runs (its payload, decided by planning: automation/planning/stacks.py) and the
-fingerprint of what it would register: a hash of its arguments or rendered objects, with where its secrets come
-from folded in."""
+"""A desired stack (`StackSpec`): what its program runs (its payload, decided by planning:
+automation/planning/stacks.py) and the fingerprint of what it would register: a hash of its arguments or rendered
+objects, with where its secrets come from folded in."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from components.args import ClusterArgs, GatewayArgs
 from fleet.memory import RecordedReplica
 from fleet.plan import PlacedReplica
 from fleet.secrets import SecretRef
+from fleet.stack_id import ORDER, StackId, StackKind
 from workloads.cache import secret_refs
 from workloads.gateways import Gateways
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
@@ -89,6 +90,60 @@ class WorkloadPayload:
 
 
 Payload = PlatformPayload | GatewayPayload | WorkloadPayload
+
+class Named:
+    """What a stack is called, read from its identity (the one place names come from)."""
+
+    id: StackId
+
+    @property
+    def name(self) -> str:
+        return str(self.id)
+
+    @property
+    def kind(self) -> StackKind:
+        return self.id.kind
+
+    @property
+    def rank(self) -> int:
+        return ORDER[self.kind]
+
+
+@dataclass
+class StackSpec(Named):
+    """A desired stack: what its program needs (payload), and the fingerprint of what it would register."""
+
+    id: StackId
+    fingerprint: str
+    depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
+    targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
+    # what the stack's program needs (None: a deletion, or a stack known from a kept summary, never run)
+    payload: Payload | None = field(default=None, repr=False)
+
+    @classmethod
+    def for_deletion(cls, id: StackId) -> StackSpec:
+        """A recorded stack that is no longer desired: enough to select and destroy it (its program never runs)."""
+        return cls(id, "")
+
+    @property
+    def objects(self) -> dict[str, list[dict]]:
+        """A workload stack's rendered objects per target ({} for other stacks)."""
+        return self.payload.objects if isinstance(self.payload, WorkloadPayload) else {}
+
+    @property
+    def host(self) -> str | None:
+        """The cluster hosting the control plane, for stacks that write there."""
+        return self.payload.host if isinstance(self.payload, (GatewayPayload, WorkloadPayload)) else None
+
+    @property
+    def placements(self) -> tuple[RecordedReplica, ...]:
+        return self.payload.placements if isinstance(self.payload, WorkloadPayload) else ()
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return self.payload.versions if isinstance(self.payload, (PlatformPayload, GatewayPayload)) else {}
+
+
 
 def fingerprint(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
