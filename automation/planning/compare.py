@@ -75,7 +75,7 @@ class Sides(NamedTuple):
 
 
 def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
-                 memo: PlanMemo | None = None, control_plane: str | None = None) -> Sides:
+                 memo: PlanMemo | None = None, control_plane: str | Host | None = None) -> Sides:
     """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
     stacks whose inputs differ: a model, team, service or endpoints stack whose inputs are the same on both sides
     has the same objects, and the platform and gateway stacks the same arguments when the fleets'
