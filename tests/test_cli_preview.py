@@ -222,7 +222,7 @@ def test_every_road_checks_the_whole_fleet_when_a_run_destroys_a_stack(monkeypat
 
     seen: list = []
     monkeypatch.setattr(offline_preview, "all_stacks", lambda fleet, **kw: seen.append(kw["only"]) or [])
-    monkeypatch.setattr(deployability, "check_fleet", lambda fleet, previews: [])
+    monkeypatch.setattr(deployability, "check_fleet", lambda fleet, previews, specs=None: [])
     specs = {s.name: s for s in [StackSpec(StackId.parse("platform-a"), "fp", [], ["a"]),
                                  StackSpec(StackId.parse("platform-b"), "fp", [], ["b"])]}
     deployability.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update)])

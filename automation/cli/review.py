@@ -98,4 +98,4 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
         stacks = all_stacks(fleet, host, desired.specs, jobs=jobs, only=only) if only else []
     result.previewed = len(stacks)
     if stacks:  # each failed program first, with what follows from it
-        result.findings = by_cause(check_fleet(fleet, stacks), stacks)
+        result.findings = by_cause(check_fleet(fleet, stacks, desired.specs), stacks)

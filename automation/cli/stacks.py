@@ -165,7 +165,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against, run.control_plane)
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
         stacks = all_stacks(loaded.fleet, host, desired.specs, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
-    findings = by_cause(check_fleet(loaded.fleet, stacks), stacks)
+    findings = by_cause(check_fleet(loaded.fleet, stacks, desired.specs), stacks)
     _show_preview(run.output, stacks, findings, changes, host, _needs(run, loaded.fleet, desired, only), run.verbose)
 
 
