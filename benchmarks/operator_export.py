@@ -16,7 +16,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from automation.operator.export import ExportOptions, export, problems, write  # noqa: E402
+from automation.operator.export import ExportOptions, export, write  # noqa: E402
+from automation.operator.validation import problems  # noqa: E402
 from automation.planning.stacks import desired_state  # noqa: E402
 from benchmarks.plan_bench import generate  # noqa: E402
 from fleet.loader import parse_text  # noqa: E402

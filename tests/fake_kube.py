@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from automation.execution.kube import ALL_NAMESPACES, RESOURCES
-from automation.operator.export import CRDS
+from automation.operator.validation import CRDS
 from workloads.schemas import check
 
 FINALIZER = "finalizer.stack.pulumi.com"

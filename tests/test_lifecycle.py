@@ -296,8 +296,16 @@ def test_legacy_stack_names_are_renamed_in_the_backend_before_an_update(applied,
     assert "model-ml-team.qwen3-8b" in applied.recorded() and "model-ml-team-qwen3-8b" not in applied.recorded()
 
 
+def _as_at_a_terminal() -> None:
+    """In the child: SIGINT as a terminal gives it. A parent started in the background by a shell without job control
+    (`nohup make test &`) ignores SIGINT, and an ignored signal stays ignored across exec: the test's Ctrl-C would
+    never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_up(double, fleet: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    popen.setdefault("preexec_fn", _as_at_a_terminal)
     return subprocess.Popen([str(ROOT / ".venv" / "bin" / "modelplane") if (ROOT / ".venv" / "bin" / "modelplane").exists()
                              else sys.executable, *([] if (ROOT / ".venv" / "bin" / "modelplane").exists()
                                                     else ["-m", "automation.cli"]),

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from automation.cli import main
-from automation.operator.export import (CRDS, STACK_ANNOTATION, ExportError, ExportOptions, derived_name_problems, export,
-                                 object_name, problems)
+from automation.operator.export import STACK_ANNOTATION, ExportError, ExportOptions, export, object_name
 from automation.operator.pulumi_yaml import literal
+from automation.operator.validation import CRDS, derived_name_problems, problems
 from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
 from tests import pulumi_double

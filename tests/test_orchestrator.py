@@ -297,3 +297,20 @@ def test_the_garbage_of_finished_runs_is_collected_every_few_runs(monkeypatch):
             gc.enable()
     assert report.ok and len(left) == len(specs) > 8
     assert alive < 4, f"{alive} of {len(left)} runs' tasks still alive"
+
+
+def test_statuses_print_and_serialize_as_the_same_text(capsys):
+    """Run statuses are a str-valued enum: `up -o json`'s lines and the summary's words are the plain strings."""
+    import json
+
+    from automation.cli.progress import progress
+
+    specs = desired()
+    report = Orchestrator(FakeRunner(fail={"platform-byo-eu"}), MemoryRecord(), progress("json", None)).execute(
+        "up", changes(specs, {}), specs)
+    lines = capsys.readouterr().out.splitlines()
+    for status in ("succeeded", "failed", "skipped"):
+        assert any(f'"type": "{status}"' in line for line in lines), status
+    assert {json.loads(line)["type"] for line in lines} >= {"succeeded", "failed", "skipped"}
+    assert {f"{o.status}" for o in report.outcomes} == {str(o.status) for o in report.outcomes} == \
+        {"succeeded", "failed", "skipped"}

@@ -251,15 +251,19 @@ def test_a_crash_between_accept_and_apply_loses_nothing_and_the_run_resumes(tmp_
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
         assert client.get(OBJ_PATH.format(ns="team-a", name="qwen")).status_code == 200  # the accepted write survived
         deadline = time.monotonic() + 60
+        seen: set[str] = set()
         while time.monotonic() < deadline:
             run = next((r for r in client.get("/runs").json()["items"] if r["stack"] == "model-team-a.qwen"), None)
             problems = client.get("/plan").json()["problems"]
-            if run is not None and any("the Pulumi CLI is not installed" in p for p in problems):
+            seen |= {run["status"]} if run is not None else set()
+            # the worker claims the run on each try (running) and puts it back: wait for it back in the queue
+            if run is not None and run["status"] == "queued" and any("the Pulumi CLI is not installed" in p
+                                                                    for p in problems):
                 break
             time.sleep(0.3)
         # the resumed run is kept, queued, until the CLI is there (not failed over and over), and /plan says why
         # (a run the worker tried says it in its log too; one queued after it stopped trying waits silently)
-        assert run is not None and run["status"] == "queued"
+        assert run is not None and run["status"] == "queued" and not seen - {"queued", "running"}
         assert any("runs wait queued: the Pulumi CLI is not installed" in p for p in problems)
     finally:
         fast.terminate()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,14 @@ def s3():
     patch.setenv("AWS_ACCESS_KEY_ID", "testing")
     patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     patch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # nothing may ask a metadata address
-    from obstore.store import S3Store
+    import urllib.request
 
     import obstore
+    from obstore.store import S3Store
 
     endpoint = f"{host}:{port}"
     admin = S3Store(BUCKET, config={"endpoint": f"http://{endpoint}", "region": "us-east-1"},
                     client_options={"allow_http": True})
-    import urllib.request
-
     urllib.request.urlopen(urllib.request.Request(f"http://{endpoint}/{BUCKET}", method="PUT"))  # CreateBucket
     yield endpoint, admin, obstore
     patch.undo()
@@ -169,6 +169,9 @@ def test_a_bucket_is_opened_as_the_cli_opens_its_url(url, env, expected, monkeyp
     http = wanted.pop("http", None)
     # obstore gives its configuration back as text ("false"), as its environment variables would set it
     assert {k: str(config.get(k)).lower() for k in wanted} == {k: str(v).lower() for k, v in wanted.items()}
+    # a bucket that is down fails the read in seconds (then the CLI's read says why), not after obstore's three
+    # minutes of retries
+    assert store.retry_config["retry_timeout"] <= timedelta(seconds=15)
     if http is not None:
         assert str(store.client_options.get("allow_http")).lower() == str(http).lower()
 

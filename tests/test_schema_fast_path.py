@@ -14,7 +14,8 @@ import random
 
 import pytest
 
-from automation.operator.export import CRDS, ExportOptions, export
+from automation.operator.export import ExportOptions, export
+from automation.operator.validation import CRDS
 from automation.planning.stacks import desired_state
 from fleet.validate import load_fleet
 from workloads import schemas

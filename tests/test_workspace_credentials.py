@@ -24,7 +24,8 @@ import sys
 import pytest
 import yaml
 
-from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions, export, problems
+from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions, export
+from automation.operator.validation import problems
 from automation.planning.stacks import desired_state
 from components import gke, nebius
 from components.workspace_credentials import GCP_FILE, MOUNT_DIR, MOUNTED, NEBIUS_FILE

@@ -14,6 +14,7 @@ from automation.cli.base import EXIT_INVALID, gateway_host, load
 from automation.cli.forgetting import forget_hint, forget_problem
 from automation.cli.progress import progress
 from automation.cli.stack_options import StackRun, kubeconfig_pairs
+from automation.execution.run_status import RunStatus
 
 if TYPE_CHECKING:
     from automation.road.executor import Executor
@@ -278,7 +279,7 @@ def _orchestrate(run: StackRun, executor: Executor, items: list[StackChange], pr
                 report.cancelled = second.cancelled
     finally:
         lock.unlock()
-    good = sum(1 for o in report.outcomes if o.status == "succeeded")
+    good = sum(1 for o in report.outcomes if o.status == RunStatus.succeeded)
     click.echo(f"{run.operation}: {good} of {len(report.outcomes)} stack(s) succeeded"
                + (" (cancelled)" if report.cancelled else ""), err=run.output == "json")
     for outcome in report.failed:

@@ -95,17 +95,21 @@ def record_options(function):
 
 def open_record(state: str, backend: str | None, fleet_name: str | None, executor: str, operator_settings: str,
                  strict: bool):
-    """The executor's record, or exit 2 saying why it cannot be opened."""
+    """The executor's record (automation/road/executor.py `open_record`, as `up` opens it), or exit 2 saying why it
+    cannot be opened."""
     from pathlib import Path
 
-    if executor == "operator":
-        from automation.operator.runner import OperatorRecord
+    from automation.execution.runner import AutomationError
+    from automation.road.executor import ExecutorOptions
+    from automation.road.executor import open_record as opened
 
-        _, api, options = operator_client(operator_settings, fleet_name)
-        return OperatorRecord(api, options)
-    from automation.record.backend import PulumiRecord
-
-    return PulumiRecord(Path(state), backend, fleet_name, strict=strict)
+    try:
+        return opened(ExecutorOptions(kind="operator" if executor == "operator" else "local", state=Path(state),
+                                      backend=backend, fleet_name=fleet_name, operator_settings=operator_settings),
+                      strict=strict)
+    except AutomationError as exc:
+        click.echo(f"error: --executor {executor}: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 def read_record(record, fresh: bool = False):
@@ -277,20 +281,15 @@ def cli(ctx: click.Context) -> None:
 
 def operator_client(settings_file: str, fleet_name: str | None):
     """The operator's settings, a client of the control-plane cluster and the export options, or exit 2."""
-    from automation.execution.kube import KubeClient
-    from automation.operator.runner import check_reachable
-    from automation.operator.settings import load_settings
     from automation.execution.runner import AutomationError
+    from automation.road.executor import ExecutorOptions
+    from automation.road.executor import operator_client as client
 
     try:
-        settings = load_settings(settings_file)
-        options = settings.export_options(fleet_name)
-        api = KubeClient(settings.kubeconfig_path(), settings.context)
-        check_reachable(api, options)
+        return client(ExecutorOptions(kind="operator", fleet_name=fleet_name, operator_settings=settings_file))
     except AutomationError as exc:
         click.echo(f"error: --executor operator: {exc}", err=True)
         raise SystemExit(2) from None
-    return settings, api, options
 
 
 def gateway_host(fleet: Fleet, chosen: str | None) -> str | None:

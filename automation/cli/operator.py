@@ -67,7 +67,8 @@ def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, f
     from pathlib import Path
 
     from automation.operator.git_source import pinned_commit
-    from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions, export, problems, write
+    from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions, export, write
+    from automation.operator.validation import problems
     from automation.planning.stacks import Host, desired_state
 
     loaded = load(paths)

@@ -15,6 +15,8 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 import click
 
+from automation.execution.run_status import RunStatus
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
@@ -83,7 +85,7 @@ def progress(output: str, bar: Bar | None = None, resources: bool = False) -> Ca
                 click.echo(json.dumps(event, default=str))
                 return
             kind = event.get("type")
-            if bar is not None and kind in ("succeeded", "failed", "cancelled", "skipped"):
+            if bar is not None and kind in (RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled, RunStatus.skipped):
                 bar.advance()
             if kind == "resource":
                 if resources:
@@ -92,12 +94,12 @@ def progress(output: str, bar: Bar | None = None, resources: bool = False) -> Ca
                 echo(f"  [{event['stack']}] {event['severity']}: {event['message']}", err=True)
             elif kind == "start":
                 echo(f"[{event['stack']}] {event['operation']} ...")
-            elif kind == "succeeded":
+            elif kind == RunStatus.succeeded:
                 counts = (", ".join(f"{k} {v}" for k, v in sorted((event.get("changes") or {}).items()))
                           or event.get("summary") or "no changes")
                 echo(f"[{event['stack']}] done: {counts}")
-            elif kind in ("failed", "cancelled"):
+            elif kind in (RunStatus.failed, RunStatus.cancelled):
                 echo(f"[{event['stack']}] {kind}: {event.get('error')}", err=True)
-            elif kind == "skipped":
+            elif kind == RunStatus.skipped:
                 echo(f"[{event['stack']}] skipped: {event.get('reason')}", err=True)
     return emit

@@ -19,6 +19,7 @@ from automation.cli.base import (
     read_record,
     state_option,
 )
+from automation.execution.run_status import RunStatus
 
 
 def _pending_gateway(applied: dict) -> str:
@@ -286,7 +287,7 @@ def _rows(prepared, read, fleet, on_operator: dict[str, str] | None) -> list[dic
         elif c.change == Change.delete and c.kind == StackKind.platform:
             reason += " (with --yes-destroy-clusters)"
         said = (on_operator or {}).get(c.name)
-        if said is not None and said != "succeeded":
+        if said is not None and said != RunStatus.succeeded:
             reason = said if "on the operator" in said else f"on the operator: {said}"
         rows.append({"name": c.name, "change": "rename" if c.name in renames else str(c.change),
                      "appliedAt": (applied.get(c.name) or {}).get("appliedAt"), "reason": reason,

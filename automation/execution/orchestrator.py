@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from automation.execution.collector import RunsCollector
+from automation.execution.run_status import RunStatus
 from automation.execution.runner import EventSink, Operation, RunResult, StackRunner
 from automation.record.applied import Record
 from automation.planning.stacks import StackChange, StackSpec, waves
@@ -35,7 +36,7 @@ NOT_STARTED = "not started: cancelled"
 @dataclass
 class Outcome:
     stack: str
-    status: str  # succeeded | failed | skipped | cancelled
+    status: RunStatus  # succeeded | failed | skipped | cancelled
     result: RunResult | None = None
     reason: str | None = None
 
@@ -47,7 +48,7 @@ class Report:
 
     @property
     def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status in ("failed", "skipped", "cancelled")]
+        return [o for o in self.outcomes if o.status in (RunStatus.failed, RunStatus.skipped, RunStatus.cancelled)]
 
     @property
     def ok(self) -> bool:
@@ -78,8 +79,8 @@ class Orchestrator:
         return operation
 
     def _not_started(self, change: StackChange) -> Outcome:
-        self.on_event({"stack": change.name, "type": "skipped", "reason": NOT_STARTED})
-        return Outcome(change.name, "skipped", reason=NOT_STARTED)
+        self.on_event({"stack": change.name, "type": RunStatus.skipped, "reason": NOT_STARTED})
+        return Outcome(change.name, RunStatus.skipped, reason=NOT_STARTED)
 
     def _run_one(self, operation: Operation, change: StackChange, spec: StackSpec | None) -> Outcome:
         with self._lock:  # a stack queued in the pool when Ctrl-C came never starts
@@ -96,16 +97,16 @@ class Orchestrator:
             with self._lock:
                 self._running.discard(change.name)
         if not result.ok:
-            status = "cancelled" if self.cancel_requested.is_set() else "failed"
+            status = RunStatus.cancelled if self.cancel_requested.is_set() else RunStatus.failed
             self.on_event({"stack": change.name, "type": status, "error": result.error})
             return Outcome(change.name, status, result, result.error)
         if self.record is not None and op == "up" and spec is not None:
             self.record.applied(spec.name, result.outputs, result.window)
         elif self.record is not None and op == "destroy":
             self.record.destroyed(change.name)
-        self.on_event({"stack": change.name, "type": "succeeded", "changes": result.changes,
+        self.on_event({"stack": change.name, "type": RunStatus.succeeded, "changes": result.changes,
                        **({"summary": result.summary} if result.summary else {})})
-        return Outcome(change.name, "succeeded", result)
+        return Outcome(change.name, RunStatus.succeeded, result)
 
     def execute(self, operation: Operation, changes: list[StackChange], specs: dict[str, StackSpec]) -> Report:
         report = Report()
@@ -123,8 +124,8 @@ class Orchestrator:
                         reason = f"not run: kept because {blocked} was not destroyed ({broken.get(blocked or '')})"
                     if blocked is not None:
                         broken[change.name] = "was skipped"
-                        report.outcomes.append(Outcome(change.name, "skipped", reason=reason))
-                        self.on_event({"stack": change.name, "type": "skipped", "reason": reason})
+                        report.outcomes.append(Outcome(change.name, RunStatus.skipped, reason=reason))
+                        self.on_event({"stack": change.name, "type": RunStatus.skipped, "reason": reason})
                         continue
                     if self.cancel_requested.is_set():
                         broken[change.name] = "was cancelled"
@@ -138,9 +139,9 @@ class Orchestrator:
                         try:
                             outcome = future.result()
                         except Exception as exc:  # a bug in a runner: report it on its stack, never lose the others
-                            outcome = Outcome(change.name, "failed", reason=f"{type(exc).__name__}: {exc}")
-                        if outcome.status != "succeeded":
-                            broken[change.name] = "failed" if outcome.status == "failed" else "was cancelled"
+                            outcome = Outcome(change.name, RunStatus.failed, reason=f"{type(exc).__name__}: {exc}")
+                        if outcome.status != RunStatus.succeeded:
+                            broken[change.name] = "failed" if outcome.status == RunStatus.failed else "was cancelled"
                         report.outcomes.append(outcome)
                         collector.finished()
         report.cancelled = self.cancel_requested.is_set()

@@ -16,7 +16,8 @@ Each desired stack becomes what the operator needs to run it in the control-plan
 (`destroyOnFinalize`), platform stacks never are (clusters are destroyed only on purpose). Credentials
 reach every workspace from the Secrets named with `--secret` (`envFrom`), never inline. Every workspace installs
 exactly the package versions this machine runs: a constraints file in a ConfigMap, mounted and named by
-PIP_CONSTRAINT (automation/operator/constraints.py). The same input gives byte-identical files, and every object is checked against the operator's own CRDs (v2.9.0).
+PIP_CONSTRAINT (automation/operator/constraints.py). The same input gives byte-identical files, and every object is checked
+against the operator's own CRDs (v2.9.0) before it is written (automation/operator/validation.py).
 """
 
 from __future__ import annotations
@@ -31,18 +32,16 @@ from pathlib import Path
 from typing import Iterable
 
 from automation.operator import constraints
-from automation.operator.pulumi_yaml import Malformed, NotLiteral, escaped, references
+from automation.operator.pulumi_yaml import NotLiteral, escaped
 from automation.planning.payloads import PlatformPayload
 from automation.planning.stacks import DesiredState, StackSpec
 from components.workspace_credentials import GCP_FILE, MOUNTED, NEBIUS_FILE
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, StackKind, backend_name
 from workloads.cache import secret_refs
-from workloads.schemas import check
 from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 from workloads.yamlio import dump_fast
 
-CRDS = Path(__file__).parent / "crds"
 LAPTOP_PROJECT = "modelplane"  # the root Pulumi.yaml: platform and gateway stacks run from the repository
 # The Pulumi image the workspaces run in. PKO's default `restricted` profile runs it as a non-root user, and only
 # the kitchen-sink image `pulumi/pulumi` has `-nonroot` tags (`pulumi-python` has none). Its CLI is at least the
@@ -60,7 +59,6 @@ MAX_NAME = 42  # the operator's Stack CRD refuses longer names (a CEL rule on th
 # Service name is a DNS-1035 label (a letter first, no `.`), and a StatefulSet's pods carry the label
 # `controller-revision-hash: <statefulset>-<10 characters>`, at most 63. 42 + 10 + 1 + 10 = 63: the CEL limit holds.
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-WORKSPACE_SUFFIX = "-workspace"
 # The workspaces' compute: the operator's webhook defaults a workspace to a 64Mi memory request, and its agent
 # limits itself to the request (AGENT_MEMLIMIT). The platform program installs and runs the cloud SDKs; a
 # Program (Pulumi YAML) runs the Kubernetes provider only.
@@ -157,19 +155,6 @@ def object_names(options: ExportOptions, stacks: Iterable[str]) -> dict[str, str
                               "deployment so that their stacks differ")
         owners[kube_name] = stack
     return {stack: name for name, stack in owners.items()}
-
-
-def derived_name_problems(name: str) -> list[str]:
-    """What the API server would refuse among the objects PKO derives from a Stack named `name`."""
-    workspace = name + WORKSPACE_SUFFIX  # (the Stack's own 42-character limit is the CRD's rule: check() has it)
-    found = []
-    if not DNS_1035.match(workspace) or len(workspace) > 63:
-        found.append(f"its workspace Service {workspace!r} is not a DNS-1035 label (a letter first; lowercase "
-                     "letters, digits and '-'; at most 63)")
-    if len(f"{workspace}-0123456789") > 63:
-        found.append(f"its workspace StatefulSet {workspace!r} is too long for its pods' controller-revision-hash "
-                     "label (63)")
-    return found
 
 
 def _stack_name(options: ExportOptions, project: str, stack: StackId, qualified: bool = False) -> str:
@@ -458,34 +443,6 @@ def stack_objects(options: ExportOptions, spec: StackSpec) -> list[dict]:
     if spec.kind in (StackKind.platform, StackKind.gateway):
         return platform_objects(options, spec)
     return workload_objects(options, spec)
-
-
-def undeclared_references(program: dict) -> list[str]:
-    """The `${name}` a Pulumi YAML program uses without declaring it (a resource or a configuration key), read with
-    Pulumi YAML's own grammar: what the escaping left as literal text is never mistaken for a reference."""
-    declared = set(program.get("resources") or {}) | set(program.get("configuration") or {})
-    try:
-        used = references(program.get("resources") or {})
-    except Malformed as exc:
-        return [f"program: Pulumi YAML would refuse it: {exc}"]
-    return [f"program: ${{{name}}} is undeclared (no resource or configuration key of that name)"
-            for name in sorted(used - declared)]
-
-
-def _object_problems(obj: dict) -> list[str]:
-    found = check(obj, CRDS)
-    if obj["kind"] == "Stack":
-        found += derived_name_problems(obj["metadata"]["name"])
-    if obj["kind"] == "Program":
-        found += undeclared_references(obj.get("program") or {})
-    return found
-
-
-def problems(files: dict[str, list[dict]]) -> list[str]:
-    """Every object checked against the operator's CRDs (and core kinds against Kubernetes' schemas), every
-    Stack's name against the objects PKO derives from it, and every Program's references."""
-    return [f"{file}: {obj['kind']}/{obj['metadata']['name']}: {message}"
-            for file, objects in files.items() for obj in objects for message in _object_problems(obj)]
 
 
 PARALLEL_FROM = 256  # files: below this, forking costs more than it saves

@@ -38,6 +38,7 @@ from automation.operator.export import (FINGERPRINT_ANNOTATION, KIND_LABEL, PLAC
                                  ExportOptions, shared_objects, stack_objects)
 from automation.record.applied import Applied, AppliedStack, UpdateWindow, replica_from_dict
 from automation.execution.capabilities import OPERATOR
+from automation.execution.run_status import RunStatus
 from automation.execution.runner import AutomationError, EventSink, Operation, RunResult
 from automation.planning.stacks import StackSpec
 from fleet.stack_id import StackId, StackIdError
@@ -84,6 +85,7 @@ def verdict(stack: dict, request: str, revision: str | None = None) -> Verdict |
     if revision is not None and last.get("lastAttemptedCommit") != revision:
         return None
     where = f" ({last['permalink']})" if last.get("permalink") else ""
+    # the operator's own words for its last update (PKO's StackUpdateState), not a RunStatus of ours
     if last.get("state") == "succeeded":
         outputs = {k: v for k, v in (status.get("outputs") or {}).items() if v != SECRET_OUTPUT}
         return Verdict(True, f"{last.get('type') or 'update'} succeeded on the operator{where}", outputs)
@@ -408,7 +410,7 @@ def stack_state(stack: dict) -> str:
         return f"stalled: {stalled.get('reason')}: {stalled.get('message') or 'no message'}"
     result = verdict(stack, request)
     if result is not None:
-        return "succeeded" if result.ok else result.message
+        return RunStatus.succeeded if result.ok else result.message
     reconciling = _conditions(stack).get("Reconciling") or {}
     if reconciling.get("status") == "True":
         return f"running: {reconciling.get('reason') or ''}: {reconciling.get('message') or ''}".rstrip(": ")

@@ -40,7 +40,7 @@ runs = Table(
     Column("stack", String(300), nullable=False),
     Column("operation", String(16), nullable=False),
     Column("fingerprint", String(64), nullable=False),
-    Column("status", String(16), nullable=False),  # queued | running | succeeded | failed
+    Column("status", String(16), nullable=False),  # a RunStatus: queued | running | succeeded | failed
     Column("log", Text, nullable=False, default=""),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("started_at", DateTime(timezone=True)),

@@ -25,6 +25,7 @@ from sqlalchemy import bindparam, create_engine, event, func, select, text
 from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
+from automation.execution.run_status import RunStatus
 from automation.portal.schema import (CHANGES_SCOPE, changes, metadata, objects, reservations, runs, sessions,
                                       watch_floors)
 from automation.portal.state import CHANGES_FROM, LEDGER, PLACEMENTS, RESOURCE_VERSION, REVISION
@@ -427,12 +428,12 @@ class Store:
 
     @staticmethod
     def enqueue(conn: Connection, stack: str, operation: str, fingerprint: str) -> None:
-        pending = conn.execute(select(runs.c.id).where(runs.c.stack == stack, runs.c.status == "queued")).first()
+        pending = conn.execute(select(runs.c.id).where(runs.c.stack == stack, runs.c.status == RunStatus.queued)).first()
         if pending:  # a newer desired state replaces a queued one: the stack converges to the latest
             conn.execute(runs.update().where(runs.c.id == pending[0]).values(operation=operation, fingerprint=fingerprint))
         else:
             conn.execute(runs.insert().values(stack=stack, operation=operation, fingerprint=fingerprint,
-                                              status="queued", log="", created_at=now()))
+                                              status=RunStatus.queued, log="", created_at=now()))
 
     @staticmethod
     def list_runs(conn: Connection, limit: int = 200) -> builtins.list[dict]:

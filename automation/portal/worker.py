@@ -35,6 +35,7 @@ from typing import Any, Callable
 from sqlalchemy import select
 
 from automation.execution.orchestrator import Orchestrator
+from automation.execution.run_status import RunStatus
 from automation.portal.service import load_fleet
 from automation.portal.state import APPLIED, APPLIED_DETAILS, CLUSTER_GATEWAYS, EXECUTOR_PROBLEM
 from automation.portal.store import Store, now, rfc3339, runs
@@ -96,8 +97,8 @@ class Worker(threading.Thread):
         """Queue again the runs a dead process left running."""
         cutoff = now() - timedelta(seconds=self.stale_after)
         with self.store.write() as conn:
-            result = conn.execute(runs.update().where(runs.c.status == "running", runs.c.started_at < cutoff)
-                                  .values(status="queued", worker=None, log=runs.c.log + "requeued: its worker stopped\n"))
+            result = conn.execute(runs.update().where(runs.c.status == RunStatus.running, runs.c.started_at < cutoff)
+                                  .values(status=RunStatus.queued, worker=None, log=runs.c.log + "requeued: its worker stopped\n"))
             return result.rowcount or 0
 
     def resync(self) -> None:
@@ -114,13 +115,13 @@ class Worker(threading.Thread):
         """Every queued run whose stack is not running elsewhere, marked running by this worker (one transaction)."""
         claimed = []
         with self.store.write() as conn:
-            busy = {r[0] for r in conn.execute(select(runs.c.stack).where(runs.c.status == "running"))}
-            for row in conn.execute(select(runs).where(runs.c.status == "queued").order_by(runs.c.id)).mappings():
+            busy = {r[0] for r in conn.execute(select(runs.c.stack).where(runs.c.status == RunStatus.running))}
+            for row in conn.execute(select(runs).where(runs.c.status == RunStatus.queued).order_by(runs.c.id)).mappings():
                 if row["stack"] in busy:
                     continue
                 busy.add(row["stack"])
                 conn.execute(runs.update().where(runs.c.id == row["id"]).values(
-                    status="running", started_at=now(), worker=self.id))
+                    status=RunStatus.running, started_at=now(), worker=self.id))
                 claimed.append(dict(row))
         return claimed
 
@@ -133,13 +134,13 @@ class Worker(threading.Thread):
         with self.store.write() as conn:
             for run in batch:
                 conn.execute(runs.update().where(runs.c.id == run["id"]).values(
-                    status="queued", worker=None, log=runs.c.log + why + "\n"))
+                    status=RunStatus.queued, worker=None, log=runs.c.log + why + "\n"))
 
     def _finish(self, run: dict, ok: bool, message: str, fingerprint: str | None = None,
                 outputs: dict | None = None) -> None:
         with self.store.write() as conn:
             conn.execute(runs.update().where(runs.c.id == run["id"]).values(
-                status="succeeded" if ok else "failed", finished_at=now(), log=runs.c.log + message + "\n"))
+                status=RunStatus.succeeded if ok else RunStatus.failed, finished_at=now(), log=runs.c.log + message + "\n"))
             if ok:
                 applied = APPLIED.get(conn)
                 if run["operation"] == "destroy":
@@ -249,7 +250,7 @@ class Worker(threading.Thread):
         for outcome in report.outcomes:
             run = by_stack[outcome.stack]
             spec = specs.get(outcome.stack)
-            if outcome.status == "succeeded" and outcome.result is not None:
+            if outcome.status == RunStatus.succeeded and outcome.result is not None:
                 outputs = dict(outcome.result.outputs)
                 written = outputs.pop(RECORD_OUTPUT, None) or {}
                 self._finish(run, True, f"{run['operation']} succeeded: {outcome.result.changes}",
@@ -268,7 +269,7 @@ class Worker(threading.Thread):
             EXECUTOR_PROBLEM.set(conn, why)
             for run in batch:
                 conn.execute(runs.update().where(runs.c.id == run["id"]).values(
-                    status="queued", worker=None,
+                    status=RunStatus.queued, worker=None,
                     log=runs.c.log + ("" if said == why else f"waiting: {why} (retried every {BLOCKED_RETRY:.0f} s)\n")))
                 finished.add(run["id"])
         log.error("no stack is applied: %s", why)

@@ -18,17 +18,20 @@ record as before and says why, so nothing here waits on a metadata address that 
 from __future__ import annotations
 
 import os
-from datetime import timezone
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
-    from obstore.store import AzureConfig, ClientConfig, S3Config
+    from obstore.store import AzureConfig, ClientConfig, RetryConfig, S3Config
 
 from automation.record.index import DEFAULT_FLEET, Listed, index_body, index_entries, layout_is_per_project
 
 TIMEOUTS: ClientConfig = {"connect_timeout": "5s", "timeout": "30s"}  # a bucket that does not answer fails the read, not hangs it
+# obstore retries ten times for up to three minutes by default: an endpoint that is down would hold every `plan`
+# that long before the read fell back to the CLI, which says why
+RETRIES: RetryConfig = {"max_retries": 2, "retry_timeout": timedelta(seconds=15)}
 TRUE = ("1", "t", "true", "TRUE", "True")  # Go's strconv.ParseBool
 
 
@@ -77,7 +80,7 @@ def _s3(bucket: str, prefix: str, query: dict[str, str]) -> tuple[Any, str] | No
     # gocloud addresses the bucket as a host name unless asked for the path style (obstore's default is the path)
     config["virtual_hosted_style_request"] = not _flag(query, "use_path_style", "s3ForcePathStyle")
     store = S3Store(bucket, prefix=prefix or None, config=config,
-                    client_options={**TIMEOUTS, "allow_http": plain_http})
+                    client_options={**TIMEOUTS, "allow_http": plain_http}, retry_config=RETRIES)
     return store, _where("s3", bucket, prefix)
 
 
@@ -94,7 +97,7 @@ def _gcs(bucket: str, prefix: str, query: dict[str, str]) -> tuple[Any, str] | N
     from obstore.store import GCSStore
 
     store = GCSStore(bucket, prefix=prefix or None, config={"application_credentials": credentials},
-                     client_options=TIMEOUTS)
+                     client_options=TIMEOUTS, retry_config=RETRIES)
     return store, _where("gs", bucket, prefix)
 
 
@@ -113,7 +116,7 @@ def _azure(container: str, prefix: str, query: dict[str, str]) -> tuple[Any, str
         config["account_key"] = key
     elif sas:
         config["sas_key"] = sas
-    store = AzureStore(container, prefix=prefix or None, config=config, client_options=TIMEOUTS)
+    store = AzureStore(container, prefix=prefix or None, config=config, client_options=TIMEOUTS, retry_config=RETRIES)
     return store, _where("azblob", container, prefix)
 
 

@@ -15,7 +15,11 @@ from automation.execution.capabilities import LOCAL, OPERATOR, READY, Capabiliti
 from automation.execution.runner import AutomationError, StackRunner
 
 if TYPE_CHECKING:
+    from automation.execution.kube import KubeClient
+    from automation.operator.export import ExportOptions
+    from automation.operator.settings import OperatorSettings
     from automation.record.applied import Record
+    from automation.record.backend import PulumiRecord
     from fleet.validate import Fleet
 
 ExecutorKind = Literal["local", "operator"]
@@ -71,13 +75,43 @@ def open_executor(options: ExecutorOptions, fleet: Fleet) -> Executor:
     return _local(options, fleet)
 
 
+def open_record(options: ExecutorOptions, strict: bool = True) -> Record:
+    """The executor's record alone, for what reads it without running a stack (`plan`, `status`, `preview`):
+    the record `open_executor` gives, from the same place. `strict`: see PulumiRecord. Raises AutomationError."""
+    if options.kind == "operator":
+        from automation.operator.runner import OperatorRecord
+
+        _, api, export = operator_client(options)
+        return OperatorRecord(api, export)
+    return _pulumi_record(options, strict)
+
+
+def _pulumi_record(options: ExecutorOptions, strict: bool) -> PulumiRecord:
+    from automation.record.backend import PulumiRecord
+
+    return PulumiRecord(Path(options.state), options.backend, options.fleet_name, strict=strict)
+
+
+def operator_client(options: ExecutorOptions) -> tuple[OperatorSettings, KubeClient, ExportOptions]:
+    """The operator's settings, a client of its control-plane cluster (checked reachable) and the export options.
+    Raises AutomationError."""
+    from automation.execution.kube import KubeClient
+    from automation.operator.runner import check_reachable
+    from automation.operator.settings import load_settings
+
+    settings = load_settings(options.operator_settings)
+    export = settings.export_options(options.fleet_name)
+    api = KubeClient(settings.kubeconfig_path(), settings.context)
+    check_reachable(api, export)
+    return settings, api, export
+
+
 def _local(options: ExecutorOptions, fleet: Fleet) -> Executor:
     from automation.execution.prerequisites import check_passphrase, existing_kubeconfigs
     from automation.execution.pulumi_runner import PulumiRunner
-    from automation.record.backend import PulumiRecord
 
     state = Path(options.state)
-    record = PulumiRecord(state, options.backend, options.fleet_name, strict=True)
+    record = _pulumi_record(options, strict=True)
 
     def make() -> StackRunner:
         runner = PulumiRunner(state, fleet, backend=options.backend, parallel=options.parallel,  # says if no CLI
@@ -91,15 +125,10 @@ def _local(options: ExecutorOptions, fleet: Fleet) -> Executor:
 
 
 def _operator(options: ExecutorOptions) -> Executor:
-    from automation.execution.kube import KubeClient
     from automation.operator import git_source
-    from automation.operator.runner import OperatorRecord, OperatorRunner, check_reachable
-    from automation.operator.settings import load_settings
+    from automation.operator.runner import OperatorRecord, OperatorRunner
 
-    settings = load_settings(options.operator_settings)
-    export = settings.export_options(options.fleet_name)
-    api = KubeClient(settings.kubeconfig_path(), settings.context)
-    check_reachable(api, export)
+    settings, api, export = operator_client(options)
     for path in options.paths:  # the operator's workspaces run gitRef's commit, not this tree
         problem = ("the manifests come from stdin, which no commit holds" if path == "-"
                    else git_source.local_tree_problem(export.git_ref, path, settings.repo_dir))

@@ -151,8 +151,11 @@ def up_interrupted(fleet: Fleet, path: str, signals: list[signal.Signals], group
     modelplane alone, as `kill` or a CI runner. Its exit code and output; nothing it started is left running."""
     out = fleet.state.parent / "interrupted.log"
     with open(out, "w") as log:
+        # SIGINT as a terminal gives it, even under a parent that ignores it (`nohup make test &`: an ignored
+        # signal stays ignored across exec)
         process = subprocess.Popen([*MODELPLANE, "up", "-f", path, "--state", str(fleet.state)], cwd=fleet.state.parent,
-                                   env=fleet.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                   env=fleet.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while not any(op["type"] == "updating" and "-vllm-" in op["resource"]["urn"] for op in pending(fleet, QWEN)):
