@@ -194,7 +194,8 @@ def test_the_control_plane_is_its_host_cluster_for_the_check():
     """A service's HTTPRoute and a model's objects on the host cluster can collide (`one-owner` compares the
     cluster objects land on): a changed control-plane stack is checked with the host's stacks, and the other way."""
     from automation.checks.offline_preview import around
-    from automation.planning.stacks import StackSpec, WorkloadPayload
+    from automation.planning.payloads import WorkloadPayload
+    from automation.planning.stacks import StackSpec
     from fleet.stack_id import StackId
 
     def spec(name, targets, *deps, host=None):
@@ -221,7 +222,7 @@ def test_every_road_checks_the_whole_fleet_when_a_run_destroys_a_stack(monkeypat
 
     seen: list = []
     monkeypatch.setattr(offline_preview, "all_stacks", lambda fleet, **kw: seen.append(kw["only"]) or [])
-    monkeypatch.setattr(deployability, "check_fleet", lambda fleet, previews: [])
+    monkeypatch.setattr(deployability, "check_fleet", lambda fleet, previews, specs=None: [])
     specs = {s.name: s for s in [StackSpec(StackId.parse("platform-a"), "fp", [], ["a"]),
                                  StackSpec(StackId.parse("platform-b"), "fp", [], ["b"])]}
     deployability.undeployable(None, specs, [StackChange(StackId.parse("platform-a"), Change.update)])

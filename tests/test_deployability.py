@@ -635,3 +635,30 @@ def test_a_stack_previewed_again_with_the_same_inputs_is_not_run_again(monkeypat
     offline_preview.preview_stack(platform, fleet, {"modelplane:deletionProtection": "false"})
     offline_preview.preview_stack(platform, fleet)
     assert runs[3:] == [platform.name] * 2
+
+
+def test_the_check_reads_the_clusters_from_the_specs_it_is_given(monkeypatch):
+    """A cluster's facts (source, region, storage, add-on verification) are read from the arguments its platform
+    stack runs with, not derived from the fleet again; a platform stack known by its fingerprint alone (no payload)
+    is read from the fleet."""
+    import dataclasses
+
+    import components.args
+    from automation.checks import deployability
+    from automation.planning.stacks import desired_state
+
+    fleet = load_fleet([str(ROOT / "examples")]).fleet
+    specs = desired_state(fleet).specs
+    from_fleet = deployability.cluster_facts(fleet)
+    derived: list[object] = []
+    real = components.args.every_cluster_args
+    monkeypatch.setattr(components.args, "every_cluster_args", lambda f: derived.append(f) or real(f))
+    assert deployability.cluster_facts(fleet, specs) == from_fleet and derived == []
+    name = "platform-byo-eu"
+    payload = specs[name].payload
+    assert payload is not None and hasattr(payload, "cluster")
+    elsewhere = dataclasses.replace(payload, cluster=payload.cluster.model_copy(update={"region": "elsewhere"}))
+    moved = {**specs, name: dataclasses.replace(specs[name], payload=elsewhere)}
+    assert deployability.cluster_facts(fleet, moved)["byo-eu"].region == "elsewhere"  # what the program is given
+    bare = {**specs, name: dataclasses.replace(specs[name], payload=None)}
+    assert deployability.cluster_facts(fleet, bare) == from_fleet and len(derived) == 1

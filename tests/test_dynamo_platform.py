@@ -476,17 +476,18 @@ def _releases(spec, fleet) -> set[str]:
 def test_the_dynamo_platform_goes_where_dynamo_replicas_are_and_stays_while_they_are_applied():
     """Not on every cluster with an NVIDIA pool (an Existing cluster's owners did not ask for Dynamo's operator,
     Grove and KAI): where a Dynamo-served replica is placed, until the record no longer has one there."""
+    from automation.planning.plan_cache import PlanCache
     from automation.planning.stacks import desired_state
     from fleet.plan import dynamo_clusters
 
     plain = _examples()
-    before = desired_state(plain, known={})
+    before = desired_state(plain, cache=PlanCache(known={}))
     assert not dynamo_clusters(before.plan)
     assert not [n for n, s in before.specs.items() if s.kind == "platform" and s.payload.cluster.needs_dynamo]
     assert "mp-dynamo" not in _releases(before.specs["platform-byo-eu"], plain)  # Existing, NVIDIA pools
 
     served = _examples(DYN)  # qwen3-8b is Dynamo-served now
-    after = desired_state(served, known={})
+    after = desired_state(served, cache=PlanCache(known={}))
     placed = dynamo_clusters(after.plan)
     assert placed and placed <= {"eks-us-west", "gke-us-central"}
     assert after.platform.inputs != before.platform.inputs  # the platform stacks' cache digest sees it

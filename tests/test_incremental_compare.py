@@ -134,13 +134,14 @@ def test_stacks_not_composed_again_have_the_same_fingerprints_and_dependencies(e
     """A desired state that reuses the stacks whose inputs did not change (the portal's replans, a comparison's
     head) has every stack as composing it afresh gives: fingerprint, targets and what it runs after (an
     endpoints stack after the model stacks it points at, though its objects were not composed)."""
+    from automation.planning.plan_cache import PlanCache
     from automation.planning.stacks import desired_state
 
     objects = with_services(generate(24, 6))
-    before = desired_state(fleet_of(objects), known={})
+    before = desired_state(fleet_of(objects), cache=PlanCache(known={}))
     head = fleet_of(REUSE_EDITS[edit](objects))
     recorded = [r.recorded() for r in before.plan.replicas]
-    again = desired_state(head, recorded, known=before.known())
+    again = desired_state(head, recorded, cache=PlanCache(known=before.known()))
     full = desired_state(head, recorded)
 
     def stacks(state) -> dict:
@@ -180,6 +181,7 @@ def test_an_endpoints_stack_follows_the_recorded_gateway_address_it_is_fingerpri
     """A cluster whose status gives its gateway address routes by that address, but its endpoints stack is
     fingerprinted with the address its platform stack recorded (what the program reads when it applies): a new
     recorded address changes the stack though its objects do not, so it is composed again."""
+    from automation.planning.plan_cache import PlanCache
     from automation.planning.stacks import desired_state
     from tests.manifests import cluster, deployment, gateway, gpu_class, service
     from workloads.gateways import Gateways
@@ -187,9 +189,9 @@ def test_an_endpoints_stack_follows_the_recorded_gateway_address_it_is_fingerpri
     status = {"gateway": {"address": "10.0.0.1"}, "conditions": [{"type": "Ready", "status": "True"}]}
     fleet = fleet_of([gpu_class("l4", 1, "24Gi"), cluster("c1", pools=(("gpu", "l4", 4),), status=status), gateway(),
                       deployment("qwen"), service("qwen")])
-    before = desired_state(fleet, known={}, gateways=Gateways({"c1": "10.0.0.1"}))
+    before = desired_state(fleet, cache=PlanCache(known={}), gateways=Gateways({"c1": "10.0.0.1"}))
     moved = Gateways({"c1": "10.0.0.2"})
-    again = desired_state(fleet, known=before.known(), gateways=moved)
+    again = desired_state(fleet, cache=PlanCache(known=before.known()), gateways=moved)
     full = desired_state(fleet, gateways=moved)
     assert "endpoints-ml-team" not in again.reused and "service-ml-team.qwen" in again.reused
     assert again.specs["endpoints-ml-team"].fingerprint == full.specs["endpoints-ml-team"].fingerprint \
@@ -405,16 +407,17 @@ def test_random_edits_of_a_generated_fleet(tmp_path):
 def test_collisions_are_found_with_stacks_that_were_not_composed_again():
     """Two teams' same-named deployments in the shared `default` namespace collide. When one of them is reused
     from before (not composed again), its objects' identities still meet the other's."""
+    from automation.planning.plan_cache import PlanCache
     from automation.planning.stacks import desired_state
     from tests.manifests import cluster, deployment, gateway, gpu_class
 
     shared = gateway()
     shared["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
     platform = [gpu_class("l4", 1, "24Gi"), cluster("c1", pools=(("gpu", "l4", 4),)), shared]
-    before = desired_state(fleet_of([*platform, deployment("qwen", namespace="team-a")]), known={})
+    before = desired_state(fleet_of([*platform, deployment("qwen", namespace="team-a")]), cache=PlanCache(known={}))
     head = fleet_of([*platform, deployment("qwen", namespace="team-a"), deployment("qwen", namespace="team-b")])
     recorded = [r.recorded() for r in before.plan.replicas]
-    again = desired_state(head, recorded, known=before.known())
+    again = desired_state(head, recorded, cache=PlanCache(known=before.known()))
     assert set(again.reused) == {"model-team-a.qwen"}
     full = desired_state(head, recorded)
     assert [str(p) for p in again.rendered.problems] == [str(p) for p in full.rendered.problems]

@@ -18,7 +18,7 @@ from automation.execution.orchestrator import Orchestrator
 from automation.execution.runner import RunResult
 from automation.planning.stacks import desired_state, changes
 from automation.record.applied import RECORD_OUTPUT, Applied, AppliedStack, record_output
-from automation.planning.stacks import endpoints_fingerprint
+from automation.planning.payloads import endpoints_fingerprint
 from automation.execution.state import WorkdirLock
 from fleet.scheduler import schedule
 from tests.manifests import run, example_documents

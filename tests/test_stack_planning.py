@@ -102,6 +102,23 @@ def test_change_kinds_against_recorded_fingerprints():
     assert kinds["model-ml-team.old"] == "delete" and kinds["platform-byo-eu"] == "none"
 
 
+def test_the_gateway_host_is_decided_once_and_passed_down(monkeypatch):
+    """`desired_state` decides the cluster hosting the gateway once and passes it down; given one decided already
+    (an `up` decides it from --control-plane), it decides none, and the stacks are those of the cluster chosen."""
+    from automation.planning import stacks
+
+    loaded = run(*EXAMPLES)
+    decided: list[tuple] = []
+    real = stacks.control_plane_cluster
+    monkeypatch.setattr(stacks, "control_plane_cluster", lambda *a, **k: decided.append(a) or real(*a, **k))
+    chosen = desired_state(loaded.fleet, control_plane="byo-eu")
+    assert len(decided) == 1
+    given = desired_state(loaded.fleet, control_plane=stacks.Host("byo-eu"))
+    assert len(decided) == 1
+    assert {n: s.fingerprint for n, s in given.specs.items()} == {n: s.fingerprint for n, s in chosen.specs.items()}
+    assert given.specs["gateway"].host == "byo-eu"
+
+
 def test_dependencies_and_waves():
     loaded = run(*EXAMPLES)
     schedule(loaded.fleet)

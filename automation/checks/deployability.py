@@ -14,7 +14,7 @@ every violation names the stack, the resource and the rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, TYPE_CHECKING
+from typing import Callable, Iterable, Mapping, TYPE_CHECKING
 
 from automation.checks.graph import ClusterFacts, Graph, Violation
 from automation.checks.offline_preview import StackPreview
@@ -25,7 +25,7 @@ from automation.checks.rules.objects import (crds_installed, namespaces_exist, o
                                              quota_before_release, stack_names, workloads_awaited)
 from automation.checks.rules.routing import api_services, gateway_references, inference_routing
 from automation.checks.rules.storage import storage
-from fleet.stack_id import StackId
+from fleet.stack_id import StackId, StackKind
 
 if TYPE_CHECKING:
     from automation.planning.stacks import StackChange, StackSpec
@@ -65,11 +65,19 @@ def check(graph: Graph, rules: Iterable[str] | None = None) -> list[Violation]:
 # ---- from a fleet ------------------------------------------------------------------------------------
 
 
-def cluster_facts(fleet: Fleet) -> dict[str, ClusterFacts]:
-    from components.args import every_cluster_args
+def cluster_facts(fleet: Fleet, specs: Mapping[str, StackSpec] | None = None) -> dict[str, ClusterFacts]:
+    """Each cluster's facts, read from the arguments its platform stack runs with (`PlatformPayload`) when `specs`
+    hold them all: what the check sees is what the program is given. Else (no specs, or a platform stack known by
+    its fingerprint alone) from the fleet, as planning makes those arguments."""
+    from automation.planning.payloads import PlatformPayload
+    from components.args import ClusterArgs, every_cluster_args
 
+    platforms = [spec.payload for spec in (specs or {}).values() if spec.kind == StackKind.platform]
+    given = [payload.cluster for payload in platforms if isinstance(payload, PlatformPayload)]
+    args_of: Mapping[str, ClusterArgs] = {args.name: args for args in given} \
+        if specs is not None and len(given) == len(platforms) else every_cluster_args(fleet)
     out = {}
-    for name, args in every_cluster_args(fleet).items():
+    for name, args in args_of.items():
         provided = {args.cache_storage_class} if args.source == "Existing" and args.cache_storage_class else set()
         out[name] = ClusterFacts(args.source, args.region, frozenset(provided), args.verifies_addons)
     return out
@@ -88,8 +96,12 @@ def stack_owners(fleet: Fleet) -> dict[str, set[str]]:
     return owners
 
 
-def check_fleet(fleet: Fleet, previews: list[StackPreview]) -> list[Violation]:
-    return check(Graph(previews, cluster_facts(fleet), stack_owners(fleet)))
+def check_fleet(fleet: Fleet, previews: list[StackPreview],
+                specs: Mapping[str, StackSpec] | None = None) -> list[Violation]:
+    """`specs`: the desired stacks the previews are of: the clusters' facts are read from them (`cluster_facts`).
+    Which objects each stack stands for is read from the fleet: two objects that map to one stack name are one
+    spec, so the specs cannot show a collision (`stack_owners`)."""
+    return check(Graph(previews, cluster_facts(fleet, specs), stack_owners(fleet)))
 
 
 # ---- causes before consequences ------------------------------------------------------------------------
@@ -193,7 +205,7 @@ def check_changes(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackCh
     if only is not None and not only:
         return Findings()
     previews = all_stacks(fleet, specs=specs, only=only, config=config, jobs=jobs)
-    return by_cause(check_fleet(fleet, previews), previews)
+    return by_cause(check_fleet(fleet, previews, specs), previews)
 
 
 def undeployable(fleet: Fleet, specs: dict[str, StackSpec], items: list[StackChange] | None = None,

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from automation.checks.offline import Registered, run
 from automation.execution.programs import program_for, stack_config
 from automation.projects import project_of
-from automation.planning.stacks import (DesiredState, KnownPlatform, StackSpec, desired_state, platform_inputs,
-                                        platform_specs)
+from automation.planning.payloads import StackSpec
+from automation.planning.plan_cache import KnownPlatform
+from automation.planning.stacks import DesiredState, Host, desired_state, platform_inputs, platform_specs
 from fleet.plan import dynamo_clusters
 from workloads.render import CONTROL_PLANE
 
@@ -254,7 +255,7 @@ def around(specs: Mapping[str, StackSpec], changed: set[str]) -> set[str]:
     return seen
 
 
-def previewed(fleet: Fleet, head: DesiredState, changed: set[str], recorded, control_plane: str | None,
+def previewed(fleet: Fleet, head: DesiredState, changed: set[str], recorded, control_plane: str | Host | None,
               gateways: Gateways | None = None) -> tuple[DesiredState, set[str]]:
     """What a preview of a change runs: the stacks `around` the `changed` ones, and the head's desired state with
     those composed. `head`: as a comparison composed it (`side_by_side`): only the stacks whose inputs differ from
@@ -262,15 +263,16 @@ def previewed(fleet: Fleet, head: DesiredState, changed: set[str], recorded, con
     made afresh (which clusters a stack writes to is read from them), the workload stacks previewed composed, and
     the others kept as they were, known by their inputs alone (read only the specs of the stacks returned).
     Composing the whole head instead was most of the command's own time."""
-    from components.args import control_plane_cluster
+    from automation.planning.plan_cache import PlanCache
 
-    cluster = control_plane_cluster(fleet, control_plane)
+    host = Host.of(fleet, control_plane)
+    cluster = host.cluster
     dynamo = dynamo_clusters(head.plan, recorded)
     platform = KnownPlatform(platform_inputs(fleet, cluster, dynamo=dynamo), platform_specs(fleet, cluster, dynamo=dynamo))
     only = around({**head.specs, **platform.specs}, changed)
-    desired = desired_state(fleet, recorded, control_plane=control_plane, gateways=gateways, plan=head.plan,
-                            inputs=head.inputs, known={name: kept for name, kept in head.known().items()
-                                                       if name not in only}, platform=platform)
+    known = {name: kept for name, kept in head.known().items() if name not in only}
+    desired = desired_state(fleet, recorded, host, PlanCache(known=known, platform=platform, plan=head.plan,
+                                                             inputs=head.inputs), gateways=gateways)
     return desired, only
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from automation.execution.session import Prepared
     from automation.execution.state import WorkdirLock
     from automation.checks.deployability import Findings
-    from automation.planning.stacks import StackChange
+    from automation.planning.stacks import Host, StackChange
     from fleet.validate import Fleet
 
 
@@ -195,6 +195,7 @@ def run_stacks(run: StackRun) -> None:
     from automation.execution.runner import AutomationError
     from automation.execution.session import prepare, selected
     from automation.execution.state import WorkdirLock
+    from automation.planning.stacks import Host
 
     refused = _refused(run)
     if refused:
@@ -206,7 +207,7 @@ def run_stacks(run: StackRun) -> None:
     if unknown:
         click.echo(f"error: --kubeconfig names {', '.join(unknown)}, not an InferenceCluster of the fleet", err=True)
         raise SystemExit(2)
-    host = gateway_host(loaded.fleet, run.control_plane)
+    host = Host(gateway_host(loaded.fleet, run.control_plane))  # decided once for this run: passed down
     executor = _open(run, loaded.fleet, parallel)
     record = executor.record
     lock = WorkdirLock(Path(run.state))
@@ -246,7 +247,7 @@ def run_stacks(run: StackRun) -> None:
 
 
 def _orchestrate(run: StackRun, executor: Executor, items: list[StackChange], prepared: Prepared, parallel: int,
-                 lock: WorkdirLock, host: str | None = None) -> None:
+                 lock: WorkdirLock, host: Host | None = None) -> None:
     from automation.cli.progress import Bar
     from automation.execution.orchestrator import Orchestrator
     from automation.road.preflight import preflight

@@ -69,12 +69,12 @@ def operator_export(paths, out, backend, git_url, git_ref, git_auth, repo_dir, f
     from automation.operator.git_source import pinned_commit
     from automation.operator.export import PULUMI_IMAGE, ExportError, ExportOptions, export, write
     from automation.operator.validation import problems
-    from automation.planning.stacks import desired_state
+    from automation.planning.stacks import Host, desired_state
 
     loaded = load(paths)
     host = gateway_host(loaded.fleet, control_plane)
     applied = record_for_plan(state, backend, fleet_name, "local", "", fresh)
-    desired = desired_state(loaded.fleet, applied.placements(), host, gateways=applied.gateways())
+    desired = desired_state(loaded.fleet, applied.placements(), Host(host), gateways=applied.gateways())
     if desired.problems:
         for line in desired.problems:
             click.echo(line, err=True)

@@ -158,9 +158,10 @@ def _addon_checks(fleet, plan, applied: Applied) -> list:
     if not any(ic.spec.cluster.existing is not None and ic.spec.cluster.source == "Existing"
                and ic.spec.cluster.existing.addons == "Verify" for ic in fleet.of("InferenceCluster")):
         return []
+    from automation.planning.plan_cache import PlanCache
     from automation.planning.stacks import desired_state
 
-    desired = desired_state(fleet, applied.placements(), gateways=applied.gateways(), plan=plan)
+    desired = desired_state(fleet, applied.placements(), cache=PlanCache(plan=plan), gateways=applied.gateways())
     return [need for needs in desired.needs.values() for need in needs]
 
 

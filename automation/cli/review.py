@@ -83,7 +83,7 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     from automation.planning.compare import compare
     from automation.checks.deployability import by_cause, check_fleet
     from automation.checks.offline_preview import all_stacks, previewed
-    from automation.planning.stacks import Change
+    from automation.planning.stacks import Change, Host
 
     # both sides planned with the record, as `plan --against` plans them: a replica `up` keeps stays in both
     recorded, gateways = applied.placements(), applied.gateways()
@@ -94,8 +94,8 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     stacks = []
     if changed:
         assert result.comparison.head is not None  # `compare` keeps the head it compared
-        desired, only = previewed(fleet, result.comparison.head, changed, recorded, host, gateways)
+        desired, only = previewed(fleet, result.comparison.head, changed, recorded, Host(host), gateways)
         stacks = all_stacks(fleet, host, desired.specs, jobs=jobs, only=only) if only else []
     result.previewed = len(stacks)
     if stacks:  # each failed program first, with what follows from it
-        result.findings = by_cause(check_fleet(fleet, stacks), stacks)
+        result.findings = by_cause(check_fleet(fleet, stacks, desired.specs), stacks)

@@ -165,7 +165,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     desired, only, changes = _desired_for_preview(loaded.fleet, applied, host, changed_against, run.control_plane)
     with Bar("previewing stacks", len(desired.specs) if only is None else len(only), run.output) as bar:
         stacks = all_stacks(loaded.fleet, host, desired.specs, on_stack=bar.advance, jobs=jobs, only=only, config=run.config)
-    findings = by_cause(check_fleet(loaded.fleet, stacks), stacks)
+    findings = by_cause(check_fleet(loaded.fleet, stacks, desired.specs), stacks)
     _show_preview(run.output, stacks, findings, changes, host, _needs(run, loaded.fleet, desired, only), run.verbose)
 
 
@@ -183,11 +183,12 @@ def _needs(run: StackRun, fleet, desired, only) -> list[str]:
 def _desired_for_preview(fleet, applied, host: str | None, changed_against: tuple[str, ...],
                          control_plane: str | None = None):
     """The desired stacks; with a base, only those that differ from it (and their neighbours, for the check)."""
-    from automation.planning.stacks import Change, desired_state
+    from automation.planning.stacks import Change, Host, desired_state
 
     recorded, gateways = applied.placements(), applied.gateways()
+    decided = Host(host)  # the caller's: not derived again
     if not changed_against:  # the head planned with the record, with or without a base: one answer for one HEAD
-        return desired_state(fleet, recorded, control_plane=host, gateways=gateways), None, None
+        return desired_state(fleet, recorded, decided, gateways=gateways), None, None
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import side_by_side
     from automation.checks.offline_preview import previewed
@@ -197,10 +198,10 @@ def _desired_for_preview(fleet, applied, host: str | None, changed_against: tupl
     # with its control plane, the base with the one asked for if it has that cluster (the head may add it), else
     # its own
     sides = side_by_side(summarised_base(changed_against, recorded, BaseCache(), control_plane, gateways), fleet,
-                         recorded, control_plane=host)
+                         recorded, control_plane=decided)
     changes = {c.name: c.change for c in sides.changes if c.change != Change.none}
     desired, only = previewed(fleet, sides.head, {name for name, change in changes.items() if change != Change.delete},
-                              recorded, host, gateways)
+                              recorded, decided, gateways)
     return desired, only, changes
 
 

@@ -108,6 +108,7 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     """Which stacks are applied, which are pending, and what is unscheduled (from the record; without the Pulumi
     CLI, from its local cache, and it says so)."""
     from automation.execution.session import prepare
+    from automation.planning.stacks import Host
 
     if watch and output != "table":
         click.echo("error: --watch follows the table; use -o table", err=True)
@@ -116,7 +117,7 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
     host = gateway_host(loaded.fleet, control_plane)
     record, on_operator = _record_and_operator(state, backend, fleet_name, executor, operator_settings)
     read = read_record(record)
-    prepared = prepare(loaded.fleet, read, host)
+    prepared = prepare(loaded.fleet, read, Host(host))  # decided above: not derived again
     applied = read.details()
     rows = _rows(prepared, read, loaded.fleet, on_operator)
     blocked = _cannot_run(prepared, loaded.fleet, state) if on_operator is None else {}
@@ -171,6 +172,7 @@ def _watch(fleet, host, rows: list[dict], interval: float, record_of) -> None:
     import time
 
     from automation.execution.session import prepare
+    from automation.planning.stacks import Host
 
     last = {row["name"]: _shown(row) for row in rows}
     try:
@@ -178,7 +180,7 @@ def _watch(fleet, host, rows: list[dict], interval: float, record_of) -> None:
             time.sleep(interval)
             record, on_operator = record_of()
             read = read_record(record)
-            for row in _rows(prepare(fleet, read, host), read, fleet, on_operator):
+            for row in _rows(prepare(fleet, read, Host(host)), read, fleet, on_operator):
                 if last.get(row["name"]) != _shown(row):
                     last[row["name"]] = _shown(row)
                     shown = "up to date" if row["change"] == "none" else f"pending {row['change']}"

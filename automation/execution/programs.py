@@ -14,7 +14,7 @@ import pulumi
 
 from automation.projects import PLATFORM_PROJECT
 from automation.record.applied import RECORD_OUTPUT, record_output
-from automation.planning.stacks import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
+from automation.planning.payloads import GatewayPayload, PlatformPayload, WorkloadPayload, endpoints_fingerprint
 from components.args import gateway_cluster_output
 from components.fleet_gateway import FleetGateway
 from components.kubernetes import provider

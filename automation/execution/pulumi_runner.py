@@ -27,7 +27,8 @@ from automation.execution.prerequisites import CLI_MISSING, cli_missing, is_pulu
 from automation.execution.pulumi_command import interruptible_command
 from automation.execution.runner import AutomationError, CLIMissing, EventSink, Operation, RunResult, StackBusy, first_error, started_cli
 from automation.local.toolchain import registered_provider_warning
-from automation.planning.stacks import PlatformPayload, StackSpec
+from automation.planning.payloads import PlatformPayload
+from automation.planning.stacks import StackSpec
 from fleet.stack_id import StackId, backend_name
 
 if TYPE_CHECKING:

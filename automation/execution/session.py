@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from automation.execution.orchestrator import Orchestrator, Report
 from automation.record.applied import Applied
 from automation.execution.runner import AutomationError, Operation
-from automation.planning.stacks import (Change, DesiredState, StackChange, StackSpec, changes, desired_state,
+from automation.planning.stacks import (Change, DesiredState, Host, StackChange, StackSpec, changes, desired_state,
                                         parked_stacks)
 from fleet.plan import Plan
 from fleet.validate import Fleet, gateway_transitions, stack_transitions
@@ -43,7 +43,7 @@ class Prepared:
         return [c for c in self.changes if c.change == "delete" and c.name not in parked]
 
 
-def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) -> Prepared:
+def prepare(fleet: Fleet, applied: Applied, control_plane: str | Host | None = None) -> Prepared:
     """Plan with the record: applied replicas stay where they are, recorded gateway addresses are rendered."""
     desired = desired_state(fleet, applied.placements(), control_plane, gateways=applied.gateways())
     fingerprints = applied.fingerprints()
@@ -54,7 +54,7 @@ def prepare(fleet: Fleet, applied: Applied, control_plane: str | None = None) ->
 
 
 def reopening(prepared: Prepared, applied: Applied, ran: list[StackChange],
-              control_plane: str | None = None) -> tuple[Prepared, list[StackChange]]:
+              control_plane: str | Host | None = None) -> tuple[Prepared, list[StackChange]]:
     """After an `up`, the platform stacks to run once more in the same `up`: when the gateway stack has just
     recorded a front door client CA the plan was made without (a first `up`), the cluster listeners it ran closed
     (workloads/front_door_mtls.py) open now rather than on the next `up`. Only stacks this `up` already ran: the

@@ -33,7 +33,8 @@ from typing import Iterable
 
 from automation.operator import constraints
 from automation.operator.pulumi_yaml import NotLiteral, escaped
-from automation.planning.stacks import DesiredState, PlatformPayload, StackSpec
+from automation.planning.payloads import PlatformPayload
+from automation.planning.stacks import DesiredState, StackSpec
 from components.workspace_credentials import GCP_FILE, MOUNTED, NEBIUS_FILE
 from fleet.errors import ModelplaneError
 from fleet.stack_id import StackId, StackKind, backend_name

@@ -94,6 +94,7 @@ def _child(conn: Connection, theirs: Connection, load: Callable[[], Fleet], reco
 
     from automation.planning.base_cache import base_key
     from automation.planning.base_plan import BasePlan
+    from automation.planning.stacks import Host
     from components.args import preferred_control_plane
     from fleet.scheduler import PlanMemo
 
@@ -119,7 +120,7 @@ def _child(conn: Connection, theirs: Connection, load: Callable[[], Fleet], reco
 
     try:
         fleet = load()
-        base = BasePlan(fleet, recorded, PlanMemo(), preferred_control_plane(fleet, control_plane), gateways)
+        base = BasePlan(fleet, recorded, PlanMemo(), Host(preferred_control_plane(fleet, control_plane)), gateways)
         send("inputs", base.inputs())
         key = base_key(fleet, recorded, control_plane, gateways)
         kept = cache.get(key) if cache is not None else None

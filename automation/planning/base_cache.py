@@ -34,7 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automation.planning.stacks import SAME, DesiredState, Known, kind_of
+from automation.planning.plan_cache import SAME, Known
+from automation.planning.stacks import DesiredState, kind_of
 from fleet.memory import RecordedReplica
 from fleet.disk_cache import DiskCache
 from fleet.stack_id import StackKind
@@ -127,7 +128,7 @@ def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str |
     _context(digest, recorded, control_plane, gateways)
     for obj in fleet.objects:
         digest.update(fleet.text_of(obj).encode() + b"\0")
-    digest.update(json.dumps(fleet.secrets.manifest_refs()).encode())  # fingerprints hold them (stacks.from_manifests)
+    digest.update(json.dumps(fleet.secrets.manifest_refs()).encode())  # fingerprints hold them (payloads.from_manifests)
     return digest.hexdigest()
 
 

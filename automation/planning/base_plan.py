@@ -3,10 +3,12 @@ or in a forked one (base_beside.BaseBeside), both behind `BaseSide`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from automation.planning.base_cache import BaseSummary
-from automation.planning.stacks import SAME, Known, KnownPlatform, desired_state, platform_inputs
+from automation.planning.plan_cache import SAME, Known, KnownPlatform, PlanCache
+from automation.planning.stacks import Host, desired_state, platform_inputs
 from fleet.plan import dynamo_clusters
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
@@ -34,16 +36,17 @@ class BasePlan:
     """The base planned in this process (`BaseSide`): its plan first, so that the head's reuses its rankings
     (`memo`)."""
 
-    def __init__(self, fleet: Fleet, recorded: list, memo: PlanMemo, host: str | None, gateways: Gateways | None):
-        self.fleet, self.recorded, self.memo, self.host, self.gateways = fleet, recorded, memo, host, gateways
+    def __init__(self, fleet: Fleet, recorded: list, memo: PlanMemo, host: Host, gateways: Gateways | None):
+        self.fleet, self.recorded, self.host, self.gateways = fleet, recorded, host, gateways
+        self.cache = PlanCache(memo)
         self.plan = schedule(fleet, recorded, memo=memo)
         self._inputs: StackInputs | None = None
         self._platform = ""
         self._same: tuple[set[str], bool] | None = None
 
     def inputs(self) -> tuple[dict[str, str], str]:
-        self._inputs = stack_inputs(self.fleet, self.plan, self.host, self.gateways)
-        self._platform = platform_inputs(self.fleet, self.host, dynamo=dynamo_clusters(self.plan, self.recorded))
+        self._inputs = stack_inputs(self.fleet, self.plan, self.host.cluster, self.gateways)
+        self._platform = platform_inputs(self.fleet, self.host.cluster, dynamo=dynamo_clusters(self.plan, self.recorded))
         return self._inputs.digests, self._platform
 
     def summarise(self, same: set[str], platform_same: bool) -> None:
@@ -54,7 +57,6 @@ class BasePlan:
         same, platform_same = self._same
         digests = self._inputs.digests
         known = {name: Known(digests[name], SAME + digests[name]) for name in same}
-        platform = KnownPlatform.unchanged(self._platform, self.fleet, self.host) if platform_same else None
-        return BaseSummary.of(desired_state(self.fleet, self.recorded, self.host, known=known, memo=self.memo,
-                                            gateways=self.gateways, plan=self.plan, inputs=self._inputs,
-                                            platform=platform))
+        platform = KnownPlatform.unchanged(self._platform, self.fleet, self.host.cluster) if platform_same else None
+        cache = replace(self.cache.for_fleet(self.plan, self._inputs), known=known, platform=platform)
+        return BaseSummary.of(desired_state(self.fleet, self.recorded, self.host, cache, gateways=self.gateways))

@@ -12,15 +12,16 @@ of a deployment both sides have, on another cluster in the head).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from automation.planning.base_cache import BaseCache, BaseSummary, base_key
 from automation.planning.base_plan import BasePlan, BaseSide
 from automation.planning.secret_sources import changed_sources
-from automation.planning.stacks import (SAME, Change, DesiredState, Known, KnownPlatform, StackChange, StackSpec, changes,
-                                        desired_state, platform_inputs)
-from components.args import control_plane_cluster, preferred_control_plane
+from automation.planning.payloads import StackSpec
+from automation.planning.plan_cache import SAME, Known, KnownPlatform, PlanCache
+from automation.planning.stacks import Change, DesiredState, Host, StackChange, changes, desired_state, platform_inputs
+from components.args import preferred_control_plane
 from fleet.plan import Cause, Plan, Reason, cluster_gone, dynamo_clusters, scaled_down
 from fleet.scheduler import PlanMemo, schedule
 from workloads.gateways import Gateways
@@ -74,7 +75,7 @@ class Sides(NamedTuple):
 
 
 def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = False,
-                 memo: PlanMemo | None = None, control_plane: str | None = None) -> Sides:
+                 memo: PlanMemo | None = None, control_plane: str | Host | None = None) -> Sides:
     """The base's summary, the head's desired state and its stacks' changes, composing (on both sides) only the
     stacks whose inputs differ: a model, team, service or endpoints stack whose inputs are the same on both sides
     has the same objects, and the platform and gateway stacks the same arguments when the fleets'
@@ -83,7 +84,8 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
     head (in this process, or in a forked one already loading it: `base.beside`), and the summary kept (partial:
     what a later head needs and it lacks is computed then). `control_plane`: the head's (the base has its own);
     both sides are composed with the record's placements and gateway addresses (`recorded`, `base.gateways`)."""
-    memo = memo or PlanMemo()
+    cache = PlanCache(memo or PlanMemo())  # the base's plan and the head's share its memo
+    head_host = Host.of(head_fleet, control_plane)  # decided once for the head
     keys: dict[str, str] = {}
 
     def key() -> str:  # the base's cache key, hashed once
@@ -100,10 +102,10 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
         if base.summary is not None:
             # the head takes the summary's platform and gateway stacks if what they are computed from is the same
             platform = KnownPlatform.fingerprinted(base.summary.platform, base.summary.fingerprints,
-                                                   control_plane_cluster(head_fleet, control_plane)) \
-                if base.summary.platform else None
-            tried = desired_state(head_fleet, recorded, control_plane, explain, known=base.summary.known, memo=memo,
-                                  gateways=base.gateways, platform=platform)
+                                                   head_host.cluster) if base.summary.platform else None
+            tried = desired_state(head_fleet, recorded, head_host,
+                                  replace(cache, known=base.summary.known, platform=platform),
+                                  gateways=base.gateways, explain=explain)
             if (found := _known_changes(tried.specs, tried.digests(), base.summary)) is not None:
                 if base.cache is not None and base.sources_key and base.fleet is not None:
                     base.cache.remember_sources(base.sources_key, key())
@@ -116,33 +118,35 @@ def side_by_side(base: Base, head_fleet: Fleet, recorded: list, explain: bool = 
             if base.fleet is None:
                 raise ValueError("compare needs the base's fleet or a summary that knows every fingerprint the head "
                                  "needs")
-            base_side = BasePlan(base.fleet, recorded, memo, preferred_control_plane(base.fleet, base.control_plane),
-                                 base.gateways)
-        head_host = control_plane_cluster(head_fleet, control_plane)
-        head_plan = tried.plan if tried is not None else schedule(head_fleet, recorded, explain=explain, memo=memo)
+            base_side = BasePlan(base.fleet, recorded, cache.memo,
+                                 Host(preferred_control_plane(base.fleet, base.control_plane)), base.gateways)
+        head_plan = tried.plan if tried is not None else \
+            schedule(head_fleet, recorded, explain=explain, memo=cache.memo)
         head_inputs = tried.inputs if tried is not None and tried.inputs is not None else \
-            stack_inputs(head_fleet, head_plan, head_host, base.gateways)
+            stack_inputs(head_fleet, head_plan, head_host.cluster, base.gateways)
         base_digests, platform_digest = base_side.inputs()
         same = {name for name, digest in head_inputs.digests.items() if base_digests.get(name) == digest}
-        unchanged = platform_digest == platform_inputs(head_fleet, head_host, dynamo=dynamo_clusters(head_plan, recorded))
+        unchanged = platform_digest == platform_inputs(head_fleet, head_host.cluster,
+                                                       dynamo=dynamo_clusters(head_plan, recorded))
         base_side.summarise(same, unchanged)
 
         def head_state(known: dict[str, Known], platform: KnownPlatform | None) -> DesiredState:
-            return desired_state(head_fleet, recorded, control_plane, explain, known=known, memo=memo,
-                                 gateways=base.gateways, plan=head_plan, inputs=head_inputs, platform=platform)
+            return desired_state(head_fleet, recorded, head_host,
+                                 replace(cache.for_fleet(head_plan, head_inputs), known=known, platform=platform),
+                                 gateways=base.gateways, explain=explain)
 
         if base.summary is None:
             # what the head has the same is `SAME` in the base's summary (its platform too, if unchanged): the head
             # is composed without it, while a forked base composes its own
             head = head_state({name: Known(head_inputs.digests[name], SAME + head_inputs.digests[name]) for name in same},
-                              KnownPlatform.unchanged(platform_digest, head_fleet, head_host) if unchanged else None)
+                              KnownPlatform.unchanged(platform_digest, head_fleet, head_host.cluster) if unchanged else None)
             summary = base_side.summary()
         else:
             # what the kept summary knew and this one did not: known from now on; the head takes the summary's
             # fingerprint of each stack with the same inputs, whether computed or `SAME`, and so its platform and
             # gateway stacks when what they are computed from is the same (else its own, as tried)
             summary = base_side.summary().completed_by(base.summary)
-            same_platform = KnownPlatform.fingerprinted(platform_digest, summary.fingerprints, head_host) \
+            same_platform = KnownPlatform.fingerprinted(platform_digest, summary.fingerprints, head_host.cluster) \
                 if unchanged else None
             head = head_state({name: summary.known[name] for name in same},
                               same_platform or (tried.platform if tried is not None else None))
@@ -202,9 +206,10 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     else:
         if base_fleet is None:
             raise ValueError("a full comparison needs the base's fleet")
-        summary = BaseSummary.of(desired_state(base_fleet, recorded, preferred_control_plane(base_fleet, control_plane),
-                                               known={}, memo=memo))
-        head = desired_state(head_fleet, recorded, control_plane, explain=explain, memo=memo)
+        summary = BaseSummary.of(desired_state(base_fleet, recorded,
+                                               Host(preferred_control_plane(base_fleet, control_plane)),
+                                               PlanCache(memo, known={})))
+        head = desired_state(head_fleet, recorded, control_plane, PlanCache(memo), explain=explain)
         stack_changes = changes(head.specs, summary.fingerprints)
     head_plan = head.plan
     result = Comparison(head_plan, stack_changes, head=head,

@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from automation.planning.stacks import Change, StackChange, StackSpec, cluster_secrets, object_secrets
+from automation.planning.payloads import object_secrets
+from automation.planning.stacks import Change, StackChange, StackSpec, cluster_secrets
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import StackId, StackKind
 

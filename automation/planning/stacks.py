@@ -25,21 +25,21 @@ import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Mapping
 
-from components.args import (ClusterArgs, GatewayArgs, control_plane_cluster, every_cluster_args, fleet_gateway,
-                             gateway_args, host_extras, weight_streaming)
+from automation.planning.payloads import (GatewayPayload, Named, PlatformPayload, StackSpec, WorkloadPayload,
+                                          endpoints_fingerprint, fingerprint, from_manifests, object_secrets,
+                                          with_sources)
+from automation.planning.plan_cache import Known, KnownPlatform, PlanCache
+from components.args import control_plane_cluster, every_cluster_args, gateway_args, host_extras, weight_streaming
 from components.versions import pinned, project_version
-from fleet.memory import RecordedReplica
 from fleet.plan import PlacedReplica, Plan, dynamo_clusters
-from fleet.scheduler import PlanMemo, schedule
+from fleet.scheduler import schedule
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import ORDER, StackId, StackKind
-from workloads.cache import secret_refs
 from workloads.gateways import Gateways
 from workloads.render import (Backends, Rendered, StackInputs, cache_stack, endpoints_stack, model_stack, object_keys,
                               platform_stack, render, service_stack, stack_inputs, team_stack)
-from workloads.service_routing import GATEWAY_OF_ANNOTATION, PLACEHOLDER_ANNOTATION
 
 if TYPE_CHECKING:
     from automation.planning.addons import Need
@@ -55,129 +55,6 @@ class Change(StrEnum):
     none = "none"
 
 
-class Named:
-    """What a stack is called, read from its identity (the one place names come from)."""
-
-    id: StackId
-
-    @property
-    def name(self) -> str:
-        return str(self.id)
-
-    @property
-    def kind(self) -> StackKind:
-        return self.id.kind
-
-    @property
-    def rank(self) -> int:
-        return ORDER[self.kind]
-
-
-@dataclass(frozen=True)
-class PlatformPayload:
-    """What a platform stack's program runs: one cluster's typed arguments, the chart versions and, on the cluster
-    that hosts the fleet gateway, MetalLB's address pool and whether its Envoy Gateway counts global rate limits.
-    Decided here; the program reads only this."""
-
-    cluster: ClusterArgs
-    versions: dict[str, str]
-    project: str
-    metallb_pool: str | None = None
-    rate_limit: bool = False  # hosts an Envoy fleet gateway with per-team limits: a rate-limit store
-    # The fleet's front door is Envoy: the operator's Programs read this stack's `gatewayServiceSpec` output, so a
-    # platform stack applied before that output existed runs once more when a fleet turns to Envoy.
-    envoy_front_door: bool = False
-    trust_manager: bool = False  # hosts an Envoy front door: trust-manager publishes its client CA
-    # The Envoy front door's client CA (PEM) as the gateway stack recorded it: the cluster gateway's fleet listener
-    # accepts its client certificates; none yet: no fleet listener (workloads/front_door_mtls.py)
-    client_cas: tuple[str, ...] = ()
-
-    def fingerprinted(self) -> dict[str, Any]:
-        # `dynamo` and `addons` only when set: a cluster that uses neither kept the fingerprint it had before them
-        cluster = self.cluster.model_dump(exclude={field for field, default in (("dynamo", False), ("addons", "Install"),
-                                                                                 ("load_balancer", False))
-                                                   if getattr(self.cluster, field) == default})
-        return {"cluster": cluster, "versions": self.versions, "project": self.project,
-                **({"metallbPool": self.metallb_pool} if self.metallb_pool else {}),
-                **({"rateLimit": True} if self.rate_limit else {}),
-                **({"frontDoor": "Envoy"} if self.envoy_front_door else {}),
-                **({"trustManager": True} if self.trust_manager else {}),
-                **({"clientCAs": list(self.client_cas)} if self.client_cas else {})}
-
-
-@dataclass(frozen=True)
-class GatewayPayload:
-    """What the gateway stack's program runs: the fleet gateway's arguments and the cluster that hosts it."""
-
-    gateway: GatewayArgs
-    versions: dict[str, str]
-    host: str | None
-    project: str
-
-    def fingerprinted(self) -> dict[str, Any]:
-        return {"gateway": self.gateway.fingerprinted(), "versions": self.versions, "host": self.host,
-                "project": self.project}
-
-
-@dataclass(frozen=True)
-class WorkloadPayload:
-    """What a team, cache, model, endpoints or service stack applies: its rendered objects per target (a cluster,
-    or `control-plane`, which `host` is). `replicas`: a model stack's, whose `placements` are recorded once it
-    applied (what it remembers, not what it registers: not fingerprinted)."""
-
-    objects: dict[str, list[dict]]
-    project: str
-    host: str | None = None
-    replicas: tuple[PlacedReplica, ...] = ()
-
-    @property
-    def placements(self) -> tuple[RecordedReplica, ...]:
-        # asked for only by what runs or exports the stack: most plans never build them
-        return tuple(r.recorded() for r in self.replicas)
-
-    def fingerprinted(self) -> dict[str, Any]:
-        return {"objects": self.objects, "project": self.project,
-                **({"host": self.host} if "control-plane" in self.objects else {})}
-
-
-Payload = PlatformPayload | GatewayPayload | WorkloadPayload
-
-
-@dataclass
-class StackSpec(Named):
-    """A desired stack: what its program needs (payload), and the fingerprint of what it would register."""
-
-    id: StackId
-    fingerprint: str
-    depends_on: list[str] = field(default_factory=list)  # names of stacks that run before it
-    targets: list[str] = field(default_factory=list)  # clusters (or control-plane) the stack writes to
-    # what the stack's program needs (None: a deletion, or a stack known from a kept summary, never run)
-    payload: Payload | None = field(default=None, repr=False)
-
-    @classmethod
-    def for_deletion(cls, id: StackId) -> StackSpec:
-        """A recorded stack that is no longer desired: enough to select and destroy it (its program never runs)."""
-        return cls(id, "")
-
-    @property
-    def objects(self) -> dict[str, list[dict]]:
-        """A workload stack's rendered objects per target ({} for other stacks)."""
-        return self.payload.objects if isinstance(self.payload, WorkloadPayload) else {}
-
-    @property
-    def host(self) -> str | None:
-        """The cluster hosting the control plane, for stacks that write there."""
-        return self.payload.host if isinstance(self.payload, (GatewayPayload, WorkloadPayload)) else None
-
-    @property
-    def placements(self) -> tuple[RecordedReplica, ...]:
-        return self.payload.placements if isinstance(self.payload, WorkloadPayload) else ()
-
-    @property
-    def versions(self) -> dict[str, str]:
-        return self.payload.versions if isinstance(self.payload, (PlatformPayload, GatewayPayload)) else {}
-
-
 @dataclass(frozen=True)
 class StackChange(Named):
     id: StackId
@@ -186,34 +63,6 @@ class StackChange(Named):
 
     def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "change": str(self.change)}
-
-
-# The fingerprint of a stack not composed: its inputs were those of the stack it is compared with (`SAME` and the
-# digest of those inputs), so it is the same as that stack's, whatever both are (automation/planning/compare.py).
-SAME = "same-inputs:"
-
-
-def fingerprint(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def from_manifests(fleet: Fleet, refs: Iterable[SecretRef]) -> list[str]:
-    """Those of a stack's secrets whose value a Secret manifest of the fleet gives (`namespace/name key 'key'`),
-    sorted. Part of the stack's fingerprint: a value that comes from the fleet's files (a pull request) instead of
-    what the one running the command gives, or back, is a change of the stack. Only whether it is a manifest, and
-    never a value: the environment and --secrets-dir differ between machines that run the same fleet, and a file's
-    name between checkouts of it (docs/teams.md, where secret values come from)."""
-    return sorted({str(ref) for ref in refs if fleet.secrets.manifest_of(ref) is not None})
-
-
-def with_sources(digest: str, manifests: list[str]) -> str:
-    """A stack's fingerprint with its secrets given by manifests (`from_manifests`) folded in; the same without."""
-    return fingerprint({"fingerprint": digest, "secretsFromManifests": manifests}) if manifests else digest
-
-
-def object_secrets(objects: Mapping[str, list[dict]]) -> list[SecretRef]:
-    """The user's Secrets a workload stack's rendered objects are filled from (its placeholder Secrets')."""
-    return [ref for objs in objects.values() for o in objs if o["kind"] == "Secret" for ref in secret_refs(o).values()]
 
 
 def cluster_secrets(fleet: Fleet) -> dict[str, list[SecretRef]]:
@@ -225,60 +74,17 @@ def kind_of(stack: str) -> StackKind:
     return StackId.parse(stack).kind
 
 
-def gateway_clusters(objects: Mapping[str, list[dict]]) -> list[str]:
-    """The clusters whose gateway addresses an endpoints stack's EndpointSlices point at."""
-    return sorted({(o["metadata"].get("annotations") or {})[GATEWAY_OF_ANNOTATION] for objs in objects.values()
-                   for o in objs if o["kind"] == "EndpointSlice"
-                   and GATEWAY_OF_ANNOTATION in (o["metadata"].get("annotations") or {})})
+@dataclass(frozen=True)
+class Host:
+    """The cluster that hosts the fleet gateway and the control plane's objects, decided once for a fleet
+    (`Host.of`, components/args.py `control_plane_cluster`) and passed down: what is given one takes it as it is."""
 
-
-def endpoints_fingerprint(payload: WorkloadPayload, gateways: Gateways) -> str:
-    """An endpoints stack's fingerprint: its objects with each replica slice's address left out, and the recorded
-    gateway address of every cluster they point at instead. The program reads the live address when it applies,
-    so its program records the fingerprint of the addresses it read (automation/execution/programs.py): a later change of
-    one re-runs it."""
-    def without_address(o: dict) -> dict:
-        annotations = o["metadata"].get("annotations") or {}
-        if o["kind"] not in ("EndpointSlice", "Service") or GATEWAY_OF_ANNOTATION not in annotations:
-            return o
-        meta = {**o["metadata"], "annotations": {k: v for k, v in annotations.items() if k != PLACEHOLDER_ANNOTATION}}
-        derived = ("endpoints", "addressType") if o["kind"] == "EndpointSlice" else ("spec",)
-        return {**{k: v for k, v in o.items() if k not in derived}, "metadata": meta}
-
-    objects = {t: [without_address(o) for o in objs] for t, objs in payload.objects.items()}
-    addresses = {c: gateways.clusters.get(c) for c in gateway_clusters(payload.objects)}
-    return fingerprint({**payload.fingerprinted(), "objects": objects, "gateways": addresses})
-
-
-class KnownPlatform(NamedTuple):
-    """The platform and gateway stacks as computed before, and the digest of what they were computed from
-    (`platform_inputs`): a fleet with the same digest has the same platform and gateway stacks."""
-
-    inputs: str
-    specs: dict[str, StackSpec]
+    cluster: str | None
 
     @classmethod
-    def fingerprinted(cls, inputs: str, fingerprints: Mapping[str, str], host: str | None) -> KnownPlatform:
-        """The platform and gateway stacks of a kept summary (of a fleet whose platform inputs were `inputs`, with
-        the control plane on `host`), known by their fingerprints alone: a head is compared with them, and they
-        are never run (they have no payload)."""
-        specs = {}
-        for name, digest in fingerprints.items():
-            if name == "gateway":
-                specs[name] = StackSpec(StackId.gateway(), digest, [str(StackId.platform(host))] if host else [],
-                                        ["control-plane"])
-            elif name.startswith("platform-"):
-                id = StackId.parse(name)
-                specs[name] = StackSpec(id, digest, targets=[str(id.cluster)])
-        return cls(inputs, specs)
-
-    @classmethod
-    def unchanged(cls, inputs: str, fleet: Fleet, host: str | None) -> KnownPlatform:
-        """The platform and gateway stacks of a fleet compared with another whose `platform_inputs` are the same
-        (`inputs`): the same on both sides, so neither computed nor fingerprinted (`SAME`)."""
-        names = [str(StackId.platform(ic.name)) for ic in fleet.of("InferenceCluster")]
-        names += ["gateway"] if fleet_gateway(fleet) is not None else []
-        return cls.fingerprinted(inputs, dict.fromkeys(names, SAME + inputs), host)
+    def of(cls, fleet: Fleet, chosen: str | Host | None = None) -> Host:
+        """`chosen` when decided already, else decided now (the chosen cluster's name, or None: the fleet's own)."""
+        return chosen if isinstance(chosen, Host) else cls(control_plane_cluster(fleet, chosen))
 
 
 def platform_inputs(fleet: Fleet, host: str | None, versions: dict | None = None, client_cas: tuple[str, ...] = (),
@@ -330,7 +136,7 @@ def platform_specs(fleet: Fleet, host: str | None, versions: dict | None = None,
 
 
 def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict | None = None,
-                   control_plane: str | None = None, known: Mapping[str, str] | None = None,
+                   control_plane: str | Host | None = None, known: Mapping[str, str] | None = None,
                    gateways: Gateways | None = None, platform: Mapping[str, StackSpec] | None = None,
                    dynamo: frozenset[str] | None = None) -> dict[str, StackSpec]:
     """`known`: fingerprints of rendered stacks whose objects were not composed (`render(reuse=...)`).
@@ -338,7 +144,7 @@ def desired_stacks(fleet: Fleet, plan: Plan, rendered: Rendered, versions: dict 
     fleet's platform and gateway stacks, when the caller has them (`KnownPlatform`). `dynamo`: the clusters that
     need the Dynamo platform (default: the plan's, `dynamo_clusters`)."""
     known = known or {}
-    host = control_plane_cluster(fleet, control_plane)
+    host = Host.of(fleet, control_plane).cluster
     # copies: linking sets each spec's dependencies, and the caller's specs stay as they were
     stacks = {name: replace(spec, depends_on=list(spec.depends_on)) for name, spec in platform.items()} \
         if platform is not None else platform_specs(fleet, host, versions, (gateways or Gateways()).client_cas,
@@ -423,15 +229,6 @@ def addon_needs(specs: Mapping[str, StackSpec]) -> dict[str, tuple[Need, ...]]:
     return addons.needs(verify, placed, watched)
 
 
-class Known(NamedTuple):
-    """A stack as computed before: the digest of its inputs (`stack_inputs`), its fingerprint, and its
-    objects' identities (`object_keys`, for collisions with other stacks)."""
-
-    inputs: str
-    fingerprint: str
-    objects: tuple[tuple[str, str, str, str, str], ...] = ()
-
-
 @dataclass
 class DesiredState:
     """The plan, the objects every stack would create, and the stacks: one computation for every caller."""
@@ -453,7 +250,7 @@ class DesiredState:
         return out
 
     def known(self) -> dict[str, Known]:
-        """Every stack with input digests (`inputs`) as `desired_state(known=...)` reuses it next time."""
+        """Every stack with input digests (`inputs`) as a `PlanCache`'s `known` reuses it next time."""
         return {name: Known(digest, self.specs[name].fingerprint, self.reused.get(name) or object_keys(self.rendered, name))
                 for name, digest in (self.inputs.digests if self.inputs is not None else {}).items()}
 
@@ -488,34 +285,35 @@ def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> lis
     return out
 
 
-def desired_state(fleet: Fleet, recorded=(), control_plane: str | None = None, explain: bool = False,
-                  known: Mapping[str, Known] | None = None, memo: PlanMemo | None = None,
-                  gateways: Gateways | None = None, plan: Plan | None = None,
-                  inputs: StackInputs | None = None, platform: KnownPlatform | None = None) -> DesiredState:
-    """`known`: stacks computed before (e.g. for a pull request's base). One whose inputs are the
-    same as then keeps its fingerprint and is not composed again; `inputs` is filled whenever `known` is given.
-    `platform`: the platform and gateway stacks computed before, taken when this fleet's `platform_inputs` are
-    theirs; the state's own `platform` is filled whenever `known` or `platform` is given. `memo`: what earlier
-    plans in this process computed (fleet/scheduler.py). All of them give the same result as without them, only
-    cheaper. `plan`: this fleet's plan with this record, and `inputs` its stacks' inputs (`stack_inputs`, with
-    this control plane), when the caller made them."""
-    plan = plan if plan is not None else schedule(fleet, list(recorded), explain=explain, memo=memo)
-    host = control_plane_cluster(fleet, control_plane)
+def desired_state(fleet: Fleet, recorded=(), control_plane: str | Host | None = None,
+                  cache: PlanCache | None = None, *, gateways: Gateways | None = None,
+                  explain: bool = False) -> DesiredState:
+    """The plan of `fleet` with the record (`recorded` placements, `gateways` their addresses), and its stacks.
+    `control_plane`: the cluster asked for (decided here), or the `Host` the caller decided. `cache`: what earlier
+    plans computed (`PlanCache`): the same result as without it, only cheaper; the state's `inputs` and
+    `platform` are filled when it knows stacks (`known`) or a platform."""
+    host = Host.of(fleet, control_plane)
+    memo = cache.memo if cache is not None else None
+    known = cache.known if cache is not None else None
+    given = cache.platform if cache is not None else None
+    plan = cache.plan if cache is not None and cache.plan is not None else \
+        schedule(fleet, list(recorded), explain=explain, memo=memo)
+    inputs = cache.inputs if cache is not None else None
     if inputs is None and known is not None:
-        inputs = stack_inputs(fleet, plan, host, gateways)
+        inputs = stack_inputs(fleet, plan, host.cluster, gateways)
     digests = inputs.digests if inputs is not None else {}
     reused = {s: known[s].objects for s, digest in digests.items() if known and s in known and known[s].inputs == digest}
-    rendered = render(fleet, plan, host, reused, gateways, inputs)
+    rendered = render(fleet, plan, host.cluster, reused, gateways, inputs)
     fingerprints = {s: known[s].fingerprint for s in reused} if known else {}
     dynamo = dynamo_clusters(plan, recorded)
-    platform_digest = platform_inputs(fleet, host, client_cas=(gateways or Gateways()).client_cas, dynamo=dynamo) \
-        if known is not None or platform is not None else None
-    same = platform.specs if platform is not None and platform.inputs == platform_digest else None
-    specs = desired_stacks(fleet, plan, rendered, control_plane=control_plane, known=fingerprints, gateways=gateways,
+    platform_digest = platform_inputs(fleet, host.cluster, client_cas=(gateways or Gateways()).client_cas,
+                                      dynamo=dynamo) if known is not None or given is not None else None
+    same = given.specs if given is not None and given.inputs == platform_digest else None
+    specs = desired_stacks(fleet, plan, rendered, control_plane=host, known=fingerprints, gateways=gateways,
                            platform=same, dynamo=dynamo)
     mine = None
     if platform_digest is not None:
-        mine = platform if same is not None else KnownPlatform(platform_digest, {
+        mine = given if same is not None else KnownPlatform(platform_digest, {
             name: spec for name, spec in specs.items() if spec.kind in (StackKind.platform, StackKind.gateway)})
     return DesiredState(plan, rendered, specs, inputs, reused, mine, fleet.secrets.manifest_refs())
 

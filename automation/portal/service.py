@@ -21,13 +21,13 @@ from automation.portal.state import (APPLIED, CLUSTER_GATEWAYS, DESIRED, PLAN, P
 from automation.portal.auth import Quota
 from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
-from automation.planning.stacks import Known, KnownPlatform, changes, desired_state
+from automation.planning.plan_cache import PlanCache
+from automation.planning.stacks import changes, desired_state
 from fleet.api import KINDS, Resource
 from fleet.errors import ModelplaneError
 from fleet.loader import parse_text
 from fleet.plan import Plan
 from fleet.plan_output import plan_to_dict
-from fleet.scheduler import PlanMemo
 from fleet.validate import Fleet, cross_object_problems, validate_document
 from workloads.gateways import Gateways
 from workloads.render import model_stack
@@ -170,15 +170,13 @@ def load_fleet(stored: list[dict], validated: dict[tuple, Resource] | None = Non
 
 class Warm:
     """What this process keeps between replans (the portal's replan worker plans after every write): validated
-    objects, the scheduler's memo, each model stack's inputs and fingerprint, and the platform and gateway stacks
-    with the digest of what they were computed from. Each is reused only for the same inputs, so a replan is the
-    same with it as without it (tests/test_portal_incremental.py)."""
+    objects, and what the last plan computed (`PlanCache`: the scheduler's memo, each stack's inputs and
+    fingerprint, the platform and gateway stacks with the digest of what they were computed from). Each is reused
+    only for the same inputs, so a replan is the same with it as without it (tests/test_portal_incremental.py)."""
 
     def __init__(self) -> None:
         self.validated: dict[tuple, Resource] = {}
-        self.memo = PlanMemo()
-        self.known: dict[str, Known] = {}
-        self.platform: KnownPlatform | None = None
+        self.cache = PlanCache(known={})
 
 
 WARM = Warm()
@@ -222,14 +220,13 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
     fleet = load_fleet([json.loads(b) for b in stored], warm.validated)  # texts as stored: decoded here
     reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
     addresses = Gateways(json.loads(gateways or "{}"))
-    desired = desired_state(fleet, reserved, known=warm.known, memo=warm.memo, gateways=addresses,
-                            platform=warm.platform)
+    desired = desired_state(fleet, reserved, cache=warm.cache, gateways=addresses)
     before = json.loads(desired_before or "{}")
     # objects of unchanged stacks were checked when they were accepted: check only what this write changed
     changed = {name for name, spec in desired.specs.items() if before.get(name) != spec.fingerprint}
     if changed & desired.reused.keys():  # stacks not composed (same inputs as last time) yet changed since accepted
-        desired = desired_state(fleet, reserved, known={}, memo=warm.memo, gateways=addresses, platform=warm.platform)
-    warm.known, warm.platform = desired.known(), desired.platform
+        desired = desired_state(fleet, reserved, cache=replace(warm.cache, known={}), gateways=addresses)
+    warm.cache.remember(desired.known(), desired.platform)
     plan, specs = desired.plan, desired.specs
     fingerprints = {name: spec.fingerprint for name, spec in specs.items()}
     problems = desired.problems_in(changed)

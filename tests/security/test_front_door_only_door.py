@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from automation.planning.stacks import PlatformPayload, desired_state
+from automation.planning.payloads import PlatformPayload
+from automation.planning.stacks import desired_state
 from automation.record.applied import Applied, AppliedStack
 from tests.manifests import cluster, deployment, endpoint, gateway, run, service
 from tests.test_fleet_data_plane import READY, envoy_gateway, with_access
