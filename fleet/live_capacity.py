@@ -243,3 +243,20 @@ def capacity_to_dict(fleet: Fleet, live: LiveCapacity) -> list[dict[str, Any]]:
         entry["pools"] = pools
         out.append(entry)
     return out
+
+
+def capacity_markdown(capacity: list[dict[str, Any]]) -> str:
+    """The capacity a plan was made on, for a pull-request comment (`plan --against -o markdown --capacity ...`)."""
+    def devices(counts: dict) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
+
+    lines = ["", "<details><summary>Capacity the plan was made on</summary>", "",
+             "| cluster | source | pool | nodes | free | held by others | not counted |", "|---|---|---|---|---|---|---|"]
+    for c in capacity:
+        source = f"live, read {c['readAt']}" if c["source"] == "live" else f"declared ({c.get('problem', '')})"
+        for p in c["pools"] or [{"name": "-", "nodes": 0, "free": {}}]:
+            unusable = ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items())) or "-"
+            others = devices(p.get("others") or {}) if c["source"] == "live" else "-"
+            lines.append(f"| {c['cluster']} | {source} | {p['name']} | {p['nodes']} | {devices(p['free'])} | "
+                         f"{others} | {unusable} |")
+    return "\n".join(lines + ["", "</details>", ""])

@@ -6,6 +6,8 @@ writes them; tests/realengine/test_real_live_capacity.py reads the same from rea
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +189,65 @@ def test_a_replica_on_a_node_that_went_away_is_moved_with_its_reason(fleet):
     again = schedule(fleet, recorded)
     moved = [d for d in again.dropped if d.cluster == "local-b"]
     assert moved and all(d.reason.cause == Cause.NO_LONGER_FITS for d in moved), again.dropped
+
+
+# ---- through `modelplane plan` ---------------------------------------------------------------------------------
+
+
+def run_cli(capsys, *args):
+    from automation.cli import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.fixture()
+def taken(fleet, tmp_path):
+    """A snapshot where another team holds both of local-a's L4s."""
+    path = tmp_path / "capacity.json"
+    path.write_text(both(fleet, a_claims=[claim("t0", "l4-0", ["gpu-0"]), claim("t1", "l4-1", ["gpu-0"])]).to_json())
+    return str(path)
+
+
+def test_plan_from_a_snapshot_places_on_it_and_shows_it(capsys, monkeypatch, tmp_path, taken):
+    monkeypatch.chdir(tmp_path)
+    fleet_dir = str(Path(__file__).resolve().parents[1] / "local-fleet")
+    code, out, err = run_cli(capsys, "plan", "-f", fleet_dir, "--fresh", "--capacity", taken, "-o", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert [r["cluster"] for r in document["replicas"] if r["deployment"] == "ml-team/qwen3-8b"] == ["local-b"]
+    a = next(c for c in document["capacity"] if c["cluster"] == "local-a")
+    assert a["source"] == "live" and a["readAt"] == READ_AT and a["pools"][0]["others"] == {"gpu": 2}
+    code, out, err = run_cli(capsys, "plan", "-f", fleet_dir, "--fresh", "-o", "json")
+    assert "capacity" not in json.loads(out)  # declared: the output is as before
+
+
+def test_plan_against_a_base_plans_both_sides_on_the_same_capacity(capsys, monkeypatch, tmp_path, taken):
+    """Otherwise every replica the snapshot moves would show as a change of the pull request."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / "cache"))
+    fleet_dir = str(Path(__file__).resolve().parents[1] / "local-fleet")
+    for _ in range(2):  # the second reads the base's summary back: its key holds the capacity
+        code, out, err = run_cli(capsys, "plan", "-f", fleet_dir, "--against", fleet_dir, "--fresh",
+                                 "--capacity", taken, "-o", "json")
+        assert code == 0, err
+        changes = json.loads(out)["changes"]
+        assert {s["change"] for s in changes["stacks"]} == {"none"}, changes["stacks"]
+        assert changes["replicas"] == {"added": [], "removed": [], "moved": []}
+    code, out, err = run_cli(capsys, "plan", "-f", fleet_dir, "--against", fleet_dir, "--fresh", "--capacity",
+                             taken, "-o", "markdown")
+    assert "Capacity the plan was made on" in out and "| local-a | live, read " in out
+
+
+@pytest.mark.parametrize("given, says", [
+    ("missing.json", "cannot read the snapshot"),
+    ("bad.json", "not JSON"),
+])
+def test_a_capacity_that_cannot_be_used_is_one_line_and_exit_2(capsys, monkeypatch, tmp_path, given, says):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text("{")
+    fleet_dir = str(Path(__file__).resolve().parents[1] / "local-fleet")
+    code, out, err = run_cli(capsys, "plan", "-f", fleet_dir, "--fresh", "--capacity", given)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

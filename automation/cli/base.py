@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 if TYPE_CHECKING:
+    from fleet.capacity import LiveCapacity
     from automation.planning.base_cache import BaseCache
     from automation.planning.compare import Base
     from fleet.validate import Fleet
@@ -230,14 +231,15 @@ def cpu_to_spare() -> bool:
 
 def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | None,
                     control_plane: str | None = None, gateways: Gateways | None = None, beside: bool = False,
-                    say: Callable[[str], None] | None = None) -> Base:
+                    say: Callable[[str], None] | None = None, live: LiveCapacity | None = None) -> Base:
     """The base of a comparison (`plan --against`, `preview --changed-against`, `review`). When the base's files are
     byte for byte those of a base summarised before, with the same recorded placements and code, the summary is
     read back and the base is parsed only if the head needs a fingerprint it lacks; otherwise it is loaded (its
     problems said as for any input), and planned with the head (automation/planning/compare.py). `beside`: loaded
     and planned in a forked process (automation/planning/base_beside.py), when the command has a CPU to spare
     (`cpu_to_spare`) and the head is not loaded yet; `say`: what to do with the note that a kept summary was read
-    (a command that has not loaded its head yet says it after the head's notes, as when the base comes second)."""
+    (a command that has not loaded its head yet says it after the head's notes, as when the base comes second).
+    `live`: the capacity the head is planned on (`--capacity`), which the base is planned on too."""
     from automation.planning.base_cache import source_key
     from automation.planning.compare import Base
     from fleet.loader import read_sources
@@ -246,7 +248,8 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
     key = None
     if cache is not None and not click.get_current_context().meta.get("secrets_dir") \
             and all(s.raw is not None and not s.problems for s in sources):
-        key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane, gateways)
+        key = source_key([(s.name, s.raw) for s in sources if s.raw is not None], recorded, control_plane, gateways,
+                         live)
         summary = cache.by_sources(key)
         if summary is not None:
             # the way out is named only where the command takes it (`plan`, `review`)
@@ -257,15 +260,19 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
                 say(note)
             else:
                 click.echo(note, err=True)
-            return Base(summary, load=lambda: load(paths, sources).fleet, cache=cache, sources_key=key,
+            return Base(summary, load=lambda: loaded_base(), cache=cache, sources_key=key,
                         control_plane=control_plane, gateways=gateways)
+
+    def loaded_base() -> Fleet:
+        fleet = load(paths, sources).fleet
+        fleet.live = live
+        return fleet
     if beside:
         from automation.planning.base_beside import BaseBeside
 
-        return Base(beside=BaseBeside(lambda: load(paths, sources).fleet, recorded, control_plane, gateways, cache),
+        return Base(beside=BaseBeside(loaded_base, recorded, control_plane, gateways, cache),
                     cache=cache, sources_key=key, control_plane=control_plane, gateways=gateways)
-    return Base(fleet=load(paths, sources).fleet, cache=cache, sources_key=key, control_plane=control_plane,
-                gateways=gateways)
+    return Base(fleet=loaded_base(), cache=cache, sources_key=key, control_plane=control_plane, gateways=gateways)
 
 
 WORKFLOW = ["validate", "explain", "schema", "plan", "render", "preview", "review", "status", "up", "drift", "refresh",

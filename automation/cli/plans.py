@@ -9,7 +9,7 @@ import click
 import yaml
 
 
-from fleet.live_capacity import capacity_to_dict
+from fleet.live_capacity import capacity_markdown, capacity_to_dict
 from fleet.plan_output import json_text, plan_to_dict
 from fleet.scheduler import schedule
 
@@ -31,17 +31,18 @@ from automation.cli.base import (
 
 if TYPE_CHECKING:
     from automation.planning.compare import Base
+    from fleet.capacity import LiveCapacity
     from automation.record.applied import Applied
 
 
 def _base(against: tuple[str, ...], applied: Applied, no_cache: bool, beside: bool = False,
-          say: Callable[[str], None] | None = None) -> Base:
+          say: Callable[[str], None] | None = None, live: LiveCapacity | None = None) -> Base:
     """The base of `plan --against`: both sides are composed with the record's placements and gateway addresses, as
     `preview --changed-against` composes them; `beside`: loaded and planned in a forked process."""
     from automation.planning.base_cache import BaseCache
 
     return summarised_base(against, applied.placements(), None if no_cache else BaseCache(),
-                           gateways=applied.gateways(), beside=beside, say=say)
+                           gateways=applied.gateways(), beside=beside, say=say, live=live)
 
 
 @cli.command()
@@ -77,7 +78,9 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     # with --against, the record first: a base planned in a forked process while the head loads is planned with it
     early = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh) if against else None
     later: list[str] = []  # said once the head is loaded, as when the base is read after it
-    base = _base(against, early, no_cache, True, later.append) if early is not None and cpu_to_spare() else None
+    # the base is planned on the head's capacity, known once the head is loaded: beside it only with declared
+    base = _base(against, early, no_cache, True, later.append) \
+        if early is not None and cpu_to_spare() and capacity == "declared" else None
     try:
         loaded = load(paths)
         with_capacity(loaded.fleet, capacity, kubeconfig, state)
@@ -90,7 +93,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         if against:
             from automation.planning.compare import compare
 
-            comparison = compare(None, loaded.fleet, explain, recorded, base=base or _base(against, applied, no_cache))
+            comparison = compare(None, loaded.fleet, explain, recorded,
+                                 base=base or _base(against, applied, no_cache, live=loaded.fleet.live))
             result = comparison.plan
         else:
             result = schedule(loaded.fleet, recorded, explain=explain)
@@ -126,6 +130,8 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         for warning in what_the_record_lacks(applied, fresh, backend, executor):  # what it could not know, first
             click.echo(f"> **Warning:** {warning}\n")
         click.echo(markdown(comparison, applied.guessed), nl=False)
+        if loaded.fleet.live is not None:
+            click.echo(capacity_markdown(capacity_to_dict(loaded.fleet, loaded.fleet.live)), nl=False)
     else:
         from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 

@@ -42,6 +42,7 @@ from fleet.stack_id import StackKind
 from workloads.gateways import Gateways
 
 if TYPE_CHECKING:
+    from fleet.capacity import LiveCapacity
     from fleet.validate import Fleet
 
 FORMAT = 6
@@ -128,16 +129,20 @@ def base_key(fleet: Fleet, recorded: list[RecordedReplica], control_plane: str |
     _context(digest, recorded, control_plane, gateways)
     for obj in fleet.objects:
         digest.update(fleet.text_of(obj).encode() + b"\0")
+    digest.update((fleet.live.digest() if fleet.live is not None else "declared").encode())  # what it placed on
     digest.update(json.dumps(fleet.secrets.manifest_refs()).encode())  # fingerprints hold them (payloads.from_manifests)
     return digest.hexdigest()
 
 
 def source_key(sources: list[tuple[str, bytes]], recorded: list[RecordedReplica],
-               control_plane: str | None = None, gateways: Gateways | None = None) -> str:
+               control_plane: str | None = None, gateways: Gateways | None = None,
+               live: LiveCapacity | None = None) -> str:
     """The base's files as read (name and bytes, in load order), with everything `base_key` holds besides the
-    objects: equal keys load to equal objects, so they lead to the same summary without parsing anything."""
+    objects (and `live`, the capacity the base is planned on): equal keys load to equal objects, so they lead to the
+    same summary without parsing anything."""
     digest = hashlib.sha256(b"sources\0" + code_digest().encode())
     _context(digest, recorded, control_plane, gateways)
+    digest.update((live.digest() if live is not None else "declared").encode())
     for name, raw in sources:
         digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(raw).digest())
     return digest.hexdigest()
