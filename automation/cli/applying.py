@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from automation.cli.base import EXIT_INVALID, gateway_host, load
+from automation.cli.base import EXIT_INVALID, gateway_host, load, with_capacity
 from automation.cli.forgetting import forget_hint, forget_problem
 from automation.cli.progress import progress
 from automation.cli.stack_options import StackRun, kubeconfig_pairs
@@ -207,6 +207,7 @@ def run_stacks(run: StackRun) -> None:
     if unknown:
         click.echo(f"error: --kubeconfig names {', '.join(unknown)}, not an InferenceCluster of the fleet", err=True)
         raise SystemExit(2)
+    with_capacity(loaded.fleet, run.capacity, run.kubeconfig, run.state)
     host = Host(gateway_host(loaded.fleet, run.control_plane))  # decided once for this run: passed down
     executor = _open(run, loaded.fleet, parallel)
     record = executor.record

@@ -86,17 +86,20 @@ FLEET = click.option("--fleet", "fleet_name", default=None, envvar="MODELPLANE_F
                            "<NAME>_<stack> there (default: $MODELPLANE_FLEET, else unprefixed).")
 
 
+CAPACITY = click.option("--capacity", "capacity", default="declared", show_default=True, metavar="SOURCE",
+                        envvar="MODELPLANE_CAPACITY",
+                        help="Where each pool's free devices come from: declared (the manifests), live (read from "
+                             "each cluster that can be reached: its ResourceSlices, allocated claims and nodes; "
+                             "one that cannot keeps its declared capacity), or a snapshot FILE from `modelplane "
+                             "capacity save` (docs/scheduling.md).")
+
+
 def capacity_options(function):
     """`--capacity` (where free devices come from) and, for `live`, the clusters' `--kubeconfig`s."""
     function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
                             help="A cluster's kubeconfig, for --capacity live (Existing clusters' are also found "
                                  "as `up` finds them). Repeatable.")(function)
-    return click.option("--capacity", "capacity", default="declared", show_default=True, metavar="SOURCE",
-                        envvar="MODELPLANE_CAPACITY",
-                        help="Where each pool's free devices come from: declared (the manifests), live (read from "
-                             "each cluster that can be reached: its ResourceSlices, allocated claims and nodes; "
-                             "one that cannot keeps its declared capacity), or a snapshot FILE from `modelplane "
-                             "capacity save` (docs/scheduling.md).")(function)
+    return CAPACITY(function)
 
 
 def with_capacity(fleet, capacity: str, kubeconfig: tuple[str, ...], state: str) -> None:

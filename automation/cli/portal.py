@@ -81,8 +81,16 @@ def apply(paths, server, token_file, ca_file) -> None:
               help="The front proxy certificate's common names to accept (default: any the CA signed).")
 @executor_options("local: Pulumi engines on this host; operator: accepted changes become Stack objects on the "
                    "control-plane cluster's Pulumi Kubernetes Operator (no cloud credential on this host).")
+@click.option("--capacity", "capacity", default="declared", show_default=True, metavar="SOURCE",
+              envvar="MODELPLANE_CAPACITY",
+              help="Where each pool's free devices come from: declared, live (every cluster read again every "
+                   "--capacity-every seconds; one that cannot be read keeps its declared capacity), or a snapshot "
+                   "FILE from `modelplane capacity save` (docs/scheduling.md).")
+@click.option("--capacity-every", "capacity_every", type=click.FloatRange(5, 3600), default=60, show_default=True,
+              metavar="SECONDS", help="With --capacity live: seconds between reads.")
 def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval, state_dir, backend, tls_cert, tls_key,
-          tls_self_signed, requestheader_ca, allowed_names, executor, operator_settings) -> None:
+          tls_self_signed, requestheader_ca, allowed_names, executor, operator_settings, capacity,
+          capacity_every) -> None:
     """Run the self-service portal: a Kubernetes-shaped HTTP API and a web page."""
     import signal
     import threading
@@ -152,7 +160,8 @@ def serve(host, port, data_dir, tokens_file, database, no_apply, worker_interval
     try:
         run_portal(host, port, Path(data_dir), Path(tokens_file), database, not no_apply, worker_interval,
                    Path(state_dir), backend, announce=lambda: click.echo(banner), runner=runner,
-                   parallel=(OPERATOR if runner is not None else LOCAL).default_parallel, tls=tls, front_proxy=front_proxy)
+                   parallel=(OPERATOR if runner is not None else LOCAL).default_parallel, tls=tls, front_proxy=front_proxy,
+                   capacity=capacity, capacity_every=capacity_every)
     except (StartupError, TokensFileError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None

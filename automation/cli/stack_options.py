@@ -51,6 +51,7 @@ class StackRun:
     config: dict[str, str] | None = None
     verbose: bool = False  # list every deployability violation, those that follow from a failed program too
     forget: tuple[str, ...] = ()  # `up --prune --forget CLUSTER`: clusters gone with their API servers
+    capacity: str = "declared"  # where free devices come from (`--capacity`: declared, live or a snapshot file)
 
     @property
     def on_operator(self) -> bool:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from automation.cli.base import (
     BACKEND,
+    CAPACITY,
     EXIT_INVALID,
     FLEET,
     cli,
@@ -26,6 +27,7 @@ from automation.cli.base import (
     record_for_plan,
     state_option,
     summarised_base,
+    with_capacity,
 )
 from automation.cli.applying import refuse_fleet_autoscaled, run_stacks
 from automation.cli.stack_options import StackRun, kubeconfig_pairs, stack_settings
@@ -45,7 +47,7 @@ def _apply_options(function):
                             help="The InferenceCluster hosting the fleet gateway (default: the first by name whose "
                                  "cloud gives a LoadBalancer an address, GKE, EKS, AKS, Nebius, Vultr or Civo, else the first "
                                  "Existing one).")(function)
-    function = FLEET(state_option(function))
+    function = FLEET(state_option(CAPACITY(function)))
     function = click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE",
                             help="Stack config for the platform and gateway programs, as `pulumi config set` takes it "
                                  "(gcp:project=my-project, aws:profile=prod, any provider setting). Plain values only; "
@@ -153,6 +155,7 @@ def _preview_offline(run: StackRun, jobs: int | None, changed_against: tuple[str
     if changed_against:
         comparing(run.paths, changed_against, "--changed-against")
     loaded = load(run.paths)
+    with_capacity(loaded.fleet, run.capacity, run.kubeconfig, run.state)
     from workloads.render import v05_gateway_problems
 
     for problem in v05_gateway_problems(loaded.fleet):  # what `up` and `render` stop at, before any stack runs

@@ -32,6 +32,7 @@ from fleet.errors import ModelplaneError
 if TYPE_CHECKING:
     import socket
 
+    from automation.portal.capacity_refresh import CapacityRefresher
     from automation.portal.worker import ExecutorFactory
 
 log = logging.getLogger("modelplane.portal")
@@ -98,8 +99,11 @@ SHUTDOWN_WAIT = 10  # seconds
 def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str | None, apply: bool,
           worker_interval: float = 1.0, state_dir: Path = Path(".modelplane"), backend: str | None = None,
           announce: Callable[[], None] | None = None, runner: ExecutorFactory | None = None, parallel: int = 2, tls: tuple[Path, Path] | None = None,
-          front_proxy: FrontProxySettings | None = None) -> None:
+          front_proxy: FrontProxySettings | None = None, capacity: str = "declared",
+          capacity_every: float = 60.0) -> None:
     """Run the portal; `announce()` is called once it listens (a banner that never precedes a startup error).
+    `capacity`: where free devices come from (`declared`, `live`: every cluster read every `capacity_every`
+    seconds, or a snapshot file read once; docs/scheduling.md "Live capacity").
     `runner`: how accepted changes are applied (a worker RunnerFactory; default: Pulumi engines on this host).
     `tls`: (certificate, key) files to serve https with (kubectl sends a bearer token over TLS only).
     `front_proxy`: believe the API server's front proxy (an aggregated API, front_proxy.py); needs `tls`."""
@@ -135,6 +139,7 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
             writer.reload_tokens()  # its quotas
         signal.signal(signal.SIGHUP, reload)
     app = create_app(store, tokens, apply, front_proxy=front_proxy, writer=writer)
+    refresher = _capacity(app.state.portal, store, capacity, capacity_every, state_dir)
     worker = (Worker(store, state_dir, interval=worker_interval, runner=runner or pulumi_runner(backend),
                      parallel=parallel) if apply else None)
     if worker:
@@ -147,6 +152,35 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
                                       ssl_keyfile=tls[1] if tls else None,
                                       **(front_proxy.uvicorn() if front_proxy else {}))).run(sockets=[sock])
     finally:
+        if refresher is not None:
+            refresher.stop()
         writer.close()
         if worker:
             worker.stop()
+
+
+def _capacity(portal: Portal, store: Store, source: str, every: float, state_dir: Path) -> CapacityRefresher | None:
+    """The capacity the portal plans on: a snapshot handed over once, or live reads in the background (returned, to
+    be stopped). StartupError naming a snapshot that cannot be read."""
+    from automation.capacity.source import DECLARED, LIVE
+    from fleet.capacity import LiveCapacity
+
+    if source == DECLARED:
+        portal.writes.capacity("")  # a portal served with live capacity before plans on declared again
+        return None
+    if source != LIVE:
+        try:
+            text = Path(source).read_text()
+            LiveCapacity.from_json(text)
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"--capacity {source}: {getattr(exc, 'strerror', None) or exc}") from None
+        portal.writes.capacity(text)
+        return None
+    from automation.capacity.read import kube_reader, kubeconfig_paths, read_capacity
+    from automation.portal.capacity_refresh import CapacityRefresher
+
+    refresher = CapacityRefresher(
+        store, lambda fleet: read_capacity(fleet, kube_reader(kubeconfig_paths(fleet, {}, state_dir))),
+        portal.writes.capacity, every)
+    refresher.start()
+    return refresher

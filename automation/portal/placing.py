@@ -17,11 +17,12 @@ from typing import Iterator
 
 from sqlalchemy.engine import Connection
 
-from automation.portal.state import RESOURCE_VERSION
+from automation.portal.state import CAPACITY, RESOURCE_VERSION
 from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
 from automation.planning.stacks import rendered_problems
 from fleet.api import KINDS, ModelDeployment, Resource
+from fleet.capacity import LiveCapacity
 from fleet.incremental import FleetLedger
 from fleet.plan import Plan
 from fleet.plan_output import plan_to_dict
@@ -74,7 +75,9 @@ class Placing:
             kept = self._objects.get(key) if self._stored.get(key) == stored[key] else None
             objects[key] = kept or _validated(body)
         reserved = [replica_from_dict(r) for r in json.loads(store.reservations_text(conn))]
-        self._ledger = FleetLedger(Fleet(objects=list(objects.values())), reserved, self._memo)
+        capacity = CAPACITY.text(conn)  # a change of it moves the ledger's version (Writes.capacity)
+        live = LiveCapacity.from_json(capacity) if capacity else None
+        self._ledger = FleetLedger(Fleet(objects=list(objects.values()), live=live), reserved, self._memo)
         self._objects, self._stored, self._version = objects, stored, version
         self._platform_objects = None
 

@@ -16,14 +16,15 @@ from typing import Callable, NamedTuple
 from sqlalchemy.engine import Connection
 
 from automation.planning.conditions import snapshot
-from automation.portal.state import (APPLIED, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS, RESOURCE_VERSION,
-                                     SNAPSHOT, SNAPSHOT_VERSION)
+from automation.portal.state import (APPLIED, CAPACITY, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS,
+                                     RESOURCE_VERSION, SNAPSHOT, SNAPSHOT_VERSION)
 from automation.portal.auth import Quota
 from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
 from automation.planning.plan_cache import PlanCache
 from automation.planning.stacks import changes, desired_state
 from fleet.api import KINDS, Resource
+from fleet.capacity import LiveCapacity
 from fleet.errors import ModelplaneError
 from fleet.loader import parse_text
 from fleet.plan import Plan
@@ -205,19 +206,21 @@ class ReplanResult:
 
 Subject = tuple[str, str, str]  # the written object: kind, namespace, name
 # what compute_replan reads, as stored: objects' texts, reservations, desired fingerprints, applied fingerprints,
-# apply, the written object, the clusters' gateway addresses (replan_inputs)
-ReplanInputs = tuple[list[str], str, str, str, bool, Subject | None, str]
+# apply, the written object, the clusters' gateway addresses, their live capacity (replan_inputs)
+ReplanInputs = tuple[list[str], str, str, str, bool, Subject | None, str, str]
 Compute = Callable[..., ReplanResult]  # compute_replan, here or in the replan worker's process
 
 
 def compute_replan(stored: list[str], placements: str, desired_before: str, applied: str, apply: bool,
-                   subject: Subject | None = None, gateways: str = "{}") -> ReplanResult:
+                   subject: Subject | None = None, gateways: str = "{}", capacity: str = "") -> ReplanResult:
     """The pure part of a replan, on plain JSON-able inputs and outputs, so that it can run in another
     process (the portal's replan worker: the CPU-heavy planning then never holds the interpreter that
     answers reads). `gateways`: the clusters' gateway addresses as the record says (the worker's copy), so an
-    endpoints stack's fingerprint is the one its program records and an unrelated write queues nothing."""
+    endpoints stack's fingerprint is the one its program records and an unrelated write queues nothing.
+    `capacity`: the clusters' live capacity as last read (a snapshot's JSON; "": declared)."""
     warm = WARM
     fleet = load_fleet([json.loads(b) for b in stored], warm.validated)  # texts as stored: decoded here
+    fleet.live = LiveCapacity.from_json(capacity) if capacity else None
     reserved = [replica_from_dict(p) for p in json.loads(placements or "[]")]
     addresses = Gateways(json.loads(gateways or "{}"))
     desired = desired_state(fleet, reserved, cache=warm.cache, gateways=addresses)
@@ -271,7 +274,7 @@ def replan(store: Store, conn: Connection, apply: bool) -> None:
 
 def replan_inputs(store: Store, conn: Connection, apply: bool, subject: Subject | None = None) -> ReplanInputs:
     return (store.list_texts(conn), store.reservations_text(conn), DESIRED.text(conn), APPLIED.text(conn), apply, subject,
-            CLUSTER_GATEWAYS.text(conn))
+            CLUSTER_GATEWAYS.text(conn), CAPACITY.text(conn))
 
 
 def compute_for(store: Store, conn: Connection, apply: bool, compute: Compute | None = None,

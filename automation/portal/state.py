@@ -78,6 +78,10 @@ SNAPSHOT_VERSION = _number("snapshotVersion")  # moves with each stored snapshot
 DESIRED: Key[dict[str, str]] = _json("desired", "{}")  # each stack's desired fingerprint
 PLANNED = _number("planned")  # the resourceVersion the stored replan read the fleet at
 PROBLEMS: Key[list[str]] = _json("problems", "[]")  # objects a cluster would reject: no run is queued
+# the clusters' live capacity as last read (fleet/capacity.py's snapshot JSON; "": declared), and its digest when it
+# last changed what a plan places on (a read that finds the same free devices changes only the time shown)
+CAPACITY = _text("capacity")
+CAPACITY_DIGEST = _text("capacityDigest")
 
 # ---- the worker's copy of the record (automation/portal/worker.py) ----------------------------------------------
 APPLIED: Key[dict[str, str | None]] = _json("applied", "{}")  # each applied stack's fingerprint

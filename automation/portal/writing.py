@@ -241,6 +241,25 @@ class Writes:
         self._replanned(one_deployment)
         return answer
 
+    @forwarded
+    def capacity(self, text: str) -> bool:
+        """The clusters' live capacity as just read (a snapshot's JSON): stored for the page; when what it places on
+        changed, the ledger's version moves (the next write loads the fleet with it) and the fleet is replanned.
+        Returns whether it changed."""
+        from automation.portal.state import CAPACITY, CAPACITY_DIGEST
+        from fleet.capacity import LiveCapacity
+
+        digest = LiveCapacity.from_json(text).digest() if text else ""
+        with self.placing.write(self.store) as conn:
+            CAPACITY.set_text(conn, text)
+            changed = CAPACITY_DIGEST.text(conn) != digest
+            if changed:
+                CAPACITY_DIGEST.set_text(conn, digest)
+                self.store.bump_ledger(conn)
+        if changed and self.replanner is not None:
+            self.replanner.want()
+        return changed
+
     def _replanned(self, alone: bool) -> None:
         """After a committed write: one deployment placed alone wants the fleet planned after it; a write replanned
         in full has been."""

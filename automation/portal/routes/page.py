@@ -24,6 +24,7 @@ from automation.portal.guard import Caller
 from automation.portal.portal import Portal
 from automation.portal.sessions import COOKIE
 from automation.portal.service import PLURALS, ApiError
+from automation.portal.state import CAPACITY
 from automation.portal.store import Store
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
@@ -120,7 +121,8 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
         run_rows = [r for r in store.list_runs(conn, 50) if portal.sessions.visible_stack(person, r["stack"])]
         held = portal.reads.held_back(conn) if person.admin else []  # they may name any team's objects
         quotas = _quotas(portal, person, store, conn)
-    pool_rows = pool_capacity(clusters, classes, plan, observed)
+        capacity = CAPACITY.text(conn)
+    pool_rows = pool_capacity(clusters, classes, plan, observed, capacity)
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
               "total": sum(p["total"] for p in pool_rows), "deployments": len(visible),
               "unprovisioned": len({p["cluster"] for p in pool_rows if not p["provisioned"]})}
@@ -320,10 +322,12 @@ class Paged:
 
 
 def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict,
-                  observed: conditions.Observed | None = None) -> list[dict]:
+                  observed: conditions.Observed | None = None, capacity: str = "") -> list[dict]:
     """Per pool: claimable devices in total and claimed by placed replicas, as the scheduler counts them
     (`fleet.inventory`: a cluster's published `status.gpuPools` win over its declared node pools), and whether
-    its cluster is provisioned (its platform stack applied): a cluster that never was offers nothing yet."""
+    its cluster is provisioned (its platform stack applied): a cluster that never was offers nothing yet.
+    `capacity`: the clusters' live capacity as last read (`serve --capacity`): then each row also says where its
+    free devices come from (`live`: "live, read <time>", else why declared), what is free now and what others hold."""
     from fleet.stack_id import StackId
 
     applied = observed.applied if observed is not None else {}
@@ -334,6 +338,18 @@ def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict,
                 key = (r["cluster"], m["pool"])
                 used[key] = used.get(key, 0) + m["nodes"] * sum(m["devices"].values())
     objects = [KINDS[body["kind"]][0].model_validate(body) for body in clusters + classes]
+    live: dict[tuple[str, str], dict] = {}
+    if capacity:
+        from fleet.capacity import LiveCapacity
+        from fleet.live_capacity import capacity_to_dict
+
+        for c in capacity_to_dict(Fleet(objects=objects), LiveCapacity.from_json(capacity)):
+            source = f"live, read {c['readAt']}" if c["source"] == "live" else f"declared: {c.get('problem', '')}"
+            for p in c["pools"]:
+                live[c["cluster"], p["name"]] = {
+                    "source": source, "liveFree": sum(p["free"].values()),
+                    "heldByOthers": sum((p.get("others") or {}).values()),
+                    "notCounted": ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items()))}
     rows = []
     for cluster in build_clusters(Fleet(objects=objects)):
         for pool in cluster.pools:
@@ -342,5 +358,6 @@ def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict,
             provisioned = str(StackId.platform(cluster.name)) in applied
             rows.append({"cluster": cluster.name, "pool": pool.name, "nodes": pool.nodes, "total": total,
                          "used": claimed, "free": total - claimed, "provisioned": provisioned,
-                         "state": "provisioned" if provisioned else "not provisioned yet"})
+                         "state": "provisioned" if provisioned else "not provisioned yet",
+                         **live.get((cluster.name, pool.name), {})})
     return rows
