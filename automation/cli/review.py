@@ -17,8 +17,9 @@ import click
 
 from fleet.validate import LoadMemo
 
-from automation.cli.base import (EXIT_INVALID, cli, comparing, gateway_host, paths_option, record_for_plan,
-                                 record_options, summarised_base, what_the_record_lacks)
+from automation.cli.base import (EXIT_INVALID, capacity_options, cli, comparing, gateway_host, paths_option,
+                                 record_for_plan, record_options, summarised_base, what_the_record_lacks,
+                                 with_capacity)
 
 if TYPE_CHECKING:
     from automation.record.applied import Applied
@@ -46,10 +47,11 @@ def _errors(paths: tuple[str, ...], memo: LoadMemo):
 @click.option("--no-cache", "no_cache", is_flag=True,
               help="Plan the base afresh, neither reading nor writing its cached summary ($MODELPLANE_CACHE_DIR, "
                    "else ~/.cache/modelplane).")
+@capacity_options
 @record_options
 def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, control_plane: str | None,
            jobs: int | None, no_cache: bool, state: str, fresh: bool, backend: str | None, fleet_name: str | None,
-           executor: str, operator_settings: str) -> None:
+           executor: str, operator_settings: str, capacity: str, kubeconfig: tuple[str, ...]) -> None:
     """Write the pull-request comment for a change of the manifests: validation errors, the deployability check,
     clusters destroyed, stack changes and replica moves. Both sides are planned with the record of what is applied,
     as `plan --against` plans them (--backend; the comment says so first when it cannot be read). Exit 1 when the
@@ -61,6 +63,7 @@ def review(paths: tuple[str, ...], against: tuple[str, ...], out: str | None, co
     loaded, result.problems = _errors(paths, memo)
     _, result.base_problems = _errors(against, memo)
     if not result.problems and not result.base_problems:
+        with_capacity(loaded.fleet, capacity, kubeconfig, state)
         applied = record_for_plan(state, backend, fleet_name, executor, operator_settings, fresh)
         result.warnings += what_the_record_lacks(applied, fresh, backend, executor)
         result.guessed = applied.guessed
@@ -87,7 +90,8 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
 
     # both sides planned with the record, as `plan --against` plans them: a replica `up` keeps stays in both
     recorded, gateways = applied.placements(), applied.gateways()
-    base = summarised_base(against, recorded, None if no_cache else BaseCache(), control_plane, gateways)
+    base = summarised_base(against, recorded, None if no_cache else BaseCache(), control_plane, gateways,
+                           live=fleet.live)
     result.comparison = compare(None, fleet, recorded=recorded, base=base, control_plane=control_plane)
     host = gateway_host(fleet, control_plane)
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}

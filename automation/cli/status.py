@@ -10,6 +10,7 @@ import click
 from automation.cli.base import (
     BACKEND,
     FLEET,
+    capacity_options,
     cli,
     executor_options,
     gateway_host,
@@ -18,6 +19,7 @@ from automation.cli.base import (
     paths_option,
     read_record,
     state_option,
+    with_capacity,
 )
 from automation.execution.run_status import RunStatus
 
@@ -103,8 +105,9 @@ def _service_addresses(prepared, applied: dict, v05: bool = False) -> list[dict]
                    "seconds) until every stack is up to date, or Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
               help="With --watch: seconds between reads of the record.")
+@capacity_options
 def status(paths, output, control_plane, state, executor, operator_settings, fleet_name, backend, watch,
-           interval) -> None:
+           interval, capacity, kubeconfig) -> None:
     """Which stacks are applied, which are pending, and what is unscheduled (from the record; without the Pulumi
     CLI, from its local cache, and it says so)."""
     from automation.execution.session import prepare
@@ -114,6 +117,7 @@ def status(paths, output, control_plane, state, executor, operator_settings, fle
         click.echo("error: --watch follows the table; use -o table", err=True)
         raise SystemExit(2)
     loaded = load(paths)
+    with_capacity(loaded.fleet, capacity, kubeconfig, state)  # as `up --capacity` placed, or it shows moves
     host = gateway_host(loaded.fleet, control_plane)
     record, on_operator = _record_and_operator(state, backend, fleet_name, executor, operator_settings)
     read = read_record(record)
