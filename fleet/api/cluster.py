@@ -155,9 +155,10 @@ class PlacementMetadata(Strict):
 
 
 class FoldBack(Strict):
-    # Not in the reference's API (an optional addition): at most this many replicas leave this cluster in one plan
-    # to fold back to a cluster of a lower tier once it has room again (0: none ever leaves this cluster so).
-    maxPerPlan: Annotated[int, Int(0)] = 1
+    """How replicas leave this cluster for a cluster of a lower tier that has room again (an optional addition)."""
+
+    maxPerPlan: Annotated[int, Int(0)] = Field(default=1, description="At most this many replicas leave this cluster in one "
+                                               "plan to fold back to a lower tier (0: none ever does).")
 
 
 class Placement(Strict):
@@ -165,10 +166,11 @@ class Placement(Strict):
     ModelEndpoint composed on it, so a ModelService can select by region or any other fact."""
 
     metadata: PlacementMetadata | None = None
-    # Not in the reference's API (optional additions, docs/scheduling.md#tiers): the cluster's cost tier, lowest
-    # first (by convention 0 on-premise or reserved, 1 cloud on-demand, 2 spot). New replicas fill the lowest tier
-    # with room and spill upward; kept replicas fold back down when a lower tier has room again.
-    tier: Annotated[int, Int(0, 9)] = 0
+    # Not in the reference's API (optional additions, docs/scheduling.md#tiers-spill-and-fold-back)
+    tier: Annotated[int, Int(0, 9)] = Field(
+        default=0, description="The cluster's cost tier, lowest first (by convention 0 on-premise or reserved, 1 cloud "
+        "on-demand, 2 spot): new replicas fill the lowest tier with room and spill upward; kept replicas fold back "
+        "down when a lower tier has room again.")
     foldBack: FoldBack | None = None
 
     @property
