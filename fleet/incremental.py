@@ -4,7 +4,10 @@ The portal answers a write to one ModelDeployment inside the request. It keeps a
 reservation charged to its cluster exactly as the scheduler's charge phase would charge it (the same
 retain rules, the same order), cluster by cluster. A write takes the deployment's replicas off the clusters
 they were on, retains and charges them again under the new spec, and fills what is missing against the
-ledger, with the scheduler's own rules (fewest replicas of the deployment, then tightest fit, then name).
+ledger, with the scheduler's own rules (lowest tier with room, then fewest replicas of the deployment, then
+tightest fit, then name), then folds the deployment's replicas back to lower tiers with the scheduler's own
+fold-back (`Scheduler.place_one`; each write counts `foldBack.maxPerPlan` afresh, where a whole plan counts it
+across every deployment: the background replan is the authority).
 
 That is the full plan's answer for the deployment whenever no other deployment competes for what the write
 frees: the full plan fills the others first only when they are larger, and they could only take capacity

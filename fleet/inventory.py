@@ -86,6 +86,8 @@ class ClusterView:
     cache_storage_class: str | None = None  # the RWX StorageClass caches stage to; None: caches cannot stage here
     source: str = "Existing"
     stack: str = "Standard"  # spec.stack: Standard, or Dynamo (fleet/backends.on_dynamo_stack)
+    tier: int = 0  # spec.placement.tier: new replicas fill the lowest tier with room first (fleet/scheduler.py)
+    fold_back_limit: int = 1  # spec.placement.foldBack.maxPerPlan: replicas that may leave for a lower tier per plan
 
 
 def device_from_spec(device) -> PoolDevice:
@@ -164,5 +166,6 @@ def build_clusters(fleet: Fleet) -> list[ClusterView]:
                 pools.append(PoolView(ic.name, np.name, np.capacity_nodes, of_class[np.className], np.className))
         views.append(ClusterView(ic.name, dict(ic.metadata.labels or {}), tuple(ic.spec.taints or ()),
                                  ready, not_ready, address, tuple(pools), ic.status is not None,
-                                 cache_storage_class(ic), ic.spec.cluster.source, ic.spec.stack or "Standard"))
+                                 cache_storage_class(ic), ic.spec.cluster.source, ic.spec.stack or "Standard",
+                                 ic.spec.tier, ic.spec.fold_back_limit))
     return views

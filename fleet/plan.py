@@ -29,6 +29,7 @@ class Cause(str, Enum):
     NO_CLUSTERS = "no-clusters"
     DEPLOYMENT_REMOVED = "deployment-removed"  # a comparison's: the deployment is gone from the head
     PLANNED_AFRESH = "planned-afresh"  # a comparison's: no record kept the replica where it was
+    FOLDED_BACK = "folded-back"  # moved down to a cluster of a lower tier that has room again (its replacement named)
 
 
 class Reason(str):
@@ -56,6 +57,11 @@ def scaled_down(replicas: int) -> Reason:
 
 def blocked(why: str) -> Reason:
     return Reason(Cause.BLOCKED, why)
+
+
+def folded_back(replacement: str, cluster: str, tier: int, was: int) -> Reason:
+    return Reason(Cause.FOLDED_BACK, f"folded back from tier {was} to {cluster} (tier {tier}), which has room again, "
+                                     f"as replica {replacement}")
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,7 @@ class Dropped:
     cluster: str
     index: int
     reason: Reason
+    replacement: str = ""  # the replica placed in its stead, when it moved within the plan (folded back)
 
 
 @dataclass

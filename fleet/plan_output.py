@@ -44,8 +44,11 @@ def plan_to_dict(plan: Plan, explain: bool = False) -> dict:
         "replicas": replicas,
         "unscheduled": [{"deployment": u.deployment, "missing": u.missing, "reasons": [str(r) for r in u.reasons]}
                         for u in plan.unscheduled],
+        # the reason as plain text (YAML writes it too); a replica that moved within the plan (folded back to a
+        # lower tier) also names its replacement
         "dropped": [{"deployment": d.deployment, "name": d.name, "cluster": d.cluster, "index": d.index,
-                     "reason": str(d.reason)} for d in plan.dropped],  # plain text: YAML writes it too
+                     "reason": str(d.reason), **({"replacement": d.replacement} if d.replacement else {})}
+                    for d in plan.dropped],
     }
     if explain:
         out["explain"] = {k: v for k, v in sorted(plan.explain.items())}

@@ -6,15 +6,26 @@ For the whole fleet at once, with one device ledger:
    cluster, index) stays where it is unless its cluster is gone, no longer selected or
    draining (NoExecute), it duplicates another, or its template no longer matches its
    pools. Degraded clusters keep their replicas.
-2. Scale down: the most loaded cluster loses a replica first, then the later cluster
-   name, then the highest index.
+2. Scale down: the highest tier loses a replica first, then the most loaded cluster, then
+   the later cluster name, then the highest index.
 3. Charge kept replicas to the ledger at their current shape, unchanged ones first; a
    replica whose shape grew and no longer fits where it is gets re-placed. Nothing is
    ever overcommitted.
 4. Fill, one replica per deployment per round (larger deployments first in a round, so
    scarce capacity is shared and big gangs are not starved by crumbs): each new replica
-   goes to the ready, selected, untainted cluster with the fewest replicas of its
-   deployment, then the tightest fit, then the cluster name.
+   goes to the ready, selected, untainted cluster of the lowest tier (spec.placement.tier)
+   with room, then with the fewest replicas of its deployment, then the tightest fit, then
+   the cluster name. So new replicas spill upward only when the lower tiers are full; a
+   kept replica never moves up because a lower tier has room or lacks it.
+5. Fold back: a kept replica of a deployment that has all its replicas placed moves to a
+   cluster of a strictly lower tier that has room (best by the fill's rank), at most
+   spec.placement.foldBack.maxPerPlan replicas leaving each cluster per plan (default 1),
+   deployments in fill order, then the highest tier, the cluster name and the index first.
+   The new replica is placed first and the old one is dropped (FOLDED_BACK), so the
+   deployment never has fewer replicas than before. Hysteresis: a fold-back is made only if
+   the target still has room for one more replica of the same shape after it, so lower-tier
+   capacity that hovers within one replica of the boundary never moves a replica back and
+   forth (it spills a new replica up at most once, and never folds it back).
 
 Every replica that cannot be placed gets reasons per cluster; every dropped replica gets
 the reason it moved.
@@ -38,7 +49,8 @@ from fleet.names import replica_name
 from fleet.memory import RecordedReplica, recorded_from_model_replica
 from fleet.ledger import PoolState
 from fleet.placement import MAX_ASSIGNMENTS, UNKNOWN, Placer, ReplicaPlacement, one_engine_replica
-from fleet.plan import Cause, Dropped, PlacedReplica, Plan, Reason, Unscheduled, blocked, cluster_gone, scaled_down
+from fleet.plan import (Cause, Dropped, PlacedReplica, Plan, Reason, Unscheduled, blocked, cluster_gone, folded_back,
+                        scaled_down)
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
 
@@ -234,7 +246,8 @@ class _Ranking:
         return one_engine_replica(cluster.name, engine, pool, nodes) if engine is not None else None
 
     def best(self, load: Counter) -> tuple | None:
-        """(rank, cluster, placement, nodes) of the best rank (replicas of the deployment here, score, name)."""
+        """(rank, cluster, placement, nodes) of the best rank ((tier,) replicas of the deployment here, score, name);
+        `_fill` asks one ranking per tier, lowest first, so the tier is the cluster's, never compared here."""
         heap = self.heap
         loaded = []
         found = None
@@ -266,7 +279,7 @@ class _Ranking:
         if found is None:
             return None
         score, name, _, cluster, placement, nodes = found
-        return (load[name], score, name), cluster, placement, nodes
+        return (cluster.tier, load[name], score, name), cluster, placement, nodes
 
 
 PLATFORM_KINDS = ("InferenceClass", "InferenceCluster", "ModelCache")  # what placement reads besides deployments
@@ -348,6 +361,7 @@ class Scheduler:
         self.pool_views = {(c.name, p.name): p for c in self.clusters for p in c.pools}
         self._shape_ids: dict[tuple, tuple[int, tuple]] = self.memo.shape_ids if self.memo else {}
         self._candidate_sets: dict[tuple, list[ClusterView]] = {}  # (selector, tolerations, cache?) -> candidates
+        self._tier_groups: dict[int, list[list[ClusterView]]] = {}  # id(candidates) -> them by tier (_by_tier)
         self._unselected_by: dict[tuple, dict[str, str]] = {}  # selector -> cluster -> why it is not selected
         self._reasons_by: dict[tuple, list[Reason]] = {}  # see _reasons; keyed by interned ledger states
         self._pool_sources: dict[int, _PoolSource] = {}  # shape of one engine -> see pool_source (one fill)
@@ -522,10 +536,11 @@ class Scheduler:
                 drops.append((r, problem))
             else:
                 kept.append((r, pins))
-        # scale down: most loaded cluster first, then later cluster name, then highest index
+        # scale down: highest tier first, then most loaded cluster, then later cluster name, then highest index
         while len(kept) > d.md.spec.replicas:
             load = Counter(r.cluster for r, _ in kept)
-            victim = max(kept, key=lambda item: (load[item[0].cluster], item[0].cluster, item[0].index))
+            victim = max(kept, key=lambda item: (self.by_name[item[0].cluster].tier, load[item[0].cluster],
+                                                 item[0].cluster, item[0].index))
             kept.remove(victim)
             drops.append((victim[0], scaled_down(d.md.spec.replicas)))
         return kept, drops
@@ -602,6 +617,16 @@ class Scheduler:
         return [c for c in self.clusters if c.ready and _selected(c, d.selector)
                 and (c.cache_storage_class or not d.cache)
                 and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
+
+    def _by_tier(self, candidates: list[ClusterView]) -> list[list[ClusterView]]:
+        """The candidates in groups of one tier, lowest first: the candidates themselves when they share one (every
+        fleet without tiers), so the fill ranks them exactly as before tiers."""
+        found = self._tier_groups.get(id(candidates))  # candidate lists are shared and live as long as the plan
+        if found is None:
+            tiers = sorted({c.tier for c in candidates})
+            found = [candidates] if len(tiers) <= 1 else [[c for c in candidates if c.tier == t] for t in tiers]
+            self._tier_groups[id(candidates)] = found
+        return found
 
     def _ranking(self, d: Deployment, candidates: list[ClusterView], rankings: dict[tuple, _Ranking]) -> _Ranking:
         key = (d.shape_id, id(candidates))  # candidate lists are shared per (selector, tolerations, cache?)
@@ -739,18 +764,23 @@ class Scheduler:
             for d in active:
                 best = None
                 tried = []
+                refused: list[tuple[ClusterView, object]] = []  # candidates without room, for the explanation
                 load = loads[d.key]
                 if self.explain:  # every candidate's rank, for the explanation
                     for c in candidates[d.key]:
                         placement, detail = self._place(d, c)
                         if placement is None:
+                            refused.append((c, detail))
                             continue
-                        rank = (load[c.name], placement.score.key(), c.name)
+                        rank = (c.tier, load[c.name], placement.score.key(), c.name)
                         if best is None or rank < best[0]:
                             best = (rank, c, placement, detail)
                         tried.append(rank)
-                else:
-                    best = self._ranking(d, candidates[d.key], rankings).best(load)
+                else:  # the lowest tier with room wins: one ranking per tier (one in a fleet of one tier)
+                    for group in self._by_tier(candidates[d.key]):
+                        best = self._ranking(d, group, rankings).best(load)
+                        if best is not None:
+                            break
                 if best is None:
                     reasons = self._reasons(d)
                     self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], tuple(reasons)))
@@ -768,6 +798,7 @@ class Scheduler:
                                                         self._backends(d, cluster.name, placement), "new", d.engines))
                 if self.explain:
                     self._explain_choice(d, name, cluster.name, best[0], sorted(tried))
+                    self._explain_lower_tiers(d, name, cluster, refused)
                     explained.add(d.key)
                     for reason in ineligible:
                         self._note(d, f"not eligible: {reason}")
@@ -779,18 +810,102 @@ class Scheduler:
         if self.memo:  # the next plan keeps the starting entries this one used, and lets go of the others
             self.placer.rankings = {r.key: self.placer.rankings[r.key] for r in rankings.values()}
 
+    def _fold_back(self) -> None:
+        """Phase 5 (the module's doc): deployments in fill order, each cluster letting at most its
+        `fold_back_limit` replicas go in the whole plan. Nothing to do in a fleet of one tier."""
+        if len({c.tier for c in self.clusters}) < 2:
+            return
+        short = {u.deployment for u in self.plan.unscheduled}
+        by_deployment: dict[str, list[PlacedReplica]] = defaultdict(list)
+        for r in self.plan.replicas:
+            by_deployment[r.key].append(r)
+        left: Counter[str] = Counter()
+        for d in self.deployments:
+            if d.key not in short:
+                self._fold_back_one(d, by_deployment.get(d.key, []), left)
+
+    def _fold_back_one(self, d: Deployment, replicas: list[PlacedReplica], left: Counter) -> None:
+        """Move `d`'s kept replicas (`replicas`: all it has placed in this plan) down to lower tiers with room and
+        headroom, highest tier first, then by cluster and index; `left`: replicas that left each cluster so far in
+        this plan. The new replica is placed and charged before the old one is dropped (the old one's devices stay
+        charged: it runs until its replacement does)."""
+        if d.blocked or len(replicas) < d.md.spec.replicas:
+            return
+        candidates = self._candidates(d)
+        if not candidates:
+            return
+        lowest = min(c.tier for c in candidates)
+        movable = sorted((r for r in replicas if r.state == "kept" and self.by_name[r.cluster].tier > lowest),
+                         key=lambda r: (-self.by_name[r.cluster].tier, r.cluster, r.index))
+        load = Counter(r.cluster for r in replicas)
+        used: dict[str, set[int]] = defaultdict(set)
+        for r in replicas:
+            used[r.cluster].add(r.index)
+        for r in movable:
+            source = self.by_name[r.cluster]
+            if left[source.name] >= source.fold_back_limit:
+                continue
+            target = self._fold_target(d, source.tier, candidates, load)
+            if target is None:  # nor for any later replica: their tiers are no higher, the ledger no emptier
+                return
+            cluster, placement = target
+            index = next(i for i in range(len(used[cluster.name]) + 1) if i not in used[cluster.name])
+            used[cluster.name].add(index)
+            load[cluster.name] += 1
+            load[source.name] -= 1
+            left[source.name] += 1
+            name = replica_name(d.name, cluster.name, index)
+            self.plan.replicas.append(PlacedReplica(d.namespace, d.name, index, name, cluster.name, placement,
+                                                    self._backends(d, cluster.name, placement), "new", d.engines))
+            self.plan.replicas.remove(r)
+            reason = folded_back(name, cluster.name, cluster.tier, source.tier)
+            self.plan.dropped.append(Dropped(d.key, r.name, r.cluster, r.index, reason, name))
+            self._note(d, f"replica {r.name} ({r.cluster}#{r.index}) dropped: {reason}")
+
+    def _fold_target(self, d: Deployment, below: int, candidates: list[ClusterView], load: Counter):
+        """The best candidate of a tier below `below` (by the fill's rank) that takes one more replica of `d` and
+        would still have room for another after it, with the replica charged there; None when none has. The room
+        for another is the hysteresis: capacity within one replica of the boundary never folds a replica back."""
+        fitting = []
+        for c in candidates:
+            if c.tier < below:
+                placement, nodes = self._place(d, c)
+                if placement is not None:
+                    fitting.append(((c.tier, load[c.name], placement.score.key(), c.name), c, placement, nodes))
+        for _, c, placement, nodes in sorted(fitting, key=lambda f: f[0]):
+            before = dict(self.states[c.name]), self.state_id[c.name]
+            self._apply(c.name, nodes)
+            if self._place(d, c)[0] is not None:
+                return c, placement
+            self.states[c.name], self.state_id[c.name] = before
+        return None
+
     def _explain_choice(self, d: Deployment, name: str, cluster: str, rank, tried) -> None:
         def fmt(r):
-            load, (mem, stranded, devices), cname = r
-            # the score, lowest first: this deployment's replicas already there (spread), the device memory the
-            # replica claims, and what it would leave stranded (memory and devices no other replica shape can use)
-            return (f"{cname} (score: {load} replica(s) of it already there, claims {mem / 2**30:.0f}Gi of device "
-                    f"memory, leaves {stranded / 2**30:.0f}Gi and {devices} device(s) stranded)")
+            tier, load, (mem, stranded, devices), cname = r
+            # the rank, lowest first: the cluster's tier, this deployment's replicas already there (spread), the
+            # device memory the replica claims, and what it would leave stranded (memory and devices no other
+            # replica shape can use)
+            return (f"{cname}, tier {tier} (score: {load} replica(s) of it already there, claims {mem / 2**30:.0f}Gi of "
+                    f"device memory, leaves {stranded / 2**30:.0f}Gi and {devices} device(s) stranded)")
         others = [fmt(r) for r in tried if r != rank][:4]
         line = f"replica {name} placed on {fmt(rank)}"
         if others:
             line += "; next best: " + ", ".join(others)
         self._note(d, line)
+
+    def _explain_lower_tiers(self, d: Deployment, name: str, cluster: ClusterView, refused: list) -> None:
+        """Why a replica placed above its lowest candidate tier is not lower: each lower tier's candidates had no
+        room (the placer's reasons, summarised as an unscheduled replica's are)."""
+        below: dict[int, list] = defaultdict(list)
+        for c, detail in refused:
+            if c.tier < cluster.tier:
+                below[c.tier].append((c, detail))
+        for tier, refusing in sorted(below.items()):
+            names = [c.name for c, _ in refusing]
+            shown = ", ".join(names[:LISTED]) + (f", ... ({len(names)} clusters)" if len(names) > LISTED else "")
+            why = summarise([found for _, detail in refusing for found in detail.located()])
+            self._note(d, f"replica {name} not on tier {tier} ({shown}): no room" + (f": {'; '.join(why)}" if why else ""))
 
     # ---- one deployment at a time (fleet/incremental.py's FleetLedger) ------------------------------------
     # The ledger keeps each cluster's kept replicas itself and asks the scheduler to build a deployment, retain
@@ -832,8 +947,9 @@ class Scheduler:
 
     def place_one(self, d: Deployment, placed: list[tuple[RecordedReplica, ReplicaPlacement]]) -> None:
         """The fill for one deployment, into this scheduler's plan: its kept replicas (`placed`, charged), then each
-        missing replica on the candidate with the fewest replicas of the deployment, then the tightest fit, then
-        the name; what finds no place is unscheduled, with why."""
+        missing replica on the candidate of the lowest tier with room, then with the fewest replicas of the
+        deployment, then the tightest fit, then the name; what finds no place is unscheduled, with why. Then its
+        fold-back, as a whole plan's (`_fold_back_one`), with this write's own per-cluster limits."""
         load: Counter[str] = Counter()
         used: dict[str, set[int]] = defaultdict(set)
         for r, placement in placed:
@@ -842,18 +958,16 @@ class Scheduler:
             self.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,
                                                     self._backends(d, r.cluster, placement), "kept", d.engines))
         missing = d.md.spec.replicas - len(placed)
-        if missing <= 0:
-            return
-        if d.blocked:
+        if missing > 0 and d.blocked:
             self.plan.unscheduled.append(Unscheduled(d.key, missing, (blocked(d.blocked),)))
             return
         candidates = self._candidates(d)
-        while missing:
+        while missing > 0:
             best = None
             for c in candidates:
                 placement, nodes = self._place(d, c)
                 if placement is not None:
-                    rank = (load[c.name], placement.score.key(), c.name)
+                    rank = (c.tier, load[c.name], placement.score.key(), c.name)
                     if best is None or rank < best[0]:
                         best = (rank, c, placement, nodes)
             if best is None:
@@ -868,11 +982,13 @@ class Scheduler:
                                                     cluster.name, placement, self._backends(d, cluster.name, placement),
                                                     "new", d.engines))
             missing -= 1
+        self._fold_back_one(d, [r for r in self.plan.replicas if r.key == d.key], Counter())
 
     def run(self) -> Plan:
         kept = self._retain()
         kept_by_deployment = self._charge_kept(kept)
         self._fill(kept_by_deployment)
+        self._fold_back()
         # a Dynamo-stack cluster may serve a replica otherwise than its deployment says: say which
         other = defaultdict(list)
         for r in self.plan.replicas if self.explain else ():

@@ -217,6 +217,7 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
     before = {r.name: r for r in summary.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
+    replaced_by = {d.name: d.replacement for d in head_plan.dropped if d.replacement}  # folded back: named
     wanted = {f"{md.namespace}/{md.name}": md.spec.replicas for md in head_fleet.of("ModelDeployment")}
     placed_before = Counter(r.key for r in summary.replicas)
     in_record = {r.name for r in recorded}
@@ -241,7 +242,11 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
             reason = Reason(Cause.PLANNED_AFRESH,
                             f"planned afresh, with no record of what is applied to keep it on {b.cluster}")
         removed = reason.cause is Cause.DEPLOYMENT_REMOVED
-        replacement = None if removed else (new_by_deployment.get(b.key) or [None]).pop(0)
+        pending = new_by_deployment.get(b.key) or []
+        named = next((r for r in pending if r.name == replaced_by.get(name)), None)
+        if named is not None:
+            pending.remove(named)
+        replacement = None if removed else named or (pending or [None]).pop(0)
         if replacement is not None and reason.cause is not Cause.SCALED_DOWN:
             # `certain`: the plan remembered the replica (the record, or an observed ModelReplica), so `up` planning
             # with the same record moves it; else both sides placed it afresh, and `up` may keep it where it is

@@ -154,11 +154,28 @@ class PlacementMetadata(Strict):
     labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=16)] | None = None
 
 
+class FoldBack(Strict):
+    """How replicas leave this cluster for a cluster of a lower tier that has room again (an optional addition)."""
+
+    maxPerPlan: Annotated[int, Int(0)] = Field(default=1, description="At most this many replicas leave this cluster in one "
+                                               "plan to fold back to a lower tier (0: none ever does).")
+
+
 class Placement(Strict):
     """Facts about where the cluster is (the reference's v0.5): its labels are stamped on every ModelReplica and
     ModelEndpoint composed on it, so a ModelService can select by region or any other fact."""
 
     metadata: PlacementMetadata | None = None
+    # Not in the reference's API (optional additions, docs/scheduling.md#tiers-spill-and-fold-back)
+    tier: Annotated[int, Int(0, 9)] = Field(
+        default=0, description="The cluster's cost tier, lowest first (by convention 0 on-premise or reserved, 1 cloud "
+        "on-demand, 2 spot): new replicas fill the lowest tier with room and spill upward; kept replicas fold back "
+        "down when a lower tier has room again.")
+    foldBack: FoldBack | None = None
+
+    @property
+    def fold_back_limit(self) -> int:
+        return self.foldBack.maxPerPlan if self.foldBack else FoldBack().maxPerPlan
 
     @property
     def labels(self) -> dict[str, str]:
@@ -178,6 +195,14 @@ class InferenceClusterSpec(Strict):
     @property
     def placement_labels(self) -> dict[str, str]:
         return self.placement.labels if self.placement else {}
+
+    @property
+    def tier(self) -> int:
+        return self.placement.tier if self.placement else 0
+
+    @property
+    def fold_back_limit(self) -> int:
+        return self.placement.fold_back_limit if self.placement else FoldBack().maxPerPlan
 
 
 class GatewayStatus(Strict):
