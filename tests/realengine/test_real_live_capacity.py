@@ -1,14 +1,35 @@
-"""Live capacity on real API servers (docs/scheduling.md "Live capacity"): `modelplane plan --capacity live` reads
-each local cluster's Nodes, ResourceSlices and ResourceClaims as the real scheduler's DRA plugin allocated them.
-The foreign workload here is another team's pods claiming L4s through the real scheduler; the plan is read from
-`plan -o json` (the stable machine interface), what it read from `capacity show -o json`."""
+"""Live capacity and tiers on real API servers (docs/scheduling.md "Live capacity", "Tiers"): `modelplane plan
+--capacity live` reads each local cluster's Nodes, ResourceSlices and ResourceClaims as the real scheduler's DRA
+plugin allocated them, and `up --capacity live` applies what it placed. The fleet is local-fleet/ with local-b (the
+H100 cluster) on tier 1, as a cloud beside an on-premise local-a; the foreign workload is another team's pods claiming
+L4s through the real scheduler. Plans are read from `plan -o json` (the stable machine interface), the rest from the
+API servers and the backend. The tests run in order, each from what the one before left."""
 
 from __future__ import annotations
 
 import json
+import shutil
+
+import pytest
 
 from automation.execution.kube import KubeError
-from tests.realengine.conftest import FLEET, wait_for
+from tests.realengine.conftest import FLEET, started, wait_for
+from tests.realengine.test_real_up import running_pods
+
+MANIFESTS: list[str] = []  # the tiered copy's folder, once the module's fleet is up
+
+
+@pytest.fixture(scope="module")
+def local_fleet(tmp_path_factory):
+    manifests = tmp_path_factory.mktemp("tiered") / "fleet"
+    shutil.copytree(FLEET, manifests)
+    path = manifests / "fleet.yaml"
+    text = path.read_text()
+    anchor = "        name: local-b-kubeconfig\n"
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, anchor + "  placement:\n    tier: 1\n"))
+    MANIFESTS[:] = [str(manifests)]
+    yield from started(tmp_path_factory, manifests)
 
 RESOURCE = "resource.k8s.io/v1"
 OTHERS = "other-team"
@@ -43,8 +64,8 @@ def allocated(api, name: str) -> bool:
     return bool(claim and (claim.get("status") or {}).get("allocation"))
 
 
-def plan(fleet, *args: str) -> dict:
-    done = fleet.modelplane("plan", "-f", str(FLEET), "--fresh", "-o", "json", *args)
+def plan(fleet, *args: str, fresh: bool = True) -> dict:
+    done = fleet.modelplane("plan", "-f", MANIFESTS[0], *(["--fresh"] if fresh else []), "-o", "json", *args)
     return json.loads(done.stdout)
 
 
@@ -79,11 +100,21 @@ def test_devices_another_team_holds_spill_the_new_replica_to_the_other_cluster(l
     assert pool(live, "local-a", "l4")["free"] == {"gpu": 0}
     assert placed(live, "ml-team/qwen3-8b") == ["local-b:h100"]
     assert placed(plan(local_fleet), "ml-team/qwen3-8b") == ["local-a:l4"]  # declared capacity does not know
+    explained = local_fleet.modelplane("plan", "-f", MANIFESTS[0], "--fresh", "--capacity", "live", "--explain").stdout
+    assert "not on tier 0 (local-a)" in explained and "0 fit in the free capacity" in explained, explained
+
+
+def test_up_on_live_capacity_runs_the_spilled_replica_on_the_tier_1_cluster(local_fleet):
+    local_fleet.modelplane("up", "-f", MANIFESTS[0], "--capacity", "live")
+    b = local_fleet.api("local-b")
+    pods = wait_for("qwen3-8b's pod running on local-b", lambda: running_pods(b, "ml-team", "qwen3-8b"))
+    assert pods[0]["spec"]["nodeName"] == "h100-0"
+    assert not running_pods(local_fleet.api("local-a"), "ml-team", "qwen3-8b")
 
 
 def test_a_snapshot_saved_where_the_clusters_are_reached_plans_the_same_elsewhere(local_fleet, tmp_path):
     snapshot = tmp_path / "capacity.json"
-    local_fleet.modelplane("capacity", "save", "-f", str(FLEET), "-o", str(snapshot))
+    local_fleet.modelplane("capacity", "save", "-f", MANIFESTS[0], "-o", str(snapshot))
     assert "client-key" not in snapshot.read_text() and "BEGIN" not in snapshot.read_text()  # no credential
     from_file = plan(local_fleet, "--capacity", str(snapshot))
     assert placed(from_file, "ml-team/qwen3-8b") == ["local-b:h100"]
@@ -95,9 +126,29 @@ def test_the_other_team_leaving_frees_the_l4s_again(local_fleet):
         a.delete("v1", "Pod", OTHERS, name)
         a.delete(RESOURCE, "ResourceClaim", OTHERS, name)
     wait_for("the other team's claims gone", lambda: not a.list(RESOURCE, "ResourceClaim", OTHERS))
-    live = plan(local_fleet, "--capacity", "live")
+    live = plan(local_fleet, "--capacity", "live", fresh=False)  # with the record: qwen3-8b is kept on local-b
     assert pool(live, "local-a", "l4")["free"] == {"gpu": 2}
+    # it folds back to tier 0, the new replica placed before the one it replaces is dropped
     assert placed(live, "ml-team/qwen3-8b") == ["local-a:l4"]
+    new = next(r for r in live["replicas"] if r["deployment"] == "ml-team/qwen3-8b")
+    dropped = [d for d in live["dropped"] if d["deployment"] == "ml-team/qwen3-8b"]
+    assert new["state"] == "new" and len(dropped) == 1 and dropped[0]["cluster"] == "local-b"
+    assert dropped[0]["replacement"] == new["name"] and "folded back" in dropped[0]["reason"], dropped
+
+
+def test_up_folds_the_replica_back_to_the_on_premise_cluster(local_fleet):
+    updates = local_fleet.history("model-ml-team.qwen3-8b")
+    local_fleet.modelplane("up", "-f", MANIFESTS[0], "--capacity", "live")
+    a, b = local_fleet.api("local-a"), local_fleet.api("local-b")
+    pods = wait_for("qwen3-8b's pod running on local-a", lambda: running_pods(a, "ml-team", "qwen3-8b"))
+    assert pods[0]["spec"]["nodeName"].startswith("l4-")
+    wait_for("qwen3-8b's pod gone from local-b", lambda: not [
+        p for p in b.list("v1", "Pod", "ml-team") if p["metadata"]["name"].startswith("qwen3-8b")])
+    assert local_fleet.history("model-ml-team.qwen3-8b") == (updates or 0) + 1  # one update: new, then old deleted
+    # and the next plan moves nothing: the replica's own devices count as its own
+    again = plan(local_fleet, "--capacity", "live", fresh=False)
+    assert not [d for d in again["dropped"] if d["deployment"] == "ml-team/qwen3-8b"]
+    assert [r["state"] for r in again["replicas"] if r["deployment"] == "ml-team/qwen3-8b"] == ["kept"]
 
 
 def test_a_cordoned_node_stops_counting(local_fleet):
