@@ -31,9 +31,11 @@ from benchmarks.fleet_gen import realistic  # noqa: E402
 from benchmarks.fleet_scale import BIN, compile_project, cpu_probe, line, measure, paired  # noqa: E402
 
 
-def snapshot(objects: list[dict], seed: int = 63) -> str:
+def snapshot(objects: list[dict], seed: int = 63, taken: float = 0.2,
+             ours: dict[tuple[str, str], int] | None = None) -> str:
     """A capacity snapshot of the generated fleet: each pool's nodes publish their class's devices; another workload
-    holds one device on about one node in five."""
+    holds one device on about a `taken` share of the nodes; `ours`: devices this fleet's replicas hold per (cluster,
+    pool), laid on its nodes in order (tests/test_live_capacity.py's properties)."""
     from fleet.capacity import ClusterCapacity, LiveCapacity, NodeCapacity, PoolCapacity
 
     rnd = random.Random(seed)
@@ -42,16 +44,21 @@ def snapshot(objects: list[dict], seed: int = 63) -> str:
     for o in objects:
         if o["kind"] != "InferenceCluster":
             continue
+        name = o["metadata"]["name"]
         pools = []
         for pool in o["spec"].get("nodePools") or []:
             devices = [(d["name"], d.get("count", 1)) for d in classes[pool["className"]]["spec"]["devices"]
                        if d.get("claim", "DRA") == "DRA"]
+            mine = (ours or {}).get((name, pool["name"]), 0)
             nodes = []
-            for i in range(pool.get("nodeCount", 1)):
-                others = tuple((name, 1) for name, _ in devices[:1]) if rnd.random() < 0.2 else ()
-                nodes.append(NodeCapacity(f"{pool['name']}-{i}", tuple(devices), (), others))
+            for i in range(pool.get("maxNodeCount") or pool.get("nodeCount", 1)):
+                held = ()
+                if devices and mine:
+                    n = min(mine, devices[0][1])
+                    held, mine = ((devices[0][0], n),), mine - n
+                others = tuple((d, 1) for d, _ in devices[:1]) if not held and rnd.random() < taken else ()
+                nodes.append(NodeCapacity(f"{pool['name']}-{i}", tuple(devices), held, others))
             pools.append(PoolCapacity(pool["name"], tuple(nodes)))
-        name = o["metadata"]["name"]
         clusters[name] = ClusterCapacity(name, "live", "2026-12-07T00:00:00+00:00", None, tuple(pools))
     return LiveCapacity(clusters).to_json()
 

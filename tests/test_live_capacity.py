@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from automation.local.hardware import hardware
 from fleet.inventory import build_clusters
@@ -251,3 +253,53 @@ def test_a_capacity_that_cannot_be_used_is_one_line_and_exit_2(capsys, monkeypat
     fleet_dir = str(Path(__file__).resolve().parents[1] / "local-fleet")
     code, out, err = run_cli(capsys, "plan", "-f", fleet_dir, "--fresh", "--capacity", given)
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- properties ------------------------------------------------------------------------------------------------
+
+
+def _placed_devices(plan) -> dict[tuple[str, str], int]:
+    used: dict[tuple[str, str], int] = {}
+    for r in plan.replicas:
+        for e in r.placement.engines:
+            for m in e.members:
+                used[r.cluster, e.pool] = used.get((r.cluster, e.pool), 0) + m.pods * sum(c for _, _, c in m.devices)
+    return used
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), taken=st.floats(0.0, 0.9))
+def test_no_plan_places_more_devices_than_live_free(seed, taken):
+    """Whatever other workloads hold, the devices a plan places on a pool never exceed what the pool has free."""
+    from benchmarks.live_capacity import snapshot
+    from benchmarks.plan_bench import generate
+    from tests.manifests import run
+
+    objects = generate(30, 6, seed=seed)
+    loaded = run(*objects)
+    fleet = loaded.fleet
+    fleet.live = LiveCapacity.from_json(snapshot(objects, seed=seed, taken=taken))
+    plan = schedule(fleet, [])
+    free = {(c["cluster"], p["name"]): sum(p["free"].values()) for c in capacity_to_dict(fleet, fleet.live)
+            for p in c["pools"]}
+    for key, used in _placed_devices(plan).items():
+        assert used <= free[key], (key, used, free[key])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_a_replica_whose_own_devices_are_the_only_ones_taken_is_never_moved(seed):
+    """Live capacity where this fleet's replicas hold every device taken plans exactly as declared capacity."""
+    from benchmarks.live_capacity import snapshot
+    from benchmarks.plan_bench import generate
+    from tests.manifests import run
+
+    objects = generate(30, 6, seed=seed)
+    fleet = run(*objects).fleet
+    first = schedule(fleet, [])
+    recorded = [r.recorded() for r in first.replicas]
+    fleet.live = LiveCapacity.from_json(snapshot(objects, seed=seed, taken=0.0, ours=_placed_devices(first)))
+    again = schedule(fleet, recorded)
+    assert not again.dropped
+    assert sorted((r.key, r.cluster, r.index) for r in again.replicas) == \
+        sorted((r.key, r.cluster, r.index) for r in first.replicas)
