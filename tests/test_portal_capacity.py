@@ -71,3 +71,39 @@ def test_a_write_and_the_replan_place_on_live_capacity_and_the_page_shows_it(tmp
         second = dict(qwen, metadata={**qwen["metadata"], "name": "qwen3-8b-two"})
         answer = admin.put(path_of(second), json=second)
         assert [p["cluster"] for p in answer.json()["status"]["placement"]] == ["local-a"]
+
+
+def test_the_worker_applies_what_the_replan_placed_on_live_capacity(tmp_path):
+    """The portal's worker composes a queued stack from the stored reservations with the capacity the replan planned
+    on: a replica live capacity left unscheduled is not placed on declared capacity behind the plan's back."""
+    from automation.portal import worker as worker_module
+    from automation.portal.state import CAPACITY
+    from automation.portal.store import Store
+    from automation.road.executor import Executor
+    from fleet.validate import load_fleet
+    from tests.test_orchestrator import FakeRunner, MemoryRecord
+
+    local = load_fleet((str(FLEET),)).fleet
+    # one device free in the whole fleet: local-a's L4s and seven of local-b's H100s held by others
+    crowded = both(local, a_claims=[claim("t0", "l4-0", ["gpu-0"]), claim("t1", "l4-1", ["gpu-0"])],
+                   b_claims=[claim(f"b{i}", "h100-0", [f"gpu-{i}"]) for i in range(7)])
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    with store.write() as conn:
+        for doc in documents():
+            if doc["kind"] == "ModelDeployment":
+                if doc["metadata"]["name"] != "qwen3-8b":
+                    continue
+                doc["spec"]["replicas"] = 2
+            store.put(conn, doc["kind"], doc["metadata"].get("namespace") or "", doc, None)
+        CAPACITY.set_text(conn, crowded.to_json())
+        store.enqueue(conn, "model-ml-team.qwen3-8b", "up", "f1")
+    seen = []
+
+    class Seeing(FakeRunner):
+        def run(self, operation, stack, on_event):
+            seen.append(stack)
+            return super().run(operation, stack, on_event)
+    worker = worker_module.Worker(store, tmp_path, runner=lambda fleet, state: Executor.ready(Seeing(), MemoryRecord()))
+    worker.execute(worker.claim())
+    [spec] = [s for s in seen if s.name == "model-ml-team.qwen3-8b"]
+    assert len(spec.payload.replicas) == 1, [r.cluster for r in spec.payload.replicas]  # declared would place 2

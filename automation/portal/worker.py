@@ -37,7 +37,7 @@ from sqlalchemy import select
 from automation.execution.orchestrator import Orchestrator
 from automation.execution.run_status import RunStatus
 from automation.portal.service import load_fleet
-from automation.portal.state import APPLIED, APPLIED_DETAILS, CLUSTER_GATEWAYS, EXECUTOR_PROBLEM
+from automation.portal.state import APPLIED, APPLIED_DETAILS, CAPACITY, CLUSTER_GATEWAYS, EXECUTOR_PROBLEM
 from automation.portal.store import Store, now, rfc3339, runs
 from automation.record.applied import RECORD_OUTPUT, Applied, replica_from_dict
 from automation.road.executor import Executor, ExecutorOptions, open_executor
@@ -45,6 +45,7 @@ from automation.road.preflight import preflight
 from automation.execution.runner import AutomationError, CLIMissing
 from automation.planning.stacks import Change, StackChange, desired_state
 from automation.execution.state import StateLocked, WorkdirLock
+from fleet.capacity import LiveCapacity
 from fleet.stack_id import StackId
 from fleet.validate import Fleet
 
@@ -199,6 +200,8 @@ class Worker(threading.Thread):
         with self.store.read() as conn:  # the placements the portal shows: its reservations, not a cache of them
             fleet = load_fleet(self.store.list(conn))
             reserved = [replica_from_dict(p) for p in json.loads(self.store.reservations_text(conn))]
+            capacity = CAPACITY.text(conn)  # what the replan placed on: a replica it left unscheduled stays so
+            fleet.live = LiveCapacity.from_json(capacity) if capacity else None
         try:
             executor = self.runner(fleet, self.state_dir)
         except CLIMissing as exc:  # nothing can run until it is installed: keep the runs queued, say it once
