@@ -215,7 +215,9 @@ class KubeClient:
     def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str = "") -> list[dict]:
         query = [("labelSelector", label_selector)] if label_selector else []
         try:
-            found = self._call("list", f"{kind} in {namespace}", "GET", resource_path(api_version, kind, namespace),
+            where = "" if namespace is None else " in every namespace" if namespace == ALL_NAMESPACES else \
+                f" in {namespace}"
+            found = self._call("list", f"{kind}s{where}", "GET", resource_path(api_version, kind, namespace),
                                query=query)
         except KubeError as exc:
             if exc.status == 404 and kind == "Stack":
