@@ -248,6 +248,12 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
     from fleet.loader import read_sources
 
     sources = read_sources(paths, sys.stdin if "-" in paths else None)
+
+    def loaded_base() -> Fleet:  # planned on the head's capacity
+        fleet = load(paths, sources).fleet
+        fleet.live = live
+        return fleet
+
     key = None
     if cache is not None and not click.get_current_context().meta.get("secrets_dir") \
             and all(s.raw is not None and not s.problems for s in sources):
@@ -263,13 +269,9 @@ def summarised_base(paths: tuple[str, ...], recorded: list, cache: BaseCache | N
                 say(note)
             else:
                 click.echo(note, err=True)
-            return Base(summary, load=lambda: loaded_base(), cache=cache, sources_key=key,
+            return Base(summary, load=loaded_base, cache=cache, sources_key=key,
                         control_plane=control_plane, gateways=gateways)
 
-    def loaded_base() -> Fleet:
-        fleet = load(paths, sources).fleet
-        fleet.live = live
-        return fleet
     if beside:
         from automation.planning.base_beside import BaseBeside
 
