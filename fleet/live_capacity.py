@@ -28,7 +28,7 @@ saves and reuses, and what the portal's worker holds between reads.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
 from fleet.capacity import ClusterCapacity, LiveCapacity, NodeCapacity, PoolCapacity, declared, pairs
@@ -245,18 +245,45 @@ def capacity_to_dict(fleet: Fleet, live: LiveCapacity) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class CapacityRow:
+    """One pool's capacity as people read it: the table under `plan`, the pull-request comment, the portal page."""
+
+    cluster: str
+    source: str  # "live, read <time>", or "declared (why)"
+    pool: str
+    nodes: str  # "2", or "1 (+2 it may add)"
+    free: str  # "gpu=0"
+    others: str  # "gpu=2"; "-" when declared
+    not_counted: str  # "l4-0: cordoned"; "-" when every node counts
+    free_total: int
+    others_total: int
+
+
+def capacity_rows(capacity: list[dict[str, Any]]) -> list[CapacityRow]:
+    """`capacity_to_dict`'s clusters as a row per pool (a cluster without pools: one row with none)."""
+    def devices(counts: dict) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
+
+    rows = []
+    for c in capacity:
+        live = c["source"] == "live"
+        source = f"live, read {c['readAt']}" if live else f"declared ({c.get('problem', '')})"
+        for p in c["pools"] or [{"name": "-", "nodes": 0, "free": {}}]:
+            others = p.get("others") or {}
+            rows.append(CapacityRow(
+                c["cluster"], source, p["name"],
+                str(p["nodes"]) + (f" (+{p['growable']} it may add)" if p.get("growable") else ""),
+                devices(p["free"]), devices(others) if live else "-",
+                ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items())) or "-",
+                sum(p["free"].values()), sum(others.values())))
+    return rows
+
+
 def capacity_markdown(capacity: list[dict[str, Any]]) -> str:
     """The capacity a plan was made on, for a pull-request comment (`plan --against -o markdown --capacity ...`)."""
-    def devices(counts: dict) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
-
     lines = ["", "<details><summary>Capacity the plan was made on</summary>", "",
              "| cluster | source | pool | nodes | free | held by others | not counted |", "|---|---|---|---|---|---|---|"]
-    for c in capacity:
-        source = f"live, read {c['readAt']}" if c["source"] == "live" else f"declared ({c.get('problem', '')})"
-        for p in c["pools"] or [{"name": "-", "nodes": 0, "free": {}}]:
-            unusable = ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items())) or "-"
-            others = devices(p.get("others") or {}) if c["source"] == "live" else "-"
-            lines.append(f"| {c['cluster']} | {source} | {p['name']} | {p['nodes']} | {devices(p['free'])} | "
-                         f"{others} | {unusable} |")
+    lines += [f"| {r.cluster} | {r.source} | {r.pool} | {r.nodes} | {r.free} | {r.others} | {r.not_counted} |"
+              for r in capacity_rows(capacity)]
     return "\n".join(lines + ["", "</details>", ""])

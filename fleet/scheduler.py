@@ -283,6 +283,9 @@ class _Ranking:
 
 
 PLATFORM_KINDS = ("InferenceClass", "InferenceCluster", "ModelCache")  # what placement reads besides deployments
+# fold back only where room for one more replica of the same shape remains after the move (the hysteresis: capacity
+# hovering within one replica of a boundary never moves a replica back and forth); off only to show why it is there
+FOLD_BACK_HEADROOM = True
 REASONS_KEPT = 256  # answers of `Scheduler._reasons` kept (a plan of 10,000 x 2,000 computes about 60)
 MEMO_STATES_PER_CLUSTER = 40  # distinct cluster ledger states a memo keeps, per cluster, before it lets go of them
 MIN_MEMO_STATES = 20_000  # (and never fewer): one plan of 2,000 x 500 interns 5,000 to 10,000
@@ -875,7 +878,7 @@ class Scheduler:
         for _, c, placement, nodes in sorted(fitting, key=lambda f: f[0]):
             before = dict(self.states[c.name]), self.state_id[c.name]
             self._apply(c.name, nodes)
-            if self._place(d, c)[0] is not None:
+            if not FOLD_BACK_HEADROOM or self._place(d, c)[0] is not None:
                 return c, placement
             self.states[c.name], self.state_id[c.name] = before
         return None

@@ -107,3 +107,31 @@ def test_the_worker_applies_what_the_replan_placed_on_live_capacity(tmp_path):
     worker.execute(worker.claim())
     [spec] = [s for s in seen if s.name == "model-ml-team.qwen3-8b"]
     assert len(spec.payload.replicas) == 1, [r.cluster for r in spec.payload.replicas]  # declared would place 2
+
+
+def test_serve_with_a_snapshot_plans_on_it_and_a_bad_one_stops_the_start(tmp_path):
+    """`serve --capacity FILE` reads the snapshot as `plan --capacity FILE` does, before it serves."""
+    import pytest
+
+    from automation.portal.app import StartupError, _capacity
+    from automation.portal.state import CAPACITY
+    from fleet.validate import load_fleet
+
+    local = load_fleet((str(FLEET),)).fleet
+    snapshot = tmp_path / "capacity.json"
+    snapshot.write_text(both(local, a_claims=[claim("t0", "l4-0", ["gpu-0"])]).to_json())
+    with ThreadServer(tmp_path, replan_interval=0.05) as server, server.client(ADMIN) as admin:
+        for obj in documents():
+            if obj["kind"] != "ModelDeployment":
+                assert admin.put(path_of(obj), json=obj).status_code == 201
+        portal = server.app.state.portal
+        refresher = _capacity(portal, server.store, str(snapshot), 3600, tmp_path)
+        try:
+            with server.store.read() as conn:
+                assert CAPACITY.text(conn) == snapshot.read_text()
+        finally:
+            assert refresher is not None
+            refresher.stop()
+        (tmp_path / "bad.json").write_text("{")
+        with pytest.raises(StartupError, match="bad.json: not JSON"):
+            _capacity(portal, server.store, str(tmp_path / "bad.json"), 3600, tmp_path)

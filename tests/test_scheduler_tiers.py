@@ -370,20 +370,7 @@ def test_without_the_headroom_rule_the_boundary_would_move_a_replica_twice(monke
                 for nodes in (4, 3, 4, 3)]
     assert moves_over(sequence)[0] == 1
 
-    def target(self, d, below, candidates, load):  # the best lower place, without asking for room after it
-        fitting = []
-        for c in candidates:
-            if c.tier < below:
-                placement, nodes = self._place(d, c)
-                if placement is not None:
-                    fitting.append(((c.tier, load[c.name], placement.score.key(), c.name), c, placement, nodes))
-        if not fitting:
-            return None
-        _, c, placement, nodes = min(fitting, key=lambda f: f[0])
-        self._apply(c.name, nodes)
-        return c, placement
-
-    monkeypatch.setattr(scheduler.Scheduler, "_fold_target", target)
+    monkeypatch.setattr(scheduler, "FOLD_BACK_HEADROOM", False)  # the best lower place, no room asked after it
     assert moves_over(sequence)[0] >= 2
 
 

@@ -94,12 +94,14 @@ CAPACITY = click.option("--capacity", "capacity", default="declared", show_defau
                              "capacity save` (docs/scheduling.md).")
 
 
+KUBECONFIG = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
+                          help="A cluster's kubeconfig, to read its live capacity (Existing clusters' are also found "
+                               "as `up` finds them). Repeatable.")
+
+
 def capacity_options(function):
     """`--capacity` (where free devices come from) and, for `live`, the clusters' `--kubeconfig`s."""
-    function = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
-                            help="A cluster's kubeconfig, for --capacity live (Existing clusters' are also found "
-                                 "as `up` finds them). Repeatable.")(function)
-    return CAPACITY(function)
+    return CAPACITY(KUBECONFIG(function))
 
 
 def with_capacity(fleet, capacity: str, kubeconfig: tuple[str, ...], state: str) -> None:

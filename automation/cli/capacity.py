@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from automation.cli.base import cli, load, paths_option, state_option, with_capacity
+from automation.cli.base import KUBECONFIG, cli, load, paths_option, state_option, with_capacity
 from fleet.live_capacity import capacity_to_dict
 
 
@@ -27,11 +27,6 @@ def _read(paths: tuple[str, ...], source: str, kubeconfig: tuple[str, ...], stat
     with_capacity(loaded.fleet, source, kubeconfig, state)
     assert loaded.fleet.live is not None  # `live` or a file: never None
     return loaded.fleet
-
-
-KUBECONFIG = click.option("--kubeconfig", "kubeconfig", multiple=True, metavar="CLUSTER=PATH",
-                          help="A cluster's kubeconfig (Existing clusters' are also found as `up` finds them). "
-                               "Repeatable.")
 
 
 @capacity.command("save")

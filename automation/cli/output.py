@@ -110,16 +110,10 @@ def capacity_table(capacity: list[dict], stream=None) -> str:
     for column in ("CLUSTER", "SOURCE", "POOL", "NODES", "FREE", "HELD BY OTHERS", "NOT COUNTED"):
         table.add_column(column, overflow="fold")
 
-    def devices(counts: dict) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
+    from fleet.live_capacity import capacity_rows
 
-    for c in capacity:
-        source = f"live, read {c['readAt']}" if c["source"] == "live" else f"declared ({c.get('problem', '')})"
-        for p in c["pools"] or [{"name": "-", "nodes": 0, "free": {}}]:
-            unusable = ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items()))
-            nodes = str(p["nodes"]) + (f" (+{p['growable']} it may add)" if p.get("growable") else "")
-            table.add_row(c["cluster"], source, p["name"], nodes, devices(p["free"]),
-                          devices(p.get("others") or {}) if c["source"] == "live" else "-", unusable or "-")
+    for r in capacity_rows(capacity):
+        table.add_row(r.cluster, r.source, r.pool, r.nodes, r.free, r.others, r.not_counted)
     console.print()
     console.print(table)
     return buffer.getvalue()

@@ -105,8 +105,9 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
     if namespace or deployment:
         result = result.only(namespace, deployment)
     document = plan_to_dict(result, explain)
-    if loaded.fleet.live is not None:  # a key added only when capacity was read (the output's keys never change)
-        document["capacity"] = capacity_to_dict(loaded.fleet, loaded.fleet.live)
+    shown = capacity_to_dict(loaded.fleet, loaded.fleet.live) if loaded.fleet.live is not None else None
+    if shown is not None:  # a key added only when capacity was read (the output's keys never change)
+        document["capacity"] = shown
     if checks:  # a key added only for fleets with such clusters (the output's keys are never changed)
         document["addonChecks"] = [n.to_dict() for n in checks]
     if comparison is not None:
@@ -130,16 +131,16 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         for warning in what_the_record_lacks(applied, fresh, backend, executor):  # what it could not know, first
             click.echo(f"> **Warning:** {warning}\n")
         click.echo(markdown(comparison, applied.guessed), nl=False)
-        if loaded.fleet.live is not None:
-            click.echo(capacity_markdown(capacity_to_dict(loaded.fleet, loaded.fleet.live)), nl=False)
+        if shown is not None:
+            click.echo(capacity_markdown(shown), nl=False)
     else:
         from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 
         plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
-        if loaded.fleet.live is not None:
+        if shown is not None:
             from automation.cli.output import capacity_table
 
-            capacity_table(capacity_to_dict(loaded.fleet, loaded.fleet.live), stream=sys.stdout)
+            capacity_table(shown, stream=sys.stdout)
         if checks:
             click.echo("\nchecked before `up` applies (spec.cluster.existing.addons: Verify, the add-ons are the "
                        "cluster's platform team's):")

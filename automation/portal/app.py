@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from automation.portal.capacity_refresh import CapacityRefresher
     from automation.portal.worker import ExecutorFactory
+    from fleet.capacity import LiveCapacity
 
 log = logging.getLogger("modelplane.portal")
 
@@ -160,27 +161,27 @@ def serve(host: str, port: int, data_dir: Path, tokens_file: Path, database: str
 
 
 def _capacity(portal: Portal, store: Store, source: str, every: float, state_dir: Path) -> CapacityRefresher | None:
-    """The capacity the portal plans on: a snapshot handed over once, or live reads in the background (returned, to
-    be stopped). StartupError naming a snapshot that cannot be read."""
-    from automation.capacity.source import DECLARED, LIVE
-    from fleet.capacity import LiveCapacity
+    """The capacity the portal plans on, read as the CLI reads it (automation/capacity/source.py) every `every`
+    seconds in the background (returned, to be stopped). A snapshot is read once first: one that cannot be used
+    stops the start (StartupError)."""
+    from automation.capacity.source import DECLARED, LIVE, capacity_of
+    from automation.errors import AutomationError
+    from automation.portal.capacity_refresh import CapacityRefresher
+    from fleet.validate import Fleet
 
     if source == DECLARED:
         portal.writes.capacity("")  # a portal served with live capacity before plans on declared again
         return None
+
+    def read(fleet: Fleet) -> LiveCapacity:
+        found = capacity_of(fleet, source, {}, state_dir)
+        assert found is not None  # only `declared` is None
+        return found
+    refresher = CapacityRefresher(store, read, portal.writes.capacity, every)
     if source != LIVE:
         try:
-            text = Path(source).read_text()
-            LiveCapacity.from_json(text)
-        except (OSError, ValueError) as exc:
-            raise StartupError(f"--capacity {source}: {getattr(exc, 'strerror', None) or exc}") from None
-        portal.writes.capacity(text)
-        return None
-    from automation.capacity.read import kube_reader, kubeconfig_paths, read_capacity
-    from automation.portal.capacity_refresh import CapacityRefresher
-
-    refresher = CapacityRefresher(
-        store, lambda fleet: read_capacity(fleet, kube_reader(kubeconfig_paths(fleet, {}, state_dir))),
-        portal.writes.capacity, every)
+            refresher.refresh()
+        except AutomationError as exc:
+            raise StartupError(str(exc)) from None
     refresher.start()
     return refresher

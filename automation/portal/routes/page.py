@@ -341,15 +341,11 @@ def pool_capacity(clusters: list[dict], classes: list[dict], plan: dict,
     live: dict[tuple[str, str], dict] = {}
     if capacity:
         from fleet.capacity import LiveCapacity
-        from fleet.live_capacity import capacity_to_dict
+        from fleet.live_capacity import capacity_rows, capacity_to_dict
 
-        for c in capacity_to_dict(Fleet(objects=objects), LiveCapacity.from_json(capacity)):
-            source = f"live, read {c['readAt']}" if c["source"] == "live" else f"declared: {c.get('problem', '')}"
-            for p in c["pools"]:
-                live[c["cluster"], p["name"]] = {
-                    "source": source, "liveFree": sum(p["free"].values()),
-                    "heldByOthers": sum((p.get("others") or {}).values()),
-                    "notCounted": ", ".join(f"{n}: {why}" for n, why in sorted((p.get("unusable") or {}).items()))}
+        for r in capacity_rows(capacity_to_dict(Fleet(objects=objects), LiveCapacity.from_json(capacity))):
+            live[r.cluster, r.pool] = {"source": r.source, "liveFree": r.free_total, "heldByOthers": r.others_total,
+                                       "notCounted": "" if r.not_counted == "-" else r.not_counted}
     rows = []
     for cluster in build_clusters(Fleet(objects=objects)):
         for pool in cluster.pools:
