@@ -313,17 +313,23 @@ def _start_up(double, fleet: str, **popen) -> subprocess.Popen:
                             cwd=double.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def _wait_for(path: pathlib.Path, seconds: float = 60) -> None:
+def _wait_for(path: pathlib.Path, process: subprocess.Popen, seconds: float = 300) -> None:
+    """Until the `up` in `process` has started the hanging stack (`path`). A readiness wait, not a speed check: a
+    busy machine (make test on 2 CPUs) took over 60 s to get there. An `up` that exited first fails at once, with
+    what it said."""
     deadline = time.monotonic() + seconds
     while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"up exited {process.returncode} before {path.name} appeared:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"{path} never appeared within {seconds:.0f} s"
         time.sleep(0.05)
 
 
 def test_ctrl_c_interrupts_running_engines_and_starts_nothing_new(double):
     double.control(hang=["platform-gke-us-central"])
     process = _start_up(double, double.fleet())
-    _wait_for(double.root / "double" / "hanging")
+    _wait_for(double.root / "double" / "hanging", process)
     process.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches the modelplane process
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
@@ -346,7 +352,7 @@ def test_a_terminals_ctrl_c_and_sigterm_stop_the_engines_as_one_interrupt(double
     Ctrl-C does: it killed modelplane at once, and the real CLI with it, holding the stack's lock."""
     double.control(hang=["platform-gke-us-central"])
     process = _start_up(double, double.fleet(), start_new_session=True)
-    _wait_for(double.root / "double" / "hanging")
+    _wait_for(double.root / "double" / "hanging", process)
     if how == "SIGTERM":
         process.send_signal(signal.SIGTERM)
     else:
@@ -430,7 +436,7 @@ def test_ctrl_c_starts_no_stack_queued_behind_the_running_ones(double):
     double.control(hang=running)
     process = _start_up(double, double.fleet())
     for stack in running:
-        _wait_for(double.root / "double" / f"hanging.{stack}")
+        _wait_for(double.root / "double" / f"hanging.{stack}", process)
     before = len(double.calls())
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
@@ -447,7 +453,7 @@ def test_a_second_up_on_the_same_state_is_refused_while_one_runs(double, capsys)
     double.control(hang=["platform-gke-us-central"])
     process = _start_up(double, double.fleet())
     try:
-        _wait_for(double.root / "double" / "hanging")
+        _wait_for(double.root / "double" / "hanging", process)
         assert main(["up", *double.args()]) == 2
         err = capsys.readouterr().err
         assert "is changing the fleet in" in err and "wait for it to finish" in err
