@@ -25,6 +25,7 @@ from fleet.api.deployment import ModelDeployment
 from fleet.memory import RecordedReplica
 from fleet.plan import Plan
 from fleet.scheduler import Deployment, Kept, PlanMemo, Scheduler, memo_state_limit
+from fleet.team_policy import BudgetLedger, replica_use
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -99,6 +100,7 @@ class FleetLedger:
                 s.drop_unfit(d, r, detail)
             else:
                 placed.append((r, placement))
+        s.budget = self._budget_of_others(d)
         s.place_one(d, placed)
         self.reserve(d.key, [r.recorded() for r in s.plan.replicas])
         plan, s.plan = s.plan, Plan()
@@ -141,6 +143,21 @@ class FleetLedger:
         self.reserve(key, reserved)
 
     # ---- how ---------------------------------------------------------------------------------------
+
+    def _budget_of_others(self, d: Deployment) -> BudgetLedger:
+        """The team budgets charged with what the namespace's other deployments hold (their reservations), so one
+        write is held to its team's budget as the whole plan holds it (deployments in the whole plan's order are
+        charged first there: the background replan is the authority)."""
+        s = self._s
+        ledger = BudgetLedger(s.policies, s.clusters)
+        if d.budgeted:
+            for cluster, results in self._results.items():
+                view = s.by_name[cluster]
+                for (key, _), (placement, _) in results.items():
+                    if placement is not None and key != d.key and key.split("/", 1)[0] == d.namespace:
+                        ledger.charge(d.namespace, view, replica_use(view, placement))
+        return ledger
+
 
     def _release(self, key: str) -> set[str]:
         clusters = self._on.pop(key, set())

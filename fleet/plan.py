@@ -30,6 +30,8 @@ class Cause(str, Enum):
     DEPLOYMENT_REMOVED = "deployment-removed"  # a comparison's: the deployment is gone from the head
     PLANNED_AFRESH = "planned-afresh"  # a comparison's: no record kept the replica where it was
     FOLDED_BACK = "folded-back"  # moved down to a cluster of a lower tier that has room again (its replacement named)
+    RESIDENCY = "residency"  # the cluster is outside the namespace's TeamPolicy residency (fleet/team_policy.py)
+    OVER_BUDGET = "over-budget"  # the replica would take the namespace over a TeamPolicy GPU budget
 
 
 class Reason(str):

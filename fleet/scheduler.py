@@ -41,6 +41,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from fleet.api.deployment import ModelDeployment
+from fleet.api.policy import TeamPolicy
 from fleet.backends import BACKEND_ANNOTATION, NVIDIA_DRIVER, dynamo_framework, on_dynamo_stack
 from fleet.device_selectors import KeptEvaluator, SelectorEvaluator
 from fleet.inventory import ClusterView, PoolView, build_clusters
@@ -53,6 +54,7 @@ from fleet.plan import (Cause, Dropped, PlacedReplica, Plan, Reason, Unscheduled
                         scaled_down)
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
+from fleet.team_policy import BudgetLedger, Policies, not_resident, policy_text, replica_use, residency_reason
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -80,6 +82,17 @@ class Deployment:
     requested: str | None = None  # the modelplane.ai/backend annotation
     cache: str | None = None  # "ns/name" of the ModelCache its pods mount
     source: str = ""  # the ModelDeployment as JSON: everything the deployment's placement depends on, as a key
+    policy: TeamPolicy | None = None  # the TeamPolicy governing its namespace (fleet/team_policy.py)
+
+    @property
+    def residency(self) -> str:
+        """What its candidates depend on of its policy, as a key ("" without residency)."""
+        p = self.policy
+        return p.name + p.spec.residency.model_dump_json() if p is not None and p.spec.residency else ""
+
+    @property
+    def budgeted(self) -> bool:
+        return self.policy is not None and bool(self.policy.spec.gpus)
 
 
 def _selector_text(labels: dict[str, str]) -> str:
@@ -370,10 +383,12 @@ class Scheduler:
         self._pool_sources: dict[int, _PoolSource] = {}  # shape of one engine -> see pool_source (one fill)
         self._groups: dict[tuple, _PoolGroup] | None = None  # see _pool_groups
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
+        self.policies = Policies.of(fleet)
+        self.budget = BudgetLedger(self.policies, self.clusters)
         self.deployments: list[Deployment] = []
         built: dict[str, Deployment] = {}
         for md in fleet.of("ModelDeployment"):
-            source = fleet.text_of(md) if self.memo else ""
+            source = fleet.text_of(md) + policy_text(self.policies.for_namespace(md.namespace)) if self.memo else ""
             d = self.memo.deployments.get(source) if self.memo else None
             if d is None:
                 d = self._deployment(md, caches)
@@ -405,6 +420,7 @@ class Scheduler:
                               for c in m.template.spec.containers)
         d.requested = (md.metadata.annotations or {}).get(BACKEND_ANNOTATION)
         d.cache = f"{md.namespace}/{spec.modelCacheRef.name}" if spec.modelCacheRef else None
+        d.policy = self.policies.for_namespace(md.namespace)
         return d
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -447,6 +463,8 @@ class Scheduler:
         cluster = self.by_name.get(r.cluster)
         if cluster is None:
             return cluster_gone(r.cluster), {}
+        if (outside := residency_reason(d.policy, cluster.name, cluster.labels)) is not None:
+            return outside, {}
         if (why := _not_selected(cluster, d.selector)) is not None:
             return Reason(Cause.NOT_SELECTED, f"cluster {cluster.name} is no longer selected ({why})"), {}
         if d.cache and not cluster.cache_storage_class:
@@ -611,14 +629,15 @@ class Scheduler:
         return results
 
     def _candidates(self, d: Deployment) -> list[ClusterView]:
-        key = (tuple(sorted(d.selector.items())), tuple(t.model_dump_json() for t in d.tolerations), bool(d.cache))
+        key = (tuple(sorted(d.selector.items())), tuple(t.model_dump_json() for t in d.tolerations), bool(d.cache),
+               d.residency)
         if key not in self._candidate_sets:
             self._candidate_sets[key] = self._find_candidates(d)
         return self._candidate_sets[key]
 
     def _find_candidates(self, d: Deployment) -> list[ClusterView]:
         return [c for c in self.clusters if c.ready and _selected(c, d.selector)
-                and (c.cache_storage_class or not d.cache)
+                and (c.cache_storage_class or not d.cache) and not_resident(d.policy, c.labels) is None
                 and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
 
     def _by_tier(self, candidates: list[ClusterView]) -> list[list[ClusterView]]:
@@ -721,7 +740,9 @@ class Scheduler:
         found: list[tuple[str, str, str]] = []  # (cluster or cluster/pool, why, detail)
         unselected = self._unselected(d.selector)
         for c in self.clusters:
-            if (why := unselected.get(c.name)) is not None:
+            if (outside := not_resident(d.policy, c.labels)) is not None:
+                found.append((c.name, outside, ""))
+            elif (why := unselected.get(c.name)) is not None:
                 found.append((c.name, f"not selected ({why})", ""))
             elif not c.ready:
                 found.append((c.name, f"not ready ({c.not_ready})", ""))
@@ -738,6 +759,54 @@ class Scheduler:
         if not self.clusters:
             return [Reason(Cause.NO_CLUSTERS, "the fleet has no InferenceCluster")]
         return [Reason(Cause.NO_PLACE, line) for line in summarise(found)]
+
+    # ---- team budgets (fleet/team_policy.py) ----------------------------------------------------------------
+
+    def _over_budget(self, d: Deployment, cluster: ClusterView, placement: ReplicaPlacement) -> Reason | None:
+        return self.budget.refusal(d.namespace, cluster, replica_use(cluster, placement)) if d.budgeted else None
+
+    def _charge_budget(self, d: Deployment, cluster: ClusterView, placement: ReplicaPlacement, sign: int = 1) -> None:
+        if d.budgeted:
+            self.budget.charge(d.namespace, cluster, replica_use(cluster, placement), sign)
+
+    def _budget_kept(self, kept_by_deployment: dict) -> dict:
+        """Charge kept replicas to their teams' GPU budgets in fill order (larger deployments, then by name, then by
+        index); one that would take its team over a budget (the policy was lowered) is dropped with why. Its devices
+        stay charged in this plan's ledger: it runs until it is removed."""
+        if not any(d.budgeted for d in self.deployments):
+            return kept_by_deployment
+        out = {}
+        for d in self.deployments:
+            kept = []
+            for r, placement in sorted(kept_by_deployment.get(d.key, []), key=lambda item: item[0].index):
+                cluster = self.by_name[r.cluster]
+                if (refused := self._over_budget(d, cluster, placement)) is not None:
+                    self._drop(d, r, refused)
+                    continue
+                self._charge_budget(d, cluster, placement)
+                kept.append((r, placement))
+            out[d.key] = kept
+        return out
+
+    def _best_in_budget(self, d: Deployment, candidates: list[ClusterView], load: Counter):
+        """The fill's best place for `d` that keeps its team within its budgets (every candidate tried, lowest tier
+        first: asked only when the best place by rank is over a budget), and the budget's refusal when none is."""
+        refused = None
+        for group in self._by_tier(candidates):
+            best = None
+            for c in group:
+                placement, nodes = self._place(d, c)
+                if placement is None:
+                    continue
+                if (why := self._over_budget(d, c, placement)) is not None:
+                    refused = refused or why
+                    continue
+                rank = (c.tier, load[c.name], placement.score.key(), c.name)
+                if best is None or rank < best[0]:
+                    best = (rank, c, placement, nodes)
+            if best is not None:
+                return best, None
+        return None, refused
 
     def _fill(self, kept_by_deployment) -> None:
         loads: dict[str, Counter] = {d.key: Counter() for d in self.deployments}
@@ -784,6 +853,12 @@ class Scheduler:
                         best = self._ranking(d, group, rankings).best(load)
                         if best is not None:
                             break
+                if best is not None and d.budgeted and self._over_budget(d, best[1], best[2]) is not None:
+                    best, refusal = self._best_in_budget(d, candidates[d.key], load)
+                    if best is None and refusal is not None:
+                        self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], (refusal,)))
+                        self._note(d, f"{need[d.key]} replica(s) not placed: {refusal}")
+                        continue
                 if best is None:
                     reasons = self._reasons(d)
                     self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], tuple(reasons)))
@@ -792,6 +867,7 @@ class Scheduler:
                 _, cluster, placement, nodes = best
                 ineligible = self._reasons(d) if self.explain and d.key not in explained else []
                 self._apply(cluster.name, nodes)
+                self._charge_budget(d, cluster, placement)
                 used = indices[d.key][cluster.name]
                 index = next(i for i in range(len(used) + 1) if i not in used)
                 used.add(index)
@@ -848,10 +924,13 @@ class Scheduler:
             source = self.by_name[r.cluster]
             if left[source.name] >= source.fold_back_limit:
                 continue
+            self._charge_budget(d, source, r.placement, -1)  # the old one's devices go back to the team with it
             target = self._fold_target(d, source.tier, candidates, load)
             if target is None:  # nor for any later replica: their tiers are no higher, the ledger no emptier
+                self._charge_budget(d, source, r.placement)
                 return
             cluster, placement = target
+            self._charge_budget(d, cluster, placement)
             index = next(i for i in range(len(used[cluster.name]) + 1) if i not in used[cluster.name])
             used[cluster.name].add(index)
             load[cluster.name] += 1
@@ -873,7 +952,7 @@ class Scheduler:
         for c in candidates:
             if c.tier < below:
                 placement, nodes = self._place(d, c)
-                if placement is not None:
+                if placement is not None and self._over_budget(d, c, placement) is None:
                     fitting.append(((c.tier, load[c.name], placement.score.key(), c.name), c, placement, nodes))
         for _, c, placement, nodes in sorted(fitting, key=lambda f: f[0]):
             before = dict(self.states[c.name]), self.state_id[c.name]
@@ -918,7 +997,7 @@ class Scheduler:
     def build(self, md: ModelDeployment, caches: dict) -> Deployment:
         """The scheduler's view of one deployment (`caches`: the fleet's ModelCaches by (namespace, name))."""
         d = self._deployment(md, caches)
-        d.source = md.model_dump_json()
+        d.source = md.model_dump_json() + policy_text(d.policy)
         return d
 
     def retain(self, d: Deployment) -> tuple[Kept, list[tuple[RecordedReplica, Reason]]]:
@@ -956,28 +1035,28 @@ class Scheduler:
         load: Counter[str] = Counter()
         used: dict[str, set[int]] = defaultdict(set)
         for r, placement in placed:
+            if (refused := self._over_budget(d, self.by_name[r.cluster], placement)) is not None:
+                self._drop(d, r, refused)
+                continue
+            self._charge_budget(d, self.by_name[r.cluster], placement)
             load[r.cluster] += 1
             used[r.cluster].add(r.index)
             self.plan.replicas.append(PlacedReplica(d.namespace, d.name, r.index, r.name, r.cluster, placement,
                                                     self._backends(d, r.cluster, placement), "kept", d.engines))
-        missing = d.md.spec.replicas - len(placed)
+        missing = d.md.spec.replicas - sum(load.values())
         if missing > 0 and d.blocked:
             self.plan.unscheduled.append(Unscheduled(d.key, missing, (blocked(d.blocked),)))
             return
         candidates = self._candidates(d)
         while missing > 0:
-            best = None
-            for c in candidates:
-                placement, nodes = self._place(d, c)
-                if placement is not None:
-                    rank = (c.tier, load[c.name], placement.score.key(), c.name)
-                    if best is None or rank < best[0]:
-                        best = (rank, c, placement, nodes)
+            best, refusal = self._best_in_budget(d, candidates, load)
             if best is None:
-                self.plan.unscheduled.append(Unscheduled(d.key, missing, tuple(self._reasons(d))))
+                reasons = (refusal,) if refusal is not None else tuple(self._reasons(d))
+                self.plan.unscheduled.append(Unscheduled(d.key, missing, reasons))
                 return
             _, cluster, placement, nodes = best
             self._apply(cluster.name, nodes)
+            self._charge_budget(d, cluster, placement)
             index = next(i for i in range(len(used[cluster.name]) + 1) if i not in used[cluster.name])
             used[cluster.name].add(index)
             load[cluster.name] += 1
@@ -989,7 +1068,7 @@ class Scheduler:
 
     def run(self) -> Plan:
         kept = self._retain()
-        kept_by_deployment = self._charge_kept(kept)
+        kept_by_deployment = self._budget_kept(self._charge_kept(kept))
         self._fill(kept_by_deployment)
         self._fold_back()
         # a Dynamo-stack cluster may serve a replica otherwise than its deployment says: say which

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from fleet.backends import NVIDIA_DRIVER
 from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
-                       ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource)
+                       ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource, TeamPolicy)
 from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
 from fleet.api.gateway import fleet_gateway_transition_rules
 from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
@@ -81,6 +81,8 @@ class Fleet:
     def of(self, kind: Literal["ModelService"]) -> list[ModelService]: ...
     @overload
     def of(self, kind: Literal["ModelRoute"]) -> list[ModelRoute]: ...
+    @overload
+    def of(self, kind: Literal["TeamPolicy"]) -> list[TeamPolicy]: ...
     @overload
     def of(self, kind: str) -> list[Resource]: ...
 

@@ -8,6 +8,7 @@ from fleet.api.common import API_VERSION, GROUP, Resource
 from fleet.api.deployment import ModelDeployment, ModelReplica, model_deployment_rules, model_replica_rules
 from fleet.api.gateway import InferenceGateway, inference_gateway_rules
 from fleet.api.inference_class import InferenceClass, inference_class_rules
+from fleet.api.policy import TeamPolicy, team_policy_rules
 from fleet.api.service import (ModelEndpoint, ModelRoute, ModelService, model_endpoint_rules, model_route_rules,
                                model_service_rules)
 
@@ -23,10 +24,11 @@ KINDS: dict[str, tuple[type[Resource], Callable[[Any], Iterable[tuple[tuple, str
     "ModelEndpoint": (ModelEndpoint, model_endpoint_rules),
     "ModelService": (ModelService, model_service_rules),
     "ModelRoute": (ModelRoute, model_route_rules),  # v0.5, machine-generated: read as observed state
+    "TeamPolicy": (TeamPolicy, team_policy_rules),  # an addition: what a team may take, and where
 }
 
 __all__ = [
     "API_VERSION", "GROUP", "KINDS", "Resource",
     "InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache",
-    "ModelDeployment", "ModelReplica", "ModelEndpoint", "ModelService", "ModelRoute",
+    "ModelDeployment", "ModelReplica", "ModelEndpoint", "ModelService", "ModelRoute", "TeamPolicy",
 ]
