@@ -100,7 +100,7 @@ class FleetLedger:
                 s.drop_unfit(d, r, detail)
             else:
                 placed.append((r, placement))
-        s.budget = self._budget_of_others(d)
+        s.start_budget(self._budget_of_others(d))
         s.place_one(d, placed)
         self.reserve(d.key, [r.recorded() for r in s.plan.replicas])
         plan, s.plan = s.plan, Plan()

@@ -258,11 +258,14 @@ class _Ranking:
                                               s.states[cluster.name][pool])
         return one_engine_replica(cluster.name, engine, pool, nodes) if engine is not None else None
 
-    def best(self, load: Counter) -> tuple | None:
+    def best(self, load: Counter, accept=None) -> tuple | None:
         """(rank, cluster, placement, nodes) of the best rank ((tier,) replicas of the deployment here, score, name);
-        `_fill` asks one ranking per tier, lowest first, so the tier is the cluster's, never compared here."""
+        `_fill` asks one ranking per tier, lowest first, so the tier is the cluster's, never compared here.
+        `accept(cluster, placement)`: False sets a place aside for this answer only (a team's budget refuses it; the
+        ranking is shared with deployments of other teams), so the answer is the best place it accepts."""
         heap = self.heap
         loaded = []
+        aside = []
         found = None
         while heap or self._more():
             bound, name, pool, cluster = heap[0]
@@ -277,15 +280,18 @@ class _Ranking:
             if score != bound:
                 heapq.heapreplace(heap, (score, name, pool, cluster))
                 continue
+            if accept is not None and not accept(cluster, current[0]):
+                aside.append(heapq.heappop(heap))
+                continue
             found = (score, name, pool, cluster, *current)
             break
-        for entry in loaded:
+        for entry in loaded + aside:
             heapq.heappush(heap, entry)
         if found is None and loaded:  # every place that fits already has a replica of the deployment
             fitting = []
             for bound, name, pool, cluster in loaded:
                 current = self._current(cluster, pool)
-                if current is not None:
+                if current is not None and (accept is None or accept(cluster, current[0])):
                     fitting.append((current[0].score.key(), name, pool, cluster, *current))
             if fitting:
                 found = min(fitting, key=lambda e: (load[e[1]], e[0], e[1], e[2]))
@@ -385,6 +391,9 @@ class Scheduler:
         caches = {(c.namespace, c.name): c for c in fleet.of("ModelCache")}
         self.policies = Policies.of(fleet)
         self.budget = BudgetLedger(self.policies, self.clusters)
+        self._outside: dict[str, dict[str, str]] = {}  # Deployment.residency -> cluster -> why it is outside
+        self._no_budget: dict[tuple, Reason] = {}  # (namespace, shape, candidates) -> why no place fits a budget
+        self._uses: dict[int, tuple[ReplicaPlacement, Counter]] = {}  # id(placement) -> (it, replica_use)
         self.deployments: list[Deployment] = []
         built: dict[str, Deployment] = {}
         for md in fleet.of("ModelDeployment"):
@@ -636,9 +645,20 @@ class Scheduler:
         return self._candidate_sets[key]
 
     def _find_candidates(self, d: Deployment) -> list[ClusterView]:
+        outside = self._outside_of(d)
         return [c for c in self.clusters if c.ready and _selected(c, d.selector)
-                and (c.cache_storage_class or not d.cache) and not_resident(d.policy, c.labels) is None
+                and (c.cache_storage_class or not d.cache) and c.name not in outside
                 and not (c.taints and untolerated(c.taints, d.tolerations, ("NoSchedule", "NoExecute")))]
+
+    def _outside_of(self, d: Deployment) -> dict[str, str]:
+        """Why each cluster outside the deployment's residency is, by name ({} without residency): once per policy."""
+        if not d.residency:
+            return {}
+        found = self._outside.get(d.residency)
+        if found is None:
+            found = self._outside[d.residency] = {c.name: why for c in self.clusters
+                                                  if (why := not_resident(d.policy, c.labels)) is not None}
+        return found
 
     def _by_tier(self, candidates: list[ClusterView]) -> list[list[ClusterView]]:
         """The candidates in groups of one tier, lowest first: the candidates themselves when they share one (every
@@ -739,8 +759,9 @@ class Scheduler:
     def _reasons_now(self, d: Deployment) -> list[Reason]:
         found: list[tuple[str, str, str]] = []  # (cluster or cluster/pool, why, detail)
         unselected = self._unselected(d.selector)
+        outside_of = self._outside_of(d)
         for c in self.clusters:
-            if (outside := not_resident(d.policy, c.labels)) is not None:
+            if (outside := outside_of.get(c.name)) is not None:
                 found.append((c.name, outside, ""))
             elif (why := unselected.get(c.name)) is not None:
                 found.append((c.name, f"not selected ({why})", ""))
@@ -762,12 +783,26 @@ class Scheduler:
 
     # ---- team budgets (fleet/team_policy.py) ----------------------------------------------------------------
 
+    def _use(self, cluster: ClusterView, placement: ReplicaPlacement) -> Counter:
+        """`replica_use`, once per placement object (the placer hands out the same ones; each is kept with its use,
+        so its id is not reused while the plan runs)."""
+        found = self._uses.get(id(placement))
+        if found is None or found[0] is not placement:
+            found = self._uses[id(placement)] = (placement, replica_use(cluster, placement))
+        return found[1]
+
     def _over_budget(self, d: Deployment, cluster: ClusterView, placement: ReplicaPlacement) -> Reason | None:
-        return self.budget.refusal(d.namespace, cluster, replica_use(cluster, placement)) if d.budgeted else None
+        return self.budget.refusal(d.namespace, cluster, self._use(cluster, placement)) if d.budgeted else None
 
     def _charge_budget(self, d: Deployment, cluster: ClusterView, placement: ReplicaPlacement, sign: int = 1) -> None:
         if d.budgeted:
-            self.budget.charge(d.namespace, cluster, replica_use(cluster, placement), sign)
+            self.budget.charge(d.namespace, cluster, self._use(cluster, placement), sign)
+
+    def start_budget(self, ledger: BudgetLedger) -> None:
+        """Charge budgets from `ledger` from now on (a one-deployment write: what the team's others hold)."""
+        self.budget = ledger
+        self._no_budget.clear()  # what found no place was for the use before
+        self._uses.clear()  # the portal's ledger lives for months: a write's placements are let go after it
 
     def _budget_kept(self, kept_by_deployment: dict) -> dict:
         """Charge kept replicas to their teams' GPU budgets in fill order (larger deployments, then by name, then by
@@ -788,24 +823,79 @@ class Scheduler:
             out[d.key] = kept
         return out
 
+    def _within_budget(self, d: Deployment, over: list[Reason]):
+        """A ranking's test of a place: True when it keeps `d`'s team within its budgets; else False, with the
+        budget's refusal added to `over`."""
+        def accept(cluster: ClusterView, placement: ReplicaPlacement) -> bool:
+            why = self._over_budget(d, cluster, placement)
+            if why is not None:
+                over.append(why)
+            return why is None
+        return accept
+
+    def _with_pool_ranking(self, d: Deployment, candidates: list[ClusterView]) -> list[tuple[ClusterView, bool]]:
+        """Each candidate, and whether the fill ranks its pools one by one (`_Ranking.per_pool`, decided per tier)."""
+        return [(c, self._per_pool(d, group)) for group in self._by_tier(candidates) for c in group]
+
+    @staticmethod
+    def _per_pool(d: Deployment, clusters: list[ClusterView]) -> bool:
+        return len(d.engines) == 1 and all(len(c.pools) <= MAX_ASSIGNMENTS for c in clusters)
+
+    def _in_budget(self, d: Deployment, c: ClusterView, placement: ReplicaPlacement, nodes, per_pool: bool,
+                   over: list[Reason]):
+        """`placement` (the cluster's best) when it keeps the team within its budgets; else, where the fill ranks
+        pools one by one, the cluster's best pool that does (a team over its H100 budget takes the A100 pool of the
+        same cluster), as the ranking finds it; else (None, None), the budget's refusal added to `over`."""
+        why = self._over_budget(d, c, placement)
+        if why is None:
+            return placement, nodes
+        over.append(why)
+        if not per_pool:
+            return None, None
+        options = []
+        elsewhere = self.placer.claims_elsewhere(d.engines[0], c)
+        for pool in c.pools:
+            if self.placer.pool_problem(d.engines[0], pool, elsewhere) or \
+                    self.placer.empty_fit_key(d.engines[0], pool.kind) is None:  # what the ranking's places skip
+                continue
+            engine, taken = self.placer.place_engine(d.engines[0], pool, self.states[c.name][pool.name])
+            if engine is None:
+                continue
+            option, option_nodes = one_engine_replica(c.name, engine, pool.name, taken)
+            if self._over_budget(d, c, option) is None:
+                options.append((option.score.key(), pool.name, option, option_nodes))
+        if not options:
+            return None, None
+        _, _, best, best_nodes = min(options, key=lambda o: (o[0], o[1]))
+        return best, best_nodes
+
     def _best_in_budget(self, d: Deployment, candidates: list[ClusterView], load: Counter):
         """The fill's best place for `d` that keeps its team within its budgets (every candidate tried, lowest tier
-        first: asked only when the best place by rank is over a budget), and the budget's refusal when none is."""
-        refused = None
+        first: asked only when the best place by rank is over a budget), and the budget's refusal when none is. A
+        search that found none is not made again in this plan for the namespace, shape and candidates: use only
+        grows and free capacity only shrinks while the plan fills."""
+        failed = (d.namespace, d.shape_id, id(candidates))
+        if failed in self._no_budget:
+            return None, self._no_budget[failed]
+        over: list[Reason] = []
         for group in self._by_tier(candidates):
             best = None
+            per_pool = self._per_pool(d, group)
             for c in group:
                 placement, nodes = self._place(d, c)
                 if placement is None:
                     continue
-                if (why := self._over_budget(d, c, placement)) is not None:
-                    refused = refused or why
+                placement, nodes = self._in_budget(d, c, placement, nodes, per_pool, over)
+                if placement is None:
                     continue
                 rank = (c.tier, load[c.name], placement.score.key(), c.name)
                 if best is None or rank < best[0]:
                     best = (rank, c, placement, nodes)
             if best is not None:
                 return best, None
+        refused = over[0] if over else None
+        if refused is not None:
+            self._no_budget[failed] = refused
         return None, refused
 
     def _fill(self, kept_by_deployment) -> None:
@@ -838,27 +928,34 @@ class Scheduler:
                 tried = []
                 refused: list[tuple[ClusterView, object]] = []  # candidates without room, for the explanation
                 load = loads[d.key]
+                over: list[Reason] = []  # budgets that refused a place with room, the first one first
                 if self.explain:  # every candidate's rank, for the explanation
-                    for c in candidates[d.key]:
+                    for c, per_pool in self._with_pool_ranking(d, candidates[d.key]):
                         placement, detail = self._place(d, c)
                         if placement is None:
                             refused.append((c, detail))
                             continue
+                        if d.budgeted:
+                            placement, detail = self._in_budget(d, c, placement, detail, per_pool, over)
+                            if placement is None:
+                                continue
                         rank = (c.tier, load[c.name], placement.score.key(), c.name)
                         if best is None or rank < best[0]:
                             best = (rank, c, placement, detail)
                         tried.append(rank)
+                elif d.budgeted and (refusal := self.budget.refusal_anywhere(d.namespace, d.size)) is not None:
+                    self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], (refusal,)))
+                    continue
                 else:  # the lowest tier with room wins: one ranking per tier (one in a fleet of one tier)
+                    accept = self._within_budget(d, over) if d.budgeted else None
                     for group in self._by_tier(candidates[d.key]):
-                        best = self._ranking(d, group, rankings).best(load)
+                        best = self._ranking(d, group, rankings).best(load, accept)
                         if best is not None:
                             break
-                if best is not None and d.budgeted and self._over_budget(d, best[1], best[2]) is not None:
-                    best, refusal = self._best_in_budget(d, candidates[d.key], load)
-                    if best is None and refusal is not None:
-                        self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], (refusal,)))
-                        self._note(d, f"{need[d.key]} replica(s) not placed: {refusal}")
-                        continue
+                if best is None and over:
+                    self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], (over[0],)))
+                    self._note(d, f"{need[d.key]} replica(s) not placed: {over[0]}")
+                    continue
                 if best is None:
                     reasons = self._reasons(d)
                     self.plan.unscheduled.append(Unscheduled(d.key, need[d.key], tuple(reasons)))

@@ -203,6 +203,20 @@ class BudgetLedger:
         self._caps: dict[tuple[str, int], dict[str, int]] = {}
         self._all = clusters
         self.use: dict[str, list[_Use]] = defaultdict(list)
+        self._matching: dict[tuple[str, Kind], tuple[int, ...]] = {}  # (policy, kind) -> budgets that count it
+
+    def _asked(self, policy: TeamPolicy, budgets: list[GpuBudget], use: Counter[Kind]) -> list[int]:
+        """Devices of `use` each budget counts (a kind's budgets found once per policy: plans ask thousands of
+        times)."""
+        asked = [0] * len(budgets)
+        for kind, n in use.items():
+            key = (policy.name, kind)
+            found = self._matching.get(key)
+            if found is None:
+                found = self._matching[key] = tuple(i for i, b in enumerate(budgets) if _counts(b, kind))
+            for i in found:
+                asked[i] += n
+        return asked
 
     def _budgets(self, namespace: str) -> tuple[TeamPolicy | None, list[GpuBudget]]:
         policy = self.policies.for_namespace(namespace)
@@ -221,11 +235,10 @@ class BudgetLedger:
         if policy is None or not budgets:
             return None
         uses = self._uses(namespace, len(budgets))
-        for i, budget in enumerate(budgets):
-            asked = sum(n for kind, n in use.items() if _counts(budget, kind))
+        for i, asked in enumerate(self._asked(policy, budgets, use)):
             if not asked:
                 continue
-            held = uses[i]
+            budget, held = budgets[i], uses[i]
             field_path = f"TeamPolicy {policy.name} spec.gpus[{i}]"
             if held.total + asked > budget.count:
                 return Reason(Cause.OVER_BUDGET, (
@@ -239,6 +252,22 @@ class BudgetLedger:
                     return Reason(Cause.OVER_BUDGET, (
                         f"over {field_path}.split on {where} {key}: budget {cap} {budget_name(budget)}, in use {now}, "
                         f"this replica asks {asked}"))
+        return None
+
+    def refusal_anywhere(self, namespace: str, devices: int) -> Reason | None:
+        """Why a replica of `devices` devices (all of them, of whatever class) would take the namespace over a
+        budget wherever it is placed: a budget that counts every device and is not split. Asked before the fill
+        searches for a place, so a team at its budget costs no search."""
+        policy, budgets = self._budgets(namespace)
+        if policy is None:
+            return None
+        uses = self._uses(namespace, len(budgets))
+        for i, budget in enumerate(budgets):
+            if budget.deviceClassName is None and budget.productName is None and budget.split is None \
+                    and devices and uses[i].total + devices > budget.count:
+                return Reason(Cause.OVER_BUDGET, (
+                    f"over TeamPolicy {policy.name} spec.gpus[{i}]: budget {budget.count} {budget_name(budget)}, "
+                    f"in use {uses[i].total}, this replica asks {devices}"))
         return None
 
     def _cap(self, policy: TeamPolicy, i: int, budget: GpuBudget, cluster: ClusterView) -> tuple[int | None, str]:
@@ -255,10 +284,12 @@ class BudgetLedger:
         return split.tiers.get(str(cluster.tier), 0), "tier"
 
     def charge(self, namespace: str, cluster: ClusterView, use: Counter[Kind], sign: int = 1) -> None:
-        _, budgets = self._budgets(namespace)
+        policy, budgets = self._budgets(namespace)
+        if policy is None or not budgets:
+            return
         uses = self._uses(namespace, len(budgets))
-        for i, budget in enumerate(budgets):
-            asked = sum(n for kind, n in use.items() if _counts(budget, kind)) * sign
+        for i, asked in enumerate(self._asked(policy, budgets, use)):
+            asked *= sign
             if asked:
                 uses[i].total += asked
                 uses[i].by_cluster[cluster.name] += asked
