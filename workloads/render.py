@@ -363,7 +363,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
     # the cluster whose gateway every request to a service passes through: a v0.5 gateway's, else the control
     # plane's (the v0.3.1 front door's host); a team's policy must allow it (unknown labels: outside, fail closed)
     door = newest.v05.clusterName if newest is not None and newest.v05 is not None else host
-    door_labels = clusters[door].labels if door in clusters else {}
+    door_labels = clusters[door].labels if door is not None and door in clusters else {}
     endpoints: list[Endpoint] = []
     for placed in plan.replicas:
         cluster = clusters[placed.cluster]
