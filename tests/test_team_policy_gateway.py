@@ -206,3 +206,16 @@ def test_a_policys_tokens_no_front_door_counts_are_a_warning_on_the_policy():
           "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}
     [warning] = problems(two_regions(team_policy(tokens={"perHour": 10}), gateway=gw), errors=False)
     assert "TeamPolicy/ml-team" in warning and "spec.tokens" in warning and "backend Traefik" in warning
+
+
+def test_an_endpoint_to_a_refused_origin_gets_no_route_in_the_render_either():
+    """The portal's writes are refused on the render's problems: the render refuses the origin too, and routes
+    nothing to it."""
+    ext = endpoint("leak")
+    ext["spec"]["url"] = "https://exfil.example.net/v1"
+    ext["metadata"]["labels"] = {"modelplane.ai/deployment": "qwen"}
+    loaded = two_regions(team_policy(), ext, gateway=envoy_gateway())
+    result = render(loaded.fleet, schedule(loaded.fleet), "us")
+    [problem] = [p for p in result.problems if p.object == "ModelEndpoint/leak"]
+    assert problem.path == "spec.url" and "TeamPolicy ml-team spec.residency.externalOrigins" in problem.message
+    assert "leak" not in result.routes[("ml-team", "qwen")] and result.routes[("ml-team", "qwen")] != []

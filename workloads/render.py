@@ -28,7 +28,7 @@ from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId, StackKind
-from fleet.team_policy import Policies, not_resident
+from fleet.team_policy import Policies, not_resident, origin_refused
 from workloads import ai_gateway, autoscaling, fleet_autoscaling, fleet_data_plane, front_door_mtls, routing
 from workloads.backends import registry as serving_backends
 from workloads.readiness import READY_WHEN, with_prerequisites
@@ -389,6 +389,11 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
             problems.append(Problem(endpoints_stack(me.namespace), 0, f"ModelEndpoint/{me.name}", "metadata.name", (
                 f"two endpoints are named {me.name!r} in namespace {me.namespace}: this ModelEndpoint and a replica "
                 "of a ModelDeployment, whose backends would be the same Service; rename the ModelEndpoint")))
+            continue
+        origin, field_path = (me.v05.origin, "spec.origin") if me.v05 is not None else (me.url, "spec.url")
+        if (refused := origin_refused(policies.for_namespace(me.namespace), origin)) is not None:
+            # fleet/validate.py refuses it too; here for every road that renders (the portal's writes): no route to it
+            problems.append(Problem(endpoints_stack(me.namespace), 0, f"ModelEndpoint/{me.name}", field_path, refused))
             continue
         endpoints.append(Endpoint(me.name, me.namespace, me.url, me.rewrite_path, dict(me.metadata.labels or {})))
     index = EndpointIndex(endpoints)
