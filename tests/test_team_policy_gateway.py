@@ -219,3 +219,19 @@ def test_an_endpoint_to_a_refused_origin_gets_no_route_in_the_render_either():
     [problem] = [p for p in result.problems if p.object == "ModelEndpoint/leak"]
     assert problem.path == "spec.url" and "TeamPolicy ml-team spec.residency.externalOrigins" in problem.message
     assert "leak" not in result.routes[("ml-team", "qwen")] and result.routes[("ml-team", "qwen")] != []
+
+
+def test_a_replica_outside_the_residency_is_never_a_services_endpoint():
+    """The scheduler places no replica outside; a plan made before the policy existed may hold one, and the
+    front door still routes the team nowhere but its resident clusters."""
+    before = two_regions(gateway=envoy_gateway())
+    stale = schedule(before.fleet)
+    foreign = [r for r in stale.replicas if r.cluster == "eu"]
+    if not foreign:  # the policy-less plan put it on us: move it by hand, as an older plan might have
+        from dataclasses import replace
+        stale = replace(stale, replicas=[replace(r, cluster="eu") for r in stale.replicas])
+    after = two_regions(team_policy(), gateway=envoy_gateway())
+    result = render(after.fleet, stale, "us")
+    assert result.routes[("ml-team", "qwen")] == []
+    assert any(p.path == "spec.clusterName" and "TeamPolicy ml-team spec.residency.clusterSelector" in p.message
+               for p in result.problems)

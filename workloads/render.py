@@ -369,6 +369,11 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
             continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
+        if (why := not_resident(policies.for_namespace(placed.namespace), cluster.labels)) is not None:
+            # the scheduler places none there; a plan made before the policy may: its team's traffic never goes there
+            problems.append(Problem(endpoints_stack(placed.namespace), 0, f"ModelReplica/{placed.name}",
+                                    "spec.clusterName", f"cluster {placed.cluster} is {why}: no route to it"))
+            continue
         md = deployments[(placed.namespace, placed.deployment)]
         known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
         address = known or placeholder_address(cluster.name)
