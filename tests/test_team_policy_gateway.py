@@ -201,11 +201,12 @@ def test_a_token_budget_given_by_both_the_gateway_and_the_policy_is_refused_nami
     assert "TeamPolicy ml-team spec.tokens.services[0].perHour" in errors[1]
 
 
-def test_a_policys_tokens_no_front_door_counts_are_a_warning_on_the_policy():
-    gw = {"apiVersion": API, "kind": "InferenceGateway", "metadata": {"name": "default"},
-          "spec": {"backend": "Traefik", "traefik": {"version": "40.2.0"}}}
+def test_a_policys_tokens_an_envoy_front_door_cannot_count_are_a_warning_on_the_policy():
+    gw = {"apiVersion": API, "kind": "InferenceGateway", "metadata": {"name": "default"}, "spec": {"backend": "Envoy"}}
     [warning] = problems(two_regions(team_policy(tokens={"perHour": 10}), gateway=gw), errors=False)
-    assert "TeamPolicy/ml-team" in warning and "spec.tokens" in warning and "backend Traefik" in warning
+    assert "TeamPolicy/ml-team" in warning and "spec.tokens" in warning and "no spec.envoy.access" in warning
+    [warning] = problems(two_regions(team_policy(tokens={"perHour": 10}), gateway=v05_gateway("us")), errors=False)
+    assert "TeamPolicy/ml-team" in warning and "a v0.5 gateway has no per-team limits" in warning
 
 
 def test_an_endpoint_to_a_refused_origin_gets_no_route_in_the_render_either():
