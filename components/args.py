@@ -17,7 +17,7 @@ from fleet.topology import cluster_topology
 
 if TYPE_CHECKING:
     from fleet.api.cluster import InferenceCluster
-    from fleet.api.gateway import InferenceGateway
+    from fleet.api.gateway import Envoy, InferenceGateway
     from fleet.api.inference_class import InferenceClass
     from fleet.validate import Fleet
 
@@ -327,8 +327,20 @@ def gateway_args(fleet: Fleet, host: str | None = None) -> GatewayArgs | None:
                        metallb_address_pool=metallb.addressPool if metallb else None,
                        load_balancer=host in load_balanced(fleet),
                        aggregated_api={k: v for k, v in (ig.metadata.annotations or {}).items() if k.startswith(PREFIX)},
-                       front_door=front_door_objects(envoy) if envoy else [],
+                       front_door=front_door_objects(team_budgets(fleet, envoy)) if envoy else [],
                        tls_secret=envoy.tls.certificateSecretName if envoy and envoy.tls else None)
+
+
+def team_budgets(fleet: Fleet, envoy: Envoy) -> Envoy:
+    """The front door's settings with each team's token budget from its TeamPolicy (fleet/team_policy.py
+    `front_door_access`): the team at the front door is the namespace's name. No policy: `envoy` as given."""
+    from fleet.team_policy import Policies, front_door_access
+
+    policies = Policies.of(fleet)
+    if envoy.access is None or not policies:
+        return envoy
+    served = {ms.namespace for ms in fleet.of("ModelService")}
+    return envoy.model_copy(update={"access": front_door_access(envoy.access, policies, served)})
 
 
 def v05_gateway_args(fleet: Fleet, ig: InferenceGateway, host: str | None) -> GatewayArgs:

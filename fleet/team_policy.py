@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 from urllib.parse import urlsplit
 
+from fleet.api.gateway import Access, DefaultLimit, ModelLimit, TeamLimit
 from fleet.api.policy import ClusterSelector, GpuBudget, TeamPolicy
 from fleet.plan import Cause, Reason
 
@@ -323,3 +324,83 @@ def budget_rows(policies: Policies, clusters: list[ClusterView], replicas) -> li
             used = uses[i].total if i < len(uses) else 0
             rows.append(BudgetRow(ns, policy.name, f"spec.gpus[{i}]", budget_name(budget), budget.count, used))
     return rows
+
+
+# ---- token budgets at the front door --------------------------------------------------------------------------
+# The team at the front door is the caller's identity (an API key's name, a JWT's team claim), which is the
+# namespace's name; so a namespace's policy is its callers' budget, whatever services they call.
+
+
+def front_door_teams(policies: Policies, served: Iterable[str]) -> list[tuple[str, TeamPolicy]]:
+    """(team, its policy) for each team whose policy sets tokens: every named policy's namespace, and the namespaces
+    with ModelServices (`served`) the default policy governs."""
+    named = [(ns, p) for ns, p in sorted(policies.by_namespace.items()) if p.spec.tokens is not None]
+    default = policies.default
+    if default is None or default.spec.tokens is None:
+        return named
+    return sorted(named + [(ns, default) for ns in set(served) if ns not in policies.by_namespace])
+
+
+def front_door_access(access: Access, policies: Policies, served: Iterable[str]) -> Access:
+    """The front door's access with each governed team's token budget from its TeamPolicy: spec.tokens.perHour is
+    the team's tokensPerHour, spec.tokens.services[] its per-service (`<ns>/<service>`) ones. A team the policy
+    adds to `limits` keeps the default's request limit (a listed team is counted apart from the default); a default
+    policy's perHour is also the default limit's tokensPerHour, for callers the fleet knows no namespace of. What
+    the InferenceGateway already sets for a team's tokens is refused by `token_conflicts`; here the policy wins."""
+    teams = front_door_teams(policies, served)
+    if not teams:
+        return access
+    limits = {limit.team: limit for limit in access.limits}
+    default = access.defaultLimit
+    for team, policy in teams:
+        tokens = policy.spec.tokens
+        assert tokens is not None
+        given = limits.get(team)
+        limit = given.model_copy(deep=True) if given is not None else TeamLimit(
+            team=team, requestsPerMinute=default.requestsPerMinute if default else None,
+            tokensPerHour=default.tokensPerHour if default else None)
+        if tokens.perHour is not None:
+            limit = limit.model_copy(update={"tokensPerHour": tokens.perHour})
+        models = {m.service: m for m in limit.models}
+        for service in tokens.services:
+            key = f"{team}/{service.name}"
+            models[key] = models[key].model_copy(update={"tokensPerHour": service.perHour}) if key in models \
+                else ModelLimit(service=key, tokensPerHour=service.perHour)
+        limits[team] = limit.model_copy(update={"models": list(models.values())})
+    updated = access.model_copy(update={"limits": [limits[t] for t in sorted(limits)]})
+    fallback = policies.default
+    if fallback is not None and fallback.spec.tokens is not None and fallback.spec.tokens.perHour is not None:
+        updated = updated.model_copy(update={"defaultLimit": (default or DefaultLimit()).model_copy(
+            update={"tokensPerHour": fallback.spec.tokens.perHour})})
+    return updated
+
+
+def token_conflicts(access: Access, policies: Policies, served: Iterable[str]) -> list[tuple[tuple, str]]:
+    """(InferenceGateway field path, message) for each token budget both the gateway's access and a TeamPolicy
+    give: one place for a team's budget, the policy."""
+    out: list[tuple[tuple, str]] = []
+    teams = dict(front_door_teams(policies, served))
+    base = ("spec", "envoy", "access")
+    for i, limit in enumerate(access.limits):
+        policy = teams.get(limit.team)
+        tokens = policy.spec.tokens if policy is not None else None
+        if policy is None or tokens is None:
+            continue
+        if limit.tokensPerHour is not None and tokens.perHour is not None:
+            out.append((base + ("limits", i, "tokensPerHour"), (
+                f"team {limit.team}'s token budget is TeamPolicy {policy.name} spec.tokens.perHour "
+                f"({tokens.perHour}); a team's budget has one place, its policy: remove this one")))
+        services = {f"{limit.team}/{s.name}": j for j, s in enumerate(tokens.services)}
+        for j, model in enumerate(limit.models):
+            if model.tokensPerHour is not None and model.service in services:
+                out.append((base + ("limits", i, "models", j, "tokensPerHour"), (
+                    f"service {model.service}'s token budget for team {limit.team} is TeamPolicy {policy.name} "
+                    f"spec.tokens.services[{services[model.service]}].perHour; a team's budget has one place, its "
+                    f"policy: remove this one")))
+    fallback = policies.default
+    if (access.defaultLimit is not None and access.defaultLimit.tokensPerHour is not None and fallback is not None
+            and fallback.spec.tokens is not None and fallback.spec.tokens.perHour is not None):
+        out.append((base + ("defaultLimit", "tokensPerHour"), (
+            f"the default token budget is TeamPolicy {fallback.name} spec.tokens.perHour (defaultForNamespaces); a "
+            f"team's budget has one place, its policy: remove this one")))
+    return out

@@ -25,7 +25,7 @@ from fleet import device_selectors
 from fleet.api import (KINDS, InferenceClass, InferenceCluster, InferenceGateway, ModelCache, ModelDeployment,
                        ModelEndpoint, ModelReplica, ModelRoute, ModelService, Resource, TeamPolicy)
 from fleet.api.common import MIGRATE_HINT, SHAPE_V031, SHAPE_V05, metadata_rules
-from fleet.api.gateway import fleet_gateway_transition_rules
+from fleet.api.gateway import MAX_LISTED_WITH_DEFAULT, MAX_RULES, fleet_gateway_transition_rules
 from fleet.autoscaling import FLEET_PREFIX, parse_fleet, zero_without_demand
 from fleet.loader import Document, ParseMemo, Source, load_paths, parse_sources
 from fleet.secrets import CALLER_KEYS_NAMESPACE, SecretManifestError, SecretRef, SecretStore, secret_from_manifest
@@ -384,6 +384,7 @@ def cross_object_problems(fleet: Fleet, about: Resource | None = None) -> list[P
     out += _selector_warnings(fleet, classes, subjects)
     out += _tenancy_problems(fleet, subjects)
     out += _secret_warnings(fleet, subjects)
+    out += _team_policy_problems(fleet, subjects)
     caches = {(c.namespace, c.name) for c in fleet.of("ModelCache")}
     for md in subjects.of("ModelDeployment"):
         fleet_scaling, _ = parse_fleet(md.metadata.annotations)  # its errors are the deployment's own rules'
@@ -519,6 +520,89 @@ def _gateway_problems(fleet: Fleet, subjects: Fleet) -> list[Problem]:
                     f"matches no Secret, so no caller could authenticate: the gateway refuses every request. It "
                     f"selects among the v1/Secret manifests in {CALLER_KEYS_NAMESPACE} given with the fleet (-f); "
                     f"give the callers' Secret there with the labels {labels}"), warning=True))
+    return out
+
+
+def _matches(selector: dict[str, str] | None, labels: dict[str, str] | None) -> bool:
+    return all((labels or {}).get(k) == v for k, v in (selector or {}).items())
+
+
+def _team_policy_problems(fleet: Fleet, subjects: Fleet) -> list[Problem]:
+    """What a TeamPolicy refuses that more than one object shows (fleet/team_policy.py decides; each message names
+    the policy and its field): a ModelEndpoint's origin, a v0.5 gateway on a cluster outside the residency of a
+    service it would serve, a ModelCache whose selector reaches clusters outside it, and a team's token budget
+    given both by its policy and by the InferenceGateway's access."""
+    from fleet.team_policy import (Policies, front_door_access, front_door_teams, not_resident, origin_refused,
+                                   token_conflicts)
+
+    policies = Policies.of(fleet)
+    if not policies:
+        return []
+    out: list[Problem] = []
+    for me in subjects.of("ModelEndpoint"):
+        policy = policies.for_namespace(me.namespace)
+        origin, path = (me.v05.origin, ("spec", "origin")) if me.v05 is not None else (me.spec.url, ("spec", "url"))
+        if (why := origin_refused(policy, origin)) is not None:
+            out.append(fleet.problem(me, path, f"{why}: a ModelEndpoint of namespace {me.namespace} may send its "
+                                               "team's requests only to the origins its policy allows"))
+    labels = {ic.name: dict(ic.metadata.labels or {}) for ic in fleet.of("InferenceCluster")}
+    gateways = [g for g in fleet.of("InferenceGateway") if g.v05 is not None]
+    for ms in subjects.of("ModelService"):
+        policy = policies.for_namespace(ms.namespace)
+        for gateway in gateways:
+            assert gateway.v05 is not None
+            selector = gateway.v05.serviceSelector.matchLabels if gateway.v05.serviceSelector else None
+            if not _matches(selector, ms.metadata.labels):
+                continue
+            where = gateway.v05.clusterName
+            if (why := not_resident(policy, labels.get(where, {}))) is not None:
+                out.append(fleet.problem(ms, ("metadata", "namespace"), (
+                    f"InferenceGateway {gateway.name} (spec.clusterName {where}) would serve it, but cluster {where} "
+                    f"is {why}: it gets no route there; serve the team from a gateway on a cluster its policy allows "
+                    f"(or leave it out with the gateway's spec.serviceSelector)")))
+    for cache in subjects.of("ModelCache"):
+        policy = policies.for_namespace(cache.namespace)
+        selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
+        if policy is None or not selector:
+            continue
+        outside = [f"{name} ({why})" for name, have in sorted(labels.items())
+                   if _matches(selector, have) and (why := not_resident(policy, have)) is not None]
+        if outside:
+            out.append(fleet.problem(cache, ("spec", "clusterSelector"), (
+                f"selects clusters outside its team's residency, where it is not staged: {'; '.join(outside)}"),
+                warning=True))
+    served = {ms.namespace for ms in fleet.of("ModelService")}
+    teams = front_door_teams(policies, served)
+    for gateway in subjects.of("InferenceGateway"):
+        envoy = gateway.envoy
+        if not teams:
+            break
+        if envoy is None or envoy.access is None:
+            continue
+        for path, message in token_conflicts(envoy.access, policies, served):
+            out.append(fleet.problem(gateway, path, message))
+        effective = front_door_access(envoy.access, policies, served)
+        if effective.rule_count() > MAX_RULES:
+            out.append(fleet.problem(gateway, ("spec", "envoy", "access", "limits"), (
+                f"with the TeamPolicies' token budgets these limits make {effective.rule_count()} rate-limit rules; "
+                f"Envoy Gateway takes at most {MAX_RULES}")))
+        if effective.defaultLimit is not None and len(effective.limits) > MAX_LISTED_WITH_DEFAULT:
+            out.append(fleet.problem(gateway, ("spec", "envoy", "access", "defaultLimit"), (
+                f"with the TeamPolicies' teams {len(effective.limits)} teams are listed; with defaultLimit at most "
+                f"{MAX_LISTED_WITH_DEFAULT} can be")))
+    # an Envoy front door that counts no team's tokens: the policy's budget is not enforced there. (A Traefik front
+    # door counts nothing for anyone, the example fleet's included: docs/teams.md says so, not every command.)
+    front = next(iter(fleet.of("InferenceGateway")), None)
+    unenforced = front is not None and (front.v05 is not None or (front.envoy is not None and front.envoy.access is None))
+    if front is not None and unenforced:
+        why = ("its backend Envoy has no spec.envoy.access (no caller has a team)" if front.envoy is not None else
+               "a v0.5 gateway has no per-team limits yet")
+        named = {p.name for _, p in teams}
+        for policy in subjects.of("TeamPolicy"):
+            if policy.name in named:
+                out.append(fleet.problem(policy, ("spec", "tokens"), (
+                    f"not enforced: the front door (InferenceGateway {front.name}) counts no team's tokens, as {why}; "
+                    "use backend Envoy with spec.envoy.access"), warning=True))
     return out
 
 

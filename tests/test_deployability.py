@@ -307,6 +307,23 @@ def _pair(envoy: str):
                                        _with(release("ai-gateway", "envoy-ai-gateway-system"), version="v0.5.0")]))
 
 
+def _resident_route(gateway_region: str | None = "us", namespace: str = "ml-team"):
+    """ml-team's route on the fleet gateway of c1, whose region is `gateway_region` (None: no labels), under a
+    TeamPolicy that keeps ml-team in region us: a render built by hand, as a foreign front door would compose it."""
+    from fleet.api.policy import TeamPolicy
+    from fleet.team_policy import Policies
+
+    policy = TeamPolicy.model_validate({"apiVersion": "modelplane.ai/v1alpha1", "kind": "TeamPolicy",
+                                        "metadata": {"name": "ml-team"}, "spec": {"residency": {"clusterSelector": {
+                                            "matchLabels": {"region": "us"}}}}})
+    route = k("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen", namespace,
+              spec={"parentRefs": [{"name": "modelplane", "namespace": "modelplane-system"}], "rules": []})
+    labels = (("region", gateway_region),) if gateway_region else ()
+    out = graph(stack("service-ml-team.qwen", [route]), clusters={"c1": ClusterFacts("EKS", "us-west-2", labels=labels)})
+    out.policies = Policies([policy])
+    return out
+
+
 ALL_ROUTES = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "ReferenceGrant")
 ROWS = [
     ("pool-taints", lambda: _pool_pods(True, [GPU, SPOT]), lambda: _pool_pods(True, [GPU]),
@@ -351,6 +368,11 @@ ROWS = [
     ("gateway-references", _fleet_route, lambda: _fleet_route(target="qwn"), "its target HTTPRoute ml/qwn is not created"),
     ("gateway-references", _fleet_route, lambda: _fleet_route(controller="traefik.io/gateway-controller"),
      "whose controller traefik.io/gateway-controller cannot"),
+    ("residency", _resident_route, lambda: _resident_route("eu"),
+     "serves team ml-team through the fleet gateway on c1, which is outside TeamPolicy ml-team "
+     "spec.residency.clusterSelector (region=eu"),
+    ("residency", lambda: _resident_route("eu", namespace="search"), lambda: _resident_route(None),
+     "outside TeamPolicy ml-team spec.residency.clusterSelector (no region"),
     ("pinned", _pinned, lambda: _pinned(with_provider=False), "uses no explicit cloud provider"),
     ("pinned", _pinned, lambda: _pinned(region="eu-west-1"), "is for region eu-west-1, not the cluster's us-west-2"),
     ("pinned", _pinned, lambda: _pinned(k8s_cluster=None), "uses no explicit Kubernetes provider"),

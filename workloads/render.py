@@ -28,6 +28,7 @@ from fleet.inventory import ClusterView, build_clusters
 from fleet.plan import PlacedReplica, Plan
 from fleet.problems import Problem
 from fleet.stack_id import StackId, StackKind
+from fleet.team_policy import Policies, not_resident, origin_refused
 from workloads import ai_gateway, autoscaling, fleet_autoscaling, fleet_data_plane, front_door_mtls, routing
 from workloads.backends import registry as serving_backends
 from workloads.readiness import READY_WHEN, with_prerequisites
@@ -40,6 +41,7 @@ from workloads.service_routing import (PENDING_FRONT_DOOR, Endpoint, EndpointInd
 
 if TYPE_CHECKING:
     from fleet.api.gateway import Envoy
+    from fleet.api.policy import TeamPolicy
     from fleet.api.service import EndpointSpec
     from fleet.validate import Fleet
 
@@ -287,8 +289,9 @@ def render(fleet: Fleet, plan: Plan, host: str | None = None, reuse: Mapping[str
                 + [fleet_data_plane.backend_object(t) for t in backends.tiered] + client_grants(backends)
                 + [obj for r in backends.routed for obj in ai_gateway.endpoint_objects(r)]
                 + backends.scaled)
+    policies = Policies.of(fleet)
     for cache in fleet.of("ModelCache"):
-        for cluster in cache_targets(cache, clusters.values()):
+        for cluster in cache_targets(cache, clusters.values(), policies.for_namespace(cache.namespace)):
             out.add(cache_stack(cache.namespace, cache.name), cluster.name,
                     cache_objects(cache, str(cluster.cache_storage_class),
                                   tenancy.workload_namespace(cache.namespace, chosen),
@@ -356,11 +359,21 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
     gateway = newest or next(iter(fleet.of("InferenceGateway")), None)
     envoy = envoy_front_door(fleet)
     problems: list[Problem] = list(v05_gateway_problems(fleet))
+    policies = Policies.of(fleet)
+    # the cluster whose gateway every request to a service passes through: a v0.5 gateway's, else the control
+    # plane's (the v0.3.1 front door's host); a team's policy must allow it (unknown labels: outside, fail closed)
+    door = newest.v05.clusterName if newest is not None and newest.v05 is not None else host
+    door_labels = clusters[door].labels if door is not None and door in clusters else {}
     endpoints: list[Endpoint] = []
     for placed in plan.replicas:
         cluster = clusters[placed.cluster]
         if not ready.get((placed.namespace, placed.name), True) or (cluster.observed and not cluster.gateway):
             continue  # not ready, or its cluster has no gateway: no endpoint, so no traffic
+        if (why := not_resident(policies.for_namespace(placed.namespace), cluster.labels)) is not None:
+            # the scheduler places none there; a plan made before the policy may: its team's traffic never goes there
+            problems.append(Problem(endpoints_stack(placed.namespace), 0, f"ModelReplica/{placed.name}",
+                                    "spec.clusterName", f"cluster {placed.cluster} is {why}: no route to it"))
+            continue
         md = deployments[(placed.namespace, placed.deployment)]
         known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
         address = known or placeholder_address(cluster.name)
@@ -382,6 +395,11 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
                 f"two endpoints are named {me.name!r} in namespace {me.namespace}: this ModelEndpoint and a replica "
                 "of a ModelDeployment, whose backends would be the same Service; rename the ModelEndpoint")))
             continue
+        origin, field_path = (me.v05.origin, "spec.origin") if me.v05 is not None else (me.url, "spec.url")
+        if (refused := origin_refused(policies.for_namespace(me.namespace), origin)) is not None:
+            # fleet/validate.py refuses it too; here for every road that renders (the portal's writes): no route to it
+            problems.append(Problem(endpoints_stack(me.namespace), 0, f"ModelEndpoint/{me.name}", field_path, refused))
+            continue
         endpoints.append(Endpoint(me.name, me.namespace, me.url, me.rewrite_path, dict(me.metadata.labels or {})))
     index = EndpointIndex(endpoints)
     # v0.5 endpoints: under a v0.5 gateway, what their AIServiceBackends are made of; under a v0.3.1 one, what that
@@ -399,9 +417,16 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
     for ms in fleet.of("ModelService"):
         stack = service_stack(ms.namespace, ms.name)
         chosen: list
+        if newest is not None and newest.v05 is not None and not ai_gateway.serves(newest.v05, ms.metadata.labels):
+            continue  # the gateway's serviceSelector leaves it out: no route on it
+        if door is not None and gateway is not None and (
+                why := not_resident(policies.for_namespace(ms.namespace), door_labels)) is not None:
+            problems.append(Problem(stack, 0, f"ModelService/{ms.name}", "metadata.namespace", (
+                f"the front door (InferenceGateway {gateway.name}) runs on cluster {door}, which is {why}: no "
+                f"gateway may serve it, so it gets no route; serve the team from a gateway on a cluster its policy "
+                f"allows")))
+            continue
         if newest is not None and newest.v05 is not None:
-            if not ai_gateway.serves(newest.v05, ms.metadata.labels):
-                continue  # the gateway's serviceSelector leaves it out: no route on it
             chosen = ai_gateway.tiers(ms, select(ms, index), specs)
             problems += [Problem(stack, 0, f"ModelService/{ms.name}", "spec.endpoints", message)
                          for message in ai_gateway.endpoint_problems(chosen)]
@@ -462,11 +487,14 @@ def _digest(value: object) -> str:
     return hashlib.sha256(repr(value).encode()).hexdigest()
 
 
-def cache_targets(cache, clusters: Iterable[ClusterView]) -> list[ClusterView]:
-    """The clusters a ModelCache stages to: those its selector matches that have a storage class for caches."""
+def cache_targets(cache, clusters: Iterable[ClusterView], policy: TeamPolicy | None = None) -> list[ClusterView]:
+    """The clusters a ModelCache stages to: those its selector matches that have a storage class for caches and
+    are inside its team's residency (`policy`, its namespace's TeamPolicy: fleet/validate.py warns of a selector
+    that reaches further, naming the policy)."""
     selector = cache.spec.clusterSelector.matchLabels if cache.spec.clusterSelector else None
     return [c for c in clusters if c.cache_storage_class
-            and not (selector and any(c.labels.get(k) != v for k, v in selector.items()))]
+            and not (selector and any(c.labels.get(k) != v for k, v in selector.items()))
+            and not_resident(policy, c.labels) is None]
 
 
 class TeamStack(NamedTuple):
@@ -490,8 +518,9 @@ def team_stacks(fleet: Fleet, plan: Plan, host: str | None, serving: set[str],
     used: dict[tuple[str, str], Counter[str]] = {}  # (team, cluster) -> devices per class
     for placed in plan.replicas:
         used.setdefault((placed.namespace, placed.cluster), Counter()).update(replica_devices(placed))
+    policies = Policies.of(fleet)
     for cache in fleet.of("ModelCache"):
-        for view in cache_targets(cache, clusters):
+        for view in cache_targets(cache, clusters, policies.for_namespace(cache.namespace)):
             used.setdefault((cache.namespace, view.name), Counter())
     for team in serving if host is not None else ():
         used.setdefault((team, str(host)), Counter())

@@ -23,7 +23,7 @@ from automation.checks.rules.charts import (compatible_versions, controller_prer
 from automation.checks.rules.clouds import pinned, pool_taints_tolerated
 from automation.checks.rules.objects import (crds_installed, namespaces_exist, one_owner, programs_run,
                                              quota_before_release, stack_names, workloads_awaited)
-from automation.checks.rules.routing import api_services, gateway_references, inference_routing
+from automation.checks.rules.routing import api_services, gateway_references, inference_routing, resident_routes
 from automation.checks.rules.storage import storage
 from fleet.stack_id import StackId, StackKind
 
@@ -49,6 +49,7 @@ RULES: dict[str, Callable[[Graph], Iterable[Violation]]] = {
     "storage": storage,
     "inference-routing": inference_routing,
     "gateway-references": gateway_references,
+    "residency": resident_routes,
     "pinned": pinned,
     "quota-before-release": quota_before_release,
     "stack-names": stack_names,
@@ -76,10 +77,12 @@ def cluster_facts(fleet: Fleet, specs: Mapping[str, StackSpec] | None = None) ->
     given = [payload.cluster for payload in platforms if isinstance(payload, PlatformPayload)]
     args_of: Mapping[str, ClusterArgs] = {args.name: args for args in given} \
         if specs is not None and len(given) == len(platforms) else every_cluster_args(fleet)
+    labels = {ic.name: dict(ic.metadata.labels or {}) for ic in fleet.of("InferenceCluster")}
     out = {}
     for name, args in args_of.items():
         provided = {args.cache_storage_class} if args.source == "Existing" and args.cache_storage_class else set()
-        out[name] = ClusterFacts(args.source, args.region, frozenset(provided), args.verifies_addons)
+        out[name] = ClusterFacts(args.source, args.region, frozenset(provided), args.verifies_addons,
+                                 tuple(sorted(labels.get(name, {}).items())))
     return out
 
 
@@ -101,7 +104,9 @@ def check_fleet(fleet: Fleet, previews: list[StackPreview],
     """`specs`: the desired stacks the previews are of: the clusters' facts are read from them (`cluster_facts`).
     Which objects each stack stands for is read from the fleet: two objects that map to one stack name are one
     spec, so the specs cannot show a collision (`stack_owners`)."""
-    return check(Graph(previews, cluster_facts(fleet, specs), stack_owners(fleet)))
+    from fleet.team_policy import Policies
+
+    return check(Graph(previews, cluster_facts(fleet, specs), stack_owners(fleet), Policies.of(fleet)))
 
 
 # ---- causes before consequences ------------------------------------------------------------------------

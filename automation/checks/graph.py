@@ -16,6 +16,7 @@ from typing import Iterable
 from automation.checks.offline import Registered, unwrap
 from automation.checks.offline_preview import StackPreview
 from components.versions import Chart, by_release_name
+from fleet.team_policy import Policies
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "StorageClass", "ClusterRole", "ClusterRoleBinding",
@@ -45,6 +46,7 @@ class ClusterFacts:
     region: str | None = None
     storage_classes: frozenset[str] = frozenset()  # Existing: the classes its admin provides
     verify_addons: bool = False  # Existing with spec.cluster.existing.addons: Verify
+    labels: tuple[tuple[str, str], ...] = ()  # its InferenceCluster's metadata.labels: what residency selects
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Graph:
     stacks: list[StackPreview]
     clusters: dict[str, ClusterFacts] = field(default_factory=dict)
     owners: dict[str, set[str]] = field(default_factory=dict)  # stack name -> what it stands for (kind/ns/name)
+    policies: Policies = field(default_factory=lambda: Policies([]))  # the fleet's TeamPolicies
 
     @cached_property
     def nodes(self) -> list[Node]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from automation.checks.graph import Graph, Node, Violation, violation
+from fleet.team_policy import not_resident
 from workloads.service_routing import FLEET_GATEWAY
 
 # GatewayClass controllers that route HTTPRoutes to InferencePools natively.
@@ -84,6 +85,30 @@ def gateway_references(graph: Graph) -> Iterable[Violation]:
             if gateway is not None and controller != ENVOY_CONTROLLER:
                 yield violation(node, "gateway-references", f"routes to Envoy Gateway Backends through GatewayClass "
                                                             f"{class_name}, whose controller {controller} cannot")
+
+
+FRONT_DOOR_ROUTES = ("HTTPRoute", "AIGatewayRoute")
+
+
+def resident_routes(graph: Graph) -> Iterable[Violation]:
+    """A route on the fleet gateway serves its namespace's team through the gateway's cluster: that cluster must be
+    inside the team's TeamPolicy residency (fleet/team_policy.py decides; a cluster the check knows no labels of is
+    outside, failing closed). workloads/render.py composes no such route; this holds whatever composed it."""
+    if not graph.policies:
+        return
+    front_door = (FLEET_GATEWAY["namespace"], FLEET_GATEWAY["name"])
+    for route in graph.objects:
+        if route.kind not in FRONT_DOOR_ROUTES or route.namespace in (None, FLEET_GATEWAY["namespace"]):
+            continue
+        parents = (route.inputs.get("spec") or {}).get("parentRefs") or []
+        if not any((p.get("namespace") or route.namespace, p.get("name")) == front_door for p in parents):
+            continue
+        policy = graph.policies.for_namespace(str(route.namespace))
+        facts = graph.clusters.get(route.cluster or "")
+        why = not_resident(policy, dict(facts.labels) if facts is not None else {})
+        if why is not None:
+            yield violation(route, "residency", f"serves team {route.namespace} through the fleet gateway on "
+                                                f"{route.cluster}, which is {why}")
 
 
 def _inference_controller_problem(graph: Graph, cluster: str | None, controller: str | None) -> str | None:
