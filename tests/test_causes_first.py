@@ -127,7 +127,7 @@ def test_validate_warns_of_a_gke_cluster_without_a_project_naming_the_flag(no_pr
     assert line.startswith(f"{no_project}/platform/clusters.yaml:12: InferenceCluster/gke-us-central: "
                            "spec.cluster.gke: warning: names no Google Cloud project")
     assert "--config gcp:project=PROJECT" in line and "spec.cluster.gke.project" in line
-    assert out.strip().endswith("16 objects valid, 1 warning(s)")
+    assert out.strip().endswith("17 objects valid, 1 warning(s)")
     assert main(["validate", "-f", str(no_project), "-o", "json"]) == 0
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert [(p["object"], p["path"], p["severity"]) for p in problems] == [

@@ -212,7 +212,7 @@ def test_render_to_stdout_and_rendered_folders_are_not_read_back_as_manifests(tm
     assert main(["render", "-f", str(tree), "--out", str(tree / "rendered")]) == 0
     capsys.readouterr()
     assert main(["validate", "-f", str(tree)]) == 0  # the rendered objects beside the manifests are skipped
-    assert capsys.readouterr().out.strip().endswith("16 objects valid")
+    assert capsys.readouterr().out.strip().endswith("17 objects valid")
 
 
 def test_tables_never_cut_identifiers(tmp_path, capsys):

@@ -37,13 +37,13 @@ def test_examples_validate(capsys, shape):
     assert code == 0, err
     assert re.search(r"^InferenceCluster:\s+3 valid", out, re.M)
     assert re.search(r"^ModelDeployment:\s+3 valid", out, re.M)
-    # an example of every kind, ModelEndpoint and (observed) ModelReplica included; TeamPolicy is this project's
-    # addition, in the v0.5 folder only (the v0.3.1 files are the reference's)
-    additions = {"TeamPolicy"} if shape == "v0.5" else set()
+    # an example of every kind, ModelEndpoint and (observed) ModelReplica included, and this project's addition
+    # TeamPolicy (examples/teams/, in both shapes' fleets)
+    additions = {"TeamPolicy"}
     assert {line.split(":")[0] for line in out.splitlines() if " valid " in line} == {
         "InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache", "ModelDeployment", "ModelReplica",
         "ModelEndpoint", "ModelService", *additions}
-    assert out.strip().endswith(f"{16 + len(additions)} objects valid")
+    assert out.strip().endswith("17 objects valid")
 
 
 BAD_DEPLOYMENT = """\
@@ -258,7 +258,7 @@ def test_validate_json_lists_objects_and_located_problems(tmp_path, capsys):
     good = pathlib.Path(__file__).resolve().parent.parent / "examples"
     assert main(["validate", "-f", str(good), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["valid"] is True and len(out["objects"]) == 16 and out["problems"] == []
+    assert out["valid"] is True and len(out["objects"]) == 17 and out["problems"] == []
     assert {"kind": "ModelDeployment", "name": "qwen3-8b", "namespace": "ml-team", "shape": "both"} in out["objects"]
     # the shape each object was read in: the examples' services and endpoint are v0.5, the gateway still v0.3.1
     shapes = {o["kind"]: o["shape"] for o in out["objects"] if o["kind"] in ("InferenceGateway", "ModelService",
