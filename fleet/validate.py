@@ -590,13 +590,14 @@ def _team_policy_problems(fleet: Fleet, subjects: Fleet) -> list[Problem]:
             out.append(fleet.problem(gateway, ("spec", "envoy", "access", "defaultLimit"), (
                 f"with the TeamPolicies' teams {len(effective.limits)} teams are listed; with defaultLimit at most "
                 f"{MAX_LISTED_WITH_DEFAULT} can be")))
-    # an Envoy front door that counts no team's tokens: the policy's budget is not enforced there. (A Traefik front
-    # door counts nothing for anyone, the example fleet's included: docs/teams.md says so, not every command.)
+    # a front door that counts no team's tokens: the policy's budget is not enforced there, and says so (a budget
+    # that is silently not enforced is the failure a policy exists to prevent)
     front = next(iter(fleet.of("InferenceGateway")), None)
-    unenforced = front is not None and (front.v05 is not None or (front.envoy is not None and front.envoy.access is None))
+    unenforced = front is not None and (front.envoy is None or front.envoy.access is None)
     if front is not None and unenforced:
         why = ("its backend Envoy has no spec.envoy.access (no caller has a team)" if front.envoy is not None else
-               "a v0.5 gateway has no per-team limits yet")
+               "a v0.5 gateway has no per-team limits yet" if front.v05 is not None else
+               "a Traefik front door counts no one's tokens")
         named = {p.name for _, p in teams}
         for policy in subjects.of("TeamPolicy"):
             if policy.name in named:

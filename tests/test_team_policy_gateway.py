@@ -207,6 +207,10 @@ def test_a_policys_tokens_an_envoy_front_door_cannot_count_are_a_warning_on_the_
     assert "TeamPolicy/ml-team" in warning and "spec.tokens" in warning and "no spec.envoy.access" in warning
     [warning] = problems(two_regions(team_policy(tokens={"perHour": 10}), gateway=v05_gateway("us")), errors=False)
     assert "TeamPolicy/ml-team" in warning and "a v0.5 gateway has no per-team limits" in warning
+    traefik = {"apiVersion": API, "kind": "InferenceGateway", "metadata": {"name": "default"},
+               "spec": {"backend": "Traefik", "traefik": {"version": "37.1.1"}}}
+    [warning] = problems(two_regions(team_policy(tokens={"perHour": 10}), gateway=traefik), errors=False)
+    assert "spec.tokens" in warning and "a Traefik front door counts no one's tokens" in warning
 
 
 def test_an_endpoint_to_a_refused_origin_gets_no_route_in_the_render_either():
