@@ -55,17 +55,17 @@ def policies_to_dict(fleet: Fleet, plan: Plan, before: dict[str, Any] | None = N
     budgets.sort(key=lambda b: (b["namespace"], b["field"]))
     residency = []
     for md in sorted(deployments, key=lambda m: (m.namespace, m.name)):
-        policy = policies.for_namespace(md.namespace)
-        if policy is None or policy.spec.residency is None:
+        governing = policies.for_namespace(md.namespace)
+        if governing is None or governing.spec.residency is None:
             continue
         allowed, refused = [], {}
         for c in clusters:
-            misses = residency_misses(policy, c.labels)
+            misses = residency_misses(governing, c.labels)
             if misses:
                 refused[c.name] = ", ".join(misses)
             else:
                 allowed.append(c.name)
-        residency.append({"deployment": f"{md.namespace}/{md.name}", "policy": policy.name, "allowed": allowed,
+        residency.append({"deployment": f"{md.namespace}/{md.name}", "policy": governing.name, "allowed": allowed,
                           "refused": refused})
     return {"budgets": budgets, "residency": residency}
 
