@@ -16,7 +16,7 @@ from typing import Callable, Mapping, NamedTuple
 from sqlalchemy.engine import Connection
 
 from automation.planning.conditions import snapshot
-from automation.portal.state import (APPLIED, CAPACITY, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS,
+from automation.portal.state import (APPLIED, CAPACITY, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, POLICIES, PROBLEMS,
                                      RESOURCE_VERSION, SNAPSHOT, SNAPSHOT_VERSION)
 from automation.portal.auth import Quota
 from automation.portal.store import Store
@@ -49,7 +49,7 @@ PLURALS = {
     "modeldeployments": ("ModelDeployment", True), "modelservices": ("ModelService", True),
     "modelcaches": ("ModelCache", True), "modelendpoints": ("ModelEndpoint", True),
     "inferenceclusters": ("InferenceCluster", False), "inferenceclasses": ("InferenceClass", False),
-    "inferencegateways": ("InferenceGateway", False),
+    "inferencegateways": ("InferenceGateway", False), "teampolicies": ("TeamPolicy", False),
 }
 
 
@@ -234,6 +234,7 @@ class ReplanResult:
     problems: list[str]  # objects a cluster would reject: then no run is queued
     runs: list[Run]
     warnings: list[str]  # validation warnings about the written object, seen with the whole fleet
+    policies_json: str = ""  # the plan's `policies` (the fleet page reads them without parsing the plan)
 
 
 Subject = tuple[str, str, str]  # the written object: kind, namespace, name
@@ -283,7 +284,8 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
     # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
     return ReplanResult(deployments=_rows(fleet, plan, whole), plan_json=json.dumps(whole),
                         fingerprints_json=json.dumps(fingerprints), snapshot_json=json.dumps(snapshot(desired)),
-                        problems=problems, runs=runs, warnings=warnings)
+                        problems=problems, runs=runs, warnings=warnings,
+                        policies_json=json.dumps(policies) if policies is not None else "")
 
 
 def _rows(fleet: Fleet, plan: Plan, whole: dict) -> dict[str, tuple[str, str]]:
@@ -354,6 +356,7 @@ def commit(store: Store, conn: Connection, result: ReplanResult,
     if changed:
         store.bump_ledger(conn)
     PROBLEMS.set(conn, result.problems)
+    POLICIES.set_text(conn, result.policies_json)
     skipped = {model_stack(*key.split("/", 1)) for key in newer}  # planned again after their newer writes
     for stack, operation, fingerprint in result.runs:
         if stack not in skipped:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from automation.portal.guard import Caller
 from automation.portal.portal import Portal
 from automation.portal.sessions import COOKIE
 from automation.portal.service import PLURALS, ApiError
-from automation.portal.state import CAPACITY
+from automation.portal.state import CAPACITY, POLICIES
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
 from fleet.problems import Problem
@@ -119,7 +120,7 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
         run_rows = [r for r in store.list_runs(conn, 50) if portal.sessions.visible_stack(person, r["stack"])]
         held = portal.reads.held_back(conn) if person.admin else []  # they may name any team's objects
         capacity = CAPACITY.text(conn)
-    policies = team_policies(plan, person)
+        policies = team_policies(POLICIES.text(conn), person)
     pool_rows = pool_capacity(clusters, classes, plan, observed, capacity)
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
               "total": sum(p["total"] for p in pool_rows), "deployments": len(visible),
@@ -131,12 +132,12 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
         status_code=status_code)
 
 
-def team_policies(plan: dict, person: Principal) -> dict:
+def team_policies(text: str, person: Principal) -> dict:
     """Each budget of the TeamPolicy of every namespace the caller sees, with its use by the last full plan, and
     each visible deployment's residency (the plan's `policies`, as `plan -o json` has them: fleet/policy_preview.py)."""
     from fleet.policy_preview import policy_rows, residency_text
 
-    document = plan.get("policies") or {}
+    document = json.loads(text) if text else {}
     return {"budgets": [r for r in policy_rows(document) if person.can_see(r.namespace)],
             "residency": [(e["deployment"], residency_text(e)) for e in document.get("residency") or []
                           if person.can_see(e["deployment"].split("/", 1)[0])]}
