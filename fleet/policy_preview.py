@@ -83,10 +83,9 @@ def with_residency(plan: Plan, document: dict[str, Any] | None) -> Plan:
     """The plan with each governed deployment's residency as a line of its explanation (`plan --explain`)."""
     if not document or not plan.explain:
         return plan
-    for entry in document["residency"]:
-        lines = plan.explain.get(entry["deployment"])
-        if lines is not None and not any(line.startswith("residency: ") for line in lines):
-            lines.insert(0, f"residency: {residency_text(entry)}")
+    said = {e["deployment"]: f"residency: {residency_text(e)}" for e in document["residency"]}
+    # new lists: the scheduler's explanation may be shared with a memo
+    plan.explain = {key: ([said[key]] if key in said else []) + lines for key, lines in plan.explain.items()}
     return plan
 
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.manifests import deployment
+from tests.manifests import deployment, gateway
 from tests.portal_server import ADMIN, API, TEAM_A, TEAM_B, TOKENS, ThreadServer
 from tests.test_portal import seed_fleet, signed_in
 
@@ -141,3 +141,19 @@ def test_the_old_quotas_are_read_as_a_policy_until_a_stored_policy_governs_the_n
         with portal.client(TEAM_A) as team:
             assert team.put(MD.format(ns="team-a", name="two"), json=deployment("two", "team-a", replicas=2)
                             ).status_code == 201
+
+
+def test_with_one_shared_workload_namespace_the_whole_fleet_replan_refuses_the_write_over_budget(portal):
+    """Teams sharing one workload namespace (the reference's `Default`): a deployment write is planned with the
+    whole fleet inside the write, and refused the same way."""
+    shared = gateway()
+    shared["metadata"]["annotations"] = {"modelplane.ai/workload-namespaces": "Default"}
+    with portal.client(ADMIN) as admin:
+        assert admin.put(f"{API}/inferencegateways/default", json=shared).status_code == 201
+        assert admin.put(TP.format(name="team-a"), json=policy("team-a", 1)).status_code == 201
+    with portal.client(TEAM_A) as team:
+        assert team.put(MD.format(ns="team-a", name="one"), json=deployment("one", "team-a")).status_code == 201
+        over = team.put(MD.format(ns="team-a", name="two"), json=deployment("two", "team-a"))
+        assert over.status_code == 403
+        assert "team-a/two: 1 replica(s) cannot be placed: over TeamPolicy team-a spec.gpus[0]" in over.json()["message"]
+        assert team.get(MD.format(ns="team-a", name="two")).status_code == 404
