@@ -77,8 +77,20 @@ def not_resident(policy: TeamPolicy | None, labels: dict[str, str]) -> str | Non
     """Why a cluster with `labels` is outside the policy's residency (naming the policy and the field); None when
     it is inside, or the policy has no residency. Fails closed: a label the selector names and the cluster lacks
     is outside, whatever the operator."""
-    if policy is None or policy.spec.residency is None:
+    wrong = residency_misses(policy, labels)
+    if not wrong:
         return None
+    assert policy is not None and policy.spec.residency is not None
+    selector = policy.spec.residency.clusterSelector
+    return (f"outside TeamPolicy {policy.name} spec.residency.clusterSelector ({', '.join(wrong)}; "
+            f"wants {_requirement_text(selector)})")
+
+
+def residency_misses(policy: TeamPolicy | None, labels: dict[str, str]) -> list[str]:
+    """What a cluster with `labels` lacks of the policy's residency ("no KEY", "KEY=VALUE" it has wrong); [] when it
+    is inside, or the policy has no residency."""
+    if policy is None or policy.spec.residency is None:
+        return []
     selector = policy.spec.residency.clusterSelector
     wrong = []
     for key, value in sorted(selector.matchLabels.items()):
@@ -90,10 +102,7 @@ def not_resident(policy: TeamPolicy | None, labels: dict[str, str]) -> str | Non
             wrong.append(f"no {req.key}")
         elif (req.operator == "In" and have not in req.values) or (req.operator == "NotIn" and have in req.values):
             wrong.append(f"{req.key}={have}")
-    if not wrong:
-        return None
-    return (f"outside TeamPolicy {policy.name} spec.residency.clusterSelector ({', '.join(wrong)}; "
-            f"wants {_requirement_text(selector)})")
+    return wrong
 
 
 def residency_reason(policy: TeamPolicy | None, cluster: str, labels: dict[str, str]) -> Reason | None:

@@ -299,3 +299,35 @@ def test_get_watch_sees_a_change(session):
     finally:
         watcher.terminate()
         watcher.wait(10)
+
+
+TEAM_POLICY = """apiVersion: modelplane.ai/v1alpha1
+kind: TeamPolicy
+metadata:
+  name: team-b
+spec:
+  gpus:
+  - {deviceClassName: gpu.nvidia.com, count: COUNT}
+  maxDeployments: 10
+"""
+
+
+def test_the_platform_team_applies_and_lists_team_policies(session):
+    """TeamPolicy is cluster-scoped and the platform team's: an admin applies it, a team reads it and may not."""
+    portal, env, folder = session
+    config = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())
+    config["users"] = [{"name": "team-a", "user": {"token": ADMIN}}]  # the same context, the admin's token
+    admin_config = folder / "kubeconfig-admin"
+    admin_config.write_text(yaml.safe_dump(config))
+    admin_config.chmod(0o600)
+    admin = {**env, "KUBECONFIG": str(admin_config)}
+    assert kubectl(admin, "apply", "-f", "-", stdin=TEAM_POLICY.replace("COUNT", "50")).stdout.strip() == \
+        "teampolicy.modelplane.ai/team-b created"
+    assert kubectl(admin, "apply", "-f", "-", stdin=TEAM_POLICY.replace("COUNT", "60")).stdout.strip() == \
+        "teampolicy.modelplane.ai/team-b configured"
+    table = rows(kubectl(env, "get", "teampolicies").stdout)
+    assert table[0] == ["NAME", "GPU", "BUDGETS", "MAX", "DEPLOYMENTS", "AGE"] and table[1][:3] == ["team-b", "1", "10"]
+    listed = yaml.safe_load(kubectl(env, "get", "tp", "team-b", "-o", "yaml").stdout)
+    assert listed["spec"]["gpus"] == [{"deviceClassName": "gpu.nvidia.com", "count": 60}]
+    refused = kubectl(env, "apply", "-f", "-", stdin=TEAM_POLICY.replace("COUNT", "99"), check=False)
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower()

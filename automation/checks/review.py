@@ -5,8 +5,9 @@ It says, in this order: whether the manifests validate (each error with its file
 said); what the comparison could not know (the record of what is applied unread, or empty); whether the
 deployability check of the changed stacks, previewed offline, refuses the change (each failed program first); whether
 merging destroys a cluster (the delete of a `platform-<cluster>` stack takes the cluster and its GPU pools with it,
-and `modelplane up` does it only with `--prune --yes-destroy-clusters`); the stack changes and replica moves
-(`compare.markdown`: a move not checked against the record is listed as possible). The first line is a marker, so a
+and `modelplane up` does it only with `--prune --yes-destroy-clusters`); what a team policy unscheduled, dropped or
+moved; the stack changes and replica moves (`compare.markdown`: a move not checked against the record is listed as
+possible); each team's budgets before and after, and each deployment's residency. The first line is a marker, so a
 workflow updates its one comment instead of adding one per push.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from automation.planning.compare import Comparison, markdown
 from automation.checks.deployability import Findings
+from fleet.policy_preview import policy_markdown
 from fleet.stack_id import StackId, StackKind
 
 MARKER = "<!-- modelplane-fleet-preview -->"
@@ -33,6 +35,7 @@ class Review:
     warnings: list[str] = field(default_factory=list)  # said first: what the comparison could not know
     recorded: int | None = None  # replicas read from the record of what is applied (None: none could be read)
     guessed: bool = False  # the record could not be read: a cache stood in
+    policies: dict | None = None  # the team policies' budgets before and after, residency (fleet/policy_preview.py)
 
     @property
     def failed(self) -> bool:
@@ -91,6 +94,9 @@ def comment(review: Review) -> str:
     if body[:2] == [TITLE, ""]:
         body = body[2:]
     out += [line for line in body if not line.startswith("_Planned offline")]
+    while out and out[-1] == "":
+        out.pop()
+    out += policy_markdown(review.policies).splitlines()
     while out and out[-1] == "":
         out.pop()
     out.append("")

@@ -65,11 +65,36 @@ def _selected_or_exit(prepared: Prepared, run: StackRun, executor: Executor) -> 
         click.echo(f"error: this would destroy {', '.join(doomed)} (clusters and their GPU pools): pass "
                    "--yes-destroy-clusters to confirm", err=True)
         raise SystemExit(2)
+    if operation == "up":
+        _confirm_policy_moves(prepared, run)
     if checked.findings is not None and checked.undeployable:
         _refuse_undeployable(checked.findings, run, checked.needs)
     _refuse(checked.unserved, "add-on problem(s) on clusters whose platform team manages them; nothing was applied "
                               "(docs/platform.md, \"Add-ons a platform team manages\")")
     return items, checked
+
+
+def _confirm_policy_moves(prepared: Prepared, run: StackRun) -> None:
+    """Running replicas the plan moves or stops because of a TeamPolicy (its residency, a GPU budget): printed, and
+    applied only when confirmed (`--yes`, or asked on a terminal); else exit 2 having applied nothing."""
+    from fleet.policy_preview import POLICY_CAUSES
+
+    forced = [d for d in prepared.plan.dropped if d.reason.cause in POLICY_CAUSES]
+    if not forced or run.yes:
+        return
+    placed_new: dict[str, list[str]] = {}
+    for r in prepared.plan.replicas:
+        if r.state == "new":
+            placed_new.setdefault(r.key, []).append(r.cluster)
+    click.echo(f"a team policy moves or stops {len(forced)} running replica(s):", err=True)
+    for d in forced:
+        to = placed_new.get(d.deployment) or []
+        where = f"moves {d.cluster} -> {to.pop(0)}" if to else f"stops on {d.cluster}"
+        click.echo(f"  {d.deployment} {d.name}: {where} ({d.reason})", err=True)
+    if not _confirm(f"apply these {len(forced)} move(s)?"):
+        click.echo(f"error: a TeamPolicy moves or stops {len(forced)} running replica(s); nothing was applied: pass "
+                   "--yes to confirm", err=True)
+        raise SystemExit(2)
 
 
 def _refuse(lines: list[str], what: str) -> None:

@@ -117,3 +117,28 @@ def capacity_table(capacity: list[dict], stream=None) -> str:
     console.print()
     console.print(table)
     return buffer.getvalue()
+
+
+def policy_table(policies: dict, stream=None) -> str:
+    """Per team, each budget of its TeamPolicy and its use, and each deployment's residency (`plan`)."""
+    buffer = io.StringIO()
+    console = _console(stream if stream is not None else buffer)
+
+    from fleet.policy_preview import policy_rows, residency_text
+
+    rows = policy_rows(policies)
+    if rows:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="team budgets",
+                      title_justify="left")
+        for column in ("NAMESPACE", "POLICY", "BUDGET", "OF", "COUNT", "USED"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            table.add_row(r.namespace, r.policy, r.field, r.what, r.budget, r.used + (" (over)" if r.over else ""))
+        console.print()
+        console.print(table)
+    if policies.get("residency"):
+        console.print()
+        console.print("residency:", markup=False)
+        for entry in policies["residency"]:
+            console.print(f"  {entry['deployment']}: {residency_text(entry)}", markup=False, highlight=False)
+    return buffer.getvalue()

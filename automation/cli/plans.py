@@ -11,6 +11,7 @@ import yaml
 
 from fleet.live_capacity import capacity_markdown, capacity_to_dict
 from fleet.plan_output import json_text, plan_to_dict
+from fleet.policy_preview import policies_to_dict, policy_markdown, with_residency
 from fleet.scheduler import schedule
 
 from automation.cli.base import (
@@ -102,9 +103,17 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         if base is not None and base.beside is not None:
             base.beside.close()
     checks = _addon_checks(loaded.fleet, result, applied)  # of the whole plan: a filter shows part of it only
+    # budgets are the whole namespace's: counted on the whole plan, then shown for what is shown
+    policies = policies_to_dict(loaded.fleet, result, None if comparison is None else
+                                comparison.base_policies or {"budgets": [], "residency": []})
+    if policies is not None and (namespace or deployment):
+        policies = _only(policies, namespace, deployment)
     if namespace or deployment:
         result = result.only(namespace, deployment)
+    with_residency(result, policies)
     document = plan_to_dict(result, explain)
+    if policies is not None:  # a key added only for fleets with team policies (the output's keys never change)
+        document["policies"] = policies
     shown = capacity_to_dict(loaded.fleet, loaded.fleet.live) if loaded.fleet.live is not None else None
     if shown is not None:  # a key added only when capacity was read (the output's keys never change)
         document["capacity"] = shown
@@ -131,12 +140,17 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         for warning in what_the_record_lacks(applied, fresh, backend, executor):  # what it could not know, first
             click.echo(f"> **Warning:** {warning}\n")
         click.echo(markdown(comparison, applied.guessed), nl=False)
+        click.echo(policy_markdown(policies), nl=False)
         if shown is not None:
             click.echo(capacity_markdown(shown), nl=False)
     else:
         from automation.cli.output import plan_table  # rich: only for people (20 ms to import)
 
         plan_table(result, explain, stream=sys.stdout, wide=output == "wide")
+        if policies is not None:
+            from automation.cli.output import policy_table
+
+            policy_table(policies, stream=sys.stdout)
         if shown is not None:
             from automation.cli.output import capacity_table
 
@@ -156,6 +170,18 @@ def plan(paths: tuple[str, ...], against: tuple[str, ...], output: str, explain:
         click.echo(f"error: {missing} replica(s) of {len(result.unscheduled)} deployment(s) cannot be placed "
                    "(--fail-on-unscheduled)", err=True)
         raise SystemExit(EXIT_UNSCHEDULED)
+
+
+def _only(policies: dict, namespace: str | None, deployment: str | None) -> dict:
+    """The policies' part of what `-n`/`--deployment` show."""
+    def shown(ns: str, name: str | None = None) -> bool:
+        if deployment is not None and name is not None:
+            want = deployment if "/" in deployment else f"{namespace or ns}/{deployment}"
+            return f"{ns}/{name}" == want
+        return namespace is None or ns == namespace
+
+    return {"budgets": [b for b in policies["budgets"] if shown(b["namespace"])],
+            "residency": [r for r in policies["residency"] if shown(*r["deployment"].split("/", 1))]}
 
 
 def _addon_checks(fleet, plan, applied: Applied) -> list:

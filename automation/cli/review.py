@@ -93,6 +93,10 @@ def _compare(result, fleet, against: tuple[str, ...], control_plane: str | None,
     base = summarised_base(against, recorded, None if no_cache else BaseCache(), control_plane, gateways,
                            live=fleet.live)
     result.comparison = compare(None, fleet, recorded=recorded, base=base, control_plane=control_plane)
+    from fleet.policy_preview import policies_to_dict
+
+    result.policies = policies_to_dict(fleet, result.comparison.plan,
+                                       result.comparison.base_policies or {"budgets": [], "residency": []})
     host = gateway_host(fleet, control_plane)
     changed = {s.name for s in result.comparison.stacks if s.change not in (Change.none, Change.delete)}
     stacks = []

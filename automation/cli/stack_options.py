@@ -52,6 +52,7 @@ class StackRun:
     verbose: bool = False  # list every deployability violation, those that follow from a failed program too
     forget: tuple[str, ...] = ()  # `up --prune --forget CLUSTER`: clusters gone with their API servers
     capacity: str = "declared"  # where free devices come from (`--capacity`: declared, live or a snapshot file)
+    yes: bool = False  # `up --yes`: apply the moves a TeamPolicy forces on running replicas
 
     @property
     def on_operator(self) -> bool:

@@ -258,12 +258,15 @@ def _show_preview(output: str, stacks, findings: Findings, changes: dict | None,
               help="With --prune: a cluster removed from the manifests whose API server is gone. What its stacks (and "
                    "any stack with objects on it) hold there leaves the backend when the cluster does not answer, "
                    "instead of failing the run; nothing on it is deleted. Repeatable.")
-def up(prune, destroy_clusters, verbose, force, refresh, skip_check, forget, **common) -> None:
+@click.option("--yes", "-y", "yes", is_flag=True,
+              help="Confirm: apply the moves a TeamPolicy (its residency or a GPU budget) forces on running replicas "
+                   "(asked on a terminal; needed when not on one).")
+def up(prune, destroy_clusters, verbose, force, refresh, skip_check, forget, yes, **common) -> None:
     """Apply the changed stacks in dependency order; record each only once it succeeded.
 
     Runs the deployability check first: a fleet a real API server or cloud would refuse is not applied."""
     run_stacks(_stack_run("up", common, prune=prune, destroy_clusters=destroy_clusters, force=force, refresh=refresh,
-                          check=not skip_check, verbose=verbose, forget=forget))
+                          check=not skip_check, verbose=verbose, forget=forget, yes=yes))
 
 
 @cli.command()

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from fleet.capacity import LiveCapacity
     from fleet.validate import Fleet
 
-FORMAT = 6
+FORMAT = 7
 KEEP = 16
 _SOURCES = ("fleet", "workloads", "components", "automation")  # the code a summary was computed by
 
@@ -64,6 +64,7 @@ class BaseSummary:
     known: dict[str, Known]  # model, team, service and endpoints stacks: input digest and fingerprint
     platform: str | None = None  # the digest of what its platform and gateway stacks were computed from
     manifests: list[str] = field(default_factory=list)  # the secrets its Secret manifests give (names, no value)
+    policies: dict | None = None  # its team policies' budgets and use (fleet/policy_preview.py): the use before
 
     def digests(self) -> dict[str, str]:
         """The digest of each stack's inputs: those of `known`, and the platform and gateway
@@ -85,19 +86,24 @@ class BaseSummary:
                 fingerprints[name] = computed
                 if name in known:
                     known[name] = other.known[name]
-        return BaseSummary(self.replicas, fingerprints, known, self.platform, self.manifests)
+        return BaseSummary(self.replicas, fingerprints, known, self.platform, self.manifests, self.policies)
 
     @classmethod
-    def of(cls, state: DesiredState) -> BaseSummary:
+    def of(cls, state: DesiredState, fleet: Fleet | None = None) -> BaseSummary:
+        """`fleet`: the base's, whose team policies' use is kept (none: not kept)."""
+        from fleet.policy_preview import policies_to_dict
+
+        policies = policies_to_dict(fleet, state.plan) if fleet is not None else None
         return cls([BaseReplica(r.name, r.key, r.cluster) for r in state.plan.replicas],
                    {name: spec.fingerprint for name, spec in state.specs.items()},
-                   state.known(), state.platform.inputs if state.platform is not None else None, state.manifests)
+                   state.known(), state.platform.inputs if state.platform is not None else None, state.manifests,
+                   policies)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT,
                            "replicas": [{"name": r.name, "key": r.key, "cluster": r.cluster} for r in self.replicas], "fingerprints": self.fingerprints,
                            "known": {name: list(k) for name, k in self.known.items()}, "platform": self.platform,
-                           "manifests": self.manifests},
+                           "manifests": self.manifests, "policies": self.policies},
                           sort_keys=True)
 
     @classmethod
@@ -107,7 +113,8 @@ class BaseSummary:
             raise ValueError(f"summary format {data.get('format')!r}, expected {FORMAT}")
         return cls([BaseReplica(**r) for r in data["replicas"]], dict(data["fingerprints"]),
                    {name: Known(k[0], k[1], tuple(tuple(key) for key in k[2])) for name, k in data["known"].items()},
-                   data["platform"], [str(m) for m in data["manifests"]])
+                   data["platform"], [str(m) for m in data["manifests"]],
+                   dict(data["policies"]) if data["policies"] is not None else None)
 
 
 @lru_cache(maxsize=1)

@@ -59,4 +59,5 @@ class BasePlan:
         known = {name: Known(digests[name], SAME + digests[name]) for name in same}
         platform = KnownPlatform.unchanged(self._platform, self.fleet, self.host.cluster) if platform_same else None
         cache = replace(self.cache.for_fleet(self.plan, self._inputs), known=known, platform=platform)
-        return BaseSummary.of(desired_state(self.fleet, self.recorded, self.host, cache, gateways=self.gateways))
+        return BaseSummary.of(desired_state(self.fleet, self.recorded, self.host, cache, gateways=self.gateways),
+                              self.fleet)

@@ -42,6 +42,7 @@ class Comparison:
     head: DesiredState | None = None  # as compared: a stack whose inputs are the base's is not composed (`reused`)
     # each created or updated stack's secrets, with where each comes from (secret_sources.changed_sources), no value
     sources: dict[str, list[str]] = field(default_factory=dict)
+    base_policies: dict | None = None  # the base's team policies' budgets and use (fleet/policy_preview.py)
 
     @property
     def changed(self) -> list[StackChange]:
@@ -208,12 +209,13 @@ def compare(base_fleet: Fleet | None, head_fleet: Fleet, explain: bool = False, 
             raise ValueError("a full comparison needs the base's fleet")
         summary = BaseSummary.of(desired_state(base_fleet, recorded,
                                                Host(preferred_control_plane(base_fleet, control_plane)),
-                                               PlanCache(memo, known={})))
+                                               PlanCache(memo, known={})), base_fleet)
         head = desired_state(head_fleet, recorded, control_plane, PlanCache(memo), explain=explain)
         stack_changes = changes(head.specs, summary.fingerprints)
     head_plan = head.plan
     result = Comparison(head_plan, stack_changes, head=head,
-                        sources=changed_sources(head_fleet, head.specs, stack_changes, summary.manifests))
+                        sources=changed_sources(head_fleet, head.specs, stack_changes, summary.manifests),
+                        base_policies=summary.policies)
     before = {r.name: r for r in summary.replicas}
     after = {r.name: r for r in head_plan.replicas}
     reasons = {d.name: d.reason for d in head_plan.dropped}
@@ -276,7 +278,11 @@ def record_warning(guessed: bool, source: str) -> str | None:
 def markdown(result: Comparison, guessed: bool = False) -> str:
     """A summary fit to post as a pull-request comment. A move is listed as certain only when the plan remembered
     the replica (`certain`) and the record was read (`guessed` False); the others as possible."""
+    from fleet.policy_preview import breaks_markdown
+
     lines = ["### modelplane: fleet change preview", ""]
+    # what a team policy refused or moved leads: the rest is what the change does besides
+    lines += breaks_markdown(result.plan, {m["name"]: m["to"] for m in result.moved})
     counts = {kind: sum(1 for s in result.stacks if s.change == kind) for kind in (Change.create, Change.update, Change.delete)}
     if not result.changed:
         lines.append("No stack changes.")

@@ -1,4 +1,4 @@
-"""Bearer tokens: who is calling, which namespaces they own, whether they are an admin, their teams' quotas.
+"""Bearer tokens: who is calling, which namespaces they own, whether they are an admin, their teams' old quotas.
 
 The tokens file is YAML, either a list of entries or `{tokens: [entries], quotas: {namespace: quota}}`:
 
@@ -10,7 +10,9 @@ The tokens file is YAML, either a list of entries or `{tokens: [entries], quotas
 
 It is parsed with a strict schema: booleans are booleans (`admin: "false"` is an error, not an
 admin), unknown keys, empty or duplicate tokens, duplicate names, malformed `tokenSha256` and entries
-with both `token` and `tokenSha256` are errors naming the entry. Prefer `tokenSha256`: then the file holds no
+with both `token` and `tokenSha256` are errors naming the entry. `quotas:` is deprecated: each is read as the
+TeamPolicy {gpus: [{count: maxGPUs}], maxDeployments} of its namespace (automation/portal/service.py
+`migrated_policies`), unless a stored TeamPolicy governs the namespace. Prefer `tokenSha256`: then the file holds no
 usable secret. Tokens are compared in constant time; a token is never logged or returned.
 `TokensFile` reloads the file when its bytes change (or on SIGHUP); a file that is gone or does not load grants
 nothing until it loads (fail closed). No message quotes the file's text: YAML errors say line, column and problem.
@@ -179,6 +181,10 @@ class Tokens:
         if warn and tokens.has_plaintext(text) and readable_by_others(path):
             log.warning("%s holds plaintext tokens and is readable by other users: chmod 600 it, or use tokenSha256",
                         path)
+        if warn and tokens.quotas:
+            log.warning("%s: `quotas:` is deprecated: each is read as the TeamPolicy {gpus: [{count: maxGPUs}], "
+                        "maxDeployments} of its namespace, unless a stored TeamPolicy governs the namespace; "
+                        "write TeamPolicies instead (docs/portal.md, \"Team budgets\")", path)
         return tokens
 
     @staticmethod

@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator, Mapping
 
 from sqlalchemy.engine import Connection
 
+from automation.portal.auth import Quota
+from automation.portal.service import migrated_policies
 from automation.portal.state import CAPACITY, RESOURCE_VERSION
 from automation.portal.store import Store
 from automation.record.applied import replica_from_dict
@@ -42,8 +44,15 @@ class Placed:
     warnings: list[str] = field(default_factory=list)  # validation warnings about it, seen with the fleet
 
 
+# what a deployment's placement reads besides deployments: a change of one loads the ledger again
+REPLACING_KINDS = (*PLATFORM_KINDS, "TeamPolicy")
+
+
 class Placing:
-    def __init__(self) -> None:
+    def __init__(self, quotas: Callable[[], Mapping[str, Quota]] = dict) -> None:
+        """`quotas`: the tokens file's (deprecated), placed with as the TeamPolicies they are read as."""
+        self.quotas = quotas
+        self._quotas_seen = ""  # the quotas the ledger was loaded with (a reloaded tokens file loads it again)
         self._version: tuple[int, int] | None = None  # (resourceVersion, ledger version) of what is held
         self._objects: dict[tuple[str, str, str], Resource] = {}
         self._stored: dict[tuple[str, str, str], str] = {}  # the resourceVersion each object was validated at
@@ -64,11 +73,16 @@ class Placing:
     def sync(self, store: Store, conn: Connection) -> None:
         """Load the stored fleet and its reservations unless this process already holds them as stored."""
         version = (RESOURCE_VERSION.get(conn), store.ledger_version(conn))
-        if version == self._version and self._ledger is not None:
+        quotas = self.quotas()
+        seen = json.dumps({ns: q.model_dump() for ns, q in sorted(quotas.items())})
+        if version == self._version and self._ledger is not None and seen == self._quotas_seen:
             return
         objects: dict[tuple[str, str, str], Resource] = {}
         stored: dict[tuple[str, str, str], str] = {}
+        policies = []
         for body in store.list(conn):
+            if body["kind"] == "TeamPolicy":
+                policies.append(body)
             meta = body["metadata"]
             key = (body["kind"], meta.get("namespace") or "", meta["name"])
             stored[key] = meta.get("resourceVersion")
@@ -77,8 +91,9 @@ class Placing:
         reserved = [replica_from_dict(r) for r in json.loads(store.reservations_text(conn))]
         capacity = CAPACITY.text(conn)  # a change of it moves the ledger's version (Writes.capacity)
         live = LiveCapacity.from_json(capacity) if capacity else None
-        self._ledger = FleetLedger(Fleet(objects=list(objects.values()), live=live), reserved, self._memo)
-        self._objects, self._stored, self._version = objects, stored, version
+        migrated = [_validated(b) for b in migrated_policies(quotas, policies)]
+        self._ledger = FleetLedger(Fleet(objects=list(objects.values()) + migrated, live=live), reserved, self._memo)
+        self._objects, self._stored, self._version, self._quotas_seen = objects, stored, version, seen
         self._platform_objects = None
 
     def forget(self) -> None:
@@ -87,7 +102,7 @@ class Placing:
 
     def track(self, store: Store, conn: Connection, kind: str, namespace: str, name: str, body: dict | None) -> None:
         """A stored change that does not move capacity (a ModelService, a ModelEndpoint): kept in step."""
-        if kind in PLATFORM_KINDS or kind == "ModelDeployment" or self._version is None:
+        if kind in REPLACING_KINDS or kind == "ModelDeployment" or self._version is None:
             self.forget()
             return
         self._hold((kind, namespace, name), body)

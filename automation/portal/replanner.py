@@ -126,13 +126,13 @@ class Replanner:
         if not inside_lock:
             with store.read() as conn:
                 seen = self._versions(conn)
-                inputs = replan_inputs(store, conn, self._apply)
+                inputs = replan_inputs(store, conn, self._apply, quotas=self._placing.quotas())
             result = self._compute(*inputs)
         # the ledger in memory may follow this transaction: if it does not commit, it loads the stored one again
         with store.write(on_rollback=self._placing.forget) as conn:
             planned_at = None
             if inside_lock:
-                result = compute_for(store, conn, self._apply, self._compute)
+                result = compute_for(store, conn, self._apply, self._compute, quotas=self._placing.quotas())
             elif self._versions(conn) != seen:  # writes came in since the fleet was read
                 if PLANNED.get(conn) > seen[0]:
                     return False  # a replan inside a write stored a newer plan already

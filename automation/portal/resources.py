@@ -32,7 +32,8 @@ class Served:
 
 
 SHORT_NAMES = {"ModelDeployment": "md", "ModelReplica": "mr", "ModelEndpoint": "me", "ModelService": "ms",
-               "ModelCache": "mc", "InferenceCluster": "ic", "InferenceClass": "icl", "InferenceGateway": "ig"}
+               "ModelCache": "mc", "InferenceCluster": "ic", "InferenceClass": "icl", "InferenceGateway": "ig",
+               "TeamPolicy": "tp"}
 # ModelReplicas are composed from ModelDeployments (routes/composed.py), not stored: not in service.PLURALS
 RESOURCES: dict[str, Served] = {
     plural: Served(plural, kind, namespaced, (SHORT_NAMES[kind],))

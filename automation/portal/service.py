@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from sqlalchemy.engine import Connection
 
 from automation.planning.conditions import snapshot
-from automation.portal.state import (APPLIED, CAPACITY, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, PROBLEMS,
+from automation.portal.state import (APPLIED, CAPACITY, CLUSTER_GATEWAYS, DESIRED, PLAN, PLANNED, POLICIES, PROBLEMS,
                                      RESOURCE_VERSION, SNAPSHOT, SNAPSHOT_VERSION)
 from automation.portal.auth import Quota
 from automation.portal.store import Store
@@ -29,10 +29,12 @@ from fleet.errors import ModelplaneError
 from fleet.loader import parse_text
 from fleet.plan import Plan
 from fleet.plan_output import plan_to_dict
+from fleet.policy_preview import policies_to_dict
 from fleet.validate import Fleet, cross_object_problems, validate_document
 from workloads.gateways import Gateways
 from workloads.render import model_stack
 
+MIGRATED = "modelplane.ai/migrated-from"  # on a TeamPolicy read from the tokens file's quotas, never stored
 API = "/apis/modelplane.ai/v1alpha1"  # the group and version every manifest names
 MAX_BODY = 1024 * 1024  # the same cap as automation.portal.guard.MAX_BODY, for callers that skip the guard
 MAX_OBJECT = 1536 * 1024  # an object once parsed (aliases expanded): etcd's default request limit, as Kubernetes
@@ -47,7 +49,7 @@ PLURALS = {
     "modeldeployments": ("ModelDeployment", True), "modelservices": ("ModelService", True),
     "modelcaches": ("ModelCache", True), "modelendpoints": ("ModelEndpoint", True),
     "inferenceclusters": ("InferenceCluster", False), "inferenceclasses": ("InferenceClass", False),
-    "inferencegateways": ("InferenceGateway", False),
+    "inferencegateways": ("InferenceGateway", False), "teampolicies": ("TeamPolicy", False),
 }
 
 
@@ -122,31 +124,61 @@ def parse_body(raw: bytes, kind: str, namespace: str | None, name: str) -> dict:
     return data
 
 
-def quota_use(deployments: list[dict]) -> tuple[int, int]:
-    """(ModelDeployments, devices they ask for: replicas x devices per replica) of a namespace's stored objects."""
-    from fleet.api import ModelDeployment
-    from fleet.shapes import replica_devices
+def migrated_policies(quotas: Mapping[str, Quota], stored: list[dict]) -> list[dict]:
+    """The tokens file's old `quotas:` (deprecated), each read as the TeamPolicy {gpus: [{count: maxGPUs}],
+    maxDeployments} of its namespace, for a namespace no stored TeamPolicy governs (its own, or a default one)."""
+    if not quotas or any((p.get("spec") or {}).get("defaultForNamespaces") for p in stored):
+        return []
+    named = {p["metadata"]["name"] for p in stored}
+    out = []
+    for namespace, quota in sorted(quotas.items()):
+        if namespace in named or (quota.maxGPUs is None and quota.maxDeployments is None):
+            continue
+        spec: dict = {"gpus": [{"count": quota.maxGPUs}] if quota.maxGPUs is not None else []}
+        if quota.maxDeployments is not None:
+            spec["maxDeployments"] = quota.maxDeployments
+        out.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "TeamPolicy",
+                    "metadata": {"name": namespace, "annotations": {MIGRATED: "quotas"}}, "spec": spec})
+    return out
 
-    devices = 0
-    for body in deployments:
-        md = ModelDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
-        devices += md.spec.replicas * replica_devices(md)
-    return len(deployments), devices
+
+def policy_bodies(store: Store, conn: Connection, quotas: Mapping[str, Quota]) -> list[dict]:
+    """Every TeamPolicy in force: those stored, and the tokens file's quotas read as policies (`migrated_policies`)."""
+    stored = store.list(conn, "TeamPolicy")
+    return stored + migrated_policies(quotas, stored)
 
 
-def quota_problem(store: Store, conn: Connection, namespace: str, quota: Quota | None) -> str | None:
-    """Why the namespace's stored ModelDeployments exceed its team's quota (checked inside the write), or None."""
-    if quota is None:
+def quota_problem(store: Store, conn: Connection, namespace: str, policies: list[dict]) -> str | None:
+    """Why the namespace's stored ModelDeployments are more than its TeamPolicy's `spec.maxDeployments` (checked
+    inside the write), or None. `policies`: every policy in force (`policy_bodies`). Its GPU budgets are the
+    placement's to enforce (`over_budget`)."""
+    from fleet.team_policy import Policies
+
+    policy = Policies(_validated_policies(policies)).for_namespace(namespace)
+    if policy is None or policy.spec.maxDeployments is None:
         return None
-    deployments = store.list(conn, "ModelDeployment", namespace)
-    if quota.maxDeployments is not None and len(deployments) > quota.maxDeployments:
-        return (f"quota of namespace {namespace!r} exceeded: {len(deployments)} ModelDeployments, "
-                f"at most {quota.maxDeployments} (maxDeployments)")
-    if quota.maxGPUs is not None:
-        _, devices = quota_use(deployments)
-        if devices > quota.maxGPUs:
-            return (f"quota of namespace {namespace!r} exceeded: its ModelDeployments ask for {devices} devices "
-                    f"(replicas x devices per replica), at most {quota.maxGPUs} (maxGPUs)")
+    count = len(store.list(conn, "ModelDeployment", namespace))
+    if count > policy.spec.maxDeployments:
+        return (f"namespace {namespace!r} is over TeamPolicy {policy.name} spec.maxDeployments: {count} "
+                f"ModelDeployments, at most {policy.spec.maxDeployments}")
+    return None
+
+
+def _validated_policies(bodies: list[dict]) -> list:
+    from fleet.api.policy import TeamPolicy
+
+    return [TeamPolicy.model_validate({k: v for k, v in b.items() if k != "status"}) for b in bodies]
+
+
+def over_budget(plan: Plan) -> str | None:
+    """Why a write's one-deployment placement is refused: a replica it left unscheduled because it would take the
+    team over a TeamPolicy GPU budget (the reason names the policy and the field), or None."""
+    from fleet.plan import Cause
+
+    for u in plan.unscheduled:
+        for reason in u.reasons:
+            if getattr(reason, "cause", None) is Cause.OVER_BUDGET:
+                return f"{u.deployment}: {u.missing} replica(s) cannot be placed: {reason}"
     return None
 
 
@@ -202,6 +234,7 @@ class ReplanResult:
     problems: list[str]  # objects a cluster would reject: then no run is queued
     runs: list[Run]
     warnings: list[str]  # validation warnings about the written object, seen with the whole fleet
+    policies_json: str = ""  # the plan's `policies` (the fleet page reads them without parsing the plan)
 
 
 Subject = tuple[str, str, str]  # the written object: kind, namespace, name
@@ -246,10 +279,13 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
     warnings = [f"{p.path}: {p.message}" for p in cross_object_problems(fleet, about=written)
                 if p.warning] if written is not None else []
     whole = plan_to_dict(plan)
+    if (policies := policies_to_dict(fleet, plan)) is not None:  # as `plan -o json` has it: the fleet page's table
+        whole["policies"] = policies
     # documents as JSON text: written as they are, and text crosses from the worker process at memcpy speed
     return ReplanResult(deployments=_rows(fleet, plan, whole), plan_json=json.dumps(whole),
                         fingerprints_json=json.dumps(fingerprints), snapshot_json=json.dumps(snapshot(desired)),
-                        problems=problems, runs=runs, warnings=warnings)
+                        problems=problems, runs=runs, warnings=warnings,
+                        policies_json=json.dumps(policies) if policies is not None else "")
 
 
 def _rows(fleet: Fleet, plan: Plan, whole: dict) -> dict[str, tuple[str, str]]:
@@ -272,14 +308,19 @@ def replan(store: Store, conn: Connection, apply: bool) -> None:
     commit(store, conn, compute_for(store, conn, apply))
 
 
-def replan_inputs(store: Store, conn: Connection, apply: bool, subject: Subject | None = None) -> ReplanInputs:
-    return (store.list_texts(conn), store.reservations_text(conn), DESIRED.text(conn), APPLIED.text(conn), apply, subject,
+def replan_inputs(store: Store, conn: Connection, apply: bool, subject: Subject | None = None,
+                  quotas: Mapping[str, Quota] | None = None) -> ReplanInputs:
+    """`quotas`: the tokens file's (deprecated), planned with as the TeamPolicies they are read as."""
+    stored = store.list_texts(conn)
+    if quotas:
+        stored = stored + [json.dumps(b) for b in migrated_policies(quotas, store.list(conn, "TeamPolicy"))]
+    return (stored, store.reservations_text(conn), DESIRED.text(conn), APPLIED.text(conn), apply, subject,
             CLUSTER_GATEWAYS.text(conn), CAPACITY.text(conn))
 
 
 def compute_for(store: Store, conn: Connection, apply: bool, compute: Compute | None = None,
-                subject: Subject | None = None) -> ReplanResult:
-    inputs = replan_inputs(store, conn, apply, subject)
+                subject: Subject | None = None, quotas: Mapping[str, Quota] | None = None) -> ReplanResult:
+    inputs = replan_inputs(store, conn, apply, subject, quotas)
     return compute(*inputs) if compute else compute_replan(*inputs)
 
 
@@ -315,6 +356,7 @@ def commit(store: Store, conn: Connection, result: ReplanResult,
     if changed:
         store.bump_ledger(conn)
     PROBLEMS.set(conn, result.problems)
+    POLICIES.set_text(conn, result.policies_json)
     skipped = {model_stack(*key.split("/", 1)) for key in newer}  # planned again after their newer writes
     for stack, operation, fingerprint in result.runs:
         if stack not in skipped:

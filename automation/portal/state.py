@@ -78,6 +78,7 @@ SNAPSHOT_VERSION = _number("snapshotVersion")  # moves with each stored snapshot
 DESIRED: Key[dict[str, str]] = _json("desired", "{}")  # each stack's desired fingerprint
 PLANNED = _number("planned")  # the resourceVersion the stored replan read the fleet at
 PROBLEMS: Key[list[str]] = _json("problems", "[]")  # objects a cluster would reject: no run is queued
+POLICIES = _text("policies")  # the plan's `policies` (fleet/policy_preview.py) as JSON, "" without: the fleet page's
 # the clusters' live capacity as last read (fleet/capacity.py's snapshot JSON; "": declared), and its digest when it
 # last changed what a plan places on (a read that finds the same free devices changes only the time shown)
 CAPACITY = _text("capacity")

@@ -87,6 +87,9 @@ COLUMNS: dict[str, list[Column]] = {
         Column("Gateway", "string", "The gateway backend (v0.3.1) or the cluster it runs on (v0.5)",
                lambda o: at(o, "spec", "backend") or at(o, "spec", "clusterName")),
         Column("Address", "string", "The fleet gateway's address", address("status", "address"))],
+    "TeamPolicy": [
+        Column("GPU budgets", "integer", "GPU budgets (spec.gpus)", lambda o: len(at(o, "spec", "gpus") or [])),
+        Column("Max deployments", "integer", "spec.maxDeployments", lambda o: at(o, "spec", "maxDeployments"))],
 }
 
 

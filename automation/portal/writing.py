@@ -17,8 +17,8 @@ from automation.portal.auth import Tokens, TokensFile
 from automation.portal.placing import Placing
 from automation.portal.reads import Reads
 from automation.portal.replanner import Replanner
-from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, Compute, Subject, commit, compute_for,
-                                      parse_body, quota_problem)
+from automation.portal.service import (MAX_BODY, MAX_OBJECT, PLURALS, ApiError, Compute, ReplanResult, Subject, commit,
+                                      compute_for, over_budget, parse_body, policy_bodies, quota_problem)
 from automation.portal.state import SNAPSHOT
 from automation.portal.store import Store
 from fleet import tenancy
@@ -66,7 +66,7 @@ class Writes:
         self.writer = writer  # writes run there (with the ledger and the replanner), or here when None
         # a ModelDeployment write is placed in its request against the ledger kept here (left empty in a serving
         # process whose writes run in a writer: writer.py)
-        self.placing = Placing()
+        self.placing = Placing(lambda: self.tokens.quotas)
         # and the fleet is planned after it, in the background, where the writes run
         self.replanner = Replanner(store, apply, self.placing, replan_worker) if writer is None else None
 
@@ -280,7 +280,9 @@ class Writes:
         """The whole fleet planned inside the write (a change that is not one deployment's); its warnings."""
         store, placing = self.store, self.placing
         before = store.ledger_version(conn)
-        result = compute_for(store, conn, self.apply, self.replan_worker, subject)
+        result = compute_for(store, conn, self.apply, self.replan_worker, subject, self.tokens.quotas)
+        if kind == "ModelDeployment" and body is not None and (refused := _over_budget_in(result, namespace, name)):
+            raise ApiError(403, "Forbidden", refused)  # the team's TeamPolicy: rolled back, nothing stored
         if result.problems:  # the change would make an object the cluster rejects: refuse it whole
             raise ApiError(422, "Invalid", "the change renders invalid objects",
                            [{"message": p} for p in result.problems[:20]])
@@ -308,11 +310,13 @@ class Writes:
             for key in ("uid", "generation", "creationTimestamp"):
                 body["metadata"].pop(key, None)
             saved = store.put(conn, kind, namespace or "", body, existing)
-            if namespace is not None and (
-                    exceeded := quota_problem(store, conn, namespace, self.tokens.quotas.get(namespace))):
+            if kind == "ModelDeployment" and namespace is not None and (exceeded := quota_problem(
+                    store, conn, namespace, policy_bodies(store, conn, self.tokens.quotas))):
                 raise ApiError(403, "Forbidden", exceeded)  # rolled back with the rest of the transaction
             if one_deployment:
                 placed = placing.place(store, conn, namespace or "", name, saved)
+                if refused := over_budget(placed.plan):  # the team's TeamPolicy: rolled back, nothing stored
+                    raise ApiError(403, "Forbidden", refused)
                 if placed.problems:  # the change would make an object the cluster rejects: refuse it whole
                     raise ApiError(422, "Invalid", "the change renders invalid objects",
                                    [{"message": p} for p in placed.problems[:20]])
@@ -407,3 +411,15 @@ def apply_config(raw: bytes, kind: str, namespace: str | None, name: str) -> dic
         raise ApiError(400, "BadRequest", "the applied object's metadata.name and namespace must match the path")
     return config
 
+
+
+def _over_budget_in(result: ReplanResult, namespace: str, name: str) -> str | None:
+    """The written deployment's replicas a whole-fleet replan left unscheduled over a TeamPolicy budget (teams
+    sharing one namespace: the write is planned with the whole fleet). The plan as stored holds reasons as text;
+    a budget's always reads "over TeamPolicy <name> spec.gpus[i]..." (fleet/team_policy.py)."""
+    for entry in json.loads(result.plan_json).get("unscheduled") or []:
+        if entry.get("deployment") == f"{namespace}/{name}":
+            for reason in entry.get("reasons") or []:
+                if "over TeamPolicy " in reason:
+                    return f"{entry['deployment']}: {entry['missing']} replica(s) cannot be placed: {reason}"
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -14,7 +15,6 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
-from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from automation.planning import conditions
@@ -24,8 +24,7 @@ from automation.portal.guard import Caller
 from automation.portal.portal import Portal
 from automation.portal.sessions import COOKIE
 from automation.portal.service import PLURALS, ApiError
-from automation.portal.state import CAPACITY
-from automation.portal.store import Store
+from automation.portal.state import CAPACITY, POLICIES
 from fleet.api import KINDS
 from fleet.inventory import build_clusters
 from fleet.problems import Problem
@@ -120,8 +119,8 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
                                     if person.can_see(o["metadata"]["namespace"])], conn)
         run_rows = [r for r in store.list_runs(conn, 50) if portal.sessions.visible_stack(person, r["stack"])]
         held = portal.reads.held_back(conn) if person.admin else []  # they may name any team's objects
-        quotas = _quotas(portal, person, store, conn)
         capacity = CAPACITY.text(conn)
+        policies = team_policies(POLICIES.text(conn), person)
     pool_rows = pool_capacity(clusters, classes, plan, observed, capacity)
     totals = {"clusters": len(clusters), "pools": len(pool_rows), "used": sum(p["used"] for p in pool_rows),
               "total": sum(p["total"] for p in pool_rows), "deployments": len(visible),
@@ -129,21 +128,19 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
     return HTMLResponse(templates.get_template("fleet.html").render(
         who=person, pools=Paged(pool_rows, pools, "pools", {"page": rows.number}), deployments=deployments,
         deployment_pages=rows, services=services, runs=run_rows, message=shown, gateway=gateway,
-        totals=totals, csrf=who.csrf or "", held=held[:20], quotas=quotas, manifest=manifest, server=server),
+        totals=totals, csrf=who.csrf or "", held=held[:20], policies=policies, manifest=manifest, server=server),
         status_code=status_code)
 
 
-def _quotas(portal: Portal, person: Principal, store: Store, conn: Connection) -> list[dict]:
-    """The quota use of each namespace the caller writes to that has a quota."""
-    from automation.portal.service import quota_use
+def team_policies(text: str, person: Principal) -> dict:
+    """Each budget of the TeamPolicy of every namespace the caller sees, with its use by the last full plan, and
+    each visible deployment's residency (the plan's `policies`, as `plan -o json` has them: fleet/policy_preview.py)."""
+    from fleet.policy_preview import policy_rows, residency_text
 
-    rows = []
-    for namespace, quota in sorted(portal.tokens.quotas.items()):
-        if person.can_write(namespace) and (quota.maxGPUs is not None or quota.maxDeployments is not None):
-            count, devices = quota_use(store.list(conn, "ModelDeployment", namespace))
-            rows.append({"namespace": namespace, "deployments": count, "maxDeployments": quota.maxDeployments,
-                         "devices": devices, "maxGPUs": quota.maxGPUs})
-    return rows
+    document = json.loads(text) if text else {}
+    return {"budgets": [r for r in policy_rows(document) if person.can_see(r.namespace)],
+            "residency": [(e["deployment"], residency_text(e)) for e in document.get("residency") or []
+                          if person.can_see(e["deployment"].split("/", 1)[0])]}
 
 
 @router.post("/ui/signin")
