@@ -10,7 +10,7 @@ whole fleet inside its serialized transaction. Both store a full replan with `co
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field as dataclass_field, replace
 from typing import Callable, Mapping, NamedTuple
 
 from sqlalchemy.engine import Connection
@@ -27,7 +27,7 @@ from fleet.api import KINDS, Resource
 from fleet.capacity import LiveCapacity
 from fleet.errors import ModelplaneError
 from fleet.loader import parse_text
-from fleet.plan import Plan
+from fleet.plan import Cause, Plan
 from fleet.plan_output import plan_to_dict
 from fleet.policy_preview import policies_to_dict
 from fleet.validate import Fleet, cross_object_problems, validate_document
@@ -235,6 +235,9 @@ class ReplanResult:
     runs: list[Run]
     warnings: list[str]  # validation warnings about the written object, seen with the whole fleet
     policies_json: str = ""  # the plan's `policies` (the fleet page reads them without parsing the plan)
+    # deployment -> its replicas the plan left unscheduled over a TeamPolicy budget, with the budget's reason (by
+    # the reason's cause: the stored plan holds reasons as text)
+    over_budget: dict[str, str] = dataclass_field(default_factory=dict)
 
 
 Subject = tuple[str, str, str]  # the written object: kind, namespace, name
@@ -285,7 +288,9 @@ def compute_replan(stored: list[str], placements: str, desired_before: str, appl
     return ReplanResult(deployments=_rows(fleet, plan, whole), plan_json=json.dumps(whole),
                         fingerprints_json=json.dumps(fingerprints), snapshot_json=json.dumps(snapshot(desired)),
                         problems=problems, runs=runs, warnings=warnings,
-                        policies_json=json.dumps(policies) if policies is not None else "")
+                        policies_json=json.dumps(policies) if policies is not None else "",
+                        over_budget={u.deployment: f"{u.deployment}: {u.missing} replica(s) cannot be placed: {r}"
+                                     for u in plan.unscheduled for r in u.reasons[:1] if r.cause is Cause.OVER_BUDGET})
 
 
 def _rows(fleet: Fleet, plan: Plan, whole: dict) -> dict[str, tuple[str, str]]:

@@ -415,11 +415,5 @@ def apply_config(raw: bytes, kind: str, namespace: str | None, name: str) -> dic
 
 def _over_budget_in(result: ReplanResult, namespace: str, name: str) -> str | None:
     """The written deployment's replicas a whole-fleet replan left unscheduled over a TeamPolicy budget (teams
-    sharing one namespace: the write is planned with the whole fleet). The plan as stored holds reasons as text;
-    a budget's always reads "over TeamPolicy <name> spec.gpus[i]..." (fleet/team_policy.py)."""
-    for entry in json.loads(result.plan_json).get("unscheduled") or []:
-        if entry.get("deployment") == f"{namespace}/{name}":
-            for reason in entry.get("reasons") or []:
-                if "over TeamPolicy " in reason:
-                    return f"{entry['deployment']}: {entry['missing']} replica(s) cannot be placed: {reason}"
-    return None
+    sharing one namespace: the write is planned with the whole fleet)."""
+    return result.over_budget.get(f"{namespace}/{name}")
