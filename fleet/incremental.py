@@ -25,7 +25,7 @@ from fleet.api.deployment import ModelDeployment
 from fleet.memory import RecordedReplica
 from fleet.plan import Plan
 from fleet.scheduler import Deployment, Kept, PlanMemo, Scheduler, memo_state_limit
-from fleet.team_policy import BudgetLedger, replica_use
+from fleet.budgets import BudgetLedger, replica_use
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet

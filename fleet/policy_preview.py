@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleet.plan import Cause, Plan
-from fleet.team_policy import Policies, budget_rows, residency_misses
+from fleet.budgets import budget_rows
+from fleet.team_policy import Policies, residency_misses
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet

@@ -54,7 +54,8 @@ from fleet.plan import (Cause, Dropped, PlacedReplica, Plan, Reason, Unscheduled
                         scaled_down)
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
-from fleet.team_policy import BudgetLedger, Policies, not_resident, policy_text, replica_use, residency_reason
+from fleet.budgets import BudgetLedger, replica_use
+from fleet.team_policy import Policies, not_resident, policy_text
 
 if TYPE_CHECKING:
     from fleet.validate import Fleet
@@ -472,8 +473,8 @@ class Scheduler:
         cluster = self.by_name.get(r.cluster)
         if cluster is None:
             return cluster_gone(r.cluster), {}
-        if (outside := residency_reason(d.policy, cluster.name, cluster.labels)) is not None:
-            return outside, {}
+        if (outside := not_resident(d.policy, cluster.labels)) is not None:
+            return Reason(Cause.RESIDENCY, f"cluster {cluster.name} is {outside}"), {}
         if (why := _not_selected(cluster, d.selector)) is not None:
             return Reason(Cause.NOT_SELECTED, f"cluster {cluster.name} is no longer selected ({why})"), {}
         if d.cache and not cluster.cache_storage_class:

@@ -15,7 +15,8 @@ import pytest
 from fleet.incremental import FleetLedger
 from fleet.plan import Cause
 from fleet.scheduler import PlanMemo, schedule
-from fleet.team_policy import Policies, budget_rows, not_resident, replica_use
+from fleet.budgets import budget_rows, replica_use
+from fleet.team_policy import Policies, not_resident
 from tests.manifests import errors, run
 from tests.scheduling import H100, L4, L4X8, cluster, md, plan_of, unscheduled, where
 

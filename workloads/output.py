@@ -190,7 +190,7 @@ def _write(out: Path, models: ModelStacks | None, rest: Callable[[], Rendered], 
             _DEFERRED = None
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
-        refused = [str(p) for p in rendered.problems]  # a whole render's collisions are among them
+        refused = [str(p) for p in rendered.problems if not p.warning]  # a whole render's collisions are among them
         if models is not None:
             keys = {stack: key for part in written for stack, key in part.keys.items()}
             refused += [str(p) for p in collisions(models.fleet, rendered, keys)]

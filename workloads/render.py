@@ -372,7 +372,8 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
         if (why := not_resident(policies.for_namespace(placed.namespace), cluster.labels)) is not None:
             # the scheduler places none there; a plan made before the policy may: its team's traffic never goes there
             problems.append(Problem(endpoints_stack(placed.namespace), 0, f"ModelReplica/{placed.name}",
-                                    "spec.clusterName", f"cluster {placed.cluster} is {why}: no route to it"))
+                                    "spec.clusterName", f"cluster {placed.cluster} is {why}: no route to it",
+                                    warning=True))
             continue
         md = deployments[(placed.namespace, placed.deployment)]
         known = cluster.gateway or (gateways.clusters.get(cluster.name) if gateways else None)
@@ -424,7 +425,7 @@ def routing_plan(fleet: Fleet, plan: Plan, gateways: Gateways | None, host: str 
             problems.append(Problem(stack, 0, f"ModelService/{ms.name}", "metadata.namespace", (
                 f"the front door (InferenceGateway {gateway.name}) runs on cluster {door}, which is {why}: no "
                 f"gateway may serve it, so it gets no route; serve the team from a gateway on a cluster its policy "
-                f"allows")))
+                f"allows"), warning=True))  # withheld, not refused: a label removed must take the route down
             continue
         if newest is not None and newest.v05 is not None:
             chosen = ai_gateway.tiers(ms, select(ms, index), specs)

@@ -45,6 +45,8 @@ def _selected_or_exit(prepared: Prepared, run: StackRun, executor: Executor) -> 
     items = selected(prepared, operation, prune=run.prune, force=set(run.force) | drained)
     checked = preflight(executor, fleet, prepared.desired, prepared.applied, items, operation, check=run.check)
     _refuse(checked.invalid, "invalid object(s); nothing was applied")
+    for line in prepared.desired.warnings:  # routes withheld (a TeamPolicy forbids them): applied without, said
+        click.echo(line, err=True)
     if operation in ("preview", "up"):
         refuse_fleet_autoscaled(fleet)
     _refuse(checked.transitions, "change(s) the record refuses; nothing was applied")

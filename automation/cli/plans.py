@@ -232,6 +232,8 @@ def render(paths: tuple[str, ...], out: str, state: str, fresh: bool, backend: s
         result = render_objects(loaded.fleet, plan, host, gateways=applied.gateways())
         if problems := rendered_problems(result):
             refuse(problems)
+        for warning in (p for p in result.problems if p.warning):
+            click.echo(str(warning), err=True)
         click.echo(stream(result), nl=False)
         return
     from automation.cli.progress import Bar

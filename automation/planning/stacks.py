@@ -267,6 +267,11 @@ class DesiredState:
         """Objects that could not be applied: collisions, and objects their cluster's schema rejects."""
         return self.problems_in(None)
 
+    @cached_property
+    def warnings(self) -> list[str]:
+        """What the composition withheld and why (a route a TeamPolicy forbids): applied without it, said."""
+        return [str(p) for p in self.rendered.problems if p.warning]
+
     def problems_in(self, stacks: set[str] | None) -> list[str]:
         """The same, schema-checking only the objects of `stacks` (None: every stack; none of them reused)."""
         if self.reused and (stacks is None or stacks & self.reused.keys()):
@@ -278,7 +283,7 @@ def rendered_problems(rendered: Rendered, stacks: set[str] | None = None) -> lis
     """Collisions, and objects (of `stacks`; None: all) that their cluster's schema rejects."""
     from workloads.schemas import check  # jsonschema and the CRDs: only for what checks objects (25 ms to import)
 
-    out = [str(p) for p in rendered.problems]
+    out = [str(p) for p in rendered.problems if not p.warning]
     for stack, target, obj in rendered.objects():
         if stacks is None or stack in stacks:
             out += [f"{stack}/{target}: {obj['kind']}/{obj['metadata']['name']}: {m}" for m in check(obj)]

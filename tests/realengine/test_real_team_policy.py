@@ -53,16 +53,21 @@ def on(document: dict) -> dict[str, str]:
     return {r["deployment"]: r["cluster"] for r in document["replicas"]}
 
 
-def test_up_runs_the_team_only_in_its_jurisdiction(local_fleet):
+def test_up_runs_the_team_only_in_its_jurisdiction_and_no_foreign_front_door_serves_it(local_fleet):
     document = plan(local_fleet)
     # qwen3-8b would take an L4 on local-a (its tightest fit) without the policy; local-a is region eu
     assert on(document) == {"ml-team/qwen3-8b": "local-b", "ml-team/llama-70b": "local-b"}
-    local_fleet.modelplane("up", "-f", MANIFESTS[0])
+    done = local_fleet.modelplane("up", "-f", MANIFESTS[0])
     b = local_fleet.api("local-b")
     for name in ("qwen3-8b", "llama-70b"):
         wait_for(f"{name} running on local-b", lambda: running_pods(b, "ml-team", name))
     a = local_fleet.api("local-a")
     assert not running_pods(a, "ml-team", "qwen3-8b") and not running_pods(a, "ml-team", "llama-70b")
+    # the fleet's front door runs on local-a (eu): the service is applied without a route through it, and `up` says
+    # why (withheld, not refused: the rest of the fleet applies)
+    assert "ModelService/qwen3-8b" in done.stderr and "no gateway may serve it" in done.stderr, done.stderr
+    status = local_fleet.modelplane("status", "-f", MANIFESTS[0]).stdout
+    assert "model-ml-team.qwen3-8b" in status and "service-ml-team.qwen3-8b" not in status, status
 
 
 def test_a_lowered_budget_shows_the_move_and_up_needs_yes_to_apply_it(local_fleet):
