@@ -132,7 +132,7 @@ def test_status_yaml_prints_every_object_with_its_conditions(capsys, tmp_path):
     assert document["kind"] == "List"
     kinds = {o["kind"] for o in document["items"]}
     assert kinds == {"InferenceClass", "InferenceCluster", "InferenceGateway", "ModelCache", "ModelDeployment",
-                     "ModelEndpoint", "ModelService", "ModelReplica"}
+                     "ModelEndpoint", "ModelService", "ModelReplica", "TeamPolicy"}
     for obj in document["items"]:
         assert obj["status"]["conditions"], obj["metadata"]["name"]
         for c in obj["status"]["conditions"]:

@@ -253,3 +253,20 @@ def test_no_plan_puts_a_team_over_a_budget_or_outside_its_residency(seed):
             budgets = policy_of.for_namespace(t).spec.gpus
             assert sum(held.values()) <= budgets[0].count
             assert sum(n for (_, product), n in held.items() if product == "NVIDIA H100") <= budgets[1].count
+
+
+def test_a_deployment_whose_every_replica_a_policy_removes_has_its_stack_destroyed_without_prune():
+    """`up` destroys, without --prune, the model stack of a deployment in the input that a policy leaves no replica
+    (kept, its replicas would run where the policy says they may not); other reasons keep the stack as before."""
+    from automation.planning.stacks import parked_stacks
+
+    fleet = [L4, cluster("c", pools=(("gpu", "l4", 8),), labels=US)]
+    first = plan_of(*fleet, md(replicas=1))
+    over = run(*fleet, policy(gpus=[{"count": 0}]), md(replicas=1))
+    plan = schedule(over.fleet, recorded(first))
+    assert plan.replicas == [] and [d.reason.cause for d in plan.dropped] == [Cause.OVER_BUDGET]
+    assert parked_stacks(over.fleet, plan) == {"model-ml-team.m"}
+    outside = run(*fleet, policy(residency=EU), md(replicas=1))
+    assert parked_stacks(outside.fleet, schedule(outside.fleet, recorded(first))) == {"model-ml-team.m"}
+    unselected = run(*fleet, md(replicas=1, clusterSelector={"matchLabels": EU_LABELS}))
+    assert parked_stacks(unselected.fleet, schedule(unselected.fleet, recorded(first))) == frozenset()

@@ -277,7 +277,7 @@ def _rows(prepared, read, fleet, on_operator: dict[str, str] | None) -> list[dic
     from fleet.stack_id import StackKind
 
     applied = read.details()
-    parked = parked_stacks(fleet)
+    parked = parked_stacks(fleet, prepared.plan)
     renames = {str(r.old): str(r.new) for r in plan_renames(read, fleet)}
     rows = []
     for c in prepared.changes:
@@ -287,7 +287,7 @@ def _rows(prepared, read, fleet, on_operator: dict[str, str] | None) -> list[dic
         if c.name in renames:
             reason = f"recorded under the legacy name; the next `up` renames it to {renames[c.name]}"
         elif c.change == Change.delete and c.name in parked:
-            reason = "its ModelDeployment is scaled to zero: `up` destroys it"
+            reason = "its ModelDeployment is scaled to zero, or a TeamPolicy allows it no replica: `up` destroys it"
         elif c.change == Change.delete and c.kind == StackKind.platform:
             reason += " (with --yes-destroy-clusters)"
         said = (on_operator or {}).get(c.name)

@@ -39,7 +39,7 @@ class Prepared:
         """Recorded stacks not in the input that `operation` leaves alone without --prune."""
         if prune or operation not in ("preview", "up"):
             return []
-        parked = parked_stacks(self.fleet)
+        parked = parked_stacks(self.fleet, self.plan)
         return [c for c in self.changes if c.change == "delete" and c.name not in parked]
 
 
@@ -117,12 +117,12 @@ def selected(prepared: Prepared, operation: str, prune: bool = False, force: set
 
     `preview`/`up`: the changed stacks, and those named in `force` even when unchanged. Recorded stacks that are
     not in the input are destroyed only with `prune`: input that is a subset of the fleet never destroys the rest.
-    A model stack whose ModelDeployment is in the input with `spec.replicas: 0` is destroyed without it: the
-    input asks for no replica (`parked_stacks`).
+    A model stack whose ModelDeployment is in the input with `spec.replicas: 0`, or whose every replica a TeamPolicy
+    removes, is destroyed without it: the input asks for no replica, or the policy allows none (`parked_stacks`).
     """
     if operation in ("preview", "up"):
         force = force or set()
-        parked = parked_stacks(prepared.fleet)
+        parked = parked_stacks(prepared.fleet, prepared.plan)
         out = []
         for c in prepared.changes:
             if c.change == "none" and c.name in force:

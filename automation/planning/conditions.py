@@ -176,6 +176,11 @@ def with_status(body: dict, snap: dict, observed: Observed, fleet_objects: list[
             status["address"] = address
     elif kind == "InferenceClass":
         status = {"conditions": [condition("Accepted", "True", "Available", "the class is valid", generation)]}
+    elif kind == "TeamPolicy":
+        governs = ("every namespace without a TeamPolicy of its own" if (body.get("spec") or {}).get("defaultForNamespaces")
+                   else f"namespace {name}")
+        status = {"conditions": [condition("Accepted", "True", "Enforced", f"governs {governs}: plans, the front door "
+                                           "and the portal's writes hold it to this policy", generation)]}
     else:
         status = dict(body.get("status") or {})
     return {**{k: v for k, v in body.items() if k != "status"}, "status": status}

@@ -33,7 +33,7 @@ from automation.planning.payloads import (GatewayPayload, Named, PlatformPayload
 from automation.planning.plan_cache import Known, KnownPlatform, PlanCache
 from components.args import control_plane_cluster, every_cluster_args, gateway_args, host_extras, weight_streaming
 from components.versions import pinned, project_version
-from fleet.plan import PlacedReplica, Plan, dynamo_clusters
+from fleet.plan import Cause, PlacedReplica, Plan, dynamo_clusters
 from fleet.scheduler import schedule
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import ORDER, StackId, StackKind
@@ -323,11 +323,22 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | Host | None = 
     return DesiredState(plan, rendered, specs, inputs, reused, mine, fleet.secrets.manifest_refs())
 
 
-def parked_stacks(fleet: Fleet) -> frozenset[str]:
-    """The model stacks of the input's ModelDeployments with `spec.replicas: 0`: never desired (they compose
+POLICY_CAUSES = (Cause.RESIDENCY, Cause.OVER_BUDGET)
+
+
+def parked_stacks(fleet: Fleet, plan: Plan | None = None) -> frozenset[str]:
+    """The model stacks of the input's ModelDeployments with `spec.replicas: 0`, and (given the plan) of those whose
+    every replica a TeamPolicy removes (outside the team's residency, over its budget): never desired (they compose
     nothing), and destroyed once recorded without `--prune`, as the reference prunes a parked deployment's
-    replicas (a deployment left out of the input keeps its stack: that input may be part of the fleet)."""
-    return frozenset(model_stack(md.namespace, md.name) for md in fleet.of("ModelDeployment") if md.spec.replicas == 0)
+    replicas (a deployment left out of the input keeps its stack: that input may be part of the fleet). A policy's
+    removal is the policy's to enforce: kept, the replicas would run where the policy says they may not."""
+    parked = {model_stack(md.namespace, md.name) for md in fleet.of("ModelDeployment") if md.spec.replicas == 0}
+    if plan is not None:
+        placed = {r.key for r in plan.replicas}
+        removed = {d.deployment for d in plan.dropped if d.reason.cause in POLICY_CAUSES} | \
+            {u.deployment for u in plan.unscheduled if any(r.cause in POLICY_CAUSES for r in u.reasons)}
+        parked |= {model_stack(*key.split("/", 1)) for key in removed - placed}
+    return frozenset(parked)
 
 
 def changes(desired: dict[str, StackSpec], recorded: dict[str, str]) -> list[StackChange]:
