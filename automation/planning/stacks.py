@@ -33,7 +33,8 @@ from automation.planning.payloads import (GatewayPayload, Named, PlatformPayload
 from automation.planning.plan_cache import Known, KnownPlatform, PlanCache
 from components.args import control_plane_cluster, every_cluster_args, gateway_args, host_extras, weight_streaming
 from components.versions import pinned, project_version
-from fleet.plan import Cause, PlacedReplica, Plan, dynamo_clusters
+from fleet.plan import PlacedReplica, Plan, dynamo_clusters
+from fleet.policy_preview import POLICY_CAUSES
 from fleet.scheduler import schedule
 from fleet.secrets import SecretRef, kubeconfig_ref
 from fleet.stack_id import ORDER, StackId, StackKind
@@ -321,9 +322,6 @@ def desired_state(fleet: Fleet, recorded=(), control_plane: str | Host | None = 
         mine = given if same is not None else KnownPlatform(platform_digest, {
             name: spec for name, spec in specs.items() if spec.kind in (StackKind.platform, StackKind.gateway)})
     return DesiredState(plan, rendered, specs, inputs, reused, mine, fleet.secrets.manifest_refs())
-
-
-POLICY_CAUSES = (Cause.RESIDENCY, Cause.OVER_BUDGET)
 
 
 def parked_stacks(fleet: Fleet, plan: Plan | None = None) -> frozenset[str]:
