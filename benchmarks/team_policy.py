@@ -3,7 +3,8 @@ where every one of its 40 teams has a TeamPolicy, against the same fleet without
 
 Each policy has a fleet-wide GPU budget of about 60% of what the team's deployments ask (so budgets bind and the
 fill's budget-aware search runs), a budget for one product, and, for every other team, residency in the regions of
-one cloud (every cluster has a `region` label; the policy's selector is `region In (...)`). Paired runs, as
+one cloud (every cluster has a `region` label; the policy's selector is `region In (...)`), allowing the hosted
+endpoint's origin. Paired runs, as
 benchmarks/fleet_scale.py pairs them; target: within 1.2x the plan without policies. Prints one table; asserts
 nothing.
 
@@ -45,7 +46,8 @@ def policies(objects: list[dict], seed: int = 64) -> list[dict]:
         if i % 2:
             cloud = rnd.choice(sorted(REGIONS))
             spec["residency"] = {"clusterSelector": {"matchExpressions": [
-                {"key": "region", "operator": "In", "values": REGIONS[cloud]}]}}
+                {"key": "region", "operator": "In", "values": REGIONS[cloud]}]},
+                "externalOrigins": ["https://inference.example.com"]}  # the generated hosted endpoint's
         out.append({"apiVersion": "modelplane.ai/v1alpha1", "kind": "TeamPolicy", "metadata": {"name": team},
                     "spec": spec})
     return out

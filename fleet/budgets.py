@@ -23,24 +23,27 @@ if TYPE_CHECKING:
 PRODUCT_ATTRIBUTE = "productName"
 
 Kind = tuple[str, str]  # (device class, product): what a budget counts
+Use = dict[Kind, int]  # devices held, by kind (a plain dict: a plan makes tens of thousands; a Counter costs 5x)
 
 
-def replica_use(cluster: ClusterView, placement: ReplicaPlacement) -> Counter[Kind]:
+def replica_use(cluster: ClusterView, placement: ReplicaPlacement) -> Use:
     """Devices one placed replica holds at its largest, by (device class, product): pods x devices per pod of every
     member (pods already count copies, at the autoscaling maximum). Placement-only matches count too, under the
     device's class or, without one, its driver."""
     pools = {p.name: p for p in cluster.pools}
-    out: Counter[Kind] = Counter()
+    out: Use = {}
     for engine in placement.engines:
         pool = pools.get(engine.pool)
         devices = pool.kind.devices if pool is not None else ()
         for member in engine.members:
             for _, device_class, count in member.devices:
-                out[(device_class, _product(devices, device_class))] += member.pods * count
+                kind = (device_class, _product(devices, device_class))
+                out[kind] = out.get(kind, 0) + member.pods * count
             for request, count in member.synthetic:
                 found = next((d for d in devices if not d.claimable), None)
                 cls = (found.device_class or found.facts.driver) if found else request
-                out[(cls, _product(devices, cls))] += member.pods * count
+                kind = (cls, _product(devices, cls))
+                out[kind] = out.get(kind, 0) + member.pods * count
     return out
 
 
@@ -105,7 +108,7 @@ class BudgetLedger:
         self.use: dict[str, list[_Use]] = defaultdict(list)
         self._matching: dict[tuple[str, Kind], tuple[int, ...]] = {}  # (policy, kind) -> budgets that count it
 
-    def _asked(self, policy: TeamPolicy, budgets: list[GpuBudget], use: Counter[Kind]) -> list[int]:
+    def _asked(self, policy: TeamPolicy, budgets: list[GpuBudget], use: Use) -> list[int]:
         """Devices of `use` each budget counts (a kind's budgets found once per policy: plans ask thousands of
         times)."""
         asked = [0] * len(budgets)
@@ -128,7 +131,7 @@ class BudgetLedger:
             uses.append(_Use())
         return uses
 
-    def refusal(self, namespace: str, cluster: ClusterView, use: Counter[Kind]) -> Reason | None:
+    def refusal(self, namespace: str, cluster: ClusterView, use: Use) -> Reason | None:
         """Why a replica holding `use` on `cluster` would take the namespace over a budget (budget, use, request,
         naming the policy and field); None when it fits every budget."""
         policy, budgets = self._budgets(namespace)
@@ -183,7 +186,7 @@ class BudgetLedger:
             return split.clusters.get(cluster.name, 0), "cluster"
         return split.tiers.get(str(cluster.tier), 0), "tier"
 
-    def charge(self, namespace: str, cluster: ClusterView, use: Counter[Kind], sign: int = 1) -> None:
+    def charge(self, namespace: str, cluster: ClusterView, use: Use, sign: int = 1) -> None:
         policy, budgets = self._budgets(namespace)
         if policy is None or not budgets:
             return

@@ -54,10 +54,14 @@ def policies_to_dict(fleet: Fleet, plan: Plan, before: dict[str, Any] | None = N
             budgets.append({**{k: old[k] for k in ("namespace", "policy", "field", "what")}, "budget": None,
                             "used": None, "budgetBefore": old["budget"], "usedBefore": old["used"]})
     budgets.sort(key=lambda b: (b["namespace"], b["field"]))
+    # one entry per namespace with residency: its deployments share the decision (per deployment, a fleet of
+    # thousands of deployments and hundreds of clusters wrote every cluster's name thousands of times)
+    names: dict[str, list[str]] = {}
+    for md in deployments:
+        names.setdefault(md.namespace, []).append(md.name)
     residency = []
-    for md in sorted(deployments, key=lambda m: (m.namespace, m.name)):
-        governing = policies.for_namespace(md.namespace)
-        if governing is None or governing.spec.residency is None:
+    for ns, governing in policies.governed(names):
+        if governing.spec.residency is None:
             continue
         allowed, refused = [], {}
         for c in clusters:
@@ -66,8 +70,8 @@ def policies_to_dict(fleet: Fleet, plan: Plan, before: dict[str, Any] | None = N
                 refused[c.name] = ", ".join(misses)
             else:
                 allowed.append(c.name)
-        residency.append({"deployment": f"{md.namespace}/{md.name}", "policy": governing.name, "allowed": allowed,
-                          "refused": refused})
+        residency.append({"namespace": ns, "policy": governing.name, "allowed": allowed, "refused": refused,
+                          "deployments": sorted(names[ns])})
     return {"budgets": budgets, "residency": residency}
 
 
@@ -84,7 +88,8 @@ def with_residency(plan: Plan, document: dict[str, Any] | None) -> Plan:
     """The plan with each governed deployment's residency as a line of its explanation (`plan --explain`)."""
     if not document or not plan.explain:
         return plan
-    said = {e["deployment"]: f"residency: {residency_text(e)}" for e in document["residency"]}
+    said = {f"{e['namespace']}/{name}": f"residency: {residency_text(e)}" for e in document["residency"]
+            for name in e["deployments"]}
     # new lists: the scheduler's explanation may be shared with a memo
     plan.explain = {key: ([said[key]] if key in said else []) + lines for key, lines in plan.explain.items()}
     return plan
@@ -161,5 +166,6 @@ def policy_markdown(document: dict[str, Any] | None) -> str:
         lines += [f"| {r.namespace} | {r.policy} | `{r.field}` | {r.what} | {r.budget} | "
                   f"{r.used}{' **over**' if r.over else ''} |" for r in rows]
         lines.append("")
-    lines += [f"- `{entry['deployment']}` residency: {residency_text(entry)}" for entry in residency]
+    lines += [f"- `{entry['namespace']}` residency ({len(entry['deployments'])} deployment(s)): {residency_text(entry)}"
+              for entry in residency]
     return "\n".join(lines + ["", "</details>", ""])

@@ -54,7 +54,7 @@ from fleet.plan import (Cause, Dropped, PlacedReplica, Plan, Reason, Unscheduled
                         scaled_down)
 from fleet.shapes import EngineShape, engine_shapes
 from fleet.taints import describe, untolerated
-from fleet.budgets import BudgetLedger, replica_use
+from fleet.budgets import BudgetLedger, Use, replica_use
 from fleet.team_policy import Policies, not_resident, policy_text
 
 if TYPE_CHECKING:
@@ -394,7 +394,7 @@ class Scheduler:
         self.budget = BudgetLedger(self.policies, self.clusters)
         self._outside: dict[str, dict[str, str]] = {}  # Deployment.residency -> cluster -> why it is outside
         self._no_budget: dict[tuple, Reason] = {}  # (namespace, shape, candidates) -> why no place fits a budget
-        self._uses: dict[int, tuple[ReplicaPlacement, Counter]] = {}  # id(placement) -> (it, replica_use)
+        self._uses: dict[int, tuple[ReplicaPlacement, Use]] = {}  # id(placement) -> (it, replica_use)
         self.deployments: list[Deployment] = []
         built: dict[str, Deployment] = {}
         for md in fleet.of("ModelDeployment"):
@@ -784,7 +784,7 @@ class Scheduler:
 
     # ---- team budgets (fleet/team_policy.py) ----------------------------------------------------------------
 
-    def _use(self, cluster: ClusterView, placement: ReplicaPlacement) -> Counter:
+    def _use(self, cluster: ClusterView, placement: ReplicaPlacement) -> Use:
         """`replica_use`, once per placement object (the placer hands out the same ones; each is kept with its use,
         so its id is not reused while the plan runs)."""
         found = self._uses.get(id(placement))

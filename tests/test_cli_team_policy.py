@@ -51,8 +51,9 @@ def test_explain_says_each_deployment_s_residency_and_json_adds_a_policies_key(c
     assert budgets["spec.gpus[0]"] == {"namespace": "ml-team", "policy": "ml-team", "field": "spec.gpus[0]",
                                        "what": "gpu.nvidia.com", "budget": 20, "used": 18}
     assert budgets["spec.maxDeployments"]["used"] == 3
-    qwen = next(r for r in document["policies"]["residency"] if r["deployment"] == "ml-team/qwen3-8b")
-    assert qwen["allowed"] == ["byo-eu", "eks-us-west"] and qwen["refused"] == {"gke-us-central": "cloud=gcp"}
+    [team] = document["policies"]["residency"]  # one entry per namespace: its deployments share the decision
+    assert team["namespace"] == "ml-team" and "qwen3-8b" in team["deployments"]
+    assert team["allowed"] == ["byo-eu", "eks-us-west"] and team["refused"] == {"gke-us-central": "cloud=gcp"}
     # the plan's own keys are unchanged by it: the same replicas, unscheduled and dropped as before
     assert set(document) == {"replicas", "unscheduled", "dropped", "policies"}
 
@@ -100,7 +101,7 @@ def test_review_leads_with_the_policy_breaks(change, capsys, tmp_path):
     text = comment.read_text()
     assert text.index("**Error: the change breaks a team policy**") < text.index("| stack | change |")
     assert "| ml-team | ml-team | `spec.gpus[0]` | gpu.nvidia.com | 40 -> 20 | 34 -> 18 |" in text
-    assert "`ml-team/qwen3-8b` residency: TeamPolicy ml-team allows clusters byo-eu, eks-us-west; refuses " \
+    assert "`ml-team` residency (3 deployment(s)): TeamPolicy ml-team allows clusters byo-eu, eks-us-west; refuses " \
            "gke-us-central (cloud=gcp)" in text
 
 

@@ -140,5 +140,6 @@ def policy_table(policies: dict, stream=None) -> str:
         console.print()
         console.print("residency:", markup=False)
         for entry in policies["residency"]:
-            console.print(f"  {entry['deployment']}: {residency_text(entry)}", markup=False, highlight=False)
+            console.print(f"  {entry['namespace']} ({len(entry['deployments'])} deployment(s)): {residency_text(entry)}",
+                          markup=False, highlight=False)
     return buffer.getvalue()

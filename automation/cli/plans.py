@@ -180,8 +180,12 @@ def _only(policies: dict, namespace: str | None, deployment: str | None) -> dict
             return f"{ns}/{name}" == want
         return namespace is None or ns == namespace
 
-    return {"budgets": [b for b in policies["budgets"] if shown(b["namespace"])],
-            "residency": [r for r in policies["residency"] if shown(*r["deployment"].split("/", 1))]}
+    residency = []
+    for r in policies["residency"]:
+        kept = [name for name in r["deployments"] if shown(r["namespace"], name)]
+        if kept:
+            residency.append({**r, "deployments": kept})
+    return {"budgets": [b for b in policies["budgets"] if shown(b["namespace"])], "residency": residency}
 
 
 def _addon_checks(fleet, plan, applied: Applied) -> list:

@@ -134,13 +134,13 @@ def _render(portal: Portal, who: Caller, shown: Banner | None, server: str, page
 
 def team_policies(text: str, person: Principal) -> dict:
     """Each budget of the TeamPolicy of every namespace the caller sees, with its use by the last full plan, and
-    each visible deployment's residency (the plan's `policies`, as `plan -o json` has them: fleet/policy_preview.py)."""
+    each visible namespace's residency (the plan's `policies`, as `plan -o json` has them: fleet/policy_preview.py)."""
     from fleet.policy_preview import policy_rows, residency_text
 
     document = json.loads(text) if text else {}
     return {"budgets": [r for r in policy_rows(document) if person.can_see(r.namespace)],
-            "residency": [(e["deployment"], residency_text(e)) for e in document.get("residency") or []
-                          if person.can_see(e["deployment"].split("/", 1)[0])]}
+            "residency": [(e["namespace"], residency_text(e)) for e in document.get("residency") or []
+                          if person.can_see(e["namespace"])]}
 
 
 @router.post("/ui/signin")
