@@ -9,12 +9,30 @@ import yaml
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.manifests import deployment
 from tests.portal_server import TEAM_A, ThreadServer
 from tests.test_portal import seed_fleet
+
+
+def message_says(text: str):
+    """The wait for the page's message to say `text`: the page replaces the message's node as it answers, and
+    chromedriver then reports the node it was reading as "does not belong to the document" (a generic error, not a
+    stale element that the condition already retries): read again, as for a stale one."""
+    present = ready.text_to_be_present_in_element((By.ID, "message"), text)
+
+    def check(driver) -> bool:
+        try:
+            return bool(present(driver))
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return False
+            raise
+    return check
+
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,1600"]
@@ -50,7 +68,7 @@ def test_sign_in_see_the_fleet_and_submit_a_deployment(tmp_path, browser):
         assert "c1" in fleet and "0 / 4" in fleet
         browser.find_element(By.ID, "manifest").send_keys(yaml.safe_dump(deployment("chat", namespace="team-a", replicas=2)))
         browser.find_element(By.ID, "submit").click()
-        wait.until(ready.text_to_be_present_in_element((By.ID, "message"), "Accepted ModelDeployment chat"))
+        wait.until(message_says("Accepted ModelDeployment chat"))
         rows = browser.find_element(By.ID, "deployments").text
         # ready / desired, as kubectl users read it (nothing is applied here: 0 ready), and the placed count
         assert "team-a/chat" in rows and "0 / 2 (2 placed)" in rows and "ReplicasReady: Unknown" in rows
@@ -76,7 +94,7 @@ def test_the_page_fits_its_width_and_every_delete_is_reachable(tmp_path, browser
         long_name = "a-deployment-with-a-long-name-that-would-widen-a-table-" + "x" * 8
         browser.find_element(By.ID, "manifest").send_keys(yaml.safe_dump(deployment(long_name, namespace="team-a")))
         browser.find_element(By.ID, "submit").click()
-        WebDriverWait(browser, 20).until(ready.text_to_be_present_in_element((By.ID, "message"), "Accepted"))
+        WebDriverWait(browser, 20).until(message_says("Accepted"))
         page, view = browser.execute_script(
             "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         assert page <= view, f"the page scrolls sideways at {width} px ({page} > {view})"
@@ -113,7 +131,7 @@ def signed_in_with(browser, portal, manifest: str, expected: str) -> None:
     WebDriverWait(browser, 20).until(ready.presence_of_element_located((By.ID, "fleet")))
     browser.find_element(By.ID, "manifest").send_keys(manifest)
     browser.find_element(By.ID, "submit").click()
-    WebDriverWait(browser, 20).until(ready.text_to_be_present_in_element((By.ID, "message"), expected))
+    WebDriverWait(browser, 20).until(message_says(expected))
 
 
 def test_at_1280_px_no_table_header_breaks_inside_a_word(tmp_path, browser):
@@ -145,7 +163,7 @@ def test_an_error_looks_like_an_error_and_a_success_does_not(tmp_path, browser):
         browser.find_element(By.ID, "manifest").send_keys(yaml.safe_dump({**chat, "spec": {**chat["spec"],
                                                                                            "replicas": "x"}}))
         browser.find_element(By.ID, "submit").click()
-        WebDriverWait(browser, 20).until(ready.text_to_be_present_in_element((By.ID, "message"), "spec.replicas"))
+        WebDriverWait(browser, 20).until(message_says("spec.replicas"))
         error = browser.execute_script(style)
         shot = Path(tmp_path) / "portal-error.png"
         browser.save_screenshot(str(shot))
